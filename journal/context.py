@@ -1,0 +1,217 @@
+"""Projection of a branch into what the model sees: messages, model, thinking level.
+
+Follows pi's `buildSessionContext` exactly on well-formed files:
+- walk root to leaf; the last `thinking_level_change` sets the thinking level (default "off");
+  the last `model_change` or assistant message sets the model (an assistant message counts as
+  a model change, so a model_change before it is overridden);
+- if compactions are on the path, only the latest applies: its summary comes first, then the
+  path entries from its `firstKeptEntryId` up to the compaction, then everything after it. When
+  `firstKeptEntryId` is not on the path before the compaction, pi keeps nothing before it, and
+  so do we;
+- `message` entries contribute their message, `custom_message` entries a `custom` message,
+  `branch_summary` entries a `branchSummary` message only when their summary is non-empty;
+  every other entry (including earlier compactions) contributes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .model import Entry
+from .tree import Tree
+
+Message = dict[str, Any]
+
+
+@dataclass
+class Context:
+    """What a model is sent for one leaf: messages in pi's shape plus the settings."""
+
+    messages: list[Message] = field(default_factory=list)
+    thinking_level: str = "off"
+    model: dict[str, Any] | None = None
+    leaf_id: str | None = None
+    compaction_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "thinkingLevel": self.thinking_level,
+            "model": self.model,
+            "leafId": self.leaf_id,
+        }
+
+    def same_as(self, other: Context) -> bool:
+        """Equal for a model: same messages, model and thinking level."""
+        return (
+            self.messages == other.messages
+            and self.model == other.model
+            and self.thinking_level == other.thinking_level
+        )
+
+
+def iso_to_millis(timestamp: Any) -> int | None:
+    """`new Date(iso).getTime()` for the ISO strings entries carry; None where JS gives NaN."""
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    return round(parsed.timestamp() * 1000)
+
+
+def compaction_summary_message(entry: Entry) -> Message:
+    return {
+        "role": "compactionSummary",
+        "summary": entry.get("summary"),
+        "tokensBefore": entry.get("tokensBefore"),
+        "timestamp": iso_to_millis(entry.get("timestamp")),
+    }
+
+
+def branch_summary_message(entry: Entry) -> Message:
+    return {
+        "role": "branchSummary",
+        "summary": entry.get("summary"),
+        "fromId": entry.get("fromId"),
+        "timestamp": iso_to_millis(entry.get("timestamp")),
+    }
+
+
+def custom_message(entry: Entry) -> Message:
+    message: Message = {
+        "role": "custom",
+        "customType": entry.get("customType"),
+        "content": entry.get("content"),
+        "display": entry.get("display"),
+    }
+    if "details" in entry:
+        message["details"] = entry["details"]
+    message["timestamp"] = iso_to_millis(entry.get("timestamp"))
+    return message
+
+
+def entry_message(entry: Entry) -> Message | None:
+    """The message an entry contributes to the context, if any."""
+    kind = entry.get("type")
+    if kind == "message":
+        return entry.get("message")
+    if kind == "custom_message":
+        return custom_message(entry)
+    if kind == "branch_summary" and entry.get("summary"):
+        return branch_summary_message(entry)
+    return None
+
+
+def build_context(tree: Tree, leaf: int | None) -> Context:
+    """Project the branch ending at position `leaf` (None: nothing, as pi's null leaf)."""
+    if leaf is None:
+        return Context()
+    path = [tree.entries[i] for i in tree.path(leaf)]
+    thinking_level: str = "off"
+    model: dict[str, Any] | None = None
+    compaction_at: int | None = None
+    for position, entry in enumerate(path):
+        kind = entry.get("type")
+        if kind == "thinking_level_change":
+            thinking_level = entry.get("thinkingLevel")  # type: ignore[assignment]
+        elif kind == "model_change":
+            model = _model(entry, "provider", "modelId")
+        elif kind == "message" and entry["message"].get("role") == "assistant":
+            model = _model(entry["message"], "provider", "model")
+        elif kind == "compaction":
+            compaction_at = position
+
+    messages: list[Message] = []
+    compaction_id = None
+    if compaction_at is None:
+        emit_from = 0
+    else:
+        compaction = path[compaction_at]
+        compaction_id = compaction["id"]
+        messages.append(compaction_summary_message(compaction))
+        first_kept = compaction.get("firstKeptEntryId")
+        kept_start = next(
+            (i for i in range(compaction_at) if path[i]["id"] == first_kept), compaction_at
+        )
+        _emit(path[kept_start:compaction_at], messages)
+        emit_from = compaction_at + 1
+    _emit(path[emit_from:], messages)
+    return Context(messages, thinking_level, model, path[-1]["id"], compaction_id)
+
+
+def _model(source: dict[str, Any], provider_key: str, model_key: str) -> dict[str, Any]:
+    """pi builds `{provider, modelId}` from fields that may be absent; JSON then omits them."""
+    model = {}
+    if provider_key in source:
+        model["provider"] = source[provider_key]
+    if model_key in source:
+        model["modelId"] = source[model_key]
+    return model
+
+
+def _emit(entries: list[Entry], out: list[Message]) -> None:
+    for entry in entries:
+        message = entry_message(entry)
+        if message is not None:
+            out.append(message)
+
+
+SUMMARY_INTRO = (
+    "Earlier parts of this conversation were condensed to save space. "
+    "This is the condensed account of them:\n\n<summary>\n"
+)
+BRANCH_INTRO = (
+    "Before returning to this point, the conversation explored another path. "
+    "What happened there, in brief:\n\n<summary>\n"
+)
+SUMMARY_OUTRO = "\n</summary>"
+
+
+def bash_execution_text(message: Message) -> str:
+    """A shell command the user ran, with its output, as text for the model."""
+    lines = [f"The user ran a shell command: `{message.get('command', '')}`"]
+    output = message.get("output") or ""
+    lines.append(f"Output:\n```\n{output}\n```" if output else "It printed nothing.")
+    if message.get("cancelled"):
+        lines.append("The command was cancelled before it finished.")
+    elif message.get("exitCode") not in (0, None):
+        lines.append(f"Exit code: {message.get('exitCode')}")
+    if message.get("truncated"):
+        lines.append("The output was truncated.")
+    return "\n".join(lines)
+
+
+def to_model_messages(messages: list[Message]) -> list[Message]:
+    """Turn summaries, custom and shell messages into user-role text a model accepts.
+
+    User, assistant and tool-result messages pass through unchanged; a shell execution marked
+    `excludeFromContext` is left out, as pi does.
+    """
+    out: list[Message] = []
+    for m in messages:
+        role = m.get("role")
+        if role in ("user", "assistant", "toolResult"):
+            out.append(m)
+            continue
+        if role == "compactionSummary":
+            text = SUMMARY_INTRO + str(m.get("summary", "")) + SUMMARY_OUTRO
+        elif role == "branchSummary":
+            text = BRANCH_INTRO + str(m.get("summary", "")) + SUMMARY_OUTRO
+        elif role == "bashExecution":
+            if m.get("excludeFromContext"):
+                continue
+            text = bash_execution_text(m)
+        elif role == "custom":
+            content = m.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            out.append({"role": "user", "content": blocks, "timestamp": m.get("timestamp")})
+            continue
+        else:
+            continue
+        out.append({"role": "user", "content": [{"type": "text", "text": text}],
+                    "timestamp": m.get("timestamp")})
+    return out

@@ -1,0 +1,74 @@
+"""The journal's error tree: one root, a subclass per failure a caller may want to handle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class JournalError(Exception):
+    """Root of every error the journal raises on purpose."""
+
+
+class NotASession(JournalError):
+    """The path is missing, a directory, or a file that is not a session log."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class LockTimeout(JournalError):
+    """Another writer held the session's lock for longer than the caller would wait."""
+
+    def __init__(self, path: str, timeout: float, holder: dict[str, Any] | None) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.holder = holder
+        who = describe_holder(holder)
+        super().__init__(
+            f"{path}: locked by {who}; waited {timeout:g}s. "
+            "Close the other writer, or retry with a longer lock timeout."
+        )
+
+
+class WriteFailed(JournalError):
+    """A commit did not reach the file whole; the file was rolled back to before it."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(
+            f"{path}: commit at byte {offset:,} failed ({reason}); "
+            "the file was rolled back to its last complete entry and stays usable"
+        )
+
+
+class UnsupportedVersion(JournalError):
+    """The session's format version cannot be written (or read) by this library."""
+
+    def __init__(self, path: str, version: int, hint: str) -> None:
+        self.path = path
+        self.version = version
+        super().__init__(f"{path}: session format version {version}: {hint}")
+
+
+class UnknownEntry(JournalError):
+    """An entry id that the session does not contain."""
+
+    def __init__(self, entry_id: str) -> None:
+        self.entry_id = entry_id
+        super().__init__(f"no entry with id {entry_id!r} in this session")
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    """Render lock-holder diagnostics such as 'pid 42 on host-a since 2026-...'."""
+    if not holder:
+        return "another process (no holder details recorded)"
+    parts = [f"pid {holder.get('pid', '?')}"]
+    if holder.get("host"):
+        parts.append(f"on {holder['host']}")
+    if holder.get("since"):
+        parts.append(f"since {holder['since']}")
+    return " ".join(parts)

@@ -1,0 +1,107 @@
+"""The append-only file: one write() per commit, rollback of failed commits, sync policy.
+
+Invariant 1 of the design: a commit is a single os.write() of complete lines on an O_APPEND
+descriptor. If the kernel takes fewer bytes (a full disk) or the write or sync fails, the file
+is truncated back to where the commit began before the error reaches the caller, so a failed
+commit leaves no fragment for the next one to glue onto.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+from .durability import Durability, SyncClock
+from .errors import WriteFailed
+
+log = logging.getLogger(__name__)
+
+
+def fsync_directory(path: str) -> None:
+    """Make a directory's entries (a new or renamed file) durable."""
+    fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AppendLog:
+    """An open session file positioned for appending. The caller holds the writer lock."""
+
+    def __init__(self, path: str, durability: Durability | None = None) -> None:
+        self.path = path
+        self.durability = durability or Durability.always()
+        self._clock = SyncClock(self.durability)
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def size(self) -> int:
+        return os.fstat(self._require_fd()).st_size
+
+    def commit(self, data: bytes) -> int:
+        """Append `data` (complete lines) in one write; return the offset it starts at.
+
+        Raises WriteFailed after rolling the file back if the write is short or fails, or if
+        the policy's sync fails (an unsynced commit is not acknowledged).
+        """
+        if not data.endswith(b"\n"):
+            raise ValueError("a commit must end with a newline")
+        fd = self._require_fd()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = os.write(fd, data)
+        except OSError as e:
+            self._rollback(start)
+            raise WriteFailed(self.path, start, _os_reason(e)) from e
+        if written != len(data):
+            self._rollback(start)
+            raise WriteFailed(
+                self.path, start, f"short write: {written:,} of {len(data):,} bytes (disk full?)"
+            )
+        if self._clock.due():
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                self._rollback(start)
+                raise WriteFailed(self.path, start, f"sync failed: {_os_reason(e)}") from e
+            self._clock.synced()
+        return start
+
+    def sync(self) -> None:
+        if self._fd is not None and self._clock.pending:
+            os.fdatasync(self._fd)
+            self._clock.synced()
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if self._clock.pending and self.durability.describe() != "never":
+                os.fdatasync(fd)
+        except OSError as e:
+            log.warning("%s: final sync failed: %s", self.path, e)
+        finally:
+            os.close(fd)
+
+    def _rollback(self, offset: int) -> None:
+        try:
+            os.ftruncate(self._require_fd(), offset)
+        except OSError as e:
+            log.error("%s: could not roll back to byte %d: %s", self.path, offset, e)
+
+    def _require_fd(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path}: the session is closed")
+        return self._fd
+
+
+def _os_reason(e: OSError) -> str:
+    name = errno.errorcode.get(e.errno or 0, "")
+    text = e.strerror or str(e)
+    return f"{name}: {text}" if name else text

@@ -1,0 +1,406 @@
+"""The high-level handle on one session file: create, open (resume), append, branch.
+
+A `Session` holds the writer lock from open until close. On open it first makes the file safe
+to append to (a torn last line is quarantined and cut away, invariant 2), then reads only the
+tail the live context needs; the rest of the tree is read on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from . import codec, model
+from .codec import Diagnostic
+from .context import Context, build_context
+from .durability import Durability
+from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion
+from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
+from .log import AppendLog, fsync_directory
+from .model import Entry
+from .quarantine import Quarantined, quarantine
+from .snapshot import Snapshot, last_newline_end, load, open_for_reading, resume
+from .tree import Tree, TreeNode
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    """A session opened for writing. Use `Session.create` or `Session.open`, and close it.
+
+    Example:
+        >>> with Session.create("sessions/") as s:  # doctest: +SKIP
+        ...     s.append_message({"role": "user", "content": "hi", "timestamp": 0})
+    """
+
+    def __init__(self, path: str, lock: WriterLock, appender: AppendLog, snap: Snapshot) -> None:
+        self.path = path
+        self._lock = lock
+        self._log = appender
+        self.header: Entry = snap.header or {}
+        self.diagnostics: list[Diagnostic] = snap.diagnostics
+        self.tree = Tree(snap.entries, complete=snap.complete)
+        self.recovered: list[Quarantined] = []
+
+    # opening
+
+    @classmethod
+    def create(
+        cls,
+        path_or_dir: str | os.PathLike[str],
+        *,
+        cwd: str | None = None,
+        durability: Durability | None = None,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        session_id: str | None = None,
+        parent_session: str | None = None,
+    ) -> Session:
+        """Create a new session file (mode 0600) with its header written and synced.
+
+        A directory gets a pi-style `<timestamp>_<uuid>.jsonl` name inside it; an existing file
+        is never overwritten.
+        """
+        target = os.fspath(path_or_dir)
+        header = model.make_header(
+            cwd if cwd is not None else os.getcwd(),
+            session_id=session_id,
+            parent_session=parent_session,
+        )
+        if os.path.isdir(target) or target.endswith(os.sep):
+            os.makedirs(target, exist_ok=True)
+            name = model.session_file_name(header["timestamp"], header["id"])
+            target = os.path.join(target, name)
+        target = os.path.abspath(target)
+        lock = WriterLock(target, lock_timeout)
+        lock.acquire()
+        try:
+            _write_new_file(target, codec.encode(header))
+            appender = AppendLog(target, durability)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(target, lock, appender, Snapshot(target, header, [], size=0, end=0))
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability | None = None,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> Session:
+        """Open an existing version 3 session to append to it, taking the writer lock.
+
+        A torn last line is copied to the quarantine side file and cut away first; the result
+        is in `recovered`. Raises NotASession, UnsupportedVersion, LockTimeout.
+        """
+        target = os.path.abspath(os.fspath(path))
+        _check_regular_file(target)
+        lock = WriterLock(target, lock_timeout)
+        lock.acquire()
+        try:
+            recovered = _cut_torn_tail(target)
+            snap = resume(target)
+            _check_writable(target, snap)
+            appender = AppendLog(target, durability)
+        except BaseException:
+            lock.release()
+            raise
+        session = cls(target, lock, appender, snap)
+        session.recovered = recovered
+        if snap.diagnostics:
+            log.warning(
+                "%s: %d unreadable line(s) kept in place; run 'journal repair %s'",
+                target, len(snap.diagnostics), target,
+            )
+        return session
+
+    def close(self) -> None:
+        """Sync what the policy left pending, close the file and release the lock."""
+        try:
+            self._log.close()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._log.closed
+
+    @property
+    def session_id(self) -> str:
+        return str(self.header.get("id", ""))
+
+    @property
+    def durability(self) -> Durability:
+        return self._log.durability
+
+    # reading
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self.tree.leaf_id
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Entries read so far, in file order (all of them once `load_all()` has run)."""
+        return self.tree.entries
+
+    def get_entry(self, entry_id: str) -> Entry | None:
+        entry = self.tree.get(entry_id)
+        if entry is None and not self.tree.complete:
+            self.load_all()
+            entry = self.tree.get(entry_id)
+        return entry
+
+    def context(self, leaf_id: str | None = None) -> Context:
+        """The projection for the current leaf, or for `leaf_id`."""
+        return build_context(self.tree, self._position(leaf_id))
+
+    def get_branch(self, entry_id: str | None = None) -> list[Entry]:
+        """Entries from the root down to `entry_id` (default: the leaf)."""
+        position = self._position(entry_id)
+        path = self.tree.path(position)
+        if path and not self.tree.complete and self.tree.entries[path[0]].get("parentId"):
+            self.load_all()
+            path = self.tree.path(self._position(entry_id))
+        return [self.tree.entries[i] for i in path]
+
+    def get_tree(self) -> list[TreeNode]:
+        self.load_all()
+        return self.tree.nested()
+
+    @property
+    def name(self) -> str | None:
+        self.load_all()
+        return self.tree.name
+
+    def load_all(self) -> None:
+        """Read the entries a fast resume skipped; the leaf stays where it is."""
+        if self.tree.complete:
+            return
+        leaf = self.leaf_id
+        snap = load(self.path)
+        tree = Tree(snap.entries)
+        tree.finish_forward_check()
+        if leaf is not None:
+            tree.leaf = tree.index_of(leaf)
+        self.tree = tree
+        self.diagnostics = snap.diagnostics
+
+    def _position(self, entry_id: str | None) -> int | None:
+        if entry_id is None:
+            return self.tree.leaf
+        position = self.tree.index_of(entry_id)
+        if position is None and not self.tree.complete:
+            self.load_all()
+            position = self.tree.index_of(entry_id)
+        if position is None:
+            raise UnknownEntry(entry_id)
+        return position
+
+    # navigation
+
+    def branch(self, entry_id: str) -> None:
+        """Move the leaf to `entry_id`; the next append starts a new branch there."""
+        self.tree.leaf = self._position(entry_id)
+
+    def reset_leaf(self) -> None:
+        """Move the leaf before the first entry: the next append is a new root."""
+        self.tree.leaf = None
+
+    def branch_with_summary(
+        self, from_id: str | None, summary: str, details: Any = None, from_hook: bool | None = None
+    ) -> str:
+        """Move the leaf to `from_id` and append a `branch_summary` of the abandoned path."""
+        if from_id is None:
+            self.reset_leaf()
+        else:
+            self.branch(from_id)
+        return self._append(
+            lambda i, p: model.branch_summary_entry(i, p, from_id or "root", summary, details,
+                                                    from_hook)
+        )
+
+    # appending
+
+    def append_message(self, message: dict[str, Any]) -> str:
+        return self._append(lambda i, p: model.message_entry(i, p, message))
+
+    def append_thinking_level_change(self, thinking_level: str) -> str:
+        return self._append(lambda i, p: model.thinking_level_entry(i, p, thinking_level))
+
+    def append_model_change(self, provider: str, model_id: str) -> str:
+        return self._append(lambda i, p: model.model_change_entry(i, p, provider, model_id))
+
+    def append_compaction(
+        self,
+        summary: str,
+        first_kept_entry_id: str | None,
+        tokens_before: int,
+        details: Any = None,
+        from_hook: bool | None = None,
+    ) -> str:
+        """Append a compaction, then the current model and thinking level right after it.
+
+        Recording the settings after each compaction lets a later open resume this file from
+        its tail without searching further back for them.
+        """
+        current = self.context()
+        parts: list[Entry] = [
+            {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept_entry_id,
+             "tokensBefore": tokens_before, "details": details, "fromHook": from_hook}
+        ]
+        if current.model and "provider" in current.model and "modelId" in current.model:
+            parts.append({"type": "model_change", "provider": current.model["provider"],
+                          "modelId": current.model["modelId"]})
+        parts.append({"type": "thinking_level_change", "thinkingLevel": current.thinking_level})
+        parts[0] = {k: v for k, v in parts[0].items() if v is not None or k == "firstKeptEntryId"}
+        return self.append_many(parts)[0]
+
+    def append_custom_entry(self, custom_type: str, data: Any = None) -> str:
+        return self._append(lambda i, p: model.custom_entry(i, p, custom_type, data))
+
+    def append_custom_message_entry(
+        self, custom_type: str, content: Any, display: bool, details: Any = None
+    ) -> str:
+        return self._append(
+            lambda i, p: model.custom_message_entry(i, p, custom_type, content, display, details)
+        )
+
+    def append_label_change(self, target_id: str, label: str | None) -> str:
+        """Set (or, with None or empty, clear) the label of an existing entry."""
+        if self.get_entry(target_id) is None:
+            raise UnknownEntry(target_id)
+        return self._append(lambda i, p: model.label_entry(i, p, target_id, label))
+
+    def append_session_info(self, name: str) -> str:
+        return self._append(lambda i, p: model.session_info_entry(i, p, name))
+
+    def append_entry(self, entry: Entry) -> str:
+        """Append an entry of any type given without id, parentId and timestamp."""
+        return self.append_many([entry])[0]
+
+    def append_many(self, entries: list[Entry]) -> list[str]:
+        """Commit several entries, chained from the leaf, in one write; return their ids.
+
+        Either all of them are committed or none is (the write is rolled back on failure).
+        """
+        if not entries:
+            return []
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+                raise JournalError("an entry must be an object with a string 'type'")
+            if entry["type"] == "session":
+                raise JournalError("a session header cannot be appended as an entry")
+        taken: set[str] = set()
+        stamped: list[Entry] = []
+        parent = self.leaf_id
+        for entry in entries:
+            entry_id = model.new_id(_Either(self.tree.ids, taken))
+            taken.add(entry_id)
+            stamped.append(model.stamp(entry, entry_id, parent))
+            parent = entry_id
+        self._commit(stamped)
+        return [e["id"] for e in stamped]
+
+    def _append(self, build: Any) -> str:
+        entry = build(model.new_id(self.tree.ids), self.leaf_id)
+        self._commit([entry])
+        return entry["id"]
+
+    def _commit(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            problem = codec.check_entry(entry, model.CURRENT_VERSION)
+            if problem is not None:
+                raise JournalError(f"refusing to append a {entry.get('type')} entry: {problem}")
+        self._log.commit(codec.encode_many(entries))
+        for entry in entries:
+            self.tree.add(entry)
+
+    def sync(self) -> None:
+        """Force pending commits to stable storage now, whatever the policy."""
+        self._log.sync()
+
+
+class _Either:
+    """Membership in either of two containers, without building their union."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.a or item in self.b
+
+
+def _write_new_file(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError as e:
+        raise JournalError(f"{path}: already exists; open it instead of creating it") from e
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    fsync_directory(directory)
+
+
+def _check_regular_file(path: str) -> None:
+    if os.path.isdir(path):
+        raise NotASession(path, "is a directory, not a session file")
+    if not os.path.exists(path):
+        raise NotASession(path, "no such file")
+
+
+def _check_writable(path: str, snap: Snapshot) -> None:
+    if snap.header is None:
+        raise NotASession(
+            path, f"no session header on line 1; run 'journal repair {path}' to restore one"
+        )
+    version = snap.version
+    if version < model.CURRENT_VERSION:
+        raise UnsupportedVersion(
+            path, version,
+            f"appending would mix formats; run 'journal repair --migrate {path}' to write it "
+            "as version 3 first",
+        )
+    if version > model.CURRENT_VERSION:
+        raise UnsupportedVersion(path, version, "written by a newer program; not appending")
+
+
+def _cut_torn_tail(path: str) -> list[Quarantined]:
+    """Quarantine and cut a last line without newline (invariant 2). Caller holds the lock."""
+    with open_for_reading(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise NotASession(path, "empty file, not a session (no header)")
+        end = last_newline_end(f, size)
+        if end == size:
+            return []
+        f.seek(end)
+        fragment = f.read(size - end)
+    torn = Quarantined(path, end, fragment, codec.TORN_TAIL, "no newline at end of file")
+    where = quarantine(path, [torn])
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, end)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    log.warning(
+        "%s: torn last line at byte %s (%d bytes) quarantined to %s",
+        path, f"{end:,}", len(fragment), where,
+    )
+    return [torn]

@@ -1,0 +1,239 @@
+"""Read-only loading of a session file: header, entries (migrated to v3) and diagnostics."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import codec
+from .codec import Diagnostic, Line
+from .errors import NotASession
+from .model import CURRENT_VERSION, Entry, header_version, migrate
+
+
+@dataclass
+class Snapshot:
+    """A session file as read at one moment. Loading never takes the lock or rewrites the file.
+
+    `end` is the offset just past the last complete line: everything a reader consumed.
+    `complete` is False when only the tail needed for the live context was read (`resume`).
+    """
+
+    path: str
+    header: Entry | None
+    entries: list[Entry]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    size: int = 0
+    end: int = 0
+    complete: bool = True
+
+    @property
+    def version(self) -> int:
+        return header_version(self.header)
+
+    @property
+    def session_id(self) -> str | None:
+        return self.header.get("id") if self.header else None
+
+
+def open_for_reading(path: str | os.PathLike[str]) -> Any:
+    """Open a session file read-only, turning OS errors into clear `NotASession` errors."""
+    path = os.fspath(path)
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError as e:
+        raise NotASession(path, "no such file") from e
+    except IsADirectoryError as e:
+        raise NotASession(path, "is a directory, not a session file") from e
+    except PermissionError as e:
+        raise NotASession(path, "permission denied") from e
+    except OSError as e:
+        raise NotASession(path, e.strerror or str(e)) from e
+
+
+def load(path: str | os.PathLike[str]) -> Snapshot:
+    """Read a whole session file without locking it.
+
+    Version 1 and 2 files are migrated in memory; the file is never rewritten. Bad lines are
+    reported in `diagnostics`, never raised.
+
+    Example:
+        >>> snap = load("sessions/a.jsonl")  # doctest: +SKIP
+        >>> len(snap.entries), [d.reason for d in snap.diagnostics]
+    """
+    path = os.fspath(path)
+    with open_for_reading(path) as f:
+        return read_stream(path, f)
+
+
+def read_stream(path: str, f: Any, start: int = 0) -> Snapshot:
+    header: Entry | None = None
+    raw_entries: list[Entry] = []
+    positions: list[int] = []
+    diagnostics: list[Diagnostic] = []
+    parsed_count = 0
+    end = start
+    version = CURRENT_VERSION
+    for item in codec.iter_lines(f, start):
+        if isinstance(item, Diagnostic):
+            diagnostics.append(item)
+            continue
+        end = item.offset + len(item.raw) + 1
+        value = codec.parse_line(item)
+        if value is None:
+            continue
+        if isinstance(value, Diagnostic):
+            diagnostics.append(value)
+            continue
+        parsed_count += 1
+        if parsed_count == 1:
+            if isinstance(value, dict) and value.get("type") == "session":
+                header = value
+                version = header_version(header)
+                continue
+            diagnostics.append(
+                Diagnostic(0, 0, codec.MISSING_HEADER, 1, "first line is not a session header")
+            )
+        if isinstance(value, dict) and value.get("type") == "session":
+            diagnostics.append(
+                Diagnostic(item.offset, len(item.raw), codec.EXTRA_HEADER, item.number,
+                           "a session header after the first line")
+            )
+            continue
+        problem = codec.check_entry(value, version)
+        if problem is not None:
+            diagnostics.append(
+                Diagnostic(item.offset, len(item.raw), problem.split(":")[0], item.number, problem)
+            )
+            continue
+        raw_entries.append(value)
+        positions.append(parsed_count - 1)
+    entries = migrate(header, raw_entries, positions)
+    size = os.fstat(f.fileno()).st_size
+    return Snapshot(path, header, entries, diagnostics, size=size, end=end)
+
+
+def last_newline_end(f: Any, size: int, block: int = 1 << 16) -> int:
+    """The offset just past the file's last newline (0 if it has none)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        buf = f.read(pos - start)
+        nl = buf.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0
+
+
+@dataclass
+class _PathState:
+    """What the reverse scan has found on the leaf's branch so far."""
+
+    wanted: str | None = None
+    compaction: Entry | None = None
+    kept_found: bool = False
+    thinking_found: bool = False
+    model_found: bool = False
+    at_root: bool = False
+
+    def visit(self, entry: Entry) -> None:
+        kind = entry.get("type")
+        if kind == "thinking_level_change":
+            self.thinking_found = True
+        elif kind == "model_change" or (
+            kind == "message" and entry["message"].get("role") == "assistant"
+        ):
+            self.model_found = True
+        if self.compaction is not None and entry["id"] == self.compaction.get("firstKeptEntryId"):
+            self.kept_found = True
+        if kind == "compaction" and self.compaction is None:
+            self.compaction = entry
+        self.wanted = entry.get("parentId")
+        self.at_root = self.wanted is None
+
+    @property
+    def done(self) -> bool:
+        if self.at_root:
+            return True
+        return (
+            self.compaction is not None
+            and self.kept_found
+            and self.thinking_found
+            and self.model_found
+        )
+
+
+def resume(path: str | os.PathLike[str]) -> Snapshot:
+    """Read only the tail a live context needs, scanning backwards from the end.
+
+    Walks the branch of the last entry back until it has the latest compaction's kept boundary
+    plus the latest model and thinking-level settings, or reaches the root. Files written by
+    this library record both settings right after each compaction, so they resume from their
+    tail; others may need a longer scan. Version 1 and 2 files are loaded whole (their ids
+    depend on position). `Snapshot.complete` says whether every entry was read.
+    """
+    path = os.fspath(path)
+    with open_for_reading(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        end = last_newline_end(f, size)
+        header_line = next(iter(codec.iter_lines(f, 0, end)), None)
+        header = _header_of(header_line)
+        if header is None or header_version(header) < CURRENT_VERSION:
+            return read_stream(path, f)
+        assert isinstance(header_line, codec.Line)
+        body_start = header_line.offset + len(header_line.raw) + 1
+        diagnostics: list[Diagnostic] = []
+        if end < size:
+            diagnostics.append(
+                Diagnostic(end, size - end, codec.TORN_TAIL, None, "no newline at end of file")
+            )
+        reversed_entries: list[Entry] = []
+        state = _PathState()
+        reached_start = True
+        for line in codec.iter_lines_reverse(f, end):
+            if line.offset < body_start:
+                break
+            entry = _parse_entry(line, diagnostics)
+            if entry is None:
+                continue
+            reversed_entries.append(entry)
+            if len(reversed_entries) == 1 or entry["id"] == state.wanted:
+                state.visit(entry)
+                if state.done:
+                    reached_start = line.offset == body_start
+                    break
+        reversed_entries.reverse()
+        diagnostics.reverse()
+        snap = Snapshot(path, header, reversed_entries, diagnostics, size=size, end=end)
+        snap.complete = reached_start
+        return snap
+
+
+def _header_of(line: Line | Diagnostic | None) -> Entry | None:
+    if not isinstance(line, Line):
+        return None
+    value = codec.parse_line(line)
+    if isinstance(value, dict) and value.get("type") == "session":
+        return value
+    return None
+
+
+def _parse_entry(line: Line, diagnostics: list[Diagnostic]) -> Entry | None:
+    value = codec.parse_line(line)
+    if value is None:
+        return None
+    if isinstance(value, Diagnostic):
+        diagnostics.append(value)
+        return None
+    problem = codec.check_entry(value, CURRENT_VERSION)
+    if problem is None and value.get("type") == "session":
+        problem = codec.EXTRA_HEADER
+    if problem is not None:
+        diagnostics.append(
+            Diagnostic(line.offset, len(line.raw), problem.split(":")[0], None, problem)
+        )
+        return None
+    return value
