@@ -15,6 +15,7 @@ import orjson
 from .model import REQUIRED_FIELDS, Entry
 
 CHUNK = 1 << 22
+BOM = b"\xef\xbb\xbf"
 
 TORN_TAIL = "torn_tail"
 INVALID_JSON = "invalid_json"
@@ -137,6 +138,8 @@ def parse_line(line: Line) -> Any | Diagnostic | None:
     raw = line.raw
     if raw.endswith(b"\r"):
         raw = raw[:-1]
+    if line.offset == 0 and raw.startswith(BOM):
+        raw = raw[len(BOM) :]
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:

@@ -58,8 +58,9 @@ class Session:
     ) -> Session:
         """Create a new session file (mode 0600) with its header written and synced.
 
-        A directory gets a pi-style `<timestamp>_<uuid>.jsonl` name inside it; an existing file
-        is never overwritten.
+        A path ending in `.jsonl` names the file; anything else is a directory (created if
+        needed) in which the file gets a pi-style `<timestamp>_<uuid>.jsonl` name. An existing
+        file is never overwritten.
         """
         target = os.fspath(path_or_dir)
         header = model.make_header(
@@ -67,7 +68,7 @@ class Session:
             session_id=session_id,
             parent_session=parent_session,
         )
-        if os.path.isdir(target) or target.endswith(os.sep):
+        if not target.endswith(".jsonl"):
             os.makedirs(target, exist_ok=True)
             name = model.session_file_name(header["timestamp"], header["id"])
             target = os.path.join(target, name)
@@ -365,6 +366,8 @@ def _check_regular_file(path: str) -> None:
 
 
 def _check_writable(path: str, snap: Snapshot) -> None:
+    if snap.header is None and not snap.entries:
+        raise NotASession(path, "not a session file (no session header, no entries)")
     if snap.header is None:
         raise NotASession(
             path, f"no session header on line 1; run 'journal repair {path}' to restore one"

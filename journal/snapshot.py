@@ -18,6 +18,7 @@ class Snapshot:
 
     `end` is the offset just past the last complete line: everything a reader consumed.
     `complete` is False when only the tail needed for the live context was read (`resume`).
+    `lines` holds each entry's line number (1-based; 0 where unknown, after a reverse scan).
     """
 
     path: str
@@ -27,6 +28,7 @@ class Snapshot:
     size: int = 0
     end: int = 0
     complete: bool = True
+    lines: list[int] = field(default_factory=list)
 
     @property
     def version(self) -> int:
@@ -71,6 +73,7 @@ def read_stream(path: str, f: Any, start: int = 0) -> Snapshot:
     header: Entry | None = None
     raw_entries: list[Entry] = []
     positions: list[int] = []
+    line_numbers: list[int] = []
     diagnostics: list[Diagnostic] = []
     parsed_count = 0
     end = start
@@ -109,9 +112,10 @@ def read_stream(path: str, f: Any, start: int = 0) -> Snapshot:
             continue
         raw_entries.append(value)
         positions.append(parsed_count - 1)
+        line_numbers.append(item.number)
     entries = migrate(header, raw_entries, positions)
     size = os.fstat(f.fileno()).st_size
-    return Snapshot(path, header, entries, diagnostics, size=size, end=end)
+    return Snapshot(path, header, entries, diagnostics, size=size, end=end, lines=line_numbers)
 
 
 def last_newline_end(f: Any, size: int, block: int = 1 << 16) -> int:
@@ -209,6 +213,7 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
         diagnostics.reverse()
         snap = Snapshot(path, header, reversed_entries, diagnostics, size=size, end=end)
         snap.complete = reached_start
+        snap.lines = [0] * len(reversed_entries)
         return snap
 
 

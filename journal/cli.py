@@ -1,0 +1,289 @@
+"""The `journal` command line: a thin layer that parses flags, calls the library, prints.
+
+Expected failures print one `Error: ...` line and exit 2; nothing prints a traceback for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from .context import Context
+from .errors import JournalError
+from .info import inspect, require_session
+from .render import describe_entry, describe_message
+from .session import Session
+from .snapshot import load, open_for_reading
+from .tree import Tree, TreeNode
+
+EXIT_USAGE = 2
+
+
+def _default_sessions_dir() -> str:
+    return os.environ.get("JOURNAL_SESSIONS_DIR") or os.path.join(os.getcwd(), "sessions")
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _emit_json_line(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+
+
+# commands
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    with Session.create(args.dir or _default_sessions_dir(), cwd=args.cwd) as session:
+        result = {"path": session.path, "id": session.session_id}
+    if args.json:
+        _emit_json(result)
+    else:
+        print(result["path"])
+    return 0
+
+
+def read_entries_from(stream: Any) -> list[dict[str, Any]]:
+    """Entries (objects with a `type`) or bare messages (with a `role`), one JSON per line.
+
+    Every line is checked before anything is written; a bad one raises with its line number.
+    """
+    entries: list[dict[str, Any]] = []
+    for number, raw in enumerate(stream, start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise JournalError(f"stdin line {number}: not valid JSON ({e})") from e
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            entries.append(value)
+        elif isinstance(value, dict) and isinstance(value.get("role"), str):
+            entries.append({"type": "message", "message": value})
+        else:
+            raise JournalError(
+                f"stdin line {number}: expected an entry with a 'type' or a message with a 'role'"
+            )
+    return entries
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    open_for_reading(args.path).close()
+    entries = read_entries_from(sys.stdin.buffer)
+    if not entries:
+        raise JournalError("nothing to append: stdin held no entries")
+    with Session.open(args.path, lock_timeout=args.lock_timeout) as session:
+        ids = session.append_many(entries)
+    if args.json:
+        _emit_json({"path": os.path.abspath(args.path), "ids": ids})
+    else:
+        for entry_id in ids:
+            print(entry_id)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    snap = load(args.path)
+    require_session(snap)
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for number, entry in zip(snap.lines, snap.entries, strict=True):
+        rows.append((number, {"line": number, "entry": entry}))
+    for d in snap.diagnostics:
+        rows.append((d.line or 0, {"line": d.line, "diagnostic": d.to_json()}))
+    rows.sort(key=lambda r: r[0])
+    if args.json:
+        if snap.header is not None:
+            _emit_json_line({"line": 1, "header": snap.header})
+        for _, row in rows:
+            _emit_json_line(row)
+        return 0
+    if snap.header is not None:
+        h = snap.header
+        print(f"{1:>6}  session v{snap.version} {h.get('id')} cwd={h.get('cwd')}")
+    for _, row in rows:
+        if "entry" in row:
+            e = row["entry"]
+            print(f"{row['line']:>6}  {e.get('id')} {describe_entry(e)}")
+        else:
+            d = row["diagnostic"]
+            print(f"{row['line'] or '?':>6}  !! {d['reason']} at byte {d['offset']:,} "
+                  f"({d['length']:,} bytes): {d['detail']}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = inspect(args.path)
+    if args.json:
+        _emit_json(info.to_json())
+        return 0
+    data = info.to_json()
+    print(f"path:      {info.path}")
+    print(f"session:   {data['id']} (format version {info.version})")
+    print(f"cwd:       {data['cwd']}")
+    print(f"created:   {data['created']}")
+    if data["parentSession"]:
+        print(f"parent:    {data['parentSession']}")
+    if info.name:
+        print(f"name:      {info.name}")
+    print(f"size:      {info.size:,} bytes")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(info.by_type.items(), key=lambda kv: -kv[1]))
+    print(f"entries:   {info.entries:,} ({kinds})")
+    print(f"leaf:      {info.leaf_id}")
+    if info.labels:
+        print("labels:    " + ", ".join(f"{k}={v!r}" for k, v in info.labels.items()))
+    if info.lock_holder is not None:
+        holder = info.lock_holder
+        print(f"writer:    pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+              f"since {holder.get('since', '?')}")
+    else:
+        print("writer:    none (not locked)")
+    problems = len(info.diagnostics) + len(info.tree_issues)
+    print(f"problems:  {problems}")
+    for d in info.diagnostics:
+        print(f"  !! {d.describe()}")
+    for issue in info.tree_issues:
+        print(f"  !! entry {issue.entry_id}: {issue.kind} ({issue.detail})")
+    if problems:
+        print(f"run 'journal repair {info.path}' to fix them")
+    return 0
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    snap = load(args.path)
+    require_session(snap)
+    tree = Tree(snap.entries)
+    from .context import build_context
+
+    leaf = tree.leaf
+    if args.leaf:
+        leaf = tree.index_of(args.leaf)
+        if leaf is None:
+            raise JournalError(f"{args.path}: no entry with id {args.leaf!r}")
+    context: Context = build_context(tree, leaf)
+    if args.json:
+        _emit_json(context.to_json())
+        return 0
+    model = context.model or {}
+    print(f"model {model.get('provider')}/{model.get('modelId')}, thinking "
+          f"{context.thinking_level}, leaf {context.leaf_id}, {len(context.messages)} messages")
+    for message in context.messages:
+        print(f"  {message.get('role'):<17} {describe_message(message)}")
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    snap = load(args.path)
+    require_session(snap)
+    tree = Tree(snap.entries)
+    leaf_id = tree.leaf_id
+    for depth, node in _walk_nested(tree.nested()):
+        entry = node.entry
+        mark = " ← leaf" if entry.get("id") == leaf_id else ""
+        label = f" [{node.label}]" if node.label else ""
+        print(f"{'  ' * depth}{entry.get('id')}{label} {describe_entry(entry)}{mark}")
+    return 0
+
+
+def _walk_nested(roots: list[TreeNode]) -> Any:
+    """Depth-first, indenting only where a node has several children (a chain stays flat)."""
+    stack: list[tuple[int, TreeNode]] = [(0, r) for r in reversed(roots)]
+    while stack:
+        depth, node = stack.pop()
+        yield depth, node
+        child_depth = depth + 1 if len(node.children) > 1 else depth
+        stack.extend((child_depth, c) for c in reversed(node.children))
+
+
+# parser
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="journal",
+        description="Inspect and maintain agent session logs (pi session format v3, JSONL).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("new", help="create an empty session file",
+                       description="Create a new session file and print its path.")
+    p.add_argument("dir", nargs="?", help="directory for the file (a .jsonl path names the file); "
+                   "default $JOURNAL_SESSIONS_DIR or ./sessions")
+    p.add_argument("--cwd", help="working directory recorded in the header (default: here)")
+    _add_json(p)
+    p.set_defaults(func=cmd_new)
+
+    p = sub.add_parser("append", help="append entries or messages read from stdin",
+                       description="Append JSON lines from stdin: entries (with 'type') or bare "
+                       "messages (with 'role'). ids, parentIds and timestamps are assigned; all "
+                       "lines are committed in one write, or none.")
+    p.add_argument("path", help="session file")
+    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for another writer (default 10)")
+    _add_json(p)
+    p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("show", help="list entries with line numbers, flag bad lines",
+                       description="List every entry with its line number; unreadable byte "
+                       "ranges are flagged with '!!'.")
+    p.add_argument("path", help="session file")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("info", help="header, counts, size, problems, lock holder",
+                       description="Summarise a session file without locking it.")
+    p.add_argument("path", help="session file")
+    _add_json(p)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("context", help="print what the model sees for the leaf",
+                       description="Project the branch ending at the leaf (or --leaf) into "
+                       "the messages, model and thinking level a model would be given.")
+    p.add_argument("path", help="session file")
+    p.add_argument("--leaf", metavar="ID", help="project this entry's branch instead")
+    _add_json(p)
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("tree", help="print the entry tree with labels and the leaf",
+                       description="Print the session's tree; branches indent, chains stay flat.")
+    p.add_argument("path", help="session file")
+    p.set_defaults(func=cmd_tree)
+    return parser
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s: %(message)s",
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except JournalError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Facts about a session file for people and scripts: `journal info` as a function."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import Diagnostic
+from .errors import NotASession
+from .lock import current_holder
+from .model import Entry
+from .snapshot import Snapshot, load
+from .tree import Tree, TreeIssue
+
+
+@dataclass
+class SessionInfo:
+    path: str
+    header: Entry | None
+    version: int
+    size: int
+    entries: int
+    by_type: dict[str, int]
+    leaf_id: str | None
+    name: str | None
+    labels: dict[str, str]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    tree_issues: list[TreeIssue] = field(default_factory=list)
+    lock_holder: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "id": self.header.get("id") if self.header else None,
+            "version": self.version,
+            "cwd": self.header.get("cwd") if self.header else None,
+            "created": self.header.get("timestamp") if self.header else None,
+            "parentSession": self.header.get("parentSession") if self.header else None,
+            "size": self.size,
+            "entries": self.entries,
+            "byType": self.by_type,
+            "leafId": self.leaf_id,
+            "name": self.name,
+            "labels": self.labels,
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+            "treeIssues": [i.to_json() for i in self.tree_issues],
+            "lockHolder": self.lock_holder,
+        }
+
+
+def require_session(snap: Snapshot) -> None:
+    """Refuse a file in which nothing looks like a session."""
+    if snap.header is None and not snap.entries:
+        raise NotASession(snap.path, "not a session file (no session header, no entries)")
+
+
+def inspect(path: str | os.PathLike[str]) -> SessionInfo:
+    """Read a session without locking it and summarise it."""
+    snap = load(path)
+    require_session(snap)
+    tree = Tree(snap.entries)
+    tree.finish_forward_check()
+    holder = current_holder(snap.path)
+    return SessionInfo(
+        path=snap.path,
+        header=snap.header,
+        version=snap.version,
+        size=snap.size,
+        entries=len(snap.entries),
+        by_type=dict(Counter(str(e.get("type")) for e in snap.entries)),
+        leaf_id=tree.leaf_id,
+        name=tree.name,
+        labels=tree.labels,
+        diagnostics=snap.diagnostics,
+        tree_issues=tree.issues,
+        lock_holder=holder,
+    )

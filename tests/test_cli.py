@@ -1,0 +1,118 @@
+"""The journal command: exit codes, messages, JSON output."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import orjson
+import pytest
+
+from journal import Session, load
+from journal.cli import main
+
+
+def run(capsys, *argv, stdin: bytes | None = None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_new_append_show_info(tmp_path, capsys, monkeypatch):
+    code, out, _ = run(capsys, "new", str(tmp_path / "sessions"), "--cwd", "/w", "--json")
+    assert code == 0
+    path = orjson.loads(out)["path"]
+    lines = b'{"role":"user","content":"hello","timestamp":1}\n\n' \
+            b'{"type":"model_change","provider":"anthropic","modelId":"m"}\n'
+    code, out, _ = run(capsys, "append", path, stdin=lines, monkeypatch=monkeypatch)
+    assert code == 0 and len(out.split()) == 2
+    entries = load(path).entries
+    assert [e["type"] for e in entries] == ["message", "model_change"]
+    code, out, _ = run(capsys, "show", path)
+    assert code == 0 and "user: hello" in out and "model anthropic/m" in out
+    with open(path, "ab") as f:
+        f.write(b"not json\n{\"type\":")
+    code, out, _ = run(capsys, "show", path, "--json")
+    rows = [orjson.loads(line) for line in out.splitlines()]
+    assert [r["diagnostic"]["reason"] for r in rows if "diagnostic" in r] == [
+        "invalid_json", "torn_tail"]
+    code, out, _ = run(capsys, "info", path, "--json")
+    info = orjson.loads(out)
+    assert code == 0
+    assert info["entries"] == 2 and info["byType"] == {"message": 1, "model_change": 1}
+    assert len(info["diagnostics"]) == 2 and info["lockHolder"] is None
+    code, out, _ = run(capsys, "info", path)
+    assert "journal repair" in out
+
+
+def test_append_rejects_bad_input_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        path = s.path
+    before = open(path, "rb").read()
+    code, _, err = run(capsys, "append", path, stdin=b'{"role":"user"}\n[1]\n',
+                       monkeypatch=monkeypatch)
+    assert code == 2 and err.startswith("Error: stdin line 2")
+    code, _, err = run(capsys, "append", path, stdin=b"", monkeypatch=monkeypatch)
+    assert code == 2 and "nothing to append" in err
+    assert open(path, "rb").read() == before
+
+
+@pytest.mark.parametrize("command", ["show", "info", "context", "tree", "append"])
+def test_missing_file_directory_and_non_session(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"role":"user"}\n')))
+    code, _, err = run(capsys, command, str(tmp_path / "nope.jsonl"))
+    assert code == 2 and err == f"Error: {tmp_path / 'nope.jsonl'}: no such file\n"
+    code, _, err = run(capsys, command, str(tmp_path))
+    assert code == 2 and "is a directory" in err
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\n")
+    code, _, err = run(capsys, command, str(other))
+    assert code == 2 and "not a session" in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_permission_denied(tmp_path, capsys):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        path = s.path
+    os.chmod(path, 0)
+    code, _, err = run(capsys, "info", path)
+    assert code == 2 and "permission denied" in err
+
+
+def test_held_lock_is_reported(tmp_path, capsys, monkeypatch):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        code, out, _ = run(capsys, "info", s.path, "--json")
+        assert orjson.loads(out)["lockHolder"]["pid"] == os.getpid()
+        code, _, err = run(capsys, "append", s.path, "--lock-timeout", "0.2",
+                           stdin=b'{"role":"user","content":"x"}\n', monkeypatch=monkeypatch)
+        assert code == 2 and f"locked by pid {os.getpid()}" in err
+
+
+def test_context_and_tree(tmp_path, capsys, pi_fixture):
+    path = str(pi_fixture("all-types.jsonl"))
+    code, out, _ = run(capsys, "context", path, "--json")
+    data = orjson.loads(out)
+    assert code == 0 and data["thinkingLevel"] == "high" and data["leafId"] == "f37f8f8a"
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant", "branchSummary"]
+    code, out, _ = run(capsys, "context", path, "--leaf", "1031ffea", "--json")
+    assert orjson.loads(out)["messages"][0]["role"] == "compactionSummary"
+    code, _, err = run(capsys, "context", path, "--leaf", "nope")
+    assert code == 2 and "nope" in err
+    code, out, _ = run(capsys, "tree", path)
+    assert code == 0 and "← leaf" in out.splitlines()[-1]
+
+
+def test_every_command_has_help(capsys):
+    from journal.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        assert p.description, name
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0
+    capsys.readouterr()

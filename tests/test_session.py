@@ -1,0 +1,148 @@
+"""Creating, opening and appending: headers, modes, torn tails, versions, the lock."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import orjson
+import pytest
+
+from journal import (
+    Durability,
+    JournalError,
+    LockTimeout,
+    NotASession,
+    Session,
+    UnsupportedVersion,
+    load,
+    read_quarantine,
+)
+
+
+def test_create_in_directory_uses_pi_name_and_mode_0600(tmp_path):
+    with Session.create(tmp_path / "sessions", cwd="/work") as s:
+        name = os.path.basename(s.path)
+        assert name.endswith(f"_{s.session_id}.jsonl")
+        assert s.path.startswith(str(tmp_path / "sessions"))
+        mode = stat.S_IMODE(os.stat(s.path).st_mode)
+        header = orjson.loads(open(s.path, "rb").readline())
+    assert mode == 0o600
+    assert header["type"] == "session" and header["version"] == 3 and header["cwd"] == "/work"
+    assert name.startswith(header["timestamp"].replace(":", "-").replace(".", "-"))
+
+
+def test_create_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "s.jsonl"
+    Session.create(path, cwd="/").close()
+    before = path.read_bytes()
+    with pytest.raises(JournalError, match="already exists"):
+        Session.create(path, cwd="/")
+    assert path.read_bytes() == before
+
+
+def test_append_helpers_return_ids_and_chain_parents(tmp_path):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        a = s.append_message({"role": "user", "content": "x"})
+        b, c = s.append_many([
+            {"type": "message", "message": {"role": "user", "content": "y"}},
+            {"type": "custom", "customType": "journal.test", "data": 1},
+        ])
+        d = s.append_session_info("  named  ")
+        path = s.path
+    entries = load(path).entries
+    assert [e["id"] for e in entries] == [a, b, c, d]
+    assert [e["parentId"] for e in entries] == [None, a, b, c]
+    assert entries[3]["name"] == "named"
+
+
+def test_append_many_refuses_headers_and_bad_entries_without_writing(tmp_path):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        size = os.path.getsize(s.path)
+        with pytest.raises(JournalError):
+            s.append_many([{"type": "message", "message": {"role": "user"}}, {"type": "session"}])
+        with pytest.raises(JournalError):
+            s.append_entry({"type": "model_change", "provider": "p"})
+        assert os.path.getsize(s.path) == size
+
+
+def test_open_quarantines_torn_tail_before_appending(tmp_path):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        s.append_message({"role": "user", "content": "kept"})
+        path = s.path
+    good = open(path, "rb").read()
+    fragment = b'{"type":"message","id":"deadbeef","parentId":null,"mess'
+    with open(path, "ab") as f:
+        f.write(fragment)
+    with Session.open(path) as s:
+        assert [q.data for q in s.recovered] == [fragment]
+        assert os.path.getsize(path) == len(good)
+        new = s.append_message({"role": "user", "content": "next"})
+    snap = load(path)
+    assert snap.diagnostics == []
+    assert snap.entries[-1]["id"] == new
+    (record,) = list(read_quarantine(path + ".quarantine"))
+    assert record["data"] == fragment and record["offset"] == len(good)
+    assert record["reason"] == "torn_tail"
+
+
+def test_open_errors_are_clear(tmp_path):
+    with pytest.raises(NotASession, match="no such file"):
+        Session.open(tmp_path / "missing.jsonl")
+    with pytest.raises(NotASession, match="directory"):
+        Session.open(tmp_path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    with pytest.raises(NotASession, match="empty"):
+        Session.open(empty)
+    headless = tmp_path / "headless.jsonl"
+    headless.write_bytes(b'{"type":"message","id":"a","parentId":null,"message":{}}\n')
+    with pytest.raises(NotASession, match="journal repair"):
+        Session.open(headless)
+    assert headless.read_bytes().startswith(b'{"type":"message"')
+
+
+def test_legacy_and_future_versions_are_not_appended_to(tmp_path, pi_fixture):
+    legacy = pi_fixture("large-session.jsonl")
+    before = legacy.read_bytes()
+    with pytest.raises(UnsupportedVersion, match="--migrate"):
+        Session.open(legacy)
+    assert legacy.read_bytes() == before
+    future = tmp_path / "future.jsonl"
+    future.write_bytes(b'{"type":"session","version":9,"id":"x","timestamp":"t","cwd":"/"}\n')
+    with pytest.raises(UnsupportedVersion, match="newer"):
+        Session.open(future)
+
+
+def test_second_writer_times_out_naming_the_holder(tmp_path):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        with pytest.raises(LockTimeout) as info:
+            Session.open(s.path, lock_timeout=0.2)
+        assert info.value.holder["pid"] == os.getpid()
+        assert f"pid {os.getpid()}" in str(info.value)
+        path = s.path
+    Session.open(path, lock_timeout=0.2).close()
+
+
+def test_durability_policies_parse_and_describe():
+    assert Durability.parse("always") == Durability.always()
+    assert Durability.parse("never").describe() == "never"
+    assert Durability.parse("batch:10:50") == Durability.batch(10, 50.0)
+    with pytest.raises(ValueError):
+        Durability.parse("sometimes")
+
+
+def test_batch_policy_syncs_every_n(tmp_path, monkeypatch):
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr("journal.log.os.fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    with Session.create(tmp_path / "s.jsonl", cwd="/",
+                        durability=Durability.batch(3, 60_000)) as s:
+        for i in range(7):
+            s.append_message({"role": "user", "content": str(i)})
+        assert len(calls) == 2
+    assert len(calls) == 3, "close syncs what is pending"
+    calls.clear()
+    with Session.open(s.path, durability=Durability.never()) as s2:
+        s2.append_message({"role": "user", "content": "x"})
+    assert calls == []
