@@ -11,12 +11,18 @@ from .errors import (
     UnsupportedVersion,
     WriteFailed,
 )
+from .info import SessionInfo, inspect
+from .lineage import lineage, resolve_live
 from .lock import current_holder
 from .model import CURRENT_VERSION, Entry
+from .pairing import Fix, PairingReport, sanitize, synthetic_result
 from .quarantine import Quarantined, read_quarantine
+from .repair import Problem, RepairReport, repair
+from .rotate import RotationAborted, RotationPolicy, RotationResult, rotate
 from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tree import Tree, TreeIssue, TreeNode
+from .validate import InvalidPairing, api_pairing_problems, assert_valid_pairing, pairing_problems
 
 __all__ = [
     "CURRENT_VERSION",
@@ -24,11 +30,20 @@ __all__ = [
     "Diagnostic",
     "Durability",
     "Entry",
+    "Fix",
+    "InvalidPairing",
     "JournalError",
     "LockTimeout",
     "NotASession",
+    "PairingReport",
+    "Problem",
     "Quarantined",
+    "RepairReport",
+    "RotationAborted",
+    "RotationPolicy",
+    "RotationResult",
     "Session",
+    "SessionInfo",
     "Snapshot",
     "Tree",
     "TreeIssue",
@@ -36,10 +51,20 @@ __all__ = [
     "UnknownEntry",
     "UnsupportedVersion",
     "WriteFailed",
+    "api_pairing_problems",
+    "assert_valid_pairing",
     "build_context",
     "current_holder",
+    "inspect",
+    "lineage",
     "load",
+    "pairing_problems",
     "read_quarantine",
+    "repair",
+    "resolve_live",
     "resume",
+    "rotate",
+    "sanitize",
+    "synthetic_result",
     "to_model_messages",
 ]

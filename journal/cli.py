@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from .context import Context
-from .errors import JournalError
+from .errors import JournalError, NotASession
 from .info import inspect, require_session
 from .render import describe_entry, describe_message
 from .session import Session
@@ -201,6 +201,46 @@ def _walk_nested(roots: list[TreeNode]) -> Any:
         stack.extend((child_depth, c) for c in reversed(node.children))
 
 
+def cmd_rotate(args: argparse.Namespace) -> int:
+    from .rotate import rotate
+
+    if args.keep is not None and args.keep < 0:
+        raise JournalError("--keep takes a number of archives, 0 or more")
+    result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
+                    compress=not args.no_compress, dry_run=args.dry_run,
+                    lock_timeout=args.lock_timeout)
+    if args.json:
+        _emit_json(result.to_json())
+        return 0
+    if not result.rotated:
+        print(f"{result.path}: not rotated: {result.reason}")
+        return 0
+    verb = "would rotate" if result.dry_run else "rotated"
+    print(f"{result.path}: {verb} into {result.successor}")
+    print(f"  kept {result.entries_copied:,} entries ({result.successor_size:,} bytes of "
+          f"{result.old_size:,})")
+    print(f"  archive: {result.archive}")
+    if not result.dry_run:
+        print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
+    for removed in result.removed_archives:
+        print(f"  removed old archive {removed}")
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from .lineage import lineage
+
+    chain = lineage(args.path)
+    if not os.path.exists(chain[-1]):
+        raise NotASession(args.path, "no such file, and no successor of it was found")
+    if args.json:
+        _emit_json({"lineage": chain, "live": chain[-1]})
+        return 0
+    for n, path in enumerate(chain):
+        print(f"{'live ' if n == len(chain) - 1 else 'archived'} {path}")
+    return 0
+
+
 # parser
 
 
@@ -259,10 +299,39 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print the session's tree; branches indent, chains stay flat.")
     p.add_argument("path", help="session file")
     p.set_defaults(func=cmd_tree)
+
+    p = sub.add_parser("rotate", help="continue a long session in a short successor file",
+                       description="After a compaction, write a successor file holding the "
+                       "current settings and everything from the compaction's first kept entry "
+                       "on; verify it gives the same context, seal the old file and move it to "
+                       "the archive. Done under the writer lock; compression happens after.")
+    p.add_argument("path", help="session file (a rotated one is followed to its successor)")
+    p.add_argument("--archive-dir", metavar="DIR",
+                   help="where old files go (default: archive/ next to the session)")
+    p.add_argument("--keep", type=int, metavar="N",
+                   help="keep only the newest N archives of this lineage (default: all)")
+    p.add_argument("--no-compress", action="store_true", help="archive without gzip")
+    p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for another writer (default 10)")
+    _add_json(p)
+    p.set_defaults(func=cmd_rotate)
+
+    p = sub.add_parser("lineage", help="list a session's files from first archive to live",
+                       description="Follow parentSession links and successor markers to list "
+                       "every file of a rotated session, oldest first, the live one last.")
+    p.add_argument("path", help="any file of the lineage (an archived or moved path works)")
+    _add_json(p)
+    p.set_defaults(func=cmd_lineage)
+
+    from .cli_repair import add_repair_parser
+
+    add_repair_parser(sub)
     return parser
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse, configure logging, call the command; expected errors become one line and exit 2."""
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import codec, model
 from .codec import Diagnostic
 from .context import Context, build_context
 from .durability import Durability
 from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion
+from .lineage import MAX_HOPS, recover_rotation, resolve_live, seal_of
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
 from .quarantine import Quarantined, quarantine
 from .snapshot import Snapshot, last_newline_end, load, open_for_reading, resume
 from .tree import Tree, TreeNode
+
+if TYPE_CHECKING:
+    from .rotate import RotationPolicy, RotationResult
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,8 @@ class Session:
         self.diagnostics: list[Diagnostic] = snap.diagnostics
         self.tree = Tree(snap.entries, complete=snap.complete)
         self.recovered: list[Quarantined] = []
+        self.followed: list[str] = []
+        self.rotation_policy: RotationPolicy | None = None
 
     # opening
 
@@ -96,26 +102,71 @@ class Session:
         A torn last line is copied to the quarantine side file and cut away first; the result
         is in `recovered`. Raises NotASession, UnsupportedVersion, LockTimeout.
         """
-        target = os.path.abspath(os.fspath(path))
-        _check_regular_file(target)
-        lock = WriterLock(target, lock_timeout)
-        lock.acquire()
-        try:
-            recovered = _cut_torn_tail(target)
-            snap = resume(target)
-            _check_writable(target, snap)
-            appender = AppendLog(target, durability)
-        except BaseException:
-            lock.release()
-            raise
+        requested = os.path.abspath(os.fspath(path))
+        target, followed = resolve_live(requested)
+        for _ in range(MAX_HOPS):
+            _check_regular_file(target)
+            lock = WriterLock(target, lock_timeout)
+            lock.acquire()
+            try:
+                recover_rotation(target)
+                if not os.path.exists(target) or seal_of(target) is not None:
+                    moved_on, more = resolve_live(target)
+                    if moved_on != target:
+                        lock.release()
+                        followed += [*more]
+                        target = moved_on
+                        continue
+                recovered = _cut_torn_tail(target)
+                snap = resume(target)
+                _check_writable(target, snap)
+                appender = AppendLog(target, durability)
+            except BaseException:
+                lock.release()
+                raise
+            break
+        else:
+            raise JournalError(f"{requested}: too many successors to follow")
         session = cls(target, lock, appender, snap)
         session.recovered = recovered
+        session.followed = followed
+        if followed:
+            log.warning("%s was rotated; continuing in its successor %s", requested, target)
         if snap.diagnostics:
             log.warning(
                 "%s: %d unreadable line(s) kept in place; run 'journal repair %s'",
                 target, len(snap.diagnostics), target,
             )
         return session
+
+    def rotate(self, **options: Any) -> RotationResult:
+        """Rotate into a successor now (see `journal.rotate`); this session follows it."""
+        from .rotate import rotate
+
+        return rotate(self, **options)
+
+    def maybe_rotate(self) -> RotationResult | None:
+        """Rotate if the rotation policy wants it at the current size; None if not."""
+        policy = self.rotation_policy
+        if policy is None or not policy.wants(self._log.size()):
+            return None
+        result = self.rotate(archive_dir=policy.archive_dir, keep=policy.keep,
+                             compress=policy.compress)
+        return result if result.rotated else None
+
+    def _switch_to(self, path: str, lock: WriterLock | None, header: Entry,
+                   entries: list[Entry]) -> None:
+        """Carry on in a successor file (called by rotation, under both locks)."""
+        durability = self._log.durability
+        self._log.close()
+        old_lock = self._lock
+        self.path = path
+        self._lock = lock or WriterLock(path)
+        self._log = AppendLog(path, durability)
+        self.header = header
+        self.tree = Tree(entries)
+        self.diagnostics = []
+        old_lock.release()
 
     def close(self) -> None:
         """Sync what the policy left pending, close the file and release the lock."""
@@ -263,7 +314,10 @@ class Session:
                           "modelId": current.model["modelId"]})
         parts.append({"type": "thinking_level_change", "thinkingLevel": current.thinking_level})
         parts[0] = {k: v for k, v in parts[0].items() if v is not None or k == "firstKeptEntryId"}
-        return self.append_many(parts)[0]
+        compaction_id = self.append_many(parts)[0]
+        if self.rotation_policy is not None and self.rotation_policy.after_compaction:
+            self.maybe_rotate()
+        return compaction_id
 
     def append_custom_entry(self, custom_type: str, data: Any = None) -> str:
         return self._append(lambda i, p: model.custom_entry(i, p, custom_type, data))

@@ -242,3 +242,45 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic]) -> Entry | None:
         )
         return None
     return value
+
+
+def find_last_of_type(f: Any, end: int, kind: str, block: int = 1 << 20) -> Entry | None:
+    """The last complete entry of a type before `end`, found by a byte search from the end.
+
+    Cheaper than parsing every line: only lines containing `"type":"<kind>"` are parsed.
+    """
+    needle = b'"type":"' + kind.encode() + b'"'
+    pos = end
+    overlap = len(needle)
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        buf = f.read(min(end, pos + overlap) - start)
+        hit = buf.rfind(needle)
+        while hit >= 0:
+            at = start + hit
+            line_start = _line_start(f, at)
+            f.seek(line_start)
+            raw = f.readline()
+            if raw.endswith(b"\n") and line_start + len(raw) <= end:
+                line = Line(line_start, 0, raw[:-1])
+                value = codec.parse_line(line)
+                if isinstance(value, dict) and value.get("type") == kind:
+                    if codec.check_entry(value, CURRENT_VERSION) is None:
+                        return value
+            hit = buf.rfind(needle, 0, hit)
+        pos = start
+    return None
+
+
+def _line_start(f: Any, offset: int, block: int = 1 << 16) -> int:
+    pos = offset
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        buf = f.read(pos - start)
+        nl = buf.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0

@@ -1,0 +1,145 @@
+"""`journal repair` and the `journal-repair` command: argument handling and output only."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from .errors import JournalError
+from .repair import RepairReport, repair, session_files
+
+EXIT_OK, EXIT_NEEDS_REPAIR, EXIT_ERROR = 0, 1, 2
+
+DESCRIPTION = (
+    "Repair damaged session files without losing a byte: torn or glued lines, NUL runs, "
+    "invalid UTF-8, missing or extra headers, duplicate ids, broken parent links, and tool "
+    "calls without results (or results without calls) on the active branch. The fixed file "
+    "replaces the old one atomically under the writer lock; the old one is kept as "
+    "<file>.bak and every dropped or rewritten byte range goes to <file>.quarantine."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="session files, or directories to repair every *.jsonl under")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="report what would change; write nothing")
+    mode.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 if anything needs repair, 0 if clean")
+    p.add_argument("--migrate", action="store_true",
+                   help="write version 1/2 files as version 3 (default: keep their version)")
+    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for a live writer to let go (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON report per file")
+    p.set_defaults(func=run_repair)
+
+
+def add_repair_parser(sub: Any) -> None:
+    configure(sub.add_parser("repair", help="fix corrupted session files (see --help)",
+                             description=DESCRIPTION))
+
+
+def _targets(paths: list[str]) -> list[str]:
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            out.extend(session_files(path))
+        else:
+            out.append(path)
+    return out
+
+
+def run_repair(args: argparse.Namespace) -> int:
+    targets = _targets(args.paths)
+    if not targets:
+        raise JournalError(f"no session files (*.jsonl) under {', '.join(args.paths)}")
+    reports: list[RepairReport] = []
+    errors: list[tuple[str, str]] = []
+    dry = args.dry_run or args.check
+    show_progress = len(targets) > 1 and sys.stderr.isatty() and not args.json
+    for path in _progress(targets, show_progress):
+        try:
+            report = repair(path, dry_run=dry, migrate=args.migrate,
+                            lock_timeout=args.lock_timeout)
+        except (JournalError, OSError) as e:
+            errors.append((path, str(e)))
+            print(f"Error: {e}", file=sys.stderr)
+            continue
+        reports.append(report)
+        if args.json:
+            sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
+        elif not args.check:
+            _print_report(report)
+    if len(targets) > 1 and not args.json:
+        _print_summary(reports, errors)
+    if errors:
+        return EXIT_ERROR
+    if args.check:
+        dirty = [r for r in reports if r.changed]
+        if not args.json:
+            for r in dirty:
+                print(f"{r.path}: needs repair ({_kinds(r)})")
+            if not dirty:
+                print("clean" if len(reports) == 1 else f"all {len(reports)} files clean")
+        return EXIT_NEEDS_REPAIR if dirty else EXIT_OK
+    return EXIT_OK
+
+
+def _kinds(report: RepairReport) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(report.counts.items()))
+
+
+def _print_report(report: RepairReport) -> None:
+    if not report.changed:
+        print(f"{report.path}: clean")
+        return
+    verb = "would fix" if report.dry_run else "fixed"
+    print(f"{report.path}: {verb} {len(report.problems)} problem(s): {_kinds(report)}")
+    for p in report.problems[:20]:
+        where = f"line {p.line}" if p.line else (f"entry {p.entry_id}" if p.entry_id else "")
+        detail = f" ({p.detail})" if p.detail else ""
+        print(f"  {where:>12}  {p.kind}: {p.action}{detail}")
+    if len(report.problems) > 20:
+        print(f"  ... and {len(report.problems) - 20} more (use --json for all)")
+    if report.backup:
+        print(f"  backup: {report.backup}")
+        print(f"  quarantine: {report.quarantine}")
+
+
+def _progress(items: list[str], enabled: bool) -> Any:
+    if not enabled:
+        return items
+    from rich.progress import track
+
+    return track(items, description="repairing", transient=True)
+
+
+def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="repair summary")
+    table.add_column("file")
+    table.add_column("result")
+    table.add_column("problems", justify="right")
+    for r in reports:
+        table.add_row(os.path.basename(r.path), "changed" if r.changed else "clean",
+                      str(len(r.problems)))
+    for path, message in errors:
+        table.add_row(os.path.basename(path), "error", message)
+    Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
+
+
+def repair_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `journal-repair` command (same options as `journal repair`)."""
+    from .cli import run
+
+    parser = argparse.ArgumentParser(prog="journal-repair", description=DESCRIPTION)
+    configure(parser)
+    return run(parser, argv)

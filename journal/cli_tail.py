@@ -1,0 +1,324 @@
+"""`journal tail` and `journal-tail`: the last entries of a session, and a live follow.
+
+    journal tail PATH|DIR [-f] [-n N | --since ID] [--json] [--poll]
+
+Without `-f`, prints the last N entries (default 10) of the file, or of each session in the
+directory, and exits. With `-f`, keeps following: appends, rotations into a successor file,
+repairs, truncations, and (for a directory) new sessions. `journal-tail` takes the same options
+with the same meaning (`-f` is not implied).
+
+Human output is one line per entry: local time, role or kind, then the gist (first line of
+text, tool calls with a short argument summary, tool results with ok/error and size,
+compactions with the tokens before, model changes, rotations). Colour only on a terminal, and
+never with NO_COLOR set. `--json` prints the entries themselves as JSON lines, for jq; following
+a directory, each line is `{"path": <file>, "entry": <entry>}`.
+
+Exit status: 0 (also on Ctrl-C), 1 when a followed file went away for good, 2 on errors
+(`Error: ...` on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import closing
+from datetime import datetime
+from typing import IO, Any
+
+import orjson
+
+from .errors import JournalError
+from .model import Entry
+from .render import content_size, content_text, first_line, summarize_arguments
+from .tail import (
+    DELETED,
+    ENDED,
+    ENTRY,
+    NEW_SESSION,
+    REPLACED,
+    ROTATED,
+    TailEvent,
+    follow_events,
+    is_successor_marker,
+)
+
+EXIT_GONE = 1
+EXIT_USAGE = 2
+DEFAULT_LINES = 10
+LABEL_WIDTH = 10
+
+Segments = list[tuple[str, str]]
+"""A line as (text, rich style) pieces; joined without styles when colour is off."""
+
+
+def add_tail_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `tail` command to the `journal` command's subparsers."""
+    p = subparsers.add_parser(
+        "tail", help="print the last entries, or follow a session (-f)",
+        description="Print the last N entries of a session file, or of each session in a "
+        "directory; with -f, keep printing entries as they are committed, through rotations, "
+        "repairs and new sessions.",
+    )
+    _add_arguments(p)
+    p.set_defaults(func=cmd_tail)
+    return p
+
+
+def tail_main(argv: Sequence[str] | None = None) -> int:
+    """The `journal-tail` console script: the same options and meaning as `journal tail`."""
+    parser = argparse.ArgumentParser(
+        prog="journal-tail",
+        description="Print the last entries of an agent session (pi format v3); with -f, "
+        "follow it.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s: %(message)s",
+    )
+    try:
+        return cmd_tail(args)
+    except JournalError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    since = args.since
+    events = follow_events(
+        args.path,
+        last=None if since is not None else args.lines,
+        since_id=since,
+        stop=None if args.follow else (lambda: True),
+        poll=True if args.poll else None,
+    )
+    printer = TailPrinter(
+        sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(args.path),
+        flush=args.follow,
+    )
+    with closing(events):
+        for event in events:
+            printer.show(event)
+    return EXIT_GONE if printer.gone and not os.path.isdir(args.path) else 0
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH|DIR", help="a session file, or a directory of them")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep following; Ctrl-C to stop")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("-n", "--lines", type=_count, default=DEFAULT_LINES, metavar="N",
+                       help=f"start with the last N entries (default {DEFAULT_LINES}; "
+                       "per file for a directory)")
+    start.add_argument("--since", metavar="ID", help="start after the entry with this id")
+    p.add_argument("--json", action="store_true",
+                   help="print entries as JSON lines (for a directory: {path, entry})")
+    p.add_argument("--poll", action="store_true",
+                   help="poll instead of inotify (network and some container file systems)")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a count of 0 or more, not {text!r}")
+    return value
+
+
+class TailPrinter:
+    """Writes tail events: readable lines (coloured on a terminal) or JSON lines."""
+
+    def __init__(
+        self, out: IO[str], err: IO[str], *, as_json: bool = False, many: bool = False,
+        flush: bool = False, color: bool | None = None,
+    ) -> None:
+        self.out = out
+        self.err = err
+        self.as_json = as_json
+        self.many = many
+        self.flush = flush
+        self.current: str | None = None
+        self.gone = False
+        if color is None:
+            color = not as_json and _is_terminal(out) and not os.environ.get("NO_COLOR")
+        self.console: Any = None
+        if color:
+            from rich.console import Console
+
+            self.console = Console(file=out, force_terminal=True, color_system="standard",
+                                   highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+    def show(self, event: TailEvent) -> None:
+        if event.kind == ENTRY and event.entry is not None:
+            self._entry(event.path, event.entry)
+        elif event.kind == ROTATED and not self.as_json:
+            when = clock(event.entry.get("timestamp") if event.entry else _now_ms())
+            self._write([(when, "dim"), (" ", ""), (_label("rotated"), "bold yellow"),
+                         (f"continued in {os.path.basename(event.detail)}", "yellow")])
+        elif event.kind == NEW_SESSION and not self.as_json:
+            self._heading(event.path, " (new session)")
+        elif event.kind in (DELETED, REPLACED):
+            # truncations and ends are warnings the library logs; these are only info there
+            self.err.write(f"journal tail: {event.path}: {event.detail}\n")
+            self.err.flush()
+        self.gone = self.gone or event.kind == ENDED
+        if self.flush:
+            self.out.flush()
+
+    def _entry(self, path: str, entry: Entry) -> None:
+        if self.as_json:
+            value: Any = {"path": path, "entry": entry} if self.many else entry
+            self.out.write(orjson.dumps(value).decode() + "\n")
+            return
+        if is_successor_marker(entry):
+            return  # the rotated event that follows says it in words
+        if self.many and path != self.current:
+            self._heading(path, "")
+        self._write(format_entry(entry))
+
+    def _heading(self, path: str, note: str) -> None:
+        self.current = path
+        self._write([(f"==> {os.path.basename(path)} <=={note}", "bold")])
+
+    def _write(self, segments: Segments) -> None:
+        if self.console is not None:
+            from rich.text import Text
+
+            self.console.print(Text.assemble(*segments))
+        else:
+            self.out.write("".join(text for text, _ in segments) + "\n")
+
+
+def format_entry(entry: Entry) -> Segments:
+    """One entry as a compact line: `HH:MM:SS label     gist`, as styled pieces."""
+    label, style, body = describe(entry)
+    return [(clock(entry.get("timestamp")), "dim"), (" ", ""), (_label(label), style),
+            *body]
+
+
+def describe(entry: Entry) -> tuple[str, str, Segments]:
+    """(label, label style, body pieces) for an entry."""
+    kind = entry.get("type")
+    if kind == "message":
+        return _describe_message(entry.get("message") or {})
+    if kind == "compaction":
+        tokens = entry.get("tokensBefore")
+        before = f"{tokens:,}" if isinstance(tokens, int) else "?"
+        summary = first_line(str(entry.get("summary", "")), 60)
+        return "compaction", "bold yellow", [(
+            f"{before} tokens before, keeps from {entry.get('firstKeptEntryId')}: {summary}",
+            "yellow")]
+    if kind == "model_change":
+        return "model", "magenta", [(f"{entry.get('provider')}/{entry.get('modelId')}", "")]
+    if kind == "thinking_level_change":
+        return "thinking", "magenta", [(str(entry.get("thinkingLevel")), "")]
+    if kind == "branch_summary":
+        summary = first_line(str(entry.get("summary", "")))
+        return "branch", "yellow", [(f"from {entry.get('fromId')}: {summary}", "")]
+    if kind == "label":
+        label = entry.get("label")
+        text = f"{entry.get('targetId')} = {label!r}" if label else (
+            f"{entry.get('targetId')} cleared")
+        return "label", "dim", [(text, "")]
+    if kind == "session_info":
+        return "name", "dim", [(repr(entry.get("name")), "")]
+    if kind == "custom":
+        return "custom", "dim", [(str(entry.get("customType")), "dim")]
+    if kind == "custom_message":
+        text = first_line(content_text(entry.get("content")))
+        return "custom", "dim", [(f"{entry.get('customType')}: {text}", "")]
+    return str(kind), "dim", [("(unknown entry type, kept as is)", "dim")]
+
+
+def _describe_message(message: dict[str, Any]) -> tuple[str, str, Segments]:
+    role = message.get("role")
+    content = message.get("content")
+    if role == "user":
+        return "user", "bold cyan", [(first_line(content_text(content)) or "(no text)", "")]
+    if role == "assistant":
+        return "assistant", "bold green", _assistant_body(message)
+    if role == "toolResult":
+        error = bool(message.get("isError"))
+        size = content_size(content)
+        preview = first_line(content_text(content), 60)
+        body: Segments = [(f"{message.get('toolName')} ", ""),
+                          ("error" if error else "ok", "bold red" if error else "green"),
+                          (f", {size:,} chars", "")]
+        if preview:
+            body.append((f": {preview}", "dim"))
+        return "result", "blue", body
+    if role == "bashExecution":
+        command = first_line(str(message.get("command", "")))
+        return "bash", "blue", [(f"$ {command} (exit {message.get('exitCode')})", "")]
+    if role in ("compactionSummary", "branchSummary"):
+        return str(role), "yellow", [(first_line(str(message.get("summary", ""))), "")]
+    return str(role), "dim", [(first_line(content_text(content)), "")]
+
+
+def _assistant_body(message: dict[str, Any]) -> Segments:
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    parts: Segments = []
+    text = first_line(content_text(content))
+    if text:
+        parts.append((text, ""))
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "toolCall":
+            if parts:
+                parts.append(("; ", ""))
+            args = summarize_arguments(block.get("arguments"))
+            parts.append((f"→ {block.get('name')}({args})", "cyan"))
+    if not parts:
+        thinking = any(isinstance(b, dict) and b.get("type") == "thinking" for b in blocks)
+        parts.append(("(thinking)" if thinking else "(empty)", "dim"))
+    stop = message.get("stopReason")
+    if stop in ("error", "aborted", "length"):
+        reason = message.get("errorMessage")
+        suffix = f": {first_line(str(reason), 60)}" if reason else ""
+        parts.append((f" [{stop}{suffix}]", "bold red"))
+    return parts
+
+
+def clock(timestamp: Any) -> str:
+    """HH:MM:SS in local time from an ISO timestamp (or epoch milliseconds)."""
+    try:
+        if isinstance(timestamp, str):
+            when = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).astimezone()
+        elif isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+            when = datetime.fromtimestamp(timestamp / 1000)
+        else:
+            return "--:--:--"
+    except (ValueError, OverflowError, OSError):
+        return "--:--:--"
+    return when.strftime("%H:%M:%S")
+
+
+def _now_ms() -> float:
+    return datetime.now().timestamp() * 1000
+
+
+def _label(text: str) -> str:
+    return f"{text:<{LABEL_WIDTH}} "
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(tail_main())

@@ -1,0 +1,615 @@
+"""File-level repair: a new, valid file from a damaged one, without losing a byte.
+
+The plan is computed in memory from the damaged file (salvage each line, restore the header,
+make ids unique and parents precede children, then make the active branch's pairing of tool
+calls and results valid by moving, adding and re-parenting entries). Every byte range that is
+dropped, and the original bytes of every line that is rewritten, go to the quarantine side file
+first. The result is written to a temp file, verified, and swapped in atomically under the
+writer lock, with one backup of the original kept next to it.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from . import codec, model
+from .context import compaction_summary_message, entry_message
+from .errors import JournalError, NotASession
+from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
+from .log import fsync_directory
+from .model import Entry
+from .pairing import sanitize, synthetic_result
+from .quarantine import Quarantined, quarantine, quarantine_path_for
+from .salvage import Piece, salvage_lines
+from .snapshot import load, open_for_reading
+from .tree import Tree
+
+log = logging.getLogger(__name__)
+
+BACKUP_SUFFIX = ".bak"
+REPAIR_MARKER = "journal.repair"
+SOURCE_KEY = "__journal_repair_source"
+NAME_RE = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d)-(\d\d)-(\d\d)-(\d{3})Z_([0-9a-fA-F-]{36})\.jsonl$"
+)
+
+
+@dataclass
+class Problem:
+    """One thing repair found, and what it did about it."""
+
+    kind: str
+    action: str
+    line: int | None = None
+    offset: int | None = None
+    entry_id: str | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "action": self.action, "line": self.line,
+                "offset": self.offset, "entryId": self.entry_id, "detail": self.detail}
+
+
+@dataclass
+class RepairReport:
+    """What repair found in one file and what it did (or, in a dry run, would do)."""
+
+    path: str
+    changed: bool
+    problems: list[Problem] = field(default_factory=list)
+    version: int = model.CURRENT_VERSION
+    backup: str | None = None
+    quarantine: str | None = None
+    dry_run: bool = False
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(p.kind for p in self.problems))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "changed": self.changed, "dryRun": self.dry_run,
+                "version": self.version, "problems": [p.to_json() for p in self.problems],
+                "counts": self.counts, "backup": self.backup, "quarantine": self.quarantine}
+
+
+@dataclass
+class _Item:
+    """One entry of the file being rebuilt; `raw` is its original line while it is unchanged."""
+
+    entry: Entry
+    raw: bytes | None
+    line: int | None
+    offset: int | None
+    original: bytes | None = None
+    edit_reason: str = ""
+
+    def edit(self, reason: str) -> Entry:
+        if self.raw is not None:
+            self.original, self.raw = self.raw, None
+            self.entry = dict(self.entry)
+            self.edit_reason = reason
+        return self.entry
+
+
+@dataclass
+class _Plan:
+    path: str
+    version: int
+    header: _Item
+    items: list[_Item]
+    problems: list[Problem] = field(default_factory=list)
+    dropped: list[Quarantined] = field(default_factory=list)
+    migrate: bool = False
+
+    def problem(self, kind: str, action: str, item: _Item | None = None, **kw: Any) -> None:
+        if item is not None:
+            kw.setdefault("line", item.line)
+            kw.setdefault("offset", item.offset)
+            kw.setdefault("entry_id", item.entry.get("id") if self.version >= 2 else None)
+        self.problems.append(Problem(kind, action, **kw))
+
+
+# planning
+
+
+def plan(path: str, *, migrate: bool = False) -> tuple[_Plan, bytes, bytes]:
+    """Work out the repaired file's bytes without writing anything: (plan, new, original)."""
+    with open_for_reading(path) as f:
+        original = f.read()
+    p = _salvage(path, io.BytesIO(original))
+    p.migrate = migrate
+    if p.version >= 2:
+        _fix_structure(p)
+    _fix_pairing(p)
+    if p.version < 2:
+        _renumber_first_kept(p)
+    if migrate and p.version < model.CURRENT_VERSION:
+        p.problem("migrated", f"written as version {model.CURRENT_VERSION}",
+                  detail=f"was version {p.version}")
+    return p, _render(p), original
+
+
+def _salvage(path: str, f: Any) -> _Plan:
+    pieces: list[tuple[Piece, int]] = []
+    dropped: list[Quarantined] = []
+    problems: list[Problem] = []
+    for salvaged in salvage_lines(f):
+        for d in salvaged.dropped:
+            dropped.append(Quarantined(path, d.offset, d.data, d.reason, d.detail))
+            problems.append(Problem(d.reason, "quarantined", salvaged.line, d.offset,
+                                    detail=d.detail))
+        for piece in salvaged.pieces:
+            pieces.append((piece, salvaged.line))
+            if not piece.exact:
+                problems.append(Problem(codec.INVALID_UTF8, "replaced invalid bytes",
+                                        salvaged.line, piece.offset, detail=piece.note))
+    header_at = next((i for i, (pc, _) in enumerate(pieces) if _is_header(pc.value)), None)
+    header_item: _Item | None = None
+    if header_at is not None:
+        pc, line = pieces[header_at]
+        header_item = _Item(pc.value, pc.raw if pc.exact else None, line, pc.offset)
+    version = model.header_version(header_item.entry if header_item else None)
+    if header_item is None:
+        version = model.CURRENT_VERSION if any(
+            isinstance(pc.value, dict) and "id" in pc.value for pc, _ in pieces
+        ) else 1
+    plan_ = _Plan(path, version, header_item or _synthesize_header(path, pieces, version), [],
+                  problems, dropped)
+    if header_item is None:
+        plan_.problem(codec.MISSING_HEADER, "synthesized a header", line=1, offset=0,
+                      detail=f"session id {plan_.header.entry['id']}")
+    elif header_at != 0:
+        plan_.problem("header_not_first", "moved the header to line 1", header_item)
+    raw_entries: list[Entry] = []
+    positions: list[int] = []
+    after_extra_header = False
+    for index, (pc, line) in enumerate(pieces):
+        if index == header_at:
+            continue
+        if _is_header(pc.value):
+            plan_.dropped.append(Quarantined(path, pc.offset, pc.raw, codec.EXTRA_HEADER))
+            plan_.problem(codec.EXTRA_HEADER, "quarantined; its entries join this session",
+                          line=line, offset=pc.offset)
+            after_extra_header = True
+            continue
+        problem = codec.check_entry(pc.value, version)
+        if problem is not None:
+            reason = problem.split(":")[0]
+            plan_.dropped.append(Quarantined(path, pc.offset, pc.raw, reason, problem))
+            plan_.problem(reason, "quarantined", line=line, offset=pc.offset, detail=problem)
+            continue
+        item = _Item(pc.value, pc.raw if pc.exact else None, line, pc.offset)
+        if not pc.exact:
+            item.original, item.edit_reason = pc.raw, codec.INVALID_UTF8
+        if after_extra_header and version >= 2 and pc.value.get("parentId") is None:
+            item.edit_reason = "concatenated_root"
+        plan_.items.append(item)
+        raw_entries.append(pc.value)
+        positions.append(index if header_at in (None, 0) else index + 1)
+    if version < 2:
+        for item, migrated in zip(plan_.items, model.migrate(
+            {"type": "session", "id": plan_.header.entry.get("id")}, raw_entries, positions
+        ), strict=True):
+            item.entry = migrated
+    return plan_
+
+
+def _is_header(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "session"
+
+
+def _synthesize_header(path: str, pieces: list[tuple[Piece, int]], version: int) -> _Item:
+    match = NAME_RE.match(os.path.basename(path))
+    if match:
+        date, mm, ss, ms, session_id = match.groups()
+        timestamp = f"{date}:{mm}:{ss}.{ms}Z"
+    else:
+        session_id = model.new_session_id()
+        stamps = [pc.value.get("timestamp") for pc, _ in pieces if isinstance(pc.value, dict)]
+        timestamp = next((s for s in stamps if isinstance(s, str)), model.now_iso())
+    header = model.make_header("", session_id=session_id, timestamp=timestamp)
+    if version < 2:
+        del header["version"]
+    return _Item(header, None, None, None)
+
+
+def _fix_structure(p: _Plan) -> None:
+    """Unique ids, and parents that exist and come before their children (invariant 5)."""
+    all_ids = {it.entry["id"] for it in p.items}
+    seen: set[str] = set()
+    alias: dict[str, str] = {}
+    prev: str | None = None
+    for item in p.items:
+        entry = item.entry
+        for key in ("parentId", "targetId", "firstKeptEntryId", "fromId"):
+            value = entry.get(key)
+            if isinstance(value, str) and value in alias and alias[value] != value:
+                item.edit("duplicate_id")[key] = alias[value]
+        entry = item.entry
+        if entry["id"] in seen:
+            fresh = model.new_id(_Union(seen, all_ids))
+            p.problem(tree_kind := "duplicate_id", f"renamed to {fresh}", item,
+                      detail="later references follow the rename")
+            alias[entry["id"]] = fresh
+            item.edit(tree_kind)["id"] = fresh
+            all_ids.add(fresh)
+        entry = item.entry
+        parent = entry.get("parentId")
+        if item.edit_reason == "concatenated_root" and prev is not None and parent is None:
+            item.edit("concatenated_root")["parentId"] = prev
+            p.problem("concatenated_root", f"attached to the previous entry {prev}", item)
+        elif parent is not None and parent not in seen:
+            kind = ("self_parent" if parent == entry["id"]
+                    else "parent_after_child" if parent in all_ids else "missing_parent")
+            action = f"attached to the previous entry {prev}" if prev else "made a root"
+            p.problem(kind, action, item, detail=f"parentId was {parent}")
+            item.edit(kind)["parentId"] = prev
+        seen.add(item.entry["id"])
+        prev = item.entry["id"]
+
+
+class _Union:
+    def __init__(self, a: set[str], b: set[str]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.a or value in self.b
+
+
+# pairing on the active branch
+
+
+def _fix_pairing(p: _Plan) -> None:
+    if not p.items:
+        return
+    tree = Tree(it.entry for it in p.items)
+    path = tree.path(tree.leaf)
+    compaction_at = None
+    for k, index in enumerate(path):
+        if p.items[index].entry.get("type") == "compaction":
+            compaction_at = k
+    region_start = 0
+    compaction = None
+    if compaction_at is not None:
+        compaction = p.items[path[compaction_at]]
+        first_kept = compaction.entry.get("firstKeptEntryId")
+        region_start = next((k for k in range(compaction_at)
+                             if p.items[path[k]].entry["id"] == first_kept), compaction_at)
+    region = path[region_start:]
+    messages: list[dict[str, Any]] = []
+    owners: list[int | None] = []
+    anchors: list[tuple[int, int]] = []  # (item index, index of preceding message)
+    if compaction is not None:
+        messages.append(compaction_summary_message(compaction.entry))
+        owners.append(None)
+    for index in region:
+        message = entry_message(p.items[index].entry)
+        if message is None:
+            anchors.append((index, len(messages) - 1))
+            continue
+        messages.append({**message, SOURCE_KEY: len(messages)})
+        owners.append(index)
+    fixed, report = sanitize(messages)
+    if not report.changed:
+        return
+    order = _new_order(p, messages, owners, anchors, fixed, report)
+    _relink(p, path, region_start, order)
+    if compaction is not None:
+        start_id = p.items[order[0]].entry["id"] if isinstance(order[0], int) else None
+        first_kept = compaction.entry.get("firstKeptEntryId")
+        if start_id is not None and start_id != first_kept and order[0] != path[compaction_at]:
+            compaction.edit("compaction_boundary")["firstKeptEntryId"] = start_id
+            p.problem("compaction_boundary", f"firstKeptEntryId now {start_id}", compaction,
+                      detail=f"was {first_kept}, which left the active branch")
+
+
+def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None],
+               anchors: list[tuple[int, int]], fixed: list[dict[str, Any]],
+               report: Any) -> list[int]:
+    """The region's entries in their repaired path order (item indices; new items appended)."""
+    for fix in report.fixes:
+        owner = owners[fix.index] if fix.index is not None and fix.index < len(owners) else None
+        item = p.items[owner] if owner is not None else None
+        p.problem(fix.rule, _pairing_action(fix.rule), item, detail=fix.detail)
+    placed_at: dict[int, int] = {}  # message index -> position in `order`
+    order: list[int] = []
+    for message in fixed:
+        source = message.get(SOURCE_KEY)
+        clean = {k: v for k, v in message.items() if k != SOURCE_KEY}
+        if source is None:
+            if owners and not order and messages and owners[0] is None and clean.get(
+                "role"
+            ) == "compactionSummary":
+                continue
+            order.append(_new_message_item(p, clean))
+            continue
+        owner = owners[source]
+        if owner is None:
+            continue
+        item = p.items[owner]
+        original = {k: v for k, v in messages[source].items() if k != SOURCE_KEY}
+        if clean != original:
+            if item.entry.get("type") == "message":
+                item.edit("pairing")["message"] = clean
+            else:
+                log.warning("pairing changed a %s entry; kept as is", item.entry.get("type"))
+        placed_at[source] = len(order)
+        order.append(owner)
+    dropped = [owners[i] for i in range(len(messages))
+               if owners[i] is not None and i not in placed_at]
+    if p.version < 2:
+        for owner in dropped:
+            item = p.items[owner]
+            p.dropped.append(Quarantined(p.path, item.offset or 0, item.raw or item.original
+                                         or b"", "pairing", "message left the history"))
+    return _insert_anchored(order, anchors, placed_at)
+
+
+def _insert_anchored(order: list[int], anchors: list[tuple[int, int]],
+                     placed_at: dict[int, int]) -> list[int]:
+    after: dict[int, list[int]] = {}
+    for index, message_index in anchors:
+        position = -1
+        for m in range(message_index, -1, -1):
+            if m in placed_at:
+                position = placed_at[m]
+                break
+        after.setdefault(position, []).append(index)
+    result = list(after.get(-1, []))
+    for position, item_index in enumerate(order):
+        result.append(item_index)
+        result.extend(after.get(position, []))
+    return result
+
+
+def _new_message_item(p: _Plan, message: dict[str, Any]) -> int:
+    taken = {it.entry["id"] for it in p.items}
+    entry = model.message_entry(model.new_id(taken), None, message)
+    p.items.append(_Item(entry, None, None, None, edit_reason="synthetic"))
+    return len(p.items) - 1
+
+
+def _pairing_action(rule: str) -> str:
+    return {
+        "missing_result": "added a synthetic error result",
+        "moved_result": "moved the result back after its call",
+    }.get(rule, "fixed on the active branch")
+
+
+def _relink(p: _Plan, path: list[int], region_start: int, order: list[int]) -> None:
+    """Chain the region's entries in `order`, re-parenting what moved; pin the leaf."""
+    parent = p.items[path[region_start - 1]].entry["id"] if region_start > 0 else None
+    for index in order:
+        item = p.items[index]
+        if item.entry.get("parentId") != parent:
+            item.edit(item.edit_reason or "reparented")["parentId"] = parent
+        parent = item.entry["id"]
+    p.items = _physical_order(p, order)
+
+
+def _physical_order(p: _Plan, order: list[int]) -> list[_Item]:
+    """Items in an order where every parent precedes its children and the leaf comes last."""
+    in_order = set(order)
+    emitted: set[str] = set()
+    waiting: dict[str, list[int]] = {}
+    out: list[int] = []
+    next_in_order = 0
+
+    def emit(index: int) -> None:
+        stack = [index]
+        while stack:
+            i = stack.pop()
+            out.append(i)
+            entry_id = p.items[i].entry["id"]
+            emitted.add(entry_id)
+            stack.extend(reversed(waiting.pop(entry_id, [])))
+
+    def emit_order_through(index: int) -> None:
+        nonlocal next_in_order
+        while next_in_order < len(order):
+            i = order[next_in_order]
+            next_in_order += 1
+            if p.items[i].entry["id"] not in emitted:
+                emit(i)
+            if i == index:
+                return
+
+    original_count = sum(1 for it in p.items if it.edit_reason != "synthetic")
+    for i in range(original_count):
+        if i in in_order:
+            emit_order_through(i)
+            continue
+        parent = p.items[i].entry.get("parentId")
+        if p.version < 2:
+            continue  # a linear file has no side branches: what left the path is dropped
+        if parent is None or parent in emitted:
+            emit(i)
+        else:
+            waiting.setdefault(parent, []).append(i)
+    emit_order_through(-1)
+    for pending in list(waiting.values()):
+        for i in pending:
+            emit(i)
+    items = [p.items[i] for i in out]
+    leaf = p.items[order[-1]] if order else None
+    if leaf is not None and items[-1] is not leaf and p.version >= 2:
+        marker = model.custom_entry(
+            model.new_id({it.entry["id"] for it in items}), leaf.entry["id"], REPAIR_MARKER,
+            {"leaf": leaf.entry["id"], "reason": "entries left off the active branch follow it"},
+        )
+        items.append(_Item(marker, None, None, None, edit_reason="synthetic"))
+        p.problem("leaf_pinned", "appended a journal.repair marker under the leaf",
+                  entry_id=leaf.entry["id"])
+    return items
+
+
+def _renumber_first_kept(p: _Plan) -> None:
+    """Version 1 compactions point at a line index; recompute it for the new layout."""
+    position = {it.entry["id"]: n for n, it in enumerate(p.items, start=1)}
+    for item in p.items:
+        entry = item.entry
+        if entry.get("type") != "compaction" or "firstKeptEntryId" not in entry:
+            continue
+        index = position.get(entry["firstKeptEntryId"])
+        raw_index = orjson.loads(item.raw or item.original or b"{}").get("firstKeptEntryIndex")
+        if index is not None and index != raw_index:
+            item.edit(item.edit_reason or "renumbered")
+            if item.edit_reason == "renumbered":
+                p.problem("renumbered", f"firstKeptEntryIndex now {index}", item,
+                          detail=f"was {raw_index}")
+
+
+# output
+
+
+def _render(p: _Plan) -> bytes:
+    parts = [_line(p, p.header, header=True)]
+    parts.extend(_line(p, item) for item in p.items)
+    return b"".join(parts)
+
+
+def _line(p: _Plan, item: _Item, header: bool = False) -> bytes:
+    if p.migrate and p.version < model.CURRENT_VERSION:
+        entry = dict(item.entry)
+        if header:
+            entry = {"type": "session", "version": model.CURRENT_VERSION,
+                     **{k: v for k, v in entry.items() if k not in ("type", "version")}}
+        return orjson.dumps(entry) + b"\n"
+    if item.raw is not None:
+        return item.raw + b"\n"
+    entry = item.entry
+    if p.version < 2 and not header:
+        entry = _to_v1(entry, p)
+    return orjson.dumps(entry) + b"\n"
+
+
+def _to_v1(entry: Entry, p: _Plan) -> Entry:
+    out = {k: v for k, v in entry.items() if k not in ("id", "parentId")}
+    if out.get("type") == "compaction" and "firstKeptEntryId" in out:
+        position = {it.entry["id"]: n for n, it in enumerate(p.items, start=1)}
+        target = out.pop("firstKeptEntryId")
+        if target in position:
+            out["firstKeptEntryIndex"] = position[target]
+    return out
+
+
+def _rewritten(p: _Plan) -> list[Quarantined]:
+    out = []
+    for item in [p.header, *p.items]:
+        if item.original is not None:
+            out.append(Quarantined(p.path, item.offset or 0, item.original,
+                                   item.edit_reason or "rewritten",
+                                   "original bytes of a line the repair rewrote"))
+    return out
+
+
+# applying
+
+
+def repair(
+    path: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    migrate: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> RepairReport:
+    """Repair one session file in place (atomically), or report what would change.
+
+    Takes the writer lock (raising LockTimeout if a live writer keeps it); keeps one backup
+    at `<path>.bak`; appends every dropped or rewritten byte range to `<path>.quarantine`.
+
+    Example:
+        >>> report = repair("sessions/a.jsonl")  # doctest: +SKIP
+        >>> report.changed, report.counts
+    """
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        raise NotASession(path, "is a directory; use repair_all() for a directory")
+    if dry_run:
+        p, data, original = plan(path, migrate=migrate)
+        return _report(p, data, original, path, dry_run=True)
+    with WriterLock(path, lock_timeout):
+        p, data, original = plan(path, migrate=migrate)
+        report = _report(p, data, original, path, dry_run=False)
+        if not report.changed:
+            return report
+        _publish(p, data, path)
+        report.backup = path + BACKUP_SUFFIX
+        report.quarantine = quarantine_path_for(path)
+        return report
+
+
+def _report(p: _Plan, data: bytes, original: bytes, path: str, *, dry_run: bool
+            ) -> RepairReport:
+    changed = data != original
+    if not p.items and p.header.raw is None:
+        raise NotASession(path, "not a session file: nothing in it looks like a session entry")
+    return RepairReport(path, changed, p.problems, p.version, dry_run=dry_run)
+
+
+def _publish(p: _Plan, data: bytes, path: str) -> None:
+    directory = os.path.dirname(path)
+    temp = os.path.join(directory, f".{os.path.basename(path)}.repair.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        _verify(temp)
+    except JournalError:
+        os.unlink(temp)
+        raise
+    quarantine(path, p.dropped + _rewritten(p))
+    backup = path + BACKUP_SUFFIX
+    backup_temp = backup + ".tmp"
+    if os.path.exists(backup_temp):
+        os.unlink(backup_temp)
+    os.link(path, backup_temp)
+    os.replace(backup_temp, backup)
+    os.replace(temp, path)
+    fsync_directory(directory)
+
+
+def _verify(temp: str) -> None:
+    """The repaired file must read cleanly and give a model a valid history."""
+    snap = load(temp)
+    if snap.diagnostics:
+        raise JournalError(f"repair produced unreadable lines ({snap.diagnostics[0].describe()});"
+                           " nothing was changed")
+    if snap.version >= 2:
+        tree = Tree(snap.entries)
+        tree.finish_forward_check()
+        if tree.issues:
+            raise JournalError(f"repair left a broken tree ({tree.issues[0]}); nothing changed")
+    else:
+        tree = Tree(snap.entries)
+    from .context import build_context
+
+    messages = build_context(tree, tree.leaf).messages
+    if sanitize(messages)[1].changed:
+        raise JournalError("repair left invalid tool pairing; nothing was changed")
+
+
+def session_files(directory: str) -> Iterator[str]:
+    """Session files under a directory (recursively), skipping side files."""
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".jsonl") and not name.startswith("."):
+                yield os.path.join(root, name)
+
+
+__all__ = ["Problem", "RepairReport", "plan", "repair", "session_files", "synthetic_result"]

@@ -1,0 +1,371 @@
+"""Rotation: continue a long session in a short successor file, provably without loss.
+
+After a compaction, everything before the kept boundary only matters to the archive. Rotation
+builds a successor from the active branch (current settings, the entries from the compaction's
+first kept entry on, ids preserved), proves it projects to the same context, publishes it,
+seals the old file with a `journal.successor` marker and moves it into the archive, all under
+the old file's writer lock. Compression and retention happen after the lock is released: the
+sealed file no longer changes.
+
+Every step is recorded in an intent file first, so a crash between two steps is finished or
+undone by the next writer (see `lineage.recover_rotation`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import codec, model
+from .context import Context, build_context
+from .durability import Durability
+from .errors import JournalError, UnsupportedVersion
+from .lineage import (
+    ARCHIVE_DIR,
+    SUCCESSOR_TYPE,
+    lineage,
+    move_into_archive,
+    read_header,
+    recover_rotation,
+    remove_intent,
+    resolve_live,
+    write_intent,
+)
+from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
+from .log import AppendLog, fsync_directory
+from .model import Entry
+from .snapshot import find_last_of_type, load, open_for_reading, resume
+from .tree import Tree
+
+log = logging.getLogger(__name__)
+
+# Test seam: called with each step's name as it completes, so tests can crash a rotation there.
+step_hook: Callable[[str], None] | None = None
+MIN_GAIN_BYTES = 1024
+STEPS = ("intent", "temp", "verified", "published", "sealed", "archived", "done")
+
+
+class RotationAborted(JournalError):
+    """The successor did not project to the old file's context; nothing was changed."""
+
+
+@dataclass
+class RotationResult:
+    """What a rotation did (or, with `rotated=False`, why it did nothing)."""
+
+    rotated: bool
+    path: str
+    reason: str = ""
+    successor: str | None = None
+    successor_id: str | None = None
+    archive: str | None = None
+    entries_copied: int = 0
+    old_size: int = 0
+    successor_size: int = 0
+    lock_held_ms: float = 0.0
+    total_ms: float = 0.0
+    removed_archives: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rotated": self.rotated, "path": self.path, "reason": self.reason,
+            "successor": self.successor, "successorId": self.successor_id,
+            "archive": self.archive, "entriesCopied": self.entries_copied,
+            "oldSize": self.old_size, "successorSize": self.successor_size,
+            "lockHeldMs": round(self.lock_held_ms, 2), "totalMs": round(self.total_ms, 2),
+            "removedArchives": self.removed_archives, "dryRun": self.dry_run,
+        }
+
+
+@dataclass(frozen=True)
+class RotationPolicy:
+    """When a writer rotates: after a compaction, once the file has at least `max_bytes`.
+
+    With `max_bytes=None` every compaction rotates. With `after_compaction=False` nothing
+    rotates automatically; `Session.maybe_rotate()` still applies `max_bytes` when called.
+    """
+
+    max_bytes: int | None = None
+    after_compaction: bool = True
+    archive_dir: str | None = None
+    keep: int | None = None
+    compress: bool = True
+
+    def wants(self, size: int) -> bool:
+        return self.max_bytes is None or size >= self.max_bytes
+
+
+def _step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
+
+
+@dataclass
+class _Build:
+    header: Entry
+    entries: list[Entry]
+    old_context: Context
+    leaf_id: str | None
+
+
+def _plan(path: str, tree: Tree, header: Entry, archive: str, end: int) -> _Build | str:
+    """The successor's entries, or the reason there is nothing to rotate."""
+    if tree.leaf is None:
+        return "the session has no entries"
+    path_ix = tree.path(tree.leaf)
+    entries = tree.entries
+    compaction_at = None
+    for k, index in enumerate(path_ix):
+        if entries[index].get("type") == "compaction":
+            compaction_at = k
+    if compaction_at is None:
+        return "no compaction on the active branch"
+    first_kept = entries[path_ix[compaction_at]].get("firstKeptEntryId")
+    kept_start = next((k for k in range(compaction_at)
+                       if entries[path_ix[k]]["id"] == first_kept), compaction_at)
+    copied = [entries[i] for i in path_ix[kept_start:]]
+    copied_ids = {e["id"] for e in copied}
+    settings = _settings_before(entries, path_ix[:kept_start], copied_ids, tree)
+    with open_for_reading(path) as f:
+        info = find_last_of_type(f, end, "session_info")
+    if info is not None and info["id"] not in copied_ids:
+        settings.append(info)
+    labels = _labels_for(entries[path_ix[kept_start]:], copied_ids)
+    chain = [*settings, *copied, *labels]
+    linked: list[Entry] = []
+    parent: str | None = None
+    for entry in chain:
+        linked.append({**entry, "parentId": parent} if entry.get("parentId") != parent else entry)
+        parent = entry["id"]
+    new_header = model.make_header(str(header.get("cwd", "")), parent_session=archive)
+    old_context = build_context(tree, tree.leaf)
+    return _Build(new_header, linked, old_context, linked[-1]["id"] if linked else None)
+
+
+def _settings_before(entries: list[Entry], prefix: list[int], taken: set[str],
+                     tree: Tree) -> list[Entry]:
+    """Latest model and thinking level on the branch before the kept part, as entries."""
+    thinking: Entry | None = None
+    model_source: Entry | None = None
+    for index in reversed(prefix):
+        entry = entries[index]
+        kind = entry.get("type")
+        if thinking is None and kind == "thinking_level_change":
+            thinking = entry
+        if model_source is None and (kind == "model_change" or (
+                kind == "message" and entry["message"].get("role") == "assistant")):
+            model_source = entry
+        if thinking is not None and model_source is not None:
+            break
+    out: list[Entry] = []
+    if model_source is not None and model_source.get("type") == "message":
+        message = model_source["message"]
+        if "provider" in message and "model" in message:
+            out.append(model.model_change_entry(model.new_id(tree.ids), None,
+                                                message["provider"], message["model"]))
+    elif model_source is not None:
+        out.append(model_source)
+    if thinking is not None:
+        out.append(thinking)
+    return [e for e in out if e["id"] not in taken]
+
+
+def _labels_for(entries: list[Entry], kept: set[str]) -> list[Entry]:
+    """The latest label entry of each kept entry, where it is not already copied."""
+    latest: dict[str, Entry] = {}
+    for entry in entries:
+        if entry.get("type") == "label" and entry.get("targetId") in kept:
+            latest[entry["targetId"]] = entry
+    return [e for e in latest.values() if e["id"] not in kept]
+
+
+def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
+    directory = archive_dir or os.path.join(os.path.dirname(path), ARCHIVE_DIR)
+    name = os.path.basename(path)
+    candidate = os.path.join(directory, name)
+    n = 1
+    while os.path.exists(candidate) or os.path.exists(candidate + ".gz"):
+        n += 1
+        candidate = os.path.join(directory, f"{name}.{n}")
+    return candidate + (".gz" if compress else "")
+
+
+def rotate(
+    target: Any,
+    *,
+    archive_dir: str | None = None,
+    keep: int | None = None,
+    compress: bool = True,
+    dry_run: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> RotationResult:
+    """Rotate a session (an open `Session`, or a path) into a successor file.
+
+    With a path, the writer lock is taken for the duration; with a `Session`, its lock is
+    used and the session carries on writing to the successor (`session.path` changes).
+    Returns `rotated=False` with a reason when there is no compaction to rotate after.
+
+    Example:
+        >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
+        >>> result.successor, result.lock_held_ms
+    """
+    from .session import Session
+
+    started = time.perf_counter()
+    session = target if isinstance(target, Session) else None
+    if session is None:
+        path, _ = resolve_live(os.fspath(target))
+        lock = WriterLock(path, lock_timeout)
+        lock.acquire()
+    else:
+        path, lock = session.path, None
+    locked_at = time.perf_counter()
+    try:
+        if session is None:
+            recover_rotation(path)
+        result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run)
+    finally:
+        if lock is not None:
+            lock.release()
+    released_at = time.perf_counter()
+    result.lock_held_ms = (released_at - locked_at) * 1000
+    if pending is not None:
+        _compress(*pending)
+    if result.rotated and keep is not None and result.successor:
+        result.removed_archives = apply_retention(result.successor, keep)
+    result.total_ms = (time.perf_counter() - started) * 1000
+    return result
+
+
+def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: bool,
+                   dry_run: bool) -> tuple[RotationResult, tuple[str, str] | None]:
+    if session is not None:
+        tree, header, end = session.tree, session.header, session._log.size()
+    else:
+        snap = resume(path)
+        if snap.version != model.CURRENT_VERSION:
+            raise UnsupportedVersion(path, snap.version, "only version 3 files rotate; "
+                                     f"run 'journal repair --migrate {path}' first")
+        tree, header, end = Tree(snap.entries, complete=snap.complete), snap.header or {}, snap.end
+    old_size = os.path.getsize(path)
+    archive = _archive_path(path, archive_dir, compress)
+    stored_archive = archive.removesuffix(".gz")
+    build = _plan(path, tree, header, archive, end)
+    if isinstance(build, str):
+        return RotationResult(False, path, build, old_size=old_size, dry_run=dry_run), None
+    final = os.path.join(os.path.dirname(path),
+                         model.session_file_name(build.header["timestamp"], build.header["id"]))
+    data = codec.encode(build.header) + codec.encode_many(build.entries)
+    if len(data) + MIN_GAIN_BYTES > old_size:
+        reason = "the successor would be no shorter: nothing lies before the kept entries"
+        return RotationResult(False, path, reason, old_size=old_size, dry_run=dry_run), None
+    result = RotationResult(True, path, successor=final, successor_id=build.header["id"],
+                            archive=archive, entries_copied=len(build.entries),
+                            old_size=old_size, successor_size=len(data), dry_run=dry_run)
+    if dry_run:
+        return result, None
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(final)}.rotate.tmp")
+    write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive})
+    _step("intent")
+    _write_synced(temp, data)
+    _step("temp")
+    _verify(temp, build)
+    _step("verified")
+    new_lock = WriterLock(final, 0) if session is not None else None
+    if new_lock is not None:
+        new_lock.acquire()
+    try:
+        os.rename(temp, final)
+        fsync_directory(os.path.dirname(final))
+        _step("published")
+        _seal(path, session, tree, final, build.header["id"])
+        _step("sealed")
+        move_into_archive(path, stored_archive)
+        _step("archived")
+        remove_intent(path)
+        _step("done")
+    except BaseException:
+        if new_lock is not None:
+            new_lock.release()
+        raise
+    if session is not None:
+        session._switch_to(final, new_lock, build.header, build.entries)
+    log.info("%s: rotated into %s; archived as %s", path, final, stored_archive)
+    return result, (stored_archive, archive) if compress else None
+
+
+def _write_synced(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _verify(temp: str, build: _Build) -> None:
+    snap = load(temp)
+    tree = Tree(snap.entries)
+    tree.finish_forward_check()
+    new_context = build_context(tree, tree.leaf)
+    if snap.diagnostics or tree.issues or not new_context.same_as(build.old_context):
+        os.unlink(temp)
+        raise RotationAborted(
+            f"{temp}: the successor would not give the model the same context "
+            "(nothing was changed; please report this with the session file)"
+        )
+
+
+def _seal(path: str, session: Any, tree: Tree, successor: str, successor_id: str) -> None:
+    marker = model.custom_entry(
+        model.new_id(tree.ids), tree.leaf_id, SUCCESSOR_TYPE,
+        {"successor": successor, "file": os.path.basename(successor), "sessionId": successor_id},
+    )
+    if session is not None:
+        session._log.commit(codec.encode(marker))
+        session._log.sync()
+        return
+    appender = AppendLog(path, Durability.always())
+    try:
+        appender.commit(codec.encode(marker))
+    finally:
+        appender.close()
+
+
+def _compress(stored: str, final: str) -> None:
+    """gzip the sealed archive (outside the lock: it no longer changes)."""
+    if not os.path.exists(stored):
+        return
+    temp = final + ".tmp"
+    with open(stored, "rb") as src, gzip.open(temp, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 1 << 22)
+    os.chmod(temp, 0o600)
+    with open(temp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(temp, final)
+    fsync_directory(os.path.dirname(final))
+    os.unlink(stored)
+
+
+def apply_retention(live: str, keep: int) -> list[str]:
+    """Delete the oldest archived files of `live`'s lineage beyond the newest `keep`."""
+    if keep < 0:
+        raise ValueError("keep must be 0 or more")
+    archives = [p for p in lineage(live)[:-1] if os.path.exists(p)]
+    doomed = archives[: max(0, len(archives) - keep)]
+    for path in doomed:
+        os.unlink(path)
+    return doomed
+
+
+__all__ = ["RotationAborted", "RotationPolicy", "RotationResult", "apply_retention",
+           "lineage", "read_header", "rotate"]

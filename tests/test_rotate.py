@@ -1,0 +1,237 @@
+"""Rotation: successor content, same context, sealing, archive, following, lineage."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import orjson
+import pytest
+
+from journal import Session, load
+from journal.context import build_context
+from journal.lineage import lineage, resolve_live, seal_of
+from journal.rotate import RotationPolicy, rotate
+from journal.tree import Tree
+
+
+def context_of(path):
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+        plain = str(path)[:-3] + ".plain"
+        with open(plain, "wb") as out:
+            out.write(data)
+        path = plain
+    snap = load(path)
+    tree = Tree(snap.entries)
+    return build_context(tree, tree.leaf)
+
+
+def user(text):
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def assistant(text, model="m1"):
+    return {"role": "assistant", "content": [{"type": "text", "text": text}],
+            "provider": "anthropic", "model": model, "stopReason": "stop", "timestamp": 2}
+
+
+def build_session(directory, *, compactions=2, branch=True, labels=True):
+    """A session with several compactions, a branch, a branch summary, labels and a name."""
+    s = Session.create(directory, cwd="/proj")
+    s.append_session_info("rotation test")
+    s.append_thinking_level_change("medium")
+    first = s.append_message(user("start " + "x" * 2000))
+    s.append_message(assistant("ok " + "y" * 2000))
+    kept = None
+    for round_ in range(compactions):
+        ids = [s.append_message(user(f"r{round_} q{i} " + "z" * 3000)) for i in range(6)]
+        s.append_message(assistant(f"r{round_} answer"))
+        kept = ids[3]
+        if labels:
+            s.append_label_change(kept, f"kept-{round_}")
+        s.append_compaction(f"summary {round_}", kept, 1000 * (round_ + 1))
+    if branch:
+        fork = s.append_message(user("side question"))
+        s.append_message(assistant("side answer"))
+        s.branch_with_summary(fork, "tried a side path")
+    s.append_message(user("after everything"))
+    s.append_message(assistant("final", model="m2"))
+    if labels:
+        s.append_label_change(first, "very first")
+    return s, kept
+
+
+def test_rotate_path_keeps_context_and_archives(tmp_path):
+    s, kept = build_session(tmp_path / "sessions")
+    path = s.path
+    s.close()
+    before = context_of(path)
+    old_bytes = open(path, "rb").read()
+    result = rotate(path, compress=False)
+    assert result.rotated and result.successor and os.path.exists(result.successor)
+    assert not os.path.exists(path), "the old file moved to the archive"
+    assert result.archive == os.path.join(str(tmp_path / "sessions"), "archive",
+                                          os.path.basename(path))
+    assert context_of(result.successor).same_as(before)
+    archived = context_of(result.archive)
+    assert archived.same_as(before), "the sealed archive still projects the same context"
+    assert open(result.archive, "rb").read().startswith(old_bytes)
+    assert seal_of(result.archive)["successor"] == result.successor
+    header = orjson.loads(open(result.successor, "rb").readline())
+    assert header["parentSession"] == result.archive and header["cwd"] == "/proj"
+    new = load(result.successor)
+    assert not new.diagnostics
+    ids = [e["id"] for e in new.entries]
+    assert kept in ids, "entry ids are preserved"
+    assert new.entries[0]["parentId"] is None
+    assert all(b["parentId"] == a["id"] for a, b in zip(new.entries, new.entries[1:],
+                                                         strict=False))
+    names = [e for e in new.entries if e["type"] == "session_info"]
+    assert names and names[0]["name"] == "rotation test"
+    tree = Tree(new.entries)
+    assert tree.label(kept) == "kept-1"
+    assert result.successor_size < len(old_bytes) / 2
+
+
+def test_no_compaction_means_nothing_to_rotate(tmp_path):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        s.append_message(user("hi"))
+        path = s.path
+    before = open(path, "rb").read()
+    result = rotate(path)
+    assert not result.rotated and "no compaction" in result.reason
+    assert open(path, "rb").read() == before
+
+
+def test_dry_run_changes_nothing(tmp_path):
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    before = sorted(os.listdir(tmp_path))
+    result = rotate(path, dry_run=True)
+    assert result.rotated and result.dry_run and result.successor
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_compressed_archive_and_lineage_of_three(tmp_path):
+    s, _ = build_session(tmp_path)
+    first = s.path
+    expected = s.context()
+    s.close()
+    r1 = rotate(first)
+    assert r1.archive.endswith(".gz") and os.path.exists(r1.archive)
+    assert context_of(r1.archive).same_as(expected)
+    with Session.open(r1.successor) as s2:
+        for i in range(8):
+            s2.append_message(user(f"more {i} " + "w" * 3000))
+        s2.append_compaction("third", s2.entries[-2]["id"], 9999)
+        s2.append_message(user("tail"))
+        expected = s2.context()
+    r2 = rotate(r1.successor)
+    assert r2.rotated
+    assert context_of(r2.successor).same_as(expected)
+    chain = lineage(first)
+    assert chain == [r1.archive, r2.archive, r2.successor]
+    assert resolve_live(first)[0] == r2.successor
+
+
+def test_opening_an_old_path_follows_to_the_live_successor(tmp_path):
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    result = rotate(path, compress=False)
+    with Session.open(path) as live:
+        assert live.path == result.successor
+        assert live.followed == [path]
+        new_id = live.append_message(user("continues"))
+    assert load(result.successor).entries[-1]["id"] == new_id
+    with Session.open(result.archive) as live:
+        assert live.path == result.successor
+
+
+def test_session_rotates_itself_and_keeps_writing(tmp_path):
+    s, _ = build_session(tmp_path)
+    old = s.path
+    before = s.context()
+    result = s.rotate(compress=False)
+    assert s.path == result.successor != old
+    assert s.context().same_as(before)
+    new_id = s.append_message(user("next"))
+    s.close()
+    assert load(result.successor).entries[-1]["id"] == new_id
+    assert not load(result.archive).entries[-1]["id"] == new_id
+
+
+def test_rotation_policy_applies_after_compaction(tmp_path):
+    s, kept = build_session(tmp_path, compactions=1)
+    s.rotation_policy = RotationPolicy(max_bytes=1, compress=False)
+    old = s.path
+    for i in range(4):
+        s.append_message(user(f"p{i} " + "v" * 3000))
+    s.append_compaction("policy", s.entries[-2]["id"], 5)
+    assert s.path != old and os.path.exists(s.path)
+    s.close()
+    s, _ = build_session(tmp_path / "big", compactions=1)
+    s.rotation_policy = RotationPolicy(max_bytes=10**9)
+    old = s.path
+    s.append_compaction("too small to rotate", s.entries[-1]["id"], 5)
+    assert s.path == old
+    s.close()
+
+
+def test_retention_keeps_newest_archives(tmp_path):
+    s, _ = build_session(tmp_path)
+    results = []
+    for round_ in range(3):
+        for i in range(6):
+            s.append_message(user(f"k{round_}{i} " + "u" * 3000))
+        s.append_compaction(f"c{round_}", s.entries[-2]["id"], 1)
+        results.append(s.rotate(keep=2))
+    s.close()
+    archives = sorted(os.listdir(tmp_path / "archive"))
+    assert len(archives) == 2
+    assert results[-1].removed_archives
+
+
+def test_a_writer_waiting_for_the_lock_ends_up_on_the_successor(tmp_path):
+    import threading
+
+    s, _ = build_session(tmp_path)
+    old = s.path
+    opened = {}
+
+    def waiter():
+        with Session.open(old, lock_timeout=10) as w:
+            opened["path"] = w.path
+            w.append_message(user("from the waiter"))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    result = s.rotate(compress=False)
+    s.close()
+    thread.join(15)
+    assert opened["path"] == result.successor
+    assert load(result.successor).entries[-1]["message"]["content"][0]["text"] == (
+        "from the waiter")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_cli_rotate_and_lineage(tmp_path, capsys, compress):
+    from journal.cli import main
+
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    args = ["rotate", path, "--json"] + ([] if compress else ["--no-compress"])
+    assert main(args) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["rotated"] and data["lockHeldMs"] > 0
+    assert main(["lineage", path, "--json"]) == 0
+    chain = orjson.loads(capsys.readouterr().out)
+    assert chain["live"] == data["successor"]
+    assert main(["rotate", data["successor"], "--json"]) == 0
+    again = orjson.loads(capsys.readouterr().out)
+    assert not again["rotated"] and again["reason"]
+    assert main(["rotate", path, "--keep", "-1"]) == 2
