@@ -62,11 +62,11 @@ class Line(NamedTuple):
 
 def encode(entry: Entry) -> bytes:
     """One entry as a complete JSONL line."""
-    return orjson.dumps(entry) + b"\n"
+    return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def encode_many(entries: list[Entry]) -> bytes:
-    return b"".join(orjson.dumps(e) + b"\n" for e in entries)
+    return b"".join([orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in entries])
 
 
 def iter_lines(

@@ -39,10 +39,11 @@ class WriteFailed(JournalError):
         self.path = path
         self.offset = offset
         self.reason = reason
-        super().__init__(
-            f"{path}: commit at byte {offset:,} failed ({reason}); "
-            "the file was rolled back to its last complete entry and stays usable"
-        )
+        if "cut" in reason:
+            outcome = "nothing more will be appended until the file can be truncated"
+        else:
+            outcome = "the file was rolled back to its last complete entry and stays usable"
+        super().__init__(f"{path}: commit at byte {offset:,} failed ({reason}); {outcome}")
 
 
 class UnsupportedVersion(JournalError):

@@ -68,6 +68,7 @@ class WriterLock:
             lock_path_for(session_path),
             timeout=timeout,
             mode=0o600,
+            poll_interval=0.005,
             on_acquired=self._record_holder,
         )
 

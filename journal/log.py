@@ -28,13 +28,20 @@ def fsync_directory(path: str) -> None:
 
 
 class AppendLog:
-    """An open session file positioned for appending. The caller holds the writer lock."""
+    """An open session file positioned for appending. The caller holds the writer lock.
+
+    The log keeps the offset where the file should end. If a failed commit cannot be cut
+    back (the truncate fails too), the log refuses every later commit until the truncate
+    succeeds, so a fragment is never followed by an acknowledged entry.
+    """
 
     def __init__(self, path: str, durability: Durability | None = None) -> None:
         self.path = path
         self.durability = durability or Durability.always()
         self._clock = SyncClock(self.durability)
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._end = os.fstat(self._fd).st_size
+        self._stuck: str | None = None
 
     @property
     def closed(self) -> bool:
@@ -52,23 +59,24 @@ class AppendLog:
         if not data.endswith(b"\n"):
             raise ValueError("a commit must end with a newline")
         fd = self._require_fd()
-        start = os.lseek(fd, 0, os.SEEK_END)
+        start = self._end
+        if self._stuck is not None:
+            self._retry_rollback(fd, start)
         try:
             written = os.write(fd, data)
         except OSError as e:
-            self._rollback(start)
-            raise WriteFailed(self.path, start, _os_reason(e)) from e
+            raise WriteFailed(self.path, start, self._rollback(fd, start, _os_reason(e))) from e
         if written != len(data):
-            self._rollback(start)
-            raise WriteFailed(
-                self.path, start, f"short write: {written:,} of {len(data):,} bytes (disk full?)"
-            )
+            short = f"short write: {written:,} of {len(data):,} bytes (disk full?)"
+            raise WriteFailed(self.path, start, self._rollback(fd, start, short))
+        self._end = start + written
         if self._clock.due():
             try:
                 os.fdatasync(fd)
             except OSError as e:
-                self._rollback(start)
-                raise WriteFailed(self.path, start, f"sync failed: {_os_reason(e)}") from e
+                self._end = start
+                reason = self._rollback(fd, start, f"sync failed: {_os_reason(e)}")
+                raise WriteFailed(self.path, start, reason) from e
             self._clock.synced()
         return start
 
@@ -89,11 +97,25 @@ class AppendLog:
         finally:
             os.close(fd)
 
-    def _rollback(self, offset: int) -> None:
+    def _rollback(self, fd: int, offset: int, reason: str) -> str:
         try:
-            os.ftruncate(self._require_fd(), offset)
+            os.ftruncate(fd, offset)
         except OSError as e:
+            self._stuck = f"{reason}; cutting it back failed too: {_os_reason(e)}"
             log.error("%s: could not roll back to byte %d: %s", self.path, offset, e)
+            return self._stuck
+        return reason
+
+    def _retry_rollback(self, fd: int, offset: int) -> None:
+        try:
+            os.ftruncate(fd, offset)
+        except OSError as e:
+            raise WriteFailed(
+                self.path, offset,
+                f"an earlier failed commit could not be cut back ({_os_reason(e)}); "
+                "refusing to append after it",
+            ) from e
+        self._stuck = None
 
     def _require_fd(self) -> int:
         if self._fd is None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
+import time
 from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
@@ -42,15 +44,29 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+_second_cache: list[Any] = [None, ""]
+
+
 def now_iso() -> str:
-    """The current UTC time as pi writes it: ISO 8601 with milliseconds and a Z."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The current UTC time as pi writes it: ISO 8601 with milliseconds and a Z.
+
+    The date and time up to the second are formatted once per second: appends are hot.
+    """
+    now = time.time()
+    second = int(now)
+    if second != _second_cache[0]:
+        _second_cache[0] = second
+        _second_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_second_cache[1]}.{int((now - second) * 1000):03d}Z"
 
 
 def new_id(taken: Container[str]) -> str:
-    """A fresh 8-hex-char entry id that is not in `taken`."""
+    """A fresh 8-hex-char entry id that is not in `taken`.
+
+    Python reseeds `random` in a forked child, so forked writers do not repeat ids.
+    """
     while True:
-        candidate = os.urandom(4).hex()
+        candidate = f"{random.getrandbits(32):08x}"
         if candidate not in taken:
             return candidate
 
@@ -100,7 +116,8 @@ def _drop_none(entry: Entry) -> Entry:
 
 
 def message_entry(entry_id: str, parent_id: str | None, message: dict[str, Any]) -> Entry:
-    return {**_base("message", entry_id, parent_id), "message": message}
+    return {"type": "message", "id": entry_id, "parentId": parent_id, "timestamp": now_iso(),
+            "message": message}
 
 
 def model_change_entry(

@@ -15,7 +15,7 @@ from . import codec, model
 from .codec import Diagnostic
 from .context import Context, build_context
 from .durability import Durability
-from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion
+from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
 from .lineage import MAX_HOPS, recover_rotation, resolve_live, seal_of
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
@@ -283,7 +283,10 @@ class Session:
     # appending
 
     def append_message(self, message: dict[str, Any]) -> str:
-        return self._append(lambda i, p: model.message_entry(i, p, message))
+        entry = model.message_entry(model.new_id(self.tree.ids), self.leaf_id, message)
+        self._log.commit(codec.encode(entry))
+        self.tree.add(entry)
+        return entry["id"]
 
     def append_thinking_level_change(self, thinking_level: str) -> str:
         return self._append(lambda i, p: model.thinking_level_entry(i, p, thinking_level))
@@ -345,7 +348,9 @@ class Session:
     def append_many(self, entries: list[Entry]) -> list[str]:
         """Commit several entries, chained from the leaf, in one write; return their ids.
 
-        Either all of them are committed or none is (the write is rolled back on failure).
+        A failure the caller sees (a short write, a full disk, a failed sync) commits none of
+        them: the write is rolled back. A process killed in the middle of the write may leave a
+        prefix of the group as complete entries; the torn rest is quarantined on the next open.
         """
         if not entries:
             return []
@@ -366,8 +371,10 @@ class Session:
         return [e["id"] for e in stamped]
 
     def _append(self, build: Any) -> str:
+        """Commit one entry made by a model helper (trusted shape: no re-validation)."""
         entry = build(model.new_id(self.tree.ids), self.leaf_id)
-        self._commit([entry])
+        self._log.commit(codec.encode(entry))
+        self.tree.add(entry)
         return entry["id"]
 
     def _commit(self, entries: list[Entry]) -> None:
@@ -402,11 +409,15 @@ def _write_new_file(path: str, data: bytes) -> None:
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
     try:
-        os.write(fd, data)
+        written = os.write(fd, data)
+        if written != len(data):
+            raise WriteFailed(path, 0, f"short write of the header: {written} of {len(data)}")
         os.fsync(fd)
-    except OSError:
+    except (OSError, WriteFailed) as e:
         os.close(fd)
         os.unlink(path)
+        if isinstance(e, OSError):
+            raise WriteFailed(path, 0, f"writing the header failed: {e.strerror or e}") from e
         raise
     os.close(fd)
     fsync_directory(directory)

@@ -23,6 +23,7 @@ ORPHAN = "missing_parent"
 FORWARD = "parent_after_child"
 SELF = "self_parent"
 DUPLICATE = "duplicate_id"
+_METADATA_TYPES = frozenset({"label", "session_info"})
 
 
 @dataclass(frozen=True)
@@ -77,22 +78,20 @@ class Tree:
         """Index one entry (the next in file order), make it the leaf, return its position."""
         index = len(self.entries)
         entry_id = entry["id"]
+        latest = self._latest
         parent_id = entry.get("parentId")
-        parent: int | None = None
-        if parent_id is not None:
-            parent = self._latest.get(parent_id)
-            if parent is None and self.complete:
-                kind = SELF if parent_id == entry_id else ORPHAN
-                self.issues.append(TreeIssue(kind, entry_id, index, f"parentId {parent_id}"))
-        if entry_id in self._latest:
-            self.issues.append(
-                TreeIssue(DUPLICATE, entry_id, index, f"also at {self._latest[entry_id]}")
-            )
+        parent = None if parent_id is None else latest.get(parent_id)
+        if parent is None and parent_id is not None and self.complete:
+            kind = SELF if parent_id == entry_id else ORPHAN
+            self.issues.append(TreeIssue(kind, entry_id, index, f"parentId {parent_id}"))
+        if entry_id in latest:
+            self.issues.append(TreeIssue(DUPLICATE, entry_id, index, f"also at {latest[entry_id]}"))
         self.entries.append(entry)
         self.parents.append(parent)
-        self._latest[entry_id] = index
+        latest[entry_id] = index
         self.leaf = index
-        self._note_metadata(entry)
+        if entry["type"] in _METADATA_TYPES:
+            self._note_metadata(entry)
         return index
 
     def _note_metadata(self, entry: Entry) -> None:

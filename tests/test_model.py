@@ -11,8 +11,8 @@ from journal.model import legacy_id, migrate, new_id, session_file_name, stamp
 
 
 def test_new_id_is_8_hex_and_avoids_taken_ids(monkeypatch):
-    values = iter([b"\x00\x00\x00\x01", b"\x00\x00\x00\x01", b"\xab\xcd\xef\x01"])
-    monkeypatch.setattr("journal.model.os.urandom", lambda n: next(values))
+    values = iter([1, 1, 0xABCDEF01])
+    monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(values))
     assert new_id({"00000001"}) == "abcdef01"
     monkeypatch.undo()
     assert re.fullmatch(r"[0-9a-f]{8}", new_id(set()))
