@@ -159,7 +159,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     snap = load(args.path)
     require_session(snap)
     tree = Tree(snap.entries)
-    from .context import build_context
+    from .context import build_context, for_model
 
     leaf = tree.leaf
     if args.leaf:
@@ -167,14 +167,21 @@ def cmd_context(args: argparse.Namespace) -> int:
         if leaf is None:
             raise JournalError(f"{args.path}: no entry with id {args.leaf!r}")
     context: Context = build_context(tree, leaf)
+    if args.for_model:
+        context = for_model(context)
     if args.json:
-        _emit_json(context.to_json())
+        data = context.to_json()
+        if args.for_model:
+            data["pairingFixes"] = [vars(f) for f in context.pairing.fixes]
+        _emit_json(data)
         return 0
     model = context.model or {}
     print(f"model {model.get('provider')}/{model.get('modelId')}, thinking "
           f"{context.thinking_level}, leaf {context.leaf_id}, {len(context.messages)} messages")
     for message in context.messages:
         print(f"  {message.get('role'):<17} {describe_message(message)}")
+    if args.for_model and context.pairing.changed:
+        print(f"pairing fixes applied for the model: {context.pairing.counts}")
     return 0
 
 
@@ -292,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "the messages, model and thinking level a model would be given.")
     p.add_argument("path", help="session file")
     p.add_argument("--leaf", metavar="ID", help="project this entry's branch instead")
+    p.add_argument("--for-model", action="store_true",
+                   help="print what a model is sent: tool calls and results paired up "
+                   "(default: the raw projection, exactly what the file holds)")
     _add_json(p)
     p.set_defaults(func=cmd_context)
 

@@ -34,6 +34,7 @@ class Context:
     model: dict[str, Any] | None = None
     leaf_id: str | None = None
     compaction_id: str | None = None
+    pairing: Any = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,15 @@ class Context:
             and self.model == other.model
             and self.thinking_level == other.thinking_level
         )
+
+
+def for_model(context: Context) -> Context:
+    """The same context with its messages passed through the pairing sanitizer."""
+    from .pairing import sanitize
+
+    messages, report = sanitize(context.messages)
+    return Context(messages, context.thinking_level, context.model, context.leaf_id,
+                   context.compaction_id, report)
 
 
 def iso_to_millis(timestamp: Any) -> int | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec, model
 from .codec import Diagnostic
-from .context import Context, build_context
+from .context import Context, build_context, for_model
 from .durability import Durability
 from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
 from .lineage import MAX_HOPS, recover_rotation, resolve_live, seal_of
@@ -211,9 +211,15 @@ class Session:
             entry = self.tree.get(entry_id)
         return entry
 
-    def context(self, leaf_id: str | None = None) -> Context:
-        """The projection for the current leaf, or for `leaf_id`."""
-        return build_context(self.tree, self._position(leaf_id))
+    def context(self, leaf_id: str | None = None, *, raw: bool = False) -> Context:
+        """What a model is given for the current leaf (or `leaf_id`).
+
+        By default the messages pass the pairing sanitizer (invariant 7) and
+        `Context.pairing` says what it changed; `raw=True` gives the projection exactly as the
+        file holds it.
+        """
+        context = build_context(self.tree, self._position(leaf_id))
+        return context if raw else for_model(context)
 
     def get_branch(self, entry_id: str | None = None) -> list[Entry]:
         """Entries from the root down to `entry_id` (default: the leaf)."""

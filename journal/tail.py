@@ -615,7 +615,7 @@ class _Follower:
             st = None
         if st is None or not stat.S_ISREG(st.st_mode):
             yield from self._gone(src)
-        elif False:
+        elif (st.st_dev, st.st_ino) != src.ident:
             yield from self._replaced(src, "replaced by another file")
         elif src.gone_since is not None:
             log.info("%s: is back", src.path)

@@ -116,3 +116,16 @@ def test_every_command_has_help(capsys):
             main([name, "--help"])
         assert e.value.code == 0
     capsys.readouterr()
+
+
+def test_context_for_model_pairs_tool_calls(capsys, pi_fixture):
+    path = str(pi_fixture("all-types.jsonl"))
+    assert main(["context", path, "--json"]) == 0
+    raw = orjson.loads(capsys.readouterr().out)
+    assert main(["context", path, "--for-model", "--json"]) == 0
+    sent = orjson.loads(capsys.readouterr().out)
+    assert [m["role"] for m in raw["messages"]] == ["user", "assistant", "branchSummary"]
+    assert [m["role"] for m in sent["messages"]] == [
+        "user", "assistant", "toolResult", "branchSummary"]
+    assert sent["messages"][2]["isError"] is True
+    assert [f["rule"] for f in sent["pairingFixes"]] == ["missing_result"]

@@ -168,3 +168,17 @@ def test_live_index_and_resume_agree_with_full_projection(tmp_path):
     assert live.same_as(full) and resumed.same_as(full)
     assert full.thinking_level == "high" and full.model == {"provider": "anthropic",
                                                             "modelId": "m1"}
+
+
+def test_session_context_is_sanitized_unless_raw(tmp_path):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        s.append_message({"role": "user", "content": "go"})
+        s.append_message({"role": "assistant", "provider": "p", "model": "m",
+                          "content": [{"type": "toolCall", "id": "c1", "name": "ls",
+                                       "arguments": {}}], "stopReason": "toolUse"})
+        s.append_message({"role": "user", "content": "are you there?"})
+        raw = s.context(raw=True)
+        sent = s.context()
+    assert [m["role"] for m in raw.messages] == ["user", "assistant", "user"]
+    assert [m["role"] for m in sent.messages] == ["user", "assistant", "toolResult", "user"]
+    assert sent.pairing.counts == {"missing_result": 1}
