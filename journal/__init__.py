@@ -18,7 +18,7 @@ from .model import CURRENT_VERSION, Entry
 from .pairing import Fix, PairingReport, sanitize, synthetic_result
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
-from .rotate import RotationAborted, RotationPolicy, RotationResult, rotate
+from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
 from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tree import Tree, TreeIssue, TreeNode

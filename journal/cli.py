@@ -209,7 +209,7 @@ def _walk_nested(roots: list[TreeNode]) -> Any:
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
-    from .rotate import rotate
+    from .rotation import rotate
 
     if args.keep is not None and args.keep < 0:
         raise JournalError("--keep takes a number of archives, 0 or more")

@@ -35,6 +35,7 @@ class Context:
     leaf_id: str | None = None
     compaction_id: str | None = None
     pairing: Any = None
+    entry_ids: list[str | None] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,8 +59,9 @@ def for_model(context: Context) -> Context:
     from .pairing import sanitize
 
     messages, report = sanitize(context.messages)
+    ids = context.entry_ids if not report.changed else []
     return Context(messages, context.thinking_level, context.model, context.leaf_id,
-                   context.compaction_id, report)
+                   context.compaction_id, report, ids)
 
 
 def iso_to_millis(timestamp: Any) -> int | None:
@@ -136,6 +138,7 @@ def build_context(tree: Tree, leaf: int | None) -> Context:
             compaction_at = position
 
     messages: list[Message] = []
+    ids: list[str | None] = []
     compaction_id = None
     if compaction_at is None:
         emit_from = 0
@@ -143,14 +146,40 @@ def build_context(tree: Tree, leaf: int | None) -> Context:
         compaction = path[compaction_at]
         compaction_id = compaction["id"]
         messages.append(compaction_summary_message(compaction))
+        ids.append(None)
         first_kept = compaction.get("firstKeptEntryId")
         kept_start = next(
             (i for i in range(compaction_at) if path[i]["id"] == first_kept), compaction_at
         )
-        _emit(path[kept_start:compaction_at], messages)
+        _emit(path[kept_start:compaction_at], messages, ids)
         emit_from = compaction_at + 1
-    _emit(path[emit_from:], messages)
-    return Context(messages, thinking_level, model, path[-1]["id"], compaction_id)
+    _emit(path[emit_from:], messages, ids)
+    return Context(messages, thinking_level, model, path[-1]["id"], compaction_id,
+                   entry_ids=ids)
+
+
+def advance(context: Context, entry: Entry) -> bool:
+    """Extend `context` in place by an entry appended under its leaf.
+
+    Returns False when that is not possible (the entry is not a child of the leaf, or it is a
+    compaction, which reshapes the projection); the caller then rebuilds. This keeps the cost
+    of the next context independent of the session's length.
+    """
+    if entry.get("parentId") != context.leaf_id or entry.get("type") == "compaction":
+        return False
+    kind = entry.get("type")
+    if kind == "thinking_level_change":
+        context.thinking_level = entry.get("thinkingLevel")  # type: ignore[assignment]
+    elif kind == "model_change":
+        context.model = _model(entry, "provider", "modelId")
+    elif kind == "message" and entry["message"].get("role") == "assistant":
+        context.model = _model(entry["message"], "provider", "model")
+    message = entry_message(entry)
+    if message is not None:
+        context.messages.append(message)
+        context.entry_ids.append(entry["id"])
+    context.leaf_id = entry["id"]
+    return True
 
 
 def _model(source: dict[str, Any], provider_key: str, model_key: str) -> dict[str, Any]:
@@ -163,11 +192,12 @@ def _model(source: dict[str, Any], provider_key: str, model_key: str) -> dict[st
     return model
 
 
-def _emit(entries: list[Entry], out: list[Message]) -> None:
+def _emit(entries: list[Entry], out: list[Message], ids: list[str | None]) -> None:
     for entry in entries:
         message = entry_message(entry)
         if message is not None:
             out.append(message)
+            ids.append(entry["id"])
 
 
 SUMMARY_INTRO = (

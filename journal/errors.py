@@ -55,6 +55,14 @@ class UnsupportedVersion(JournalError):
         super().__init__(f"{path}: session format version {version}: {hint}")
 
 
+class SessionClosed(JournalError):
+    """The session was closed (or abandoned after a failed rotation); open it again."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: the session is closed; open it again to write")
+
+
 class UnknownEntry(JournalError):
     """An entry id that the session does not contain."""
 

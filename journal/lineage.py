@@ -127,7 +127,7 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
     hops: list[str] = []
     for _ in range(MAX_HOPS):
         if os.path.exists(current):
-            seal = seal_of(current)
+            seal = seal_of(current) or _published_intent(current)
             if seal is None:
                 return current, hops
             following = _successor_in(seal, current)
@@ -144,6 +144,20 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
         hops.append(current)
         current = os.path.abspath(following)
     return current, hops
+
+
+def _published_intent(path: str) -> dict[str, Any] | None:
+    """An interrupted rotation whose successor was published counts as a seal: the next
+    writer finishes it (see `recover_rotation`), so readers follow it already."""
+    try:
+        with open(intent_path(path), "rb") as f:
+            intent = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    successor = intent.get("successor") if isinstance(intent, dict) else None
+    if isinstance(successor, str) and os.path.exists(successor):
+        return {"successor": successor}
+    return None
 
 
 def lineage(path: str) -> list[str]:
@@ -197,9 +211,10 @@ def remove_intent(path: str) -> None:
 def recover_rotation(path: str) -> str | None:
     """Finish or undo a rotation of `path` that a crash interrupted. Caller holds the lock.
 
-    Before the seal, the old file is still authoritative: the temp file and any published
-    successor are removed. After the seal, the successor is: the old file is moved to the
-    archive. Returns what was done, or None if there was nothing to recover.
+    Until the successor is published under its final name, the old file stays authoritative:
+    the temp file is removed. From then on the successor is (it was verified before it was
+    published): the old file is sealed if it is not yet, and moved to the archive. Returns
+    what was done, or None if there was nothing to recover.
     """
     target = intent_path(path)
     try:
@@ -209,23 +224,55 @@ def recover_rotation(path: str) -> str | None:
         return None
     except (OSError, orjson.JSONDecodeError):
         intent = {}
-    sealed = os.path.exists(path) and seal_of(path) is not None
-    if os.path.exists(path) and not sealed:
-        for leftover in (intent.get("temp"), intent.get("successor")):
-            if isinstance(leftover, str) and os.path.exists(leftover):
-                os.unlink(leftover)
-        fsync_directory(os.path.dirname(path))
+    temp, successor, archive = intent.get("temp"), intent.get("successor"), intent.get("archive")
+    published = isinstance(successor, str) and os.path.exists(successor)
+    if isinstance(temp, str) and os.path.exists(temp):
+        os.unlink(temp)
+    if not published:
         action = "undone: the old file stays authoritative"
-    elif sealed:
-        archive = intent.get("archive")
-        if isinstance(archive, str):
-            move_into_archive(path, archive)
-        action = "finished: the sealed file moved to the archive"
     else:
-        action = "finished: nothing left to do"
+        if os.path.exists(path) and seal_of(path) is None:
+            seal_file(path, successor, intent.get("sessionId"))
+        if os.path.exists(path) and isinstance(archive, str):
+            move_into_archive(path, archive)
+        action = "finished: the successor is live and the old file is archived"
+    fsync_directory(os.path.dirname(path))
     remove_intent(path)
     log.warning("%s: an interrupted rotation was %s", path, action)
     return action
+
+
+def seal_file(path: str, successor: str, session_id: str | None) -> Entry:
+    """Append the `journal.successor` marker to a file whose writer lock the caller holds."""
+    from .durability import Durability
+    from .log import AppendLog
+    from .model import custom_entry, new_id
+
+    last = last_entry(path)
+    parent = last.get("id") if last else None
+    marker = custom_entry(new_id(set()), parent, SUCCESSOR_TYPE,
+                          {"successor": successor, "file": os.path.basename(successor),
+                           "sessionId": session_id})
+    appender = AppendLog(path, Durability.always())
+    try:
+        appender.commit(codec.encode(marker))
+    finally:
+        appender.close()
+    return marker
+
+
+def pending_rotations(path: str) -> list[str]:
+    """Files whose interrupted rotation concerns `path`: itself, and its parent if `path` is
+    the successor that parent's rotation published."""
+    found = [path] if os.path.exists(intent_path(path)) else []
+    header = read_header(path) if os.path.exists(path) else None
+    parent = header.get("parentSession") if header else None
+    if isinstance(parent, str):
+        name = os.path.basename(parent).removesuffix(".gz")
+        beside = os.path.join(os.path.dirname(path), name)
+        if os.path.exists(intent_path(beside)):
+            found.insert(0, beside)
+    return found
 
 
 def move_into_archive(path: str, archive: str) -> None:
@@ -241,3 +288,18 @@ def move_into_archive(path: str, archive: str) -> None:
         os.unlink(path)
     fsync_directory(os.path.dirname(archive))
     fsync_directory(os.path.dirname(path))
+
+
+def recover_pending(path: str, lock_timeout: float) -> None:
+    """Recover every interrupted rotation on the way from `path` to the live file."""
+    from .lock import WriterLock
+
+    current = os.path.abspath(path)
+    for _ in range(MAX_HOPS):
+        for pending in pending_rotations(current):
+            with WriterLock(pending, lock_timeout):
+                recover_rotation(pending)
+        live, hops = resolve_live(current)
+        if live == current:
+            return
+        current = live

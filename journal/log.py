@@ -13,7 +13,7 @@ import logging
 import os
 
 from .durability import Durability, SyncClock
-from .errors import WriteFailed
+from .errors import SessionClosed, WriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class AppendLog:
 
     def _require_fd(self) -> int:
         if self._fd is None:
-            raise ValueError(f"{self.path}: the session is closed")
+            raise SessionClosed(self.path)
         return self._fd
 
 

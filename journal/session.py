@@ -13,19 +13,26 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec, model
 from .codec import Diagnostic
-from .context import Context, build_context, for_model
+from .context import Context, advance, build_context, for_model
 from .durability import Durability
 from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
-from .lineage import MAX_HOPS, recover_rotation, resolve_live, seal_of
+from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, seal_of
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
 from .quarantine import Quarantined, quarantine
-from .snapshot import Snapshot, last_newline_end, load, open_for_reading, resume
+from .snapshot import (
+    Snapshot,
+    find_last_of_type,
+    last_newline_end,
+    load,
+    open_for_reading,
+    resume,
+)
 from .tree import Tree, TreeNode
 
 if TYPE_CHECKING:
-    from .rotate import RotationPolicy, RotationResult
+    from .rotation import RotationPolicy, RotationResult
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,8 @@ class Session:
         self.recovered: list[Quarantined] = []
         self.followed: list[str] = []
         self.rotation_policy: RotationPolicy | None = None
+        self._context: Context | None = None
+        self._info: tuple[Entry | None] | None = None
 
     # opening
 
@@ -103,6 +112,7 @@ class Session:
         is in `recovered`. Raises NotASession, UnsupportedVersion, LockTimeout.
         """
         requested = os.path.abspath(os.fspath(path))
+        recover_pending(requested, lock_timeout)
         target, followed = resolve_live(requested)
         for _ in range(MAX_HOPS):
             _check_regular_file(target)
@@ -141,7 +151,7 @@ class Session:
 
     def rotate(self, **options: Any) -> RotationResult:
         """Rotate into a successor now (see `journal.rotate`); this session follows it."""
-        from .rotate import rotate
+        from .rotation import rotate
 
         return rotate(self, **options)
 
@@ -166,7 +176,16 @@ class Session:
         self.header = header
         self.tree = Tree(entries)
         self.diagnostics = []
+        self._context = None
+        self._info = None
         old_lock.release()
+
+    def _abandon(self) -> None:
+        """Stop writing here after a rotation failed past publishing its successor."""
+        try:
+            self._log.close()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """Sync what the policy left pending, close the file and release the lock."""
@@ -218,8 +237,34 @@ class Session:
         `Context.pairing` says what it changed; `raw=True` gives the projection exactly as the
         file holds it.
         """
-        context = build_context(self.tree, self._position(leaf_id))
+        if leaf_id is None:
+            context = self._live_context()
+        else:
+            context = build_context(self.tree, self._position(leaf_id))
         return context if raw else for_model(context)
+
+    def _live_context(self) -> Context:
+        """The leaf's raw context, kept current by appends instead of rebuilt each time."""
+        cached = self._context
+        if cached is None or cached.leaf_id != self.leaf_id:
+            cached = self._context = build_context(self.tree, self.tree.leaf)
+        return Context(list(cached.messages), cached.thinking_level, cached.model,
+                       cached.leaf_id, cached.compaction_id, entry_ids=list(cached.entry_ids))
+
+    def latest_session_info(self) -> Entry | None:
+        """The file's latest `session_info` entry (searched once, then kept current)."""
+        if self._info is None:
+            with open_for_reading(self.path) as f:
+                end = last_newline_end(f, os.fstat(f.fileno()).st_size)
+                self._info = (find_last_of_type(f, end, "session_info"),)
+        return self._info[0]
+
+    def _indexed(self, entry: Entry) -> None:
+        if entry["type"] == "session_info" and self._info is not None:
+            self._info = (entry,)
+        self.tree.add(entry)
+        if self._context is not None and not advance(self._context, entry):
+            self._context = None
 
     def get_branch(self, entry_id: str | None = None) -> list[Entry]:
         """Entries from the root down to `entry_id` (default: the leaf)."""
@@ -251,6 +296,7 @@ class Session:
             tree.leaf = tree.index_of(leaf)
         self.tree = tree
         self.diagnostics = snap.diagnostics
+        self._context = None
 
     def _position(self, entry_id: str | None) -> int | None:
         if entry_id is None:
@@ -291,7 +337,7 @@ class Session:
     def append_message(self, message: dict[str, Any]) -> str:
         entry = model.message_entry(model.new_id(self.tree.ids), self.leaf_id, message)
         self._log.commit(codec.encode(entry))
-        self.tree.add(entry)
+        self._indexed(entry)
         return entry["id"]
 
     def append_thinking_level_change(self, thinking_level: str) -> str:
@@ -380,7 +426,7 @@ class Session:
         """Commit one entry made by a model helper (trusted shape: no re-validation)."""
         entry = build(model.new_id(self.tree.ids), self.leaf_id)
         self._log.commit(codec.encode(entry))
-        self.tree.add(entry)
+        self._indexed(entry)
         return entry["id"]
 
     def _commit(self, entries: list[Entry]) -> None:
@@ -390,7 +436,7 @@ class Session:
                 raise JournalError(f"refusing to append a {entry.get('type')} entry: {problem}")
         self._log.commit(codec.encode_many(entries))
         for entry in entries:
-            self.tree.add(entry)
+            self._indexed(entry)
 
     def sync(self) -> None:
         """Force pending commits to stable storage now, whatever the policy."""

@@ -244,22 +244,26 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic]) -> Entry | None:
     return value
 
 
-def find_last_of_type(f: Any, end: int, kind: str, block: int = 1 << 20) -> Entry | None:
-    """The last complete entry of a type before `end`, found by a byte search from the end.
+def find_last_of_type(
+    f: Any, end: int, kind: str, start_at: int = 0, block: int = 1 << 20
+) -> Entry | None:
+    """The last complete entry of a type in [start_at, end), found by a byte search backwards.
 
     Cheaper than parsing every line: only lines containing `"type":"<kind>"` are parsed.
     """
     needle = b'"type":"' + kind.encode() + b'"'
     pos = end
     overlap = len(needle)
-    while pos > 0:
-        start = max(0, pos - block)
+    while pos > start_at:
+        start = max(start_at, pos - block)
         f.seek(start)
         buf = f.read(min(end, pos + overlap) - start)
         hit = buf.rfind(needle)
         while hit >= 0:
             at = start + hit
             line_start = _line_start(f, at)
+            if line_start < start_at:
+                return None
             f.seek(line_start)
             raw = f.readline()
             if raw.endswith(b"\n") and line_start + len(raw) <= end:

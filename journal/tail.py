@@ -64,6 +64,9 @@ DEBOUNCE_MS = 20
 # every POLL_INTERVAL whatever watchfiles saw (its mtime checks miss same-second appends).
 POLL_DELAY_MS = 50
 POLL_INTERVAL = 0.05
+# watchfiles returns at least this often, so the follower can honour its own deadlines and
+# re-read once right after a watcher starts (appends made while it started sent no event).
+_TICK_MS = 50
 
 _CHUNK = 1 << 20
 _CHECK = 64
@@ -295,6 +298,7 @@ class _WakerBase:
         self.timer_only = False
         self.wants = wants
         self.dirs: tuple[str, ...] = ()
+        self.fresh = False
 
     @property
     def interval(self) -> float:
@@ -306,7 +310,7 @@ class _WakerBase:
             "debounce": DEBOUNCE_MS,
             "step": STEP_MS,
             "stop_event": self.stop,
-            "rust_timeout": max(1, int(self.interval * 1000)),
+            "rust_timeout": min(_TICK_MS, max(1, int(self.interval * 1000))),
             "yield_on_timeout": True,
             "force_polling": self.polling,
             "poll_delay_ms": POLL_DELAY_MS,
@@ -326,10 +330,17 @@ class _WakerBase:
         log.warning("cannot watch %s (%s); re-reading every %gs", where, error, self.interval)
         self.timer_only = True
 
-    def relevant(self, changes: set[tuple[watchfiles.Change, str]], deadline: float) -> bool:
-        return not changes or time.monotonic() >= deadline or any(
-            self.wants(change, path) for change, path in changes
-        )
+    def woke(self, changes: set[tuple[watchfiles.Change, str]], deadline: float) -> bool:
+        """Whether what watchfiles returned is worth a read: a change to a followed file, the
+        first tick of a new watcher, or the end of the interval."""
+        if (
+            time.monotonic() >= deadline
+            or (not changes and self.fresh)
+            or any(self.wants(change, path) for change, path in changes)
+        ):
+            self.fresh = False
+            return True
+        return False
 
 
 class _Waker(_WakerBase):
@@ -349,6 +360,7 @@ class _Waker(_WakerBase):
             try:
                 if self._gen is None:
                     self._gen = watchfiles.watch(*dirs, raise_interrupt=True, **self.options())
+                    self.fresh = True
                 changes = next(self._gen)
             except StopIteration:
                 self._gen = None
@@ -357,7 +369,7 @@ class _Waker(_WakerBase):
                 self.close()
                 self.failed(e)
                 continue
-            if self.relevant(changes, deadline):
+            if self.woke(changes, deadline):
                 return True
         while (left := deadline - time.monotonic()) > 0:
             if self.stop.is_set():
@@ -387,6 +399,7 @@ class _AsyncWaker(_WakerBase):
             try:
                 if self._gen is None:
                     self._gen = watchfiles.awatch(*dirs, **self.options())
+                    self.fresh = True
                 changes = await self._gen.__anext__()
             except StopAsyncIteration:
                 self._gen = None
@@ -395,7 +408,7 @@ class _AsyncWaker(_WakerBase):
                 await self.aclose()
                 self.failed(e)
                 continue
-            if self.relevant(changes, deadline):
+            if self.woke(changes, deadline):
                 return True
         while (left := deadline - time.monotonic()) > 0:
             if self.stop.is_set():
@@ -754,7 +767,8 @@ class _Follower:
                                       f"within {self.grace:g}s")
 
     def _end(self, src: _Source, detail: str) -> Iterator[TailEvent]:
-        log.warning("%s: %s", src.path, detail)
+        # following one file this ends the follow: a warning; in a directory, routine
+        log.log(logging.INFO if self.root else logging.WARNING, "%s: %s", src.path, detail)
         self._retire(src)
         yield TailEvent(ENDED, src.path, None, detail)
 

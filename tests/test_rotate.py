@@ -11,7 +11,7 @@ import pytest
 from journal import Session, load
 from journal.context import build_context
 from journal.lineage import lineage, resolve_live, seal_of
-from journal.rotate import RotationPolicy, rotate
+from journal.rotation import RotationPolicy, rotate
 from journal.tree import Tree
 
 

@@ -32,6 +32,7 @@ from .lineage import (
     lineage,
     move_into_archive,
     read_header,
+    recover_pending,
     recover_rotation,
     remove_intent,
     resolve_live,
@@ -40,7 +41,7 @@ from .lineage import (
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
-from .snapshot import find_last_of_type, load, open_for_reading, resume
+from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
 from .tree import Tree
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class _Build:
     leaf_id: str | None
 
 
-def _plan(path: str, tree: Tree, header: Entry, archive: str, end: int) -> _Build | str:
+def _plan(tree: Tree, header: Entry, archive: str, info: Entry | None) -> _Build | str:
     """The successor's entries, or the reason there is nothing to rotate."""
     if tree.leaf is None:
         return "the session has no entries"
@@ -133,8 +134,6 @@ def _plan(path: str, tree: Tree, header: Entry, archive: str, end: int) -> _Buil
     copied = [entries[i] for i in path_ix[kept_start:]]
     copied_ids = {e["id"] for e in copied}
     settings = _settings_before(entries, path_ix[:kept_start], copied_ids, tree)
-    with open_for_reading(path) as f:
-        info = find_last_of_type(f, end, "session_info")
     if info is not None and info["id"] not in copied_ids:
         settings.append(info)
     labels = _labels_for(entries[path_ix[kept_start]:], copied_ids)
@@ -147,6 +146,19 @@ def _plan(path: str, tree: Tree, header: Entry, archive: str, end: int) -> _Buil
     new_header = model.make_header(str(header.get("cwd", "")), parent_session=archive)
     old_context = build_context(tree, tree.leaf)
     return _Build(new_header, linked, old_context, linked[-1]["id"] if linked else None)
+
+
+def _last_session_info(path: str, searched_to: int, found: Entry | None
+                       ) -> tuple[int, Entry | None]:
+    """The latest `session_info` entry, searching only what was not searched before.
+
+    The first search runs before the lock is taken (it may read the whole file); under the
+    lock only the bytes appended since are searched, which keeps the lock short.
+    """
+    with open_for_reading(path) as f:
+        end = last_newline_end(f, os.fstat(f.fileno()).st_size)
+        newer = find_last_of_type(f, end, "session_info", start_at=searched_to)
+    return end, newer or found
 
 
 def _settings_before(entries: list[Entry], prefix: list[int], taken: set[str],
@@ -220,8 +232,11 @@ def rotate(
 
     started = time.perf_counter()
     session = target if isinstance(target, Session) else None
+    early_info: tuple[int, Entry | None] | None = None
     if session is None:
+        recover_pending(os.fspath(target), lock_timeout)
         path, _ = resolve_live(os.fspath(target))
+        early_info = _last_session_info(path, 0, None)
         lock = WriterLock(path, lock_timeout)
         lock.acquire()
     else:
@@ -230,7 +245,8 @@ def rotate(
     try:
         if session is None:
             recover_rotation(path)
-        result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run)
+        result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
+                                         early_info)
     finally:
         if lock is not None:
             lock.release()
@@ -245,19 +261,23 @@ def rotate(
 
 
 def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: bool,
-                   dry_run: bool) -> tuple[RotationResult, tuple[str, str] | None]:
+                   dry_run: bool, early_info: tuple[int, Entry | None] | None,
+                   ) -> tuple[RotationResult, tuple[str, str] | None]:
     if session is not None:
-        tree, header, end = session.tree, session.header, session._log.size()
+        tree, header = session.tree, session.header
+        info = session.latest_session_info()
     else:
         snap = resume(path)
         if snap.version != model.CURRENT_VERSION:
             raise UnsupportedVersion(path, snap.version, "only version 3 files rotate; "
                                      f"run 'journal repair --migrate {path}' first")
-        tree, header, end = Tree(snap.entries, complete=snap.complete), snap.header or {}, snap.end
+        tree, header = Tree(snap.entries, complete=snap.complete), snap.header or {}
+        searched_to, earlier = early_info or (0, None)
+        info = _last_session_info(path, searched_to, earlier)[1]
     old_size = os.path.getsize(path)
     archive = _archive_path(path, archive_dir, compress)
     stored_archive = archive.removesuffix(".gz")
-    build = _plan(path, tree, header, archive, end)
+    build = _plan(tree, header, archive, info)
     if isinstance(build, str):
         return RotationResult(False, path, build, old_size=old_size, dry_run=dry_run), None
     final = os.path.join(os.path.dirname(path),
@@ -272,7 +292,8 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     if dry_run:
         return result, None
     temp = os.path.join(os.path.dirname(path), f".{os.path.basename(final)}.rotate.tmp")
-    write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive})
+    write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive,
+                        "sessionId": build.header["id"]})
     _step("intent")
     _write_synced(temp, data)
     _step("temp")
@@ -281,9 +302,11 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     new_lock = WriterLock(final, 0) if session is not None else None
     if new_lock is not None:
         new_lock.acquire()
+    published = False
     try:
         os.rename(temp, final)
         fsync_directory(os.path.dirname(final))
+        published = True
         _step("published")
         _seal(path, session, tree, final, build.header["id"])
         _step("sealed")
@@ -294,6 +317,10 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     except BaseException:
         if new_lock is not None:
             new_lock.release()
+        if published and session is not None:
+            # The successor is authoritative now; writing on into the old file would lose
+            # entries. The next open finishes the rotation (see recover_rotation).
+            session._abandon()
         raise
     if session is not None:
         session._switch_to(final, new_lock, build.header, build.entries)
@@ -346,7 +373,7 @@ def _compress(stored: str, final: str) -> None:
     if not os.path.exists(stored):
         return
     temp = final + ".tmp"
-    with open(stored, "rb") as src, gzip.open(temp, "wb", compresslevel=6) as dst:
+    with open(stored, "rb") as src, gzip.open(temp, "wb", compresslevel=1) as dst:
         shutil.copyfileobj(src, dst, 1 << 22)
     os.chmod(temp, 0o600)
     with open(temp, "rb") as f:
