@@ -16,7 +16,7 @@ Follows pi's `buildSessionContext` exactly on well-formed files:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .model import Entry
@@ -64,45 +64,55 @@ def for_model(context: Context) -> Context:
                    context.compaction_id, report, ids)
 
 
-def iso_to_millis(timestamp: Any) -> int | None:
-    """`new Date(iso).getTime()` for the ISO strings entries carry; None where JS gives NaN."""
+_MISSING = object()
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def iso_to_millis(timestamp: Any = _MISSING) -> int | float | None:
+    """`new Date(timestamp).getTime()` as JSON would carry it; None where JS gives NaN.
+
+    Like JS: a number passes through, null is 0, milliseconds are truncated, and a time without
+    a zone is local time.
+    """
+    if timestamp is None:
+        return 0
+    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+        return timestamp
     if not isinstance(timestamp, str):
         return None
     try:
         parsed = datetime.fromisoformat(timestamp)
     except ValueError:
         return None
-    return round(parsed.timestamp() * 1000)
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()
+    return (parsed - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _copy_present(entry: Entry, out: Message, *keys: str) -> Message:
+    """Copy the keys an entry has: JSON.stringify leaves undefined fields out."""
+    for key in keys:
+        if key in entry:
+            out[key] = entry[key]
+    return out
 
 
 def compaction_summary_message(entry: Entry) -> Message:
-    return {
-        "role": "compactionSummary",
-        "summary": entry.get("summary"),
-        "tokensBefore": entry.get("tokensBefore"),
-        "timestamp": iso_to_millis(entry.get("timestamp")),
-    }
+    message = _copy_present(entry, {"role": "compactionSummary"}, "summary", "tokensBefore")
+    message["timestamp"] = iso_to_millis(entry.get("timestamp", _MISSING))
+    return message
 
 
 def branch_summary_message(entry: Entry) -> Message:
-    return {
-        "role": "branchSummary",
-        "summary": entry.get("summary"),
-        "fromId": entry.get("fromId"),
-        "timestamp": iso_to_millis(entry.get("timestamp")),
-    }
+    message = _copy_present(entry, {"role": "branchSummary"}, "summary", "fromId")
+    message["timestamp"] = iso_to_millis(entry.get("timestamp", _MISSING))
+    return message
 
 
 def custom_message(entry: Entry) -> Message:
-    message: Message = {
-        "role": "custom",
-        "customType": entry.get("customType"),
-        "content": entry.get("content"),
-        "display": entry.get("display"),
-    }
-    if "details" in entry:
-        message["details"] = entry["details"]
-    message["timestamp"] = iso_to_millis(entry.get("timestamp"))
+    message = _copy_present(entry, {"role": "custom"}, "customType", "content", "display",
+                            "details")
+    message["timestamp"] = iso_to_millis(entry.get("timestamp", _MISSING))
     return message
 
 

@@ -236,6 +236,8 @@ def header_version(header: Entry | None) -> int:
     if header is None:
         return CURRENT_VERSION
     version = header.get("version", 1)
+    if isinstance(version, str) and version.strip().isdigit():
+        return int(version)  # pi compares with JS's >=, which reads "3" as 3
     return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 

@@ -171,8 +171,8 @@ def follow(
                            stop=stop, poll=poll, timeout=timeout, grace=grace)
     with closing(events):
         for event in events:
-            if event.kind == ENTRY:
-                yield event.entry  # type: ignore[misc]
+            if event.kind == ENTRY and event.entry is not None:
+                yield event.entry
 
 
 async def afollow_events(
@@ -236,8 +236,8 @@ async def afollow(
                             stop=stop, poll=poll, timeout=timeout, grace=grace)
     try:
         async for event in events:
-            if event.kind == ENTRY:
-                yield event.entry  # type: ignore[misc]
+            if event.kind == ENTRY and event.entry is not None:
+                yield event.entry
     finally:
         await events.aclose()
 
@@ -485,7 +485,6 @@ class _Follower:
         self.sources: list[_Source] = []
         self.retired: dict[str, tuple[int, int]] = {}
         self.done = False
-        self._headers: dict[tuple[int, int], Entry | None] = {}
         self._root_gone: float | None = None
 
     # starting
@@ -500,7 +499,8 @@ class _Follower:
             raise NotASession(self.path, e.strerror or str(e)) from e
         if stat.S_ISDIR(st.st_mode):
             self.root = self.path
-            paths = self._session_files(self.root)
+            # oldest first, so a file is read before a successor that repeats its entries
+            paths = sorted(self._session_files(self.root), key=self._created)
         elif stat.S_ISREG(st.st_mode):
             paths = [self.path]
         else:
@@ -534,12 +534,17 @@ class _Follower:
         if opened is None:
             return None
         fd, ident = opened
-        if lineage is None:
-            parent = self._tracked_parent(path)
-            lineage = parent.lineage if parent is not None else _Lineage()
-        src = _Source(path, lineage, fd, ident)
+        src = _Source(path, lineage or _Lineage(), fd, ident)
+        if lineage is None and (parent := self._tracked_parent(path)) is not None:
+            src.lineage = parent.lineage
+            src.dedupe_end = os.fstat(fd).st_size
         self.sources.append(src)
         return src
+
+    def _created(self, path: str) -> tuple[str, str]:
+        header = self._header_of(path) or {}
+        created = header.get("timestamp")
+        return (created if isinstance(created, str) else "", path)
 
     def _read_header(self, src: _Source) -> int:
         """Parse the header line; return where the body starts (0 if no header)."""
@@ -615,18 +620,19 @@ class _Follower:
 
     def _check(self, src: _Source) -> Iterator[TailEvent]:
         assert src.fd is not None
+        # Look at the path before reading: whatever was written to our inode before it was
+        # renamed, deleted or replaced (a rotation marker, say) is then read before acting.
+        try:
+            st: os.stat_result | None = os.stat(src.path)
+        except OSError:
+            st = None
         size = os.fstat(src.fd).st_size
         if size < src.position or not self._unchanged(src):
             yield from self._truncated(src, size)
         yield from self._drain(src)
         if src.marker is not None:
             yield from self._rotate(src)
-            return
-        try:
-            st: os.stat_result | None = os.stat(src.path)
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
+        elif st is None or not stat.S_ISREG(st.st_mode):
             yield from self._gone(src)
         elif (st.st_dev, st.st_ino) != src.ident:
             yield from self._replaced(src, "replaced by another file")
@@ -851,18 +857,9 @@ class _Follower:
                 return src
         return None
 
-    def _header_of(self, path: str) -> Entry | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        key = (st.st_dev, st.st_ino)
-        if key in self._headers:
-            return self._headers[key]
-        ready, header = _first_line_header(path)
-        if ready:
-            self._headers[key] = header
-        return header
+    @staticmethod
+    def _header_of(path: str) -> Entry | None:
+        return _first_line_header(path)[1]
 
     def _discover(self) -> Iterator[TailEvent]:
         """Start following session files that appeared in the directory."""
@@ -972,14 +969,15 @@ def _usable(value: Any, version: int) -> Entry | None:
 def _first_line(fd: int) -> Line | None:
     """The file's first line if it is complete (has its newline), else None."""
     pieces: list[bytes] = []
-    pos = 0
-    while chunk := os.pread(fd, 1 << 16, pos):
+    pos, size = 0, 4096
+    while chunk := os.pread(fd, size, pos):
         cut = chunk.find(b"\n")
         if cut >= 0:
             pieces.append(chunk[:cut])
             return Line(0, 1, b"".join(pieces))
         pieces.append(chunk)
         pos += len(chunk)
+        size = min(size * 2, _CHUNK)
     return None
 
 
