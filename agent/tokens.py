@@ -233,6 +233,7 @@ def estimate_context(
     entry_ids: Sequence[str | None] | None = None,
     *,
     safety_margin: float = DEFAULT_SETTINGS.estimate_safety_margin,
+    usage_from: int = 0,
 ) -> ContextEstimate:
     """Estimate the prompt size of ``messages``.
 
@@ -241,12 +242,16 @@ def estimate_context(
     cacheRead + cacheWrite); only the messages after it are estimated. Without
     such an anchor every message is estimated and the sum is multiplied by
     ``safety_margin``, because heuristics under-count code and non-Latin text.
+
+    ``usage_from`` is the first index whose usage may anchor: after a compaction the
+    kept messages carry usage measured against the old, longer history, so only replies
+    written after the compaction count (``journal.Context.fresh_from``).
     """
     estimator = estimator or Estimator()
     ids = list(entry_ids) if entry_ids is not None else [None] * len(messages)
     anchor: int | None = None
     anchor_tokens = 0
-    for index in range(len(messages) - 1, -1, -1):
+    for index in range(len(messages) - 1, usage_from - 1, -1):
         found = usage_tokens(messages[index])
         if found is not None:
             anchor, anchor_tokens = index, found
