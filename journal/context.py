@@ -36,6 +36,9 @@ class Context:
     compaction_id: str | None = None
     pairing: Any = None
     entry_ids: list[str | None] = field(default_factory=list)
+    fresh_from: int = 0
+    """Index of the first message written after the applied compaction (0 without one):
+    usage reported by earlier assistant messages measured a longer, uncompacted history."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +64,7 @@ def for_model(context: Context) -> Context:
     messages, report = sanitize(context.messages)
     ids = context.entry_ids if not report.changed else []
     return Context(messages, context.thinking_level, context.model, context.leaf_id,
-                   context.compaction_id, report, ids)
+                   context.compaction_id, report, ids, context.fresh_from)
 
 
 _MISSING = object()
@@ -163,9 +166,10 @@ def build_context(tree: Tree, leaf: int | None) -> Context:
         )
         _emit(path[kept_start:compaction_at], messages, ids)
         emit_from = compaction_at + 1
+    fresh_from = len(messages) if compaction_at is not None else 0
     _emit(path[emit_from:], messages, ids)
     return Context(messages, thinking_level, model, path[-1]["id"], compaction_id,
-                   entry_ids=ids)
+                   entry_ids=ids, fresh_from=fresh_from)
 
 
 def advance(context: Context, entry: Entry) -> bool:

@@ -249,7 +249,8 @@ class Session:
         if cached is None or cached.leaf_id != self.leaf_id:
             cached = self._context = build_context(self.tree, self.tree.leaf)
         return Context(list(cached.messages), cached.thinking_level, cached.model,
-                       cached.leaf_id, cached.compaction_id, entry_ids=list(cached.entry_ids))
+                       cached.leaf_id, cached.compaction_id, entry_ids=list(cached.entry_ids),
+                       fresh_from=cached.fresh_from)
 
     def latest_session_info(self) -> Entry | None:
         """The file's latest `session_info` entry (searched once, then kept current)."""
