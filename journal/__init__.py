@@ -21,8 +21,10 @@ from .repair import Problem, RepairReport, repair
 from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
 from .session import Session
 from .snapshot import Snapshot, load, resume
+from .tail import TailEvent, afollow, afollow_events, follow, follow_events
 from .tree import Tree, TreeIssue, TreeNode
 from .validate import InvalidPairing, api_pairing_problems, assert_valid_pairing, pairing_problems
+from .view import View
 
 __all__ = [
     "CURRENT_VERSION",
@@ -45,16 +47,22 @@ __all__ = [
     "Session",
     "SessionInfo",
     "Snapshot",
+    "TailEvent",
     "Tree",
     "TreeIssue",
     "TreeNode",
     "UnknownEntry",
     "UnsupportedVersion",
+    "View",
     "WriteFailed",
+    "afollow",
+    "afollow_events",
     "api_pairing_problems",
     "assert_valid_pairing",
     "build_context",
     "current_holder",
+    "follow",
+    "follow_events",
     "inspect",
     "lineage",
     "load",

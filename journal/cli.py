@@ -335,8 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_lineage)
 
     from .cli_repair import add_repair_parser
+    from .cli_tail import add_tail_parser
 
     add_repair_parser(sub)
+    add_tail_parser(sub)
     return parser
 
 

@@ -31,6 +31,7 @@ from typing import IO, Any
 import orjson
 
 from .errors import JournalError
+from .lineage import is_seal
 from .model import Entry
 from .render import content_size, content_text, first_line, summarize_arguments
 from .tail import (
@@ -42,7 +43,6 @@ from .tail import (
     ROTATED,
     TailEvent,
     follow_events,
-    is_successor_marker,
 )
 
 EXIT_GONE = 1
@@ -182,7 +182,7 @@ class TailPrinter:
             value: Any = {"path": path, "entry": entry} if self.many else entry
             self.out.write(orjson.dumps(value).decode() + "\n")
             return
-        if is_successor_marker(entry):
+        if is_seal(entry):
             return  # the rotated event that follows says it in words
         if self.many and path != self.current:
             self._heading(path, "")

@@ -69,15 +69,18 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
         return read_stream(path, f)
 
 
-def read_stream(path: str, f: Any, start: int = 0) -> Snapshot:
+def read_stream(path: str, f: Any, start: int = 0, version: int | None = None) -> Snapshot:
+    """Read entries from byte `start`. Given `version`, the stream is a continuation (no
+    header expected, entries of a version 3 file as they are); otherwise it is a whole file."""
+    continuation = version is not None
     header: Entry | None = None
     raw_entries: list[Entry] = []
     positions: list[int] = []
     line_numbers: list[int] = []
     diagnostics: list[Diagnostic] = []
-    parsed_count = 0
+    parsed_count = 1 if continuation else 0
     end = start
-    version = CURRENT_VERSION
+    version = CURRENT_VERSION if version is None else version
     for item in codec.iter_lines(f, start):
         if isinstance(item, Diagnostic):
             diagnostics.append(item)
@@ -113,7 +116,7 @@ def read_stream(path: str, f: Any, start: int = 0) -> Snapshot:
         raw_entries.append(value)
         positions.append(parsed_count - 1)
         line_numbers.append(item.number)
-    entries = migrate(header, raw_entries, positions)
+    entries = raw_entries if continuation else migrate(header, raw_entries, positions)
     size = os.fstat(f.fileno()).st_size
     return Snapshot(path, header, entries, diagnostics, size=size, end=end, lines=line_numbers)
 

@@ -27,7 +27,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,13 +37,11 @@ import watchfiles
 from . import codec
 from .codec import Diagnostic, Line
 from .errors import JournalError, NotASession, UnknownEntry
+from .lineage import is_seal
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 from .snapshot import last_newline_end
 
 log = logging.getLogger(__name__)
-
-SUCCESSOR_TYPE = "journal.successor"
-"""`customType` of the marker that seals a rotated file and names its successor."""
 
 ENTRY = "entry"
 ROTATED = "rotated"
@@ -108,22 +106,28 @@ def follow_events(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
-) -> Iterator[TailEvent]:
+) -> Generator[TailEvent, None, None]:
     """Follow a session file, or every session in a directory, yielding `TailEvent`s.
 
     Args:
         path: a session file, or a directory whose `*.jsonl` sessions are all followed
             (quarantine, lock, backup and hidden files are skipped; new sessions are picked up).
-        from_start: first yield the entries already in the file(s).
+        from_start: first yield the entries already in the file(s). By default (none of
+            from_start, last, since_id) only entries committed from now on are yielded.
         last: first yield the last `last` entries already in each file.
-        since_id: first yield the entries after the entry with this id.
+        since_id: first yield the entries after the entry with this id (in a directory, the
+            file holding it starts there, the others at their end).
         stop: ends the follow when set (an Event) or when it returns True (a callable). If it
             is already set once the existing entries are yielded, nothing is watched: a one-shot
             tail. Closing the generator ends the follow too.
-        poll: None picks inotify and falls back to polling if inotify cannot be set up; True
-            forces polling (for file systems without inotify); False refuses to poll.
+        poll: None picks inotify and falls back to polling if inotify cannot be set up (or
+            polls if WATCHFILES_FORCE_POLLING is set); True forces polling (for file systems
+            without inotify); False refuses to poll.
         timeout: the longest wait, in seconds, between two reads when no event arrives.
         grace: seconds to wait for a deleted file to come back or for its successor.
+
+    The ids of the entries read are kept in memory for each lineage (about 100 bytes per
+    entry), to skip the entries a successor or a rewritten file repeats.
 
     Raises:
         NotASession: the path is missing or neither a file nor a directory.
@@ -157,7 +161,7 @@ def follow(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
-) -> Iterator[Entry]:
+) -> Generator[Entry, None, None]:
     """Follow a session file or directory, yielding entries (dicts) as they are committed.
 
     The same as `follow_events` (see there for the arguments) keeping only the entries; use
@@ -185,7 +189,7 @@ async def afollow_events(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
-) -> AsyncIterator[TailEvent]:
+) -> AsyncGenerator[TailEvent, None]:
     """The asyncio twin of `follow_events`, waiting with `watchfiles.awatch`.
 
     `stop` may also be an `asyncio.Event`. New bytes are read on the event loop (a wake-up
@@ -225,7 +229,7 @@ async def afollow(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
-) -> AsyncIterator[Entry]:
+) -> AsyncGenerator[Entry, None]:
     """The asyncio twin of `follow`: entries only.
 
     Example:
@@ -247,14 +251,6 @@ def is_session_name(name: str) -> bool:
     if not name.endswith(".jsonl") or name.startswith("."):
         return False
     return not any(part in name for part in _IGNORED_PARTS)
-
-
-def is_successor_marker(entry: Entry) -> bool:
-    return (
-        entry.get("type") == "custom"
-        and entry.get("customType") == SUCCESSOR_TYPE
-        and isinstance(entry.get("data"), dict)
-    )
 
 
 # waiting
@@ -293,8 +289,8 @@ class _WakerBase:
             raise ValueError("timeout must be positive")
         self.stop = stop
         self.timeout = timeout
-        self.polling = bool(poll)
         self.may_fall_back = poll is None
+        self.polling = _default_poll() if poll is None else poll
         self.timer_only = False
         self.wants = wants
         self.dirs: tuple[str, ...] = ()
@@ -705,7 +701,7 @@ class _Follower:
             if offset < src.dedupe_end and entry_id in seen:
                 return None
             seen.add(entry_id)
-        if is_successor_marker(entry):
+        if is_seal(entry):
             src.marker = entry
         return entry
 
@@ -939,6 +935,12 @@ class _Follower:
 # helpers
 
 
+def _default_poll() -> bool:
+    """Poll when WATCHFILES_FORCE_POLLING asks for it, as watchfiles itself does."""
+    value = os.environ.get("WATCHFILES_FORCE_POLLING", "")
+    return bool(value) and value.lower() not in ("false", "disable", "disabled")
+
+
 def _open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -1013,4 +1015,5 @@ def _names(parent: Any, path: str) -> bool:
     """Whether a header's `parentSession` names `path`, where it is now or once archived."""
     if not isinstance(parent, str) or not parent:
         return False
+    parent = parent.removesuffix(".gz")  # archives may be compressed after sealing
     return os.path.abspath(parent) == path or os.path.basename(parent) == os.path.basename(path)

@@ -1,0 +1,79 @@
+"""A read-only view of a session that can take in what other processes appended since.
+
+A `View` never locks and never writes. `refresh()` reads from the byte offset the view had
+consumed up to the last complete line, so a writer's half-written line is left for later. If
+the file was replaced (a repair or rotation: the inode changed) or truncated, the view reloads.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .codec import Diagnostic
+from .context import Context, build_context, for_model
+from .errors import NotASession
+from .model import CURRENT_VERSION, Entry
+from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
+from .tree import Tree
+
+
+class View:
+    """Example:
+    >>> view = View.open("sessions/a.jsonl")  # doctest: +SKIP
+    >>> new_entries = view.refresh()
+    """
+
+    def __init__(self, path: str, snap: Snapshot, inode: int) -> None:
+        self.path = path
+        self.header: Entry | None = snap.header
+        self.diagnostics: list[Diagnostic] = list(snap.diagnostics)
+        self.tree = Tree(snap.entries, complete=snap.complete)
+        self._end = snap.end
+        self._inode = inode
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, full: bool = False) -> View:
+        """Load a session for reading; `full=False` reads only the tail the context needs."""
+        target = os.path.abspath(os.fspath(path))
+        snap = load(target) if full else resume(target)
+        if snap.header is None and not snap.entries:
+            raise NotASession(target, "not a session file (no session header, no entries)")
+        return cls(target, snap, os.stat(target).st_ino)
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self.tree.leaf_id
+
+    def context(self, *, raw: bool = False) -> Context:
+        context = build_context(self.tree, self.tree.leaf)
+        return context if raw else for_model(context)
+
+    def refresh(self) -> list[Entry]:
+        """Take in entries appended since the last read; return them (all, after a reload)."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError as e:
+            raise NotASession(self.path, "the file is gone (rotated or deleted)") from e
+        if stat.st_ino != self._inode or stat.st_size < self._end:
+            return self._reload()
+        if stat.st_size == self._end:
+            return []
+        with open_for_reading(self.path) as f:
+            snap = read_stream(self.path, f, start=self._end, version=self._version())
+        for entry in snap.entries:
+            self.tree.add(entry)
+        self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
+        self._end = snap.end
+        return snap.entries
+
+    def _version(self) -> int:
+        if self.header is None:
+            return CURRENT_VERSION
+        version = self.header.get("version", 1)
+        return version if isinstance(version, int) else CURRENT_VERSION
+
+    def _reload(self) -> list[Entry]:
+        fresh = View.open(self.path, full=self.tree.complete)
+        self.header, self.diagnostics, self.tree = fresh.header, fresh.diagnostics, fresh.tree
+        self._end, self._inode = fresh._end, fresh._inode
+        return list(self.tree.entries)

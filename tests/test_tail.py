@@ -1,0 +1,737 @@
+"""Live tail: real writers (a subprocess, or the rotation and repair protocols done by hand)
+against a real follower running in a thread, plus the `journal tail` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import watchfiles
+
+from journal import Durability, Session
+from journal.cli_tail import TailPrinter, format_entry, tail_main
+from journal.tail import TailEvent, afollow, follow, follow_events
+
+WRITER = """
+import sys
+from journal import Durability, Session
+path, count = sys.argv[1], int(sys.argv[2])
+with Session.open(path, durability=Durability.never()) as session:
+    for i in range(count):
+        session.append_message({"role": "user", "content": f"msg {i}", "timestamp": i})
+"""
+
+
+# helpers
+
+
+def header(session_id: str = "s-1", parent: str | None = None) -> dict[str, Any]:
+    h: dict[str, Any] = {"type": "session", "version": 3, "id": session_id,
+                         "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+    if parent is not None:
+        h["parentSession"] = parent
+    return h
+
+
+def chain(prefix: str, count: int, parent: str | None = None) -> list[dict[str, Any]]:
+    out = []
+    for i in range(count):
+        entry_id = f"{prefix}{i:07x}"[:8]
+        out.append({"type": "message", "id": entry_id, "parentId": parent,
+                    "timestamp": "2026-01-01T00:00:01.000Z",
+                    "message": {"role": "user", "content": f"{prefix} {i}", "timestamp": 0}})
+        parent = entry_id
+    return out
+
+
+def marker(successor: str, session_id: str | None, parent: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"successor": successor, "file": os.path.basename(successor)}
+    if session_id is not None:
+        data["sessionId"] = session_id
+    return {"type": "custom", "customType": "journal.successor", "data": data,
+            "id": "feedf00d", "parentId": parent, "timestamp": "2026-01-01T00:00:02.000Z"}
+
+
+def lines(values: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(v) + b"\n" for v in values)
+
+
+def append(path: Path, values: list[dict[str, Any]] | bytes) -> None:
+    data = values if isinstance(values, bytes) else lines(values)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, values: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(lines(values))
+    os.replace(tmp, path)
+
+
+def ids(values: list[dict[str, Any]]) -> list[str]:
+    return [v["id"] for v in values]
+
+
+class Follower:
+    """follow_events running in a thread, collecting what it yields."""
+
+    def __init__(self, path: Path, **options: Any) -> None:
+        self.stop = threading.Event()
+        self.events: list[TailEvent] = []
+        self.error: BaseException | None = None
+        self.finished = False
+        self._cond = threading.Condition()
+        options.setdefault("timeout", 0.2)
+        self._thread = threading.Thread(target=self._run, args=(path, options), daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, options: dict[str, Any]) -> None:
+        try:
+            for event in follow_events(path, stop=self.stop, **options):
+                with self._cond:
+                    self.events.append(event)
+                    self._cond.notify_all()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+        finally:
+            with self._cond:
+                self.finished = True
+                self._cond.notify_all()
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [e.entry for e in self.events if e.kind == "entry" and e.entry is not None]
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events if e.kind != "entry"]
+
+    def wait(self, predicate: Any, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: predicate() or self.finished, timeout)
+        assert self.error is None, self.error
+        assert predicate(), (self.kinds(), ids(self.entries()))
+
+    def wait_entries(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        self.wait(lambda: len(self.entries()) >= count, timeout)
+        return self.entries()
+
+    def settle(self, seconds: float = 0.4) -> None:
+        """Give a wrong extra delivery the chance to show up."""
+        time.sleep(seconds)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._thread.join(5)
+        assert not self._thread.is_alive()
+
+
+@pytest.fixture
+def followers():
+    started: list[Follower] = []
+
+    def start(path: Path, **options: Any) -> Follower:
+        f = Follower(path, **options)
+        started.append(f)
+        return f
+
+    yield start
+    for f in started:
+        f.close()
+
+
+@pytest.fixture
+def session_file(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    path = tmp_path / "a.jsonl"
+    entries = chain("e", 5)
+    path.write_bytes(lines([header(), *entries]))
+    return path, entries
+
+
+# follow
+
+
+def test_burst_from_a_writer_process_arrives_once_each_in_order(tmp_path, followers):
+    with Session.create(tmp_path / "burst.jsonl", cwd="/", durability=Durability.never()) as s:
+        path = Path(s.path)
+    f = followers(path, from_start=True)
+    count = 10_000
+    subprocess.run([sys.executable, "-c", WRITER, str(path), str(count)], check=True,
+                   timeout=60)
+    got = f.wait_entries(count, timeout=30)
+    f.settle(0.3)
+    got = f.entries()
+    assert [e["message"]["content"] for e in got] == [f"msg {i}" for i in range(count)]
+    assert len(set(ids(got))) == count
+    assert all(e.path == str(path) for e in f.events)
+
+
+def test_last_and_since_choose_where_to_start(session_file):
+    path, entries = session_file
+    stop = threading.Event()
+    stop.set()
+    assert ids(follow(path, last=2, stop=stop)) == ids(entries[-2:])
+    assert ids(follow(path, last=50, stop=stop)) == ids(entries)
+    assert ids(follow(path, since_id=entries[1]["id"], stop=stop)) == ids(entries[2:])
+    assert ids(follow(path, from_start=True, stop=stop)) == ids(entries)
+    assert list(follow(path, stop=stop)) == []
+    with pytest.raises(ValueError):
+        list(follow(path, last=1, from_start=True, stop=stop))
+
+
+def test_default_starts_at_the_end_and_delivers_new_entries(session_file, followers):
+    path, entries = session_file
+    f = followers(path, last=1)
+    f.wait_entries(1)
+    new = chain("n", 3, entries[-1]["id"])
+    for entry in new:
+        append(path, [entry])
+    assert ids(f.wait_entries(4)) == ids(entries[-1:] + new)
+
+
+def test_append_racing_the_watcher_start_is_not_held_back(session_file, followers,
+                                                          monkeypatch):
+    path, entries = session_file
+    real_watch = watchfiles.watch
+    fresh = chain("n", 1, entries[-1]["id"])
+    sent: list[float] = []
+
+    def append_first(*paths: Any, **options: Any) -> Any:
+        # lands after the follower's last read and before the watcher exists: no event
+        if not sent:
+            append(path, fresh)
+            sent.append(time.monotonic())
+        return real_watch(*paths, **options)
+
+    monkeypatch.setattr(watchfiles, "watch", append_first)
+    f = followers(path, last=1, timeout=5.0)
+    f.wait_entries(2, timeout=6)
+    assert ids(f.entries()) == ids(entries[-1:] + fresh)
+    assert time.monotonic() - sent[0] < 1.0
+
+
+@pytest.mark.parametrize("points_to", ["successor", "nowhere"])
+def test_rotation_mid_follow_has_no_gap_and_no_duplicate(tmp_path, followers, points_to):
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    old = directory / "old.jsonl"
+    first = chain("e", 5)
+    old.write_bytes(lines([header("s-old"), *first]))
+    f = followers(old, from_start=True)
+    f.wait_entries(5)
+
+    more = chain("m", 2, first[-1]["id"])
+    append(old, more)
+    archived = directory / "archive" / "old.jsonl"
+    successor = directory / "new.jsonl"
+    fresh = chain("n", 2, more[-1]["id"])
+    # The successor repeats the kept entries with their ids, then goes on.
+    write_atomically(successor, [header("s-new", str(archived)), *first[3:], *more, *fresh])
+    named = successor if points_to == "successor" else directory / "moved-away.jsonl"
+    seal = marker(str(named), "s-new" if points_to == "successor" else None, more[-1]["id"])
+    append(old, [seal])
+    archived.parent.mkdir()
+    os.rename(old, archived)
+    later = chain("l", 1, fresh[-1]["id"])
+    append(successor, later)
+
+    expected = ids(first + more) + [seal["id"]] + ids(fresh + later)
+    f.wait_entries(len(expected))
+    f.settle()
+    assert ids(f.entries()) == expected
+    rotated = [e for e in f.events if e.kind == "rotated"]
+    assert len(rotated) == 1 and rotated[0].path == str(old)
+    from_successor = [e.entry["id"] for e in f.events if e.kind == "entry"
+                      and e.path == str(successor)]
+    assert from_successor == ids(fresh + later)
+
+
+@pytest.mark.parametrize("target", ["file", "directory"])
+def test_follows_a_real_rotation_without_gap_or_duplicate(tmp_path, followers, target):
+    import gzip
+
+    directory = tmp_path / "sessions"
+    session = Session.create(directory, cwd="/", durability=Durability.never())
+    path = Path(session.path)
+    f = followers(path if target == "file" else directory, from_start=True)
+    big = "x" * 2000
+    before = [session.append_message({"role": "user", "content": f"{i} {big}", "timestamp": i})
+              for i in range(6)]
+    session.append_compaction("summary of the start", before[3], 12345)
+    mid = [session.append_message({"role": "user", "content": f"mid {i}", "timestamp": i})
+           for i in range(2)]
+    result = session.rotate()
+    assert result.rotated, result.reason
+    after = [session.append_message({"role": "user", "content": f"after {i}", "timestamp": i})
+             for i in range(3)]
+    session.close()
+    assert session.path == result.successor and result.archive is not None
+
+    opener = gzip.open if result.archive.endswith(".gz") else open
+    with opener(result.archive, "rb") as archived:
+        old_ids = [orjson.loads(line)["id"] for line in archived.read().splitlines()[1:]]
+    new_ids = [orjson.loads(line)["id"]
+               for line in Path(result.successor).read_bytes().splitlines()[1:]]
+    expected = old_ids + [i for i in new_ids if i not in old_ids]
+    assert set(before + mid) <= set(old_ids) and new_ids[-3:] == after
+    f.wait_entries(len(expected))
+    f.settle()
+    assert ids(f.entries()) == expected
+    assert "rotated" in f.kinds() and "new_session" not in f.kinds()
+
+
+@pytest.mark.parametrize("start", ["from_start", "last"])
+def test_repair_mid_follow_delivers_only_new_entries(session_file, followers, start):
+    path, entries = session_file
+    options = {"from_start": True} if start == "from_start" else {"last": 1}
+    f = followers(path, **options)
+    already = 5 if start == "from_start" else 1
+    f.wait_entries(already)
+    fresh = chain("n", 2, entries[-1]["id"])
+    # a repair rewrites the file atomically: same entries (same ids), a new inode
+    write_atomically(path, [header(), *entries, *fresh])
+    later = chain("l", 1, fresh[-1]["id"])
+    append(path, later)
+    f.wait_entries(already + 3)
+    f.settle()
+    assert ids(f.entries()) == ids(entries[-already:] + fresh + later)
+    assert "replaced" in f.kinds()
+
+
+def test_a_real_repair_mid_follow_is_a_replacement_that_repeats_nothing(session_file,
+                                                                         followers):
+    from journal.repair import repair
+
+    path, entries = session_file
+    append(path, b"this line is damaged\n")
+    f = followers(path, from_start=True)
+    f.wait_entries(5)
+    report = repair(path)
+    assert report.changed
+    with Session.open(path, durability=Durability.never()) as s:
+        new_id = s.append_message({"role": "user", "content": "after repair", "timestamp": 0})
+    f.wait_entries(6)
+    f.settle()
+    assert ids(f.entries()) == [*ids(entries), new_id]
+    assert "replaced" in f.kinds()
+
+
+def test_truncation_mid_follow_warns_and_resyncs(session_file, followers, caplog):
+    path, entries = session_file
+    f = followers(path, from_start=True)
+    f.wait_entries(5)
+    data = path.read_bytes()
+    keep = len(lines([header(), *entries[:2]]))
+    assert data[:keep].endswith(b"\n")
+    with caplog.at_level(logging.WARNING, logger="journal.tail"):
+        os.truncate(path, keep)
+        f.wait(lambda: "truncated" in f.kinds())
+        fresh = chain("n", 2, entries[1]["id"])
+        append(path, fresh)
+        f.wait_entries(7)
+        f.settle()
+    assert ids(f.entries()) == ids(entries + fresh)
+    assert any("truncated" in r.getMessage() for r in caplog.records)
+
+
+def test_torn_tail_cut_by_the_next_writer_is_never_delivered(session_file, followers):
+    path, entries = session_file
+    f = followers(path, last=1)
+    f.wait_entries(1)
+    append(path, b'{"type":"message","id":"torn0001","parentId":null,"timest')
+    time.sleep(0.3)
+    # opening for writing quarantines the torn line and cuts it away (invariant 2)
+    with Session.open(path, durability=Durability.never()) as s:
+        f.wait(lambda: "truncated" in f.kinds())
+        new_id = s.append_message({"role": "user", "content": "after", "timestamp": 0})
+    got = f.wait_entries(2)
+    f.settle()
+    assert ids(f.entries()) == [entries[-1]["id"], new_id]
+    assert "torn0001" not in ids(got)
+
+
+def test_cut_partial_line_replaced_at_once_by_a_longer_one(session_file, followers):
+    path, entries = session_file
+    f = followers(path, last=1)
+    f.wait_entries(1)
+    size = path.stat().st_size
+    append(path, b'{"type":"message","id":"torn0001"')
+    time.sleep(0.3)
+    # cut the torn line and append a longer one in the same instant (the follower sleeps
+    # between wake-ups): the size never drops below what the follower has read
+    fresh = chain("n", 1, entries[-1]["id"])
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.pwrite(fd, lines(fresh), size)
+    finally:
+        os.close(fd)
+    f.wait_entries(2)
+    f.settle()
+    assert ids(f.entries()) == [entries[-1]["id"], fresh[0]["id"]]
+    assert "truncated" in f.kinds()
+
+
+def test_partial_line_is_delivered_once_complete(session_file, followers, caplog):
+    path, entries = session_file
+    f = followers(path, last=1)
+    f.wait_entries(1)
+    line = orjson.dumps(chain("p", 1, entries[-1]["id"])[0]) + b"\n"
+    with caplog.at_level(logging.WARNING, logger="journal.tail"):
+        append(path, line[:40])
+        time.sleep(0.5)
+        assert len(f.entries()) == 1
+        append(path, line[40:])
+        got = f.wait_entries(2)
+        f.settle()
+    assert ids(f.entries()) == [entries[-1]["id"], "p0000000"]
+    assert got[-1]["message"]["content"] == "p 0"
+    assert not caplog.records
+
+
+def test_deleted_file_ends_after_the_grace_period(session_file, followers):
+    path, _ = session_file
+    f = followers(path, last=1, grace=0.3, timeout=0.1)
+    f.wait_entries(1)
+    started = time.monotonic()
+    path.unlink()
+    f.wait(lambda: f.finished)
+    assert time.monotonic() - started >= 0.3
+    assert f.kinds() == ["deleted", "ended"]
+    assert "gone for" in f.events[-1].detail
+
+
+def test_deleted_file_is_continued_by_a_successor_naming_it(session_file, followers):
+    path, entries = session_file
+    f = followers(path, last=2, grace=5)
+    f.wait_entries(2)
+    path.unlink()
+    f.wait(lambda: "deleted" in f.kinds())
+    successor = path.with_name("b.jsonl")
+    fresh = chain("n", 2, entries[-1]["id"])
+    write_atomically(successor, [header("s-2", str(path)), *entries[2:], *fresh])
+    f.wait_entries(4)
+    f.settle()
+    assert ids(f.entries()) == ids(entries[-2:] + fresh)
+    assert f.kinds() == ["deleted", "rotated"]
+    assert not f.finished
+
+
+def test_deleted_file_that_comes_back_is_resynced(session_file, followers):
+    path, entries = session_file
+    f = followers(path, from_start=True, grace=5)
+    f.wait_entries(5)
+    path.unlink()
+    f.wait(lambda: "deleted" in f.kinds())
+    fresh = chain("n", 1, entries[-1]["id"])
+    write_atomically(path, [header(), *entries, *fresh])
+    f.wait_entries(6)
+    f.settle()
+    assert ids(f.entries()) == ids(entries + fresh)
+    assert f.kinds() == ["deleted", "replaced"]
+
+
+def test_directory_follows_every_session_and_new_ones(tmp_path, followers):
+    a = tmp_path / "a.jsonl"
+    first = chain("a", 2)
+    a.write_bytes(lines([header("s-a"), *first]))
+    ignored = [tmp_path / "a.jsonl.quarantine", tmp_path / "a.jsonl.lock",
+               tmp_path / "a.bak.jsonl", tmp_path / ".a.jsonl.tmp.jsonl"]
+    for path in ignored:
+        path.write_bytes(lines([header("s-x"), *chain("x", 1)]))
+    f = followers(tmp_path, last=1)
+    f.wait_entries(1)
+    more = chain("b", 1, first[-1]["id"])
+    append(a, more)
+    with Session.create(tmp_path / "c.jsonl", cwd="/", durability=Durability.never()) as s:
+        c_id = s.append_message({"role": "user", "content": "hello", "timestamp": 0})
+        c_path = s.path
+    for path in ignored:
+        append(path, chain("y", 1))
+    f.wait_entries(3)
+    f.settle()
+    assert ids(f.entries()) == [first[-1]["id"], more[0]["id"], c_id]
+    assert [e.path for e in f.events if e.kind == "new_session"] == [c_path]
+
+
+def test_directory_rotation_is_not_a_new_session_and_repeats_nothing(tmp_path, followers):
+    old = tmp_path / "2026-01-01_old.jsonl"
+    first = chain("e", 4)
+    old.write_bytes(lines([header("s-old"), *first]))
+    f = followers(tmp_path, from_start=True)
+    f.wait_entries(4)
+    successor = tmp_path / "2026-01-02_new.jsonl"
+    archived = tmp_path / "archive" / old.name
+    fresh = chain("n", 2, first[-1]["id"])
+    # the successor is published (naming the archive it will be compressed into) before the
+    # old file is sealed: the follower finds it first, as part of the old file's lineage
+    gz = str(archived) + ".gz"
+    write_atomically(successor, [header("s-new", gz), *first[2:], *fresh])
+    f.wait_entries(6)
+    seal = marker(str(successor), "s-new", first[-1]["id"])
+    append(old, [seal])
+    archived.parent.mkdir()
+    os.rename(old, archived)
+    f.wait_entries(7)
+    f.settle()
+    assert ids(f.entries()) == ids(first + fresh) + [seal["id"]]
+    assert "new_session" not in f.kinds() and "rotated" in f.kinds()
+
+
+def test_directory_from_start_reads_a_sealed_file_and_its_successor_once(tmp_path):
+    old, successor = tmp_path / "z-old.jsonl", tmp_path / "a-new.jsonl"
+    first = chain("e", 3)
+    fresh = chain("n", 2, first[-1]["id"])
+    seal = marker(str(successor), "s-new", first[-1]["id"])
+    old_header = header("s-old")
+    new_header = {**header("s-new", str(tmp_path / "archive" / old.name)),
+                  "timestamp": "2026-01-02T00:00:00.000Z"}
+    old.write_bytes(lines([old_header, *first, seal]))
+    successor.write_bytes(lines([new_header, *first[1:], *fresh]))
+    events = list(follow_events(tmp_path, from_start=True, stop=lambda: True))
+    got = [e.entry["id"] for e in events if e.kind == "entry"]
+    assert got == ids(first) + [seal["id"]] + ids(fresh)
+
+
+def test_polling_mode_delivers_appends_within_the_same_second(session_file, followers,
+                                                              monkeypatch):
+    path, entries = session_file
+    calls: list[dict[str, Any]] = []
+    real_watch = watchfiles.watch
+
+    def spy(*paths: Any, **options: Any) -> Any:
+        calls.append(options)
+        return real_watch(*paths, **options)
+
+    monkeypatch.setattr(watchfiles, "watch", spy)
+    frozen = os.stat(path).st_mtime
+    f = followers(path, last=1, poll=True, timeout=1.0)
+    f.wait_entries(1)
+    fresh = chain("n", 5, entries[-1]["id"])
+    for i, entry in enumerate(fresh):
+        time.sleep(0.15)  # the follower is waiting, not still reading
+        append(path, [entry])
+        os.utime(path, (frozen, frozen))  # an mtime that never moves: polling sees nothing
+        sent = time.monotonic()
+        f.wait_entries(2 + i, timeout=5)
+        assert time.monotonic() - sent < 0.5
+    assert ids(f.entries()) == ids(entries[-1:] + fresh)
+    assert calls and all(c["force_polling"] for c in calls)
+
+
+def test_falls_back_to_polling_when_inotify_cannot_start(session_file, followers,
+                                                        monkeypatch, caplog):
+    path, entries = session_file
+    real_watch = watchfiles.watch
+    modes: list[bool] = []
+
+    def no_inotify(*paths: Any, **options: Any) -> Any:
+        modes.append(options["force_polling"])
+        if not options["force_polling"]:
+            raise OSError(24, "inotify_init: too many open files")
+        return real_watch(*paths, **options)
+
+    monkeypatch.setattr(watchfiles, "watch", no_inotify)
+    with caplog.at_level(logging.WARNING, logger="journal.tail"):
+        f = followers(path, last=1)
+        f.wait_entries(1)
+        deadline = time.monotonic() + 5
+        while len(modes) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fresh = chain("n", 2, entries[-1]["id"])
+        append(path, fresh)
+        f.wait_entries(3)
+    assert modes == [False, True]
+    assert any("polling instead" in r.getMessage() for r in caplog.records)
+
+
+def test_stop_callable_and_closing_the_generator_end_the_follow(session_file):
+    path, _ = session_file
+    deadline = time.monotonic() + 0.3
+    started = time.monotonic()
+    assert len(list(follow(path, last=2, stop=lambda: time.monotonic() > deadline))) == 2
+    assert time.monotonic() - started < 2
+    events = follow_events(path, last=1)
+    assert next(events).kind == "entry"
+    events.close()
+
+
+def test_missing_path_and_unknown_since_raise(tmp_path, session_file):
+    from journal.errors import NotASession, UnknownEntry
+
+    with pytest.raises(NotASession):
+        next(follow(tmp_path / "nope.jsonl"))
+    with pytest.raises(UnknownEntry, match="nope0000"):
+        next(follow(session_file[0], since_id="nope0000"))
+
+
+def test_afollow_works_in_asyncio(session_file):
+    path, entries = session_file
+    fresh = chain("n", 3, entries[-1]["id"])
+
+    async def main() -> list[dict[str, Any]]:
+        stop = asyncio.Event()
+        got: list[dict[str, Any]] = []
+
+        async def write_later() -> None:
+            for entry in fresh:
+                await asyncio.sleep(0.05)
+                await asyncio.to_thread(append, path, [entry])
+
+        writer = asyncio.create_task(write_later())
+        async for entry in afollow(path, last=1, stop=stop, timeout=0.2):
+            got.append(entry)
+            if len(got) == 4:
+                stop.set()
+        await writer
+        return got
+
+    got = asyncio.run(asyncio.wait_for(main(), 10))
+    assert ids(got) == ids(entries[-1:] + fresh)
+
+
+# command line
+
+
+def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = tail_main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_prints_the_last_n_entries(session_file, capsys):
+    path, entries = session_file
+    code, out, err = run_cli(capsys, str(path), "-n", "3")
+    assert code == 0 and err == ""
+    rows = out.splitlines()
+    assert len(rows) == 3
+    assert [r.split()[1] for r in rows] == ["user"] * 3
+    assert [r.split(None, 2)[2] for r in rows] == ["e 2", "e 3", "e 4"]
+    code, out, _ = run_cli(capsys, str(path))
+    assert len(out.splitlines()) == 5
+
+
+def test_cli_json_and_since(session_file, capsys):
+    path, entries = session_file
+    code, out, _ = run_cli(capsys, str(path), "--json", "-n", "2")
+    assert code == 0
+    assert [orjson.loads(line) for line in out.splitlines()] == entries[-2:]
+    code, out, _ = run_cli(capsys, str(path), "--json", "--since", entries[2]["id"])
+    assert code == 0
+    assert [orjson.loads(line)["id"] for line in out.splitlines()] == ids(entries[3:])
+
+
+def test_cli_directory_marks_each_file(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_bytes(lines([header("s-a"), *chain("a", 2)]))
+    (tmp_path / "b.jsonl").write_bytes(lines([header("s-b"), *chain("b", 1)]))
+    code, out, _ = run_cli(capsys, str(tmp_path), "-n", "1")
+    assert code == 0
+    assert out.splitlines()[0] == "==> a.jsonl <==" and out.splitlines()[2] == "==> b.jsonl <=="
+    code, out, _ = run_cli(capsys, str(tmp_path), "--json", "-n", "1")
+    rows = [orjson.loads(line) for line in out.splitlines()]
+    assert [(os.path.basename(r["path"]), r["entry"]["id"]) for r in rows] == [
+        ("a.jsonl", "a0000001"), ("b.jsonl", "b0000000")]
+
+
+def test_cli_errors(tmp_path, session_file, capsys):
+    code, out, err = run_cli(capsys, str(tmp_path / "missing.jsonl"))
+    assert code == 2 and out == ""
+    assert err.startswith("Error: ") and "missing.jsonl" in err
+    code, _, err = run_cli(capsys, str(session_file[0]), "--since", "nope0000")
+    assert code == 2 and err.startswith("Error: ") and "nope0000" in err
+    with pytest.raises(SystemExit) as exit_info:
+        tail_main([str(session_file[0]), "-n", "-1"])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit):
+        tail_main([str(session_file[0]), "-n", "2", "--since", "x"])
+
+
+def test_tail_command_plugs_into_the_journal_parser(session_file, capsys):
+    import argparse
+
+    from journal.cli import run
+    from journal.cli_tail import add_tail_parser
+
+    parser = argparse.ArgumentParser(prog="journal")
+    add_tail_parser(parser.add_subparsers(dest="command", required=True))
+    path, entries = session_file
+    assert run(parser, ["tail", str(path), "-n", "1", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == entries[-1]
+    assert run(parser, ["tail", str(path.with_name("gone.jsonl"))]) == 2
+    assert capsys.readouterr().err.startswith("Error: ")
+
+
+def test_cli_follow_then_ctrl_c_exits_0(session_file):
+    path, entries = session_file
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from journal.cli_tail import tail_main; "
+         "sys.exit(tail_main())", "-f", "-n", "1", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().rstrip().endswith("e 4")
+        append(path, chain("n", 1, entries[-1]["id"]))
+        assert proc.stdout.readline().rstrip().endswith("n 0")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_human_lines_for_the_kinds_of_entries():
+    base = {"id": "x", "parentId": None, "timestamp": "2026-01-01T00:00:00.000Z"}
+
+    def line(entry: dict[str, Any]) -> str:
+        return "".join(text for text, _ in format_entry({**base, **entry}))
+
+    call = {"type": "message", "message": {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look.\nmore"},
+        {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "src/a.py"}}]}}
+    assert line(call).endswith("assistant  Let me look.; → read(src/a.py)")
+    result = {"type": "message", "message": {"role": "toolResult", "toolName": "bash",
+                                             "isError": True, "content": [
+                                                 {"type": "text", "text": "boom\nsecond"}]}}
+    assert line(result).endswith("result     bash error, 11 chars: boom")
+    compaction = {"type": "compaction", "summary": "did things", "firstKeptEntryId": "k1",
+                  "tokensBefore": 123456}
+    assert "123,456 tokens before, keeps from k1: did things" in line(compaction)
+    assert line({"type": "model_change", "provider": "anthropic", "modelId": "m"}).endswith(
+        "model      anthropic/m")
+    assert line(call)[:8].count(":") == 2
+
+
+def test_colour_only_on_a_terminal_without_no_color(session_file, monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    entry = session_file[1][0]
+    event = TailEvent("entry", "a.jsonl", entry)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = Tty()
+    TailPrinter(out, io.StringIO()).show(event)
+    assert "\x1b[" in out.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    out = Tty()
+    TailPrinter(out, io.StringIO()).show(event)
+    assert "\x1b[" not in out.getvalue() and "e 0" in out.getvalue()
+    monkeypatch.delenv("NO_COLOR")
+    plain = io.StringIO()
+    TailPrinter(plain, io.StringIO()).show(event)
+    assert "\x1b[" not in plain.getvalue()
