@@ -79,5 +79,51 @@ class ContextSettings:
     aggregate_min_keep_chars: int = 2_000
     """Aggregate truncation never shrinks one result below this many characters."""
 
+    # --- compaction (agent.compaction)
+    keep_recent_tokens: int = 20_000
+    """Tokens of the newest messages kept verbatim after a compaction (see find_cut_point)."""
+    keep_recent_max_share: float = 0.5
+    """keep_recent_tokens is clamped to this share of the prompt budget, so that what is kept
+    leaves room for the summary in small windows."""
+    summary_reserve_share: float = 0.8
+    """Largest summary, as a share of the reply reserve (pi: 0.8)."""
+    summary_budget_share: float = 0.25
+    """...and as a share of the prompt budget, whichever is smaller."""
+    turn_prefix_reserve_share: float = 0.5
+    """Largest summary of a split turn's prefix, as a share of the reply reserve."""
+    chunk_ratio: float = 0.4
+    """Share of the window one summarization request may fill."""
+    min_chunk_ratio: float = 0.15
+    """The chunk ratio shrinks towards this when the average message is large."""
+    large_message_share: float = 0.1
+    """Average message (x summary_safety_margin) above this share of the window: smaller chunks."""
+    summary_safety_margin: float = 1.2
+    """Chunks are filled to budget / this, for estimator error."""
+    summarization_overhead_tokens: int = 4_096
+    """Tokens of a summarization request taken by prompts, previous summary and tags."""
+    oversized_message_share: float = 0.5
+    """A message (x summary_safety_margin) above this share of the window is too large to
+    summarize; the second fallback level leaves it out with a note."""
+    summary_tool_result_chars: int = 2_000
+    """Tool results count this many characters at most when chunks are planned (as
+    AnthropicSummarizer cuts them; keep its tool_result_chars equal)."""
+    max_preserved_identifiers: int = 30
+    """Identifiers of the summarized messages checked (and appended when missing) verbatim."""
+    max_tool_failures: int = 8
+    tool_failure_chars: int = 160
+    summary_attempts: int = 3
+    """Attempts per summarization call. No retry after an overflow, a timeout, an abort or a
+    refused request (agent.summarize error types)."""
+    retry_min_delay: float = 0.5
+    retry_max_delay: float = 5.0
+    retry_jitter: float = 0.2
+    """Backoff delays are multiplied by a random factor in [1 - jitter, 1 + jitter]."""
+    duplicate_prompt_min_chars: int = 24
+    duplicate_prompt_window_seconds: float = 60.0
+    hook_timeout_seconds: float = 5.0
+    """Longest wait for a before/after compaction hook; a slower hook is left behind."""
+    memory_flush: bool = False
+    """Before compacting, append key facts to <workspace>/memory/YYYY-MM-DD.md."""
+
 
 DEFAULT_SETTINGS = ContextSettings()

@@ -302,11 +302,12 @@ def _fix_pairing(p: _Plan) -> None:
     if not report.changed:
         return
     order = _new_order(p, messages, owners, anchors, fixed, report)
+    start_item = p.items[order[0]] if order else None
     _relink(p, path, region_start, order)
-    if compaction is not None:
-        start_id = p.items[order[0]].entry["id"] if isinstance(order[0], int) else None
+    if compaction is not None and start_item is not None:
+        start_id = start_item.entry["id"]
         first_kept = compaction.entry.get("firstKeptEntryId")
-        if start_id is not None and start_id != first_kept and order[0] != path[compaction_at]:
+        if start_id != first_kept and start_item is not compaction:
             compaction.edit("compaction_boundary")["firstKeptEntryId"] = start_id
             p.problem("compaction_boundary", f"firstKeptEntryId now {start_id}", compaction,
                       detail=f"was {first_kept}, which left the active branch")
@@ -393,11 +394,15 @@ def _relink(p: _Plan, path: list[int], region_start: int, order: list[int]) -> N
         if item.entry.get("parentId") != parent:
             item.edit(item.edit_reason or "reparented")["parentId"] = parent
         parent = item.entry["id"]
-    p.items = _physical_order(p, order)
+    p.items = _physical_order(p, order, set(path[region_start:]))
 
 
-def _physical_order(p: _Plan, order: list[int]) -> list[_Item]:
-    """Items in an order where every parent precedes its children and the leaf comes last."""
+def _physical_order(p: _Plan, order: list[int], region: set[int]) -> list[_Item]:
+    """Items in an order where every parent precedes its children and the leaf comes last.
+
+    In a version 1 file (a single chain, no ids on disk) a region entry that left the path
+    cannot stay as a side branch; it was quarantined and is left out here.
+    """
     in_order = set(order)
     emitted: set[str] = set()
     waiting: dict[str, list[int]] = {}
@@ -429,8 +434,8 @@ def _physical_order(p: _Plan, order: list[int]) -> list[_Item]:
             emit_order_through(i)
             continue
         parent = p.items[i].entry.get("parentId")
-        if p.version < 2:
-            continue  # a linear file has no side branches: what left the path is dropped
+        if p.version < 2 and i in region:
+            continue
         if parent is None or parent in emitted:
             emit(i)
         else:

@@ -1,0 +1,174 @@
+"""The offline demo (`journal-agent demo`): the whole system end to end, no key, no network.
+
+1. A scripted coding session runs with the real tools in a workspace and a small context
+   window, so it compacts several times and the session rotates into successor files.
+2. A second agent process continues the session and is killed with SIGKILL while one of its
+   tool calls is running: the file now holds a tool call without a result.
+3. `journal repair` finds that and writes the missing result as an entry.
+4. A third agent resumes the repaired session and finishes.
+5. The tail of the session, its lineage and where every file lives are printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from agent.cli import SCENARIOS, continue_scripted, print_event
+from agent.runner import Runner
+from agent.scripted import ScriptedModel
+from agent.settings import DEFAULT_SETTINGS
+from agent.summarize import ExtractiveSummarizer
+from journal import JournalError, RotationPolicy, Session, lineage, load, repair, resolve_live
+from tools import default_tools
+
+MARKER = ".journal-demo"
+WINDOW = 16_000
+# A small window; pruning waits until the window is nearly full and truncation may not shorten
+# old results (its floor is raised), so window pressure is resolved by compaction, which has
+# to happen (and the session to rotate) several times within a short scripted task.
+SETTINGS = replace(DEFAULT_SETTINGS, context_window=WINDOW, keep_recent_tokens=2_000,
+                   soft_trim_ratio=0.85, hard_clear_ratio=0.95,
+                   aggregate_min_keep_chars=1_000_000)
+ROTATE = RotationPolicy(max_bytes=48 * 1024, after_compaction=True)
+CRASH_DEADLINE = 30.0
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _prepare(directory: Path) -> tuple[Path, Path]:
+    """A fresh demo folder; only one this demo made before is ever cleared."""
+    if directory.exists() and any(directory.iterdir()) and not (directory / MARKER).exists():
+        raise JournalError(
+            f"{directory} exists and was not made by this demo; pass --dir to choose another")
+    for sub in ("workspace", "sessions"):
+        shutil.rmtree(directory / sub, ignore_errors=True)
+    workspace, sessions = directory / "workspace", directory / "sessions"
+    workspace.mkdir(parents=True)
+    sessions.mkdir()
+    (directory / MARKER).write_text("made by journal-agent demo\n")
+    return workspace, sessions
+
+
+def _phase_one(workspace: Path, sessions: Path) -> str:
+    model = ScriptedModel.from_file(SCENARIOS / "demo.json")
+    with Session.create(str(sessions), cwd=str(workspace)) as session:
+        session.rotation_policy = ROTATE
+        session.append_model_change(model.provider, model.model_id)
+        runner = Runner(session, model, default_tools(workspace), settings=SETTINGS,
+                        summarizer=ExtractiveSummarizer(), workspace=str(workspace),
+                        on_event=print_event)
+        result = runner.run(model.prompt if hasattr(model, "prompt") else None)
+        _say(f"  → {result.stop_reason} after {result.turns} turns, "
+             f"{result.compactions} compactions")
+        return session.path
+
+
+def _child_command(session: str, workspace: Path, scenario: str, task: str) -> list[str]:
+    return [sys.executable, "-m", "agent.cli", "run", task, "--session", session,
+            "--model", f"scripted:{SCENARIOS / scenario}", "--workspace", str(workspace),
+            "--window", str(WINDOW), "--quiet"]
+
+
+def _wait_for_running_tool(path: str, deadline: float) -> bool:
+    """True once the live file's last entry is an assistant turn calling a tool."""
+    while time.monotonic() < deadline:
+        live, _ = resolve_live(path)
+        entries = load(live).entries
+        if entries:
+            last = entries[-1]
+            message = last.get("message") or {}
+            if message.get("role") == "assistant" and any(
+                    b.get("type") == "toolCall" for b in message.get("content") or []):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def _phase_two(session: str, workspace: Path) -> str:
+    task = "Run the slow end-to-end check before we ship."
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(_child_command(session, workspace, "crash.json", task), env=env,
+                             start_new_session=True)
+    try:
+        if not _wait_for_running_tool(session, time.monotonic() + CRASH_DEADLINE):
+            raise JournalError("the crash agent never started its tool call")
+        time.sleep(0.5)
+        os.killpg(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    live, _ = resolve_live(session)
+    _say(f"  killed agent pid {child.pid} with SIGKILL (exit {child.returncode}) while its "
+         "bash call was running")
+    return live
+
+
+def _phase_three(live: str) -> None:
+    check = repair(live, dry_run=True)
+    _say(f"  check: {'needs repair' if check.changed else 'clean'} {check.counts}")
+    report = repair(live)
+    for problem in report.problems:
+        _say(f"  fixed {problem.kind}: {problem.action}")
+    _say(f"  backup {report.backup}")
+
+
+def _phase_four(live: str, workspace: Path) -> str:
+    model = ScriptedModel.from_file(SCENARIOS / "resume.json")
+    with Session.open(live) as session:
+        continue_scripted(model, session)
+        model.turn = 0  # a different scenario: start at its first turn
+        runner = Runner(session, model, default_tools(workspace), settings=SETTINGS,
+                        summarizer=ExtractiveSummarizer(), workspace=str(workspace),
+                        on_event=print_event)
+        result = runner.run(model.prompt)
+        _say(f"  → {result.stop_reason}: {result.final_text}")
+        return session.path
+
+
+def _phase_five(live: str, directory: Path) -> None:
+    from journal.render import describe_entry
+
+    entries = load(live).entries
+    _say("  the last entries of the live session:")
+    for entry in entries[-8:]:
+        stamp = str(entry.get("timestamp", ""))[11:19]
+        _say(f"    {stamp} {entry['id']} {describe_entry(entry)}")
+    chain = lineage(live)
+    _say(f"  lineage ({len(chain)} files, oldest first):")
+    for path in chain:
+        _say(f"    {os.path.relpath(path)}")
+
+
+def run_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, Any]:
+    """Run the demo in `directory`; return where things are."""
+    logging.getLogger("agent.window").setLevel(logging.ERROR)  # the small window is on purpose
+    started = time.monotonic()
+    root = Path(directory).resolve()
+    workspace, sessions = _prepare(root)
+    _say(f"journal demo in {root}\n")
+    _say(f"1. a scripted coding session, window {WINDOW:,} tokens, real tools")
+    first = _phase_one(workspace, sessions)
+    live, _ = resolve_live(first)
+    _say(f"  live session now {os.path.relpath(live)} (started as {os.path.basename(first)})\n")
+    _say("2. a second agent continues the session and is killed mid tool call")
+    live = _phase_two(live, workspace)
+    _say("\n3. repair")
+    _phase_three(live)
+    _say("\n4. resume the repaired session")
+    live = _phase_four(live, workspace)
+    _say("\n5. tail and lineage")
+    _phase_five(live, root)
+    _say(f"\nworkspace: {workspace}\nsessions:  {sessions}\nlive:      {live}")
+    _say(f"follow it: journal tail {live}\n(done in {time.monotonic() - started:.1f} s)")
+    return {"workspace": str(workspace), "sessions": str(sessions), "live": live}

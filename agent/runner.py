@@ -1,0 +1,413 @@
+"""The run loop: every turn persisted as it happens, the context kept inside the window.
+
+One `Runner.run(prompt)`:
+1. appends the user prompt;
+2. before each model call, routes the request (fits / truncate / compact / compact then
+   truncate) from the context estimate and the prompt budget, then prunes old tool results on
+   the copy it sends (the journal is never edited);
+3. sends the sanitized projection; around the call runs the recovery ladder: on a context
+   overflow compact and retry (at most 3 times), then truncate oversized tool results in the
+   session (a new branch), then stop with a message that says what to do; on a timeout with
+   the prompt above 65% of the window compact and retry (at most 2 times);
+4. appends the assistant message when it completes (an interrupted one with stopReason
+   "aborted", a failed one with "error"), then runs its tool calls one by one, appending each
+   result as soon as it exists; an interrupted tool call still gets a result, so the file never
+   holds a call without one;
+5. repeats until the model stops calling tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.compaction import compact
+from agent.models import (
+    ContextOverflow,
+    Model,
+    ModelAborted,
+    ModelError,
+    ModelEvent,
+    ModelRequest,
+    ModelTimeout,
+    assistant_message,
+    tool_calls,
+)
+from agent.overflow import truncate_session_tool_results
+from agent.prune import prune_messages
+from agent.routing import Route, decide_route
+from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.summarize import Summarizer, SummaryAborted, default_summarizer
+from agent.tokens import Estimator, estimate_context
+from agent.truncate import (
+    cuttable_tool_result_tokens,
+    max_result_chars,
+    oversized_tool_result_tokens,
+    truncate_aggregate,
+    truncate_tool_result,
+    truncate_tool_results,
+)
+from agent.window import Budget, check_window, clamp_reserve, resolve_window
+from journal import Context, Session, sanitize
+from tools import Tool, ToolResult, run_tool, tool_schemas
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful coding agent working in a workspace directory. Use the tools to read, "
+    "write and edit files and to run shell commands there. Keep answers short; say what you "
+    "changed and why."
+)
+MAX_OVERFLOW_COMPACTIONS = 3
+MAX_TIMEOUT_COMPACTIONS = 2
+TIMEOUT_COMPACT_SHARE = 0.65
+
+
+@dataclass(frozen=True)
+class RunnerEvent:
+    """Something observers may want to show: turns, tools, compactions, retries."""
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """How a run ended."""
+
+    stop_reason: str
+    turns: int = 0
+    compactions: int = 0
+    message: str = ""
+    final_text: str = ""
+
+
+class OverflowUnrecoverable(ModelError):
+    kind = "overflow"
+
+
+def user_message(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}],
+            "timestamp": int(time.time() * 1000)}
+
+
+def tool_result_message(call: dict[str, Any], result: ToolResult) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "toolResult",
+        "toolCallId": call.get("id"),
+        "toolName": call.get("name"),
+        "content": [{"type": "text", "text": result.content}],
+    }
+    if result.details:
+        message["details"] = result.details
+    message["isError"] = result.is_error
+    message["timestamp"] = int(time.time() * 1000)
+    return message
+
+
+def _error_result(call: dict[str, Any], text: str) -> dict[str, Any]:
+    return tool_result_message(call, ToolResult(text, is_error=True,
+                                                details={"interrupted": True}))
+
+
+class Runner:
+    """Runs an agent on a journal session. Collaborators are injected so tests swap them."""
+
+    def __init__(
+        self,
+        session: Session,
+        model: Model,
+        tools: list[Tool],
+        *,
+        settings: ContextSettings = DEFAULT_SETTINGS,
+        summarizer: Summarizer | None = None,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        workspace: str | None = None,
+        on_event: Callable[[RunnerEvent], None] | None = None,
+        on_model_event: Callable[[ModelEvent], None] | None = None,
+        estimator: Estimator | None = None,
+        max_turns: int = 200,
+        compaction_hooks: Any = None,
+    ) -> None:
+        self.session = session
+        self.model = model
+        self.tools = {tool.name: tool for tool in tools}
+        self.schemas = tool_schemas(tools)
+        self.settings = settings
+        self.summarizer = summarizer or default_summarizer()
+        self.system_prompt = system_prompt
+        self.workspace = workspace
+        self.on_event = on_event
+        self.on_model_event = on_model_event
+        self.estimator = estimator or Estimator.from_settings(settings)
+        self.max_turns = max_turns
+        self.compaction_hooks = compaction_hooks
+        self.compactions = 0
+        self.auto_compact = True
+        self._sanitized = _IncrementalSanitizer()
+        window = settings.context_window or model.context_window or resolve_window(
+            model.model_id, settings)
+        check_window(window, settings)
+        reserve = clamp_reserve(window, settings)
+        self.budget = Budget(window=window, reserve=reserve, prompt=window - reserve)
+
+    # observers
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(RunnerEvent(kind, data))
+            except Exception:  # an observer must never break a run
+                log.exception("event observer failed on %s", kind)
+
+    # the loop
+
+    def run(self, prompt: str | None, *, abort: threading.Event | None = None) -> RunResult:
+        """Append `prompt` (None: continue the session as it is) and run until the model stops."""
+        abort = abort or threading.Event()
+        if prompt is not None:
+            self.session.append_message(user_message(prompt))
+        turns = 0
+        while turns < self.max_turns:
+            turns += 1
+            self._emit("turn_start", turn=turns)
+            try:
+                assistant = self._complete(abort)
+            except OverflowUnrecoverable as e:
+                return RunResult("overflow", turns, self.compactions, e.message)
+            entry_id = self.session.append_message(assistant)
+            stop = assistant.get("stopReason")
+            self._emit("turn_end", turn=turns, entry_id=entry_id, stop_reason=stop)
+            calls = tool_calls(assistant)
+            if stop in ("aborted", "error"):
+                for call in calls:
+                    self.session.append_message(_error_result(
+                        call, "Not run: the assistant turn was interrupted before it finished."))
+                message = assistant.get("errorMessage") or f"the model turn ended with {stop}"
+                return RunResult(stop, turns, self.compactions, message)
+            if not calls:
+                return RunResult("stop", turns, self.compactions,
+                                 final_text=_text_of(assistant))
+            if not self._run_tools(calls, abort):
+                return RunResult("aborted", turns, self.compactions,
+                                 "interrupted while a tool was running")
+        return RunResult("max_turns", turns, self.compactions,
+                         f"stopped after {self.max_turns} model turns")
+
+    def _run_tools(self, calls: list[dict[str, Any]], abort: threading.Event) -> bool:
+        for index, call in enumerate(calls):
+            if abort.is_set():
+                self._interrupt_rest(calls[index:], "Not run: the user interrupted the agent.")
+                return False
+            self._emit("tool_start", name=call.get("name"), call_id=call.get("id"),
+                       arguments=call.get("arguments"))
+            try:
+                result = run_tool(self.tools, str(call.get("name")), call.get("arguments"))
+            except KeyboardInterrupt:
+                self._interrupt_rest(calls[index:], "Interrupted by the user while running.")
+                return False
+            message = tool_result_message(call, result)
+            message, _ = truncate_tool_result(
+                message, max_result_chars(self.budget.window, self.settings), self.settings)
+            self.session.append_message(message)
+            self._emit("tool_end", name=call.get("name"), call_id=call.get("id"),
+                       is_error=result.is_error, chars=len(result.content))
+        return True
+
+    def _interrupt_rest(self, calls: list[dict[str, Any]], text: str) -> None:
+        for call in calls:
+            self.session.append_message(_error_result(call, text))
+
+    # one model call with routing and recovery
+
+    def _complete(self, abort: threading.Event) -> dict[str, Any]:
+        overflow_compactions = 0
+        timeout_compactions = 0
+        truncated_session = False
+        while True:
+            request = self._request()
+            try:
+                return self.model.complete(request, on_event=self.on_model_event, abort=abort)
+            except ContextOverflow as e:
+                if overflow_compactions < MAX_OVERFLOW_COMPACTIONS:
+                    overflow_compactions += 1
+                    self._compact("overflow", will_retry=True)
+                    continue
+                if not truncated_session:
+                    truncated_session = True
+                    report = truncate_session_tool_results(
+                        self.session, self.budget.window, self.settings)
+                    self._emit("session_truncated", report=report)
+                    continue
+                raise OverflowUnrecoverable(
+                    "The conversation no longer fits the model's context window, even after "
+                    f"{MAX_OVERFLOW_COMPACTIONS} compactions and truncating tool results "
+                    f"({e.message}). Start a new session, or use a model with a larger window.",
+                    status=e.status,
+                ) from e
+            except ModelTimeout as e:
+                share = self._estimate() / self.budget.window
+                if share > TIMEOUT_COMPACT_SHARE and timeout_compactions < MAX_TIMEOUT_COMPACTIONS:
+                    timeout_compactions += 1
+                    self._compact("timeout", will_retry=True)
+                    continue
+                return self._failed_turn(e, "error")
+            except ModelAborted as e:
+                return self._failed_turn(e, "aborted")
+            except ModelError as e:
+                return self._failed_turn(e, "error")
+
+    def _failed_turn(self, error: ModelError, stop: str) -> dict[str, Any]:
+        partial = error.partial
+        if partial is not None:
+            message = dict(partial)
+            message["stopReason"] = stop
+            message.setdefault("errorMessage", error.message)
+            return message
+        return assistant_message([], api="unknown", provider=self.model.provider,
+                                 model=self.model.model_id, stop_reason=stop,
+                                 error_message=error.message)
+
+    def current_tokens(self) -> int:
+        """The estimated size of the context the next request would carry."""
+        return self._estimate()
+
+    def _estimate(self) -> int:
+        return self._estimate_of(self.session.context(raw=True)).tokens
+
+    def _estimate_of(self, context: Any) -> Any:
+        return estimate_context(context.messages, self.estimator, context.entry_ids,
+                                safety_margin=self.settings.estimate_safety_margin,
+                                usage_from=context.fresh_from)
+
+    def _request(self) -> ModelRequest:
+        """Route, then build what is sent: sanitized, pruned, truncated copies."""
+        raw = self.session.context(raw=True)
+        estimate = self._estimate_of(raw)
+        # the two tool-result sizes only matter over budget: skip their walk of the context
+        over = estimate.tokens > self.budget.prompt
+        decision = decide_route(
+            estimate, self.budget.prompt,
+            cuttable_tool_result_tokens(raw.messages, self.settings) if over else 0,
+            oversized_tool_result_tokens(raw.messages, self.budget.window, self.settings)
+            if over else 0,
+        )
+        wants_compaction = decision.route in (Route.COMPACT_ONLY, Route.COMPACT_THEN_TRUNCATE)
+        if wants_compaction and self.auto_compact:
+            if self._compact("threshold", will_retry=False) is not None:
+                raw = self.session.context(raw=True)
+                estimate = self._estimate_of(raw)
+        messages, _ = prune_messages(self._sanitized(raw), self.budget.window, estimate,
+                                     self.settings, self.estimator)
+        if decision.route != Route.FITS:
+            messages, _ = truncate_tool_results(messages, self.budget.window, self.settings)
+            over = estimate.tokens - self.budget.prompt
+            if over > 0:
+                chars = _result_chars(messages) - over * self.settings.chars_per_token
+                messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
+        return ModelRequest(
+            messages=messages,
+            tools=self.schemas,
+            system=self.system_prompt,
+            max_tokens=min(self.budget.reserve, 8192),
+            thinking_level=raw.thinking_level or "off",
+        )
+
+    def compact_now(self, focus: str | None = None) -> Any:
+        """A compaction the user asked for (`/compact [focus]`)."""
+        return self._compact("manual", will_retry=False, focus=focus)
+
+    def _compact(self, reason: str, *, will_retry: bool, focus: str | None = None) -> Any:
+        before = self._estimate()
+        self._emit("compaction_start", reason=reason, tokens_before=before)
+        try:
+            result = compact(self.session, self.summarizer, self.settings,
+                             estimator=self.estimator, focus=focus, reason=reason,
+                             hooks=self.compaction_hooks, workspace=self.workspace)
+        except SummaryAborted:
+            result = None
+        after = self._estimate()
+        if result is not None:
+            self.compactions += 1
+        self._emit("compaction_end", reason=reason, tokens_before=before, tokens_after=after,
+                   will_retry=will_retry, compacted=result is not None,
+                   session=self.session.path)
+        return result
+
+
+class _IncrementalSanitizer:
+    """`journal.sanitize` of the raw context, re-checking only what was appended since.
+
+    A full `sanitize` walks the whole history, so running it before every request made each
+    turn cost more as the session grew. A valid history comes back from `sanitize` unchanged,
+    and a valid history stays valid when what follows its last non-result message passes
+    `sanitize` unchanged on its own and uses no tool call id seen before that message (no run
+    of results crosses that message). So while the context only grows (same latest
+    compaction, the entry last checked still at its place) just that tail is sanitized;
+    anything else (a compaction, another branch, a history that needed fixing) takes the
+    full pass.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[str | None, int, str] | None = None
+        """(compaction id, length, id of the last entry) of the history last found valid."""
+        self._mark = 0
+        """Index of its last message that is not a tool result."""
+        self._ids: set[str] = set()
+        """Tool call ids of the messages before `_mark`."""
+
+    def __call__(self, raw: Context) -> list[dict[str, Any]]:
+        messages, ids = raw.messages, raw.entry_ids
+        key = self._key
+        if (key is not None and key[0] == raw.compaction_id and len(ids) == len(messages)
+                and len(messages) >= key[1] and ids[key[1] - 1] == key[2]):
+            tail = messages[self._mark:]
+            _, report = sanitize(tail)
+            if not report.changed and self._ids.isdisjoint(_call_ids(tail)):
+                self._remember(raw)
+                return messages
+        self._key, self._mark, self._ids = None, 0, set()
+        out, report = sanitize(messages)
+        if not report.changed:
+            self._remember(raw)
+        return out
+
+    def _remember(self, raw: Context) -> None:
+        messages, ids = raw.messages, raw.entry_ids
+        if not messages or len(ids) != len(messages) or not isinstance(ids[-1], str):
+            self._key = None
+            return
+        mark = len(messages) - 1
+        while mark > 0 and _role(messages[mark]) == "toolResult":
+            mark -= 1
+        self._ids.update(_call_ids(messages[self._mark:mark]))
+        self._key, self._mark = (raw.compaction_id, len(messages), ids[-1]), mark
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _call_ids(messages: list[dict[str, Any]]) -> list[str]:
+    return [b["id"] for m in messages if _role(m) == "assistant"
+            for b in m.get("content") or () if isinstance(b, dict)
+            and b.get("type") == "toolCall" and isinstance(b.get("id"), str)]
+
+
+def _result_chars(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for m in messages:
+        if m.get("role") == "toolResult":
+            for block in m.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "text":
+                    total += len(block.get("text", ""))
+    return total
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    return "".join(b.get("text", "") for b in message.get("content") or []
+                   if isinstance(b, dict) and b.get("type") == "text")
