@@ -137,13 +137,17 @@ def _phase_four(live: str, workspace: Path) -> str:
 
 
 def _phase_five(live: str, directory: Path) -> None:
-    from journal.render import describe_entry
+    from contextlib import closing
 
-    entries = load(live).entries
-    _say("  the last entries of the live session:")
-    for entry in entries[-8:]:
-        stamp = str(entry.get("timestamp", ""))[11:19]
-        _say(f"    {stamp} {entry['id']} {describe_entry(entry)}")
+    from journal import follow_events
+    from journal.cli_tail import TailPrinter
+
+    _say(f"  journal tail -n 8 {os.path.relpath(live)}")
+    printer = TailPrinter(sys.stdout, sys.stderr)
+    with closing(follow_events(live, last=8, stop=lambda: True)) as events:
+        for event in events:
+            printer.show(event)
+    sys.stdout.flush()
     chain = lineage(live)
     _say(f"  lineage ({len(chain)} files, oldest first):")
     for path in chain:
