@@ -7,7 +7,7 @@ version 3 files, ``leafId`` (pi gives version 1 entries random ids on every load
 
 The files checked:
 
-* the pi fixtures (``/work/shared/fixtures/pi``, else ``./fixtures/pi``);
+* the pi fixtures (``fixtures/pi``, copies of the shared ones);
 * synthetic sessions from ``bench/gen_session.py`` (several seeds and sizes, with branches,
   branch summaries, labels and several compactions);
 * hand-built edge files (see ``EDGE_CASES``).
@@ -53,7 +53,7 @@ ROOT = BENCH.parent
 PI_CONTEXT = BENCH / "pi_context.mjs"
 DEFAULT_PI_DIR = "/tmp/pi/node_modules/@mariozechner/pi-coding-agent"
 DEFAULT_NODE = "/usr/bin/node"
-SHARED_FIXTURES = Path("/work/shared/fixtures/pi")
+SHARED_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
 LOCAL_FIXTURES = ROOT / "fixtures" / "pi"
 FIXTURE_NAMES = ("all-types.jsonl", "before-compaction.jsonl", "large-session.jsonl")
 

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "pi"
-LOCAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
+# Copies of the real pi session files from the shared fixtures, kept in the repo.
+PI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
 
 
 def pi_fixture_dir() -> Path:
-    return SHARED_FIXTURES if SHARED_FIXTURES.is_dir() else LOCAL_FIXTURES
+    return PI_FIXTURES
 
 
 @pytest.fixture

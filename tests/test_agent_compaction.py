@@ -50,9 +50,7 @@ from agent.summarize import (
 from agent.tokens import Estimator
 from agent.window import prompt_budget
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "pi"
-if not FIXTURES.is_dir():
-    FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
 
 SMALL = ContextSettings(context_window=16_000)
 MID = ContextSettings(context_window=64_000, keep_recent_tokens=1_200)

@@ -1,6 +1,7 @@
 import json
 import math
 import socket
+from pathlib import Path
 
 import pytest
 import tiktoken.load
@@ -308,12 +309,9 @@ def test_context_estimate_uses_entry_id_cache():
 
 
 def test_real_fixture_messages_estimate():
-    path = "/work/shared/fixtures/pi/all-types.jsonl"
-    try:
-        with open(path) as fh:
-            entries = [json.loads(line) for line in fh if line.strip()]
-    except FileNotFoundError:
-        pytest.skip("shared fixtures not present")
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "all-types.jsonl"
+    with open(path) as fh:
+        entries = [json.loads(line) for line in fh if line.strip()]
     msgs = [e["message"] for e in entries if e.get("type") == "message"]
     ids = [e["id"] for e in entries if e.get("type") == "message"]
     result = estimate_context(msgs, Estimator("chars"), ids)

@@ -11,8 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "pi" / "all-types.jsonl"
-if not FIXTURE.exists():
-    FIXTURE = Path("/work/shared/fixtures/pi/all-types.jsonl")
 
 
 def _load_module():
