@@ -117,3 +117,25 @@ def test_pi_keeps_ids() -> None:
     assert not parity.pi_keeps_ids({"version": 2})
     assert not parity.pi_keeps_ids({"version": "abc"})
     assert not parity.pi_keeps_ids(None)
+
+
+def test_pi_opens_a_rotated_successor_and_builds_the_same_context(pi, tmp_path: Path) -> None:
+    """A successor written by rotation is a file pi loads, with the context we give."""
+    from journal import rotate
+
+    node, pi_dir = pi
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    source = parity.write_generated(tmp_path / "gen", ["gen-s5-6m-tail.jsonl"])[0]
+    original = sessions / source.name
+    original.write_bytes(source.read_bytes())
+    before, _, _, _ = parity.run_ours(original)
+    result = rotate(str(original), compress=False)
+    assert result.rotated
+    successor = Path(result.successor)
+    ours, _, diagnostics, _ = parity.run_ours(successor)
+    assert diagnostics == 0
+    (theirs,) = parity.run_pi([successor], node, pi_dir)
+    assert theirs["messages"] == ours["messages"] == before["messages"]
+    assert theirs["model"] == ours["model"] and theirs["thinkingLevel"] == ours["thinkingLevel"]
+    assert theirs["leafId"] == ours["leafId"]
