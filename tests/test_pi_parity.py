@@ -126,6 +126,7 @@ def test_pi_opens_a_rotated_successor_and_builds_the_same_context(pi, tmp_path: 
     node, pi_dir = pi
     sessions = tmp_path / "sessions"
     sessions.mkdir()
+    (tmp_path / "gen").mkdir()
     source = parity.write_generated(tmp_path / "gen", ["gen-s5-6m-tail.jsonl"])[0]
     original = sessions / source.name
     original.write_bytes(source.read_bytes())
