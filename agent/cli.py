@@ -128,10 +128,15 @@ def _short(arguments: Any, width: int = 70) -> str:
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
                  quiet: bool = False) -> Runner:
+    from agent.scripted import ScriptedModel
+    from agent.summarize import ExtractiveSummarizer
     from tools import default_tools
 
+    # a replayed scenario stays offline: its compactions never call Anthropic, key or not
+    summarizer = ExtractiveSummarizer() if isinstance(model, ScriptedModel) else None
     return Runner(session, model, default_tools(workspace), settings=settings,
-                  workspace=workspace, on_event=None if quiet else print_event)
+                  summarizer=summarizer, workspace=workspace,
+                  on_event=None if quiet else print_event)
 
 
 def _settings(args: argparse.Namespace) -> ContextSettings:

@@ -134,7 +134,8 @@ def prune_messages(
     """Prune old tool results according to how full the window is.
 
     ``estimate`` is the current context size in tokens; when omitted it is
-    computed with :func:`agent.tokens.estimate_context`.
+    computed with :func:`agent.tokens.estimate_context`. When nothing needs pruning
+    the input list itself is returned (no copy: this runs before every request).
     """
     if estimate is None:
         estimate = estimate_context(
@@ -145,9 +146,10 @@ def prune_messages(
     tokens = estimate.tokens if isinstance(estimate, ContextEstimate) else estimate
     level = prune_level(tokens, window, settings)
     boundary = protected_start(messages, settings.protected_assistant_turns)
-    out = list(messages)
     if level is PruneLevel.NONE:
-        return out, PruneReport(level, tokens, window, boundary)
+        unchanged = messages if isinstance(messages, list) else list(messages)
+        return unchanged, PruneReport(level, tokens, window, boundary)
+    out = list(messages)
 
     changed: list[int] = []
     removed = 0

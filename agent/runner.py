@@ -210,6 +210,10 @@ class Runner:
             except KeyboardInterrupt:
                 self._interrupt_rest(calls[index:], "Interrupted by the user while running.")
                 return False
+            except Exception as e:  # a bug in a tool: its call still gets a result
+                log.exception("tool %s raised", call.get("name"))
+                result = ToolResult(f"{call.get('name')}: the tool failed: {e!r}",
+                                    is_error=True)
             message = tool_result_message(call, result)
             message, _ = truncate_tool_result(
                 message, max_result_chars(self.budget.window, self.settings), self.settings)
@@ -277,7 +281,7 @@ class Runner:
         return self._estimate()
 
     def _estimate(self) -> int:
-        return self._estimate_of(self.session.context(raw=True)).tokens
+        return self._estimate_of(self.session.live_context()).tokens
 
     def _estimate_of(self, context: Any) -> Any:
         return estimate_context(context.messages, self.estimator, context.entry_ids,
@@ -286,7 +290,7 @@ class Runner:
 
     def _request(self) -> ModelRequest:
         """Route, then build what is sent: sanitized, pruned, truncated copies."""
-        raw = self.session.context(raw=True)
+        raw = self.session.live_context()
         estimate = self._estimate_of(raw)
         # the two tool-result sizes only matter over budget: skip their walk of the context
         over = estimate.tokens > self.budget.prompt
@@ -299,7 +303,7 @@ class Runner:
         wants_compaction = decision.route in (Route.COMPACT_ONLY, Route.COMPACT_THEN_TRUNCATE)
         if wants_compaction and self.auto_compact:
             if self._compact("threshold", will_retry=False) is not None:
-                raw = self.session.context(raw=True)
+                raw = self.session.live_context()
                 estimate = self._estimate_of(raw)
         messages, _ = prune_messages(self._sanitized(raw), self.budget.window, estimate,
                                      self.settings, self.estimator)
@@ -309,6 +313,8 @@ class Runner:
             if over > 0:
                 chars = _result_chars(messages) - over * self.settings.chars_per_token
                 messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
+        if messages is raw.messages:
+            messages = list(messages)  # the request must not share the session's live list
         return ModelRequest(
             messages=messages,
             tools=self.schemas,

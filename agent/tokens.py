@@ -248,7 +248,7 @@ def estimate_context(
     written after the compaction count (``journal.Context.fresh_from``).
     """
     estimator = estimator or Estimator()
-    ids = list(entry_ids) if entry_ids is not None else [None] * len(messages)
+    ids: Sequence[str | None] = entry_ids if entry_ids is not None else ()
     anchor: int | None = None
     anchor_tokens = 0
     for index in range(len(messages) - 1, usage_from - 1, -1):

@@ -243,11 +243,16 @@ class Session:
             context = build_context(self.tree, self._position(leaf_id))
         return context if raw else for_model(context)
 
-    def _live_context(self) -> Context:
-        """The leaf's raw context, kept current by appends instead of rebuilt each time."""
+    def live_context(self) -> Context:
+        """The leaf's raw context itself, shared and kept current by appends: read it, never
+        modify it. For loops that ask every turn; `context()` returns a copy."""
         cached = self._context
         if cached is None or cached.leaf_id != self.leaf_id:
             cached = self._context = build_context(self.tree, self.tree.leaf)
+        return cached
+
+    def _live_context(self) -> Context:
+        cached = self.live_context()
         return Context(list(cached.messages), cached.thinking_level, cached.model,
                        cached.leaf_id, cached.compaction_id, entry_ids=list(cached.entry_ids),
                        fresh_from=cached.fresh_from)

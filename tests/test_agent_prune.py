@@ -94,8 +94,9 @@ def test_protected_start_is_third_last_assistant():
 
 def test_below_30_percent_nothing_changes():
     msgs = conversation(6)
+    before = copy.deepcopy(msgs)
     out, report = prune_messages(msgs, WINDOW, 29_999)
-    assert out == msgs and out is not msgs
+    assert out is msgs and msgs == before  # nothing to prune: no copy is made
     assert report.level is PruneLevel.NONE
     assert not report.changed
 

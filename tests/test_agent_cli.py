@@ -1,0 +1,239 @@
+"""`journal-agent run / chat / demo`, in process through `agent.cli.main` (the demo also runs a
+real agent child process). No network, no key: scripted models only."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import journal
+from agent.cli import build_runner, main, make_model, workspace_folder
+from agent.settings import DEFAULT_SETTINGS
+from agent.summarize import ExtractiveSummarizer
+from journal import Session, load, pairing_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "fixtures" / "scenarios"
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Default sessions go to a temporary folder; no key, so nothing can reach Anthropic."""
+    root = tmp_path / "default-sessions"
+    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(root))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    return root
+
+
+def sessions_in(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.jsonl"))
+
+
+def messages(path: str | Path) -> list[dict[str, Any]]:
+    return [e["message"] for e in load(path).entries if e["type"] == "message"]
+
+
+def read_entries(path: str) -> list[dict[str, Any]]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def assert_session_ok(path: str | Path) -> None:
+    """Readable without diagnostics, every call answered once, the raw projection valid."""
+    assert load(path).diagnostics == []
+    msgs = messages(path)
+    calls = [b["id"] for m in msgs if m["role"] == "assistant" for b in m["content"]
+             if b["type"] == "toolCall"]
+    assert sorted(calls) == sorted(m["toolCallId"] for m in msgs if m["role"] == "toolResult")
+    with Session.open(path) as session:
+        assert pairing_problems(session.context(raw=True).messages) == []
+
+
+# --- run
+
+
+def test_run_creates_a_session_and_runs(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
+    code = main(["run", "Write hello.py that prints a greeting, and run it.",
+                 "--model", f"scripted:{SCENARIOS / 'short.json'}",
+                 "--workspace", str(workspace), "--sessions-dir", str(sessions)])
+    out = capsys.readouterr().out
+
+    assert code == 0
+    [path] = sessions_in(sessions)
+    assert f"session {path}" in out
+    assert "turn 4: assistant (stop)" in out
+    assert "→ write hello.py" in out and "← bash ok" in out
+    assert "stop: 4 turns, 0 compactions" in out
+    assert (workspace / "hello.py").exists()
+    assert [m["role"] for m in messages(path)] == [
+        "user", "assistant", "toolResult", "assistant", "toolResult", "assistant",
+        "toolResult", "assistant"]
+    assert load(path).header["cwd"] == str(workspace)
+    assert_session_ok(path)
+
+
+def test_run_without_sessions_dir_uses_the_configured_root(
+    tmp_path: Path, _env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = tmp_path / "ws"
+    code = main(["run", "Make a todo list.", "--model", "scripted:test_two_part.json",
+                 "--workspace", str(workspace), "-q"])
+
+    assert code == 0
+    assert capsys.readouterr().out == ""  # --quiet
+    [path] = sessions_in(_env / workspace_folder(str(workspace)))
+    assert messages(path)[-1]["content"][0]["text"] == "The list has one item."
+    assert not (Path.home() / ".journal-agent" / "sessions" / workspace_folder(
+        str(workspace))).exists()
+
+
+def test_run_with_session_continues_it(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
+    spec = f"scripted:{SCENARIOS / 'test_two_part.json'}"
+    common = ["--model", spec, "--workspace", str(workspace)]
+    assert main(["run", "Make a todo list.", *common, "--sessions-dir", str(sessions)]) == 0
+    [path] = sessions_in(sessions)
+    capsys.readouterr()
+
+    code = main(["run", "Add 'call mum'.", "--session", str(path), *common])
+    out = capsys.readouterr().out
+
+    assert code == 0
+    assert sessions_in(sessions) == [path]  # no new file
+    assert "The list has two items now." in out
+    assert (workspace / "todo.txt").read_text() == "- buy milk\n- call mum\n"
+    msgs = messages(path)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "toolResult", "assistant",
+                                         "user", "assistant", "toolResult", "assistant"]
+    assert msgs[4]["content"][0]["text"] == "Add 'call mum'."
+    # the second run played the scenario's turns 2 and 3: ids follow on, none repeated
+    calls = [b["id"] for m in msgs if m["role"] == "assistant" for b in m["content"]
+             if b["type"] == "toolCall"]
+    assert calls == ["call_0_0", "call_2_0"]
+    assert_session_ok(path)
+
+
+def test_run_without_a_model_or_key_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "hello", "--workspace", str(tmp_path / "ws"),
+                 "--sessions-dir", str(tmp_path / "sessions")])
+    err = capsys.readouterr().err
+
+    assert code == 2
+    assert err.startswith("Error: no model")
+    assert "ANTHROPIC_API_KEY" in err and "scripted:FILE" in err
+    assert not (tmp_path / "sessions").exists()
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("gpt:4", "unknown model 'gpt:4'"),
+    ("nonsense", "unknown model 'nonsense'"),
+    ("scripted:no-such-scenario.json", "scenario file not found"),
+])
+def test_run_with_a_bad_model_spec_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, says: str
+) -> None:
+    code = main(["run", "hello", "--model", spec, "--workspace", str(tmp_path / "ws"),
+                 "--sessions-dir", str(tmp_path / "sessions")])
+    err = capsys.readouterr().err
+
+    assert code == 2
+    assert err.startswith("Error: ") and says in err
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_scripted_runs_summarize_offline_even_with_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-never-sent")
+    model = make_model(f"scripted:{SCENARIOS / 'short.json'}", None)
+    with Session.create(str(tmp_path / "sessions"), cwd=str(tmp_path)) as session:
+        runner = build_runner(session, model, str(tmp_path), DEFAULT_SETTINGS, quiet=True)
+        assert isinstance(runner.summarizer, ExtractiveSummarizer)
+
+
+# --- chat
+
+
+def test_chat_runs_commands_and_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
+    lines = ["hello", "count to 4000", "/status", "/compact", "/status", "", "/bogus",
+             "/quit", "never read"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    code = main(["chat", "--model", f"scripted:{SCENARIOS / 'test_chat.json'}",
+                 "--workspace", str(workspace), "--sessions-dir", str(sessions),
+                 "--window", "16000"])
+    out = capsys.readouterr().out
+
+    assert code == 0
+    [path] = sessions_in(sessions)
+    assert out.startswith(f"session {path}\ncommands: /compact")
+    assert "Hello again: records.txt holds 60 records." in out
+    assert "Counted to 4000." in out
+    assert out.count("stop: 2 turns, 0 compactions") == 2
+    assert (workspace / "records.txt").exists()
+    statuses = [line for line in out.splitlines() if "tokens (" in line]
+    assert len(statuses) == 2
+    assert "of 16,000 tokens" in statuses[0] and "0 compactions" in statuses[0]
+    assert "1 compactions" in statuses[1]
+    used = [int(s.partition(" of ")[0].lstrip("> ").replace(",", "")) for s in statuses]
+    assert used[1] < used[0]  # the manual compaction made the context smaller
+    assert "\ncompacted\n" in out.replace("> ", "")
+    assert out.count("commands: /compact") == 2  # the banner and the answer to /bogus
+    entries = load(path).entries
+    compaction = [e for e in entries if e["type"] == "compaction"]
+    assert len(compaction) == 1 and compaction[0]["details"]["reason"] == "manual"
+    assert_session_ok(path)
+
+
+# --- demo
+
+
+def test_demo_runs_end_to_end_and_again(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "demo"
+    for attempt in range(2):  # a second run in the same folder starts afresh
+        assert main(["demo", "--dir", str(directory)]) == 0
+        out = capsys.readouterr().out
+        assert "killed agent pid" in out and "fixed missing_result" in out
+        assert "done in" in out
+
+        workspace, sessions = directory / "workspace", directory / "sessions"
+        assert (workspace / "inventory").is_dir() and (workspace / "tests").is_dir()
+        [live] = sessions_in(sessions)
+        chain = journal.lineage(str(live))
+        assert len(chain) >= 2 and chain[-1] == str(live)
+        compactions = sum(e.get("type") == "compaction" for path in chain
+                          for e in read_entries(path))
+        assert compactions >= 2, attempt
+        # repaired and resumed: clean, every call answered, the raw history valid
+        assert journal.repair(str(live), dry_run=True).changed is False
+        assert_session_ok(live)
+        msgs = messages(live)
+        synthetic = [m for m in msgs if m["role"] == "toolResult"
+                     and (m.get("details") or {}).get("synthetic")]
+        assert len(synthetic) == 1
+        assert msgs[-1]["role"] == "assistant" and msgs[-1]["stopReason"] == "stop"
+
+
+def test_demo_refuses_a_folder_it_did_not_make(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "mine"
+    directory.mkdir()
+    (directory / "thesis.tex").write_text("precious\n")
+
+    assert main(["demo", "--dir", str(directory)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "was not made by this demo" in err
+    assert sorted(p.name for p in directory.iterdir()) == ["thesis.tex"]
