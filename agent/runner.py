@@ -179,6 +179,10 @@ class Runner:
                 assistant = self._complete(abort)
             except OverflowUnrecoverable as e:
                 return RunResult("overflow", turns, self.compactions, e.message)
+            except KeyboardInterrupt:
+                assistant = assistant_message(
+                    [], api="unknown", provider=self.model.provider, model=self.model.model_id,
+                    stop_reason="aborted", error_message="interrupted by the user")
             entry_id = self.session.append_message(assistant)
             stop = assistant.get("stopReason")
             self._emit("turn_end", turn=turns, entry_id=entry_id, stop_reason=stop)

@@ -758,3 +758,19 @@ def test_request_messages_equal_a_full_sanitize(tmp_path: Path, workspace: Path,
                 sent = runner._request().messages
                 assert sent == expected
                 assert pairing_problems(sent) == []
+
+
+def test_ctrl_c_during_the_model_call_records_an_aborted_turn(tmp_path: Path,
+                                                              workspace: Path) -> None:
+    class Interrupting(ScriptedModel):
+        def complete(self, request, **kwargs):  # type: ignore[override]
+            raise KeyboardInterrupt
+
+    model = Interrupting.from_file(SCENARIOS / "short.json")
+    with Session.create(str(tmp_path / "sessions"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace)
+        result = runner.run("hello")
+        entries = assert_journal_ok(session)
+    assert result.stop_reason == "aborted"
+    assert roles(entries) == ["user", "assistant"]
+    assert messages_of(entries)[-1]["stopReason"] == "aborted"
