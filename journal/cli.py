@@ -75,14 +75,17 @@ def read_entries_from(stream: Any) -> list[dict[str, Any]]:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    open_for_reading(args.path).close()
+    from .lineage import resolve_live
+
+    open_for_reading(resolve_live(args.path)[0]).close()
     entries = read_entries_from(sys.stdin.buffer)
     if not entries:
         raise JournalError("nothing to append: stdin held no entries")
     with Session.open(args.path, lock_timeout=args.lock_timeout) as session:
         ids = session.append_many(entries)
+        written = session.path
     if args.json:
-        _emit_json({"path": os.path.abspath(args.path), "ids": ids})
+        _emit_json({"path": written, "ids": ids})
     else:
         for entry_id in ids:
             print(entry_id)
@@ -354,6 +357,10 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         return func(args)
     except JournalError as e:
         print(f"Error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"Error: {where}{e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 0

@@ -224,6 +224,8 @@ def recover_rotation(path: str) -> str | None:
         return None
     except (OSError, orjson.JSONDecodeError):
         intent = {}
+    if not isinstance(intent, dict):
+        intent = {}
     temp, successor, archive = intent.get("temp"), intent.get("successor"), intent.get("archive")
     published = isinstance(successor, str) and os.path.exists(successor)
     if isinstance(temp, str) and os.path.exists(temp):
@@ -247,7 +249,9 @@ def seal_file(path: str, successor: str, session_id: str | None) -> Entry:
     from .durability import Durability
     from .log import AppendLog
     from .model import custom_entry, new_id
+    from .quarantine import cut_torn_tail
 
+    cut_torn_tail(path)
     last = last_entry(path)
     parent = last.get("id") if last else None
     marker = custom_entry(new_id(set()), parent, SUCCESSOR_TYPE,

@@ -13,7 +13,7 @@ import logging
 import os
 
 from .durability import Durability, SyncClock
-from .errors import SessionClosed, WriteFailed
+from .errors import JournalError, SessionClosed, WriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,15 @@ class AppendLog:
         self.path = path
         self.durability = durability or Durability.always()
         self._clock = SyncClock(self.durability)
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        self._end = os.fstat(self._fd).st_size
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        self._end = os.fstat(fd).st_size
+        if self._end and os.pread(fd, 1, self._end - 1) != b"\n":
+            os.close(fd)
+            raise JournalError(
+                f"{path}: does not end with a newline (a torn last line); open it with "
+                "Session.open, which quarantines the fragment first"
+            )
+        self._fd: int | None = fd
         self._stuck: str | None = None
 
     @property

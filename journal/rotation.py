@@ -29,6 +29,7 @@ from .errors import JournalError, UnsupportedVersion
 from .lineage import (
     ARCHIVE_DIR,
     SUCCESSOR_TYPE,
+    intent_path,
     lineage,
     move_into_archive,
     read_header,
@@ -36,11 +37,13 @@ from .lineage import (
     recover_rotation,
     remove_intent,
     resolve_live,
+    seal_of,
     write_intent,
 )
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
+from .quarantine import cut_torn_tail
 from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
 from .tree import Tree
 
@@ -234,7 +237,8 @@ def rotate(
     session = target if isinstance(target, Session) else None
     early_info: tuple[int, Entry | None] | None = None
     if session is None:
-        recover_pending(os.fspath(target), lock_timeout)
+        if not dry_run:
+            recover_pending(os.fspath(target), lock_timeout)
         path, _ = resolve_live(os.fspath(target))
         early_info = _last_session_info(path, 0, None)
         lock = WriterLock(path, lock_timeout)
@@ -243,8 +247,9 @@ def rotate(
         path, lock = session.path, None
     locked_at = time.perf_counter()
     try:
-        if session is None:
+        if session is None and not dry_run:
             recover_rotation(path)
+            cut_torn_tail(path)
         result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
                                          early_info)
     finally:
@@ -263,6 +268,9 @@ def rotate(
 def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: bool,
                    dry_run: bool, early_info: tuple[int, Entry | None] | None,
                    ) -> tuple[RotationResult, tuple[str, str] | None]:
+    if session is None and dry_run and os.path.exists(intent_path(path)):
+        reason = "an interrupted rotation is pending; the next rotate or open will finish it"
+        return RotationResult(False, path, reason, dry_run=True), None
     if session is not None:
         tree, header = session.tree, session.header
         info = session.latest_session_info()
@@ -294,11 +302,19 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     temp = os.path.join(os.path.dirname(path), f".{os.path.basename(final)}.rotate.tmp")
     write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive,
                         "sessionId": build.header["id"]})
-    _step("intent")
-    _write_synced(temp, data)
-    _step("temp")
-    _verify(temp, build)
-    _step("verified")
+    try:
+        _step("intent")
+        _write_synced(temp, data)
+        _step("temp")
+        _verify(temp, build)
+        _step("verified")
+    except Exception:
+        # nothing was published: put things back as they were (a crash leaves this to
+        # recover_rotation, which does the same)
+        if os.path.exists(temp):
+            os.unlink(temp)
+        remove_intent(path)
+        raise
     new_lock = WriterLock(final, 0) if session is not None else None
     if new_lock is not None:
         new_lock.acquire()
@@ -387,7 +403,13 @@ def apply_retention(live: str, keep: int) -> list[str]:
     """Delete the oldest archived files of `live`'s lineage beyond the newest `keep`."""
     if keep < 0:
         raise ValueError("keep must be 0 or more")
-    archives = [p for p in lineage(live)[:-1] if os.path.exists(p)]
+    archives: list[str] = []
+    for path in reversed(lineage(live)[:-1]):
+        # only files rotation sealed are archives; a fork's parent is a live session
+        if not os.path.exists(path) or seal_of(path) is None:
+            break
+        archives.append(path)
+    archives.reverse()
     doomed = archives[: max(0, len(archives) - keep)]
     for path in doomed:
         os.unlink(path)

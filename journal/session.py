@@ -11,6 +11,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from . import codec, model
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
@@ -20,7 +22,7 @@ from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, 
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
-from .quarantine import Quarantined, quarantine
+from .quarantine import Quarantined, cut_torn_tail
 from .snapshot import (
     Snapshot,
     find_last_of_type,
@@ -127,7 +129,8 @@ class Session:
                         followed += [*more]
                         target = moved_on
                         continue
-                recovered = _cut_torn_tail(target)
+                _preflight(target)
+                recovered = cut_torn_tail(target)
                 snap = resume(target)
                 _check_writable(target, snap)
                 appender = AppendLog(target, durability)
@@ -298,8 +301,7 @@ class Session:
         snap = load(self.path)
         tree = Tree(snap.entries)
         tree.finish_forward_check()
-        if leaf is not None:
-            tree.leaf = tree.index_of(leaf)
+        tree.leaf = None if leaf is None else tree.index_of(leaf)
         self.tree = tree
         self.diagnostics = snap.diagnostics
         self._context = None
@@ -377,7 +379,13 @@ class Session:
         parts[0] = {k: v for k, v in parts[0].items() if v is not None or k == "firstKeptEntryId"}
         compaction_id = self.append_many(parts)[0]
         if self.rotation_policy is not None and self.rotation_policy.after_compaction:
-            self.maybe_rotate()
+            try:
+                self.maybe_rotate()
+            except (JournalError, OSError) as e:
+                if self.closed:
+                    raise  # failed after publishing: the session moved on without us
+                log.warning("%s: rotation after the compaction failed (%s); the session "
+                            "goes on in this file", self.path, e)
         return compaction_id
 
     def append_custom_entry(self, custom_type: str, data: Any = None) -> str:
@@ -506,27 +514,24 @@ def _check_writable(path: str, snap: Snapshot) -> None:
         raise UnsupportedVersion(path, version, "written by a newer program; not appending")
 
 
-def _cut_torn_tail(path: str) -> list[Quarantined]:
-    """Quarantine and cut a last line without newline (invariant 2). Caller holds the lock."""
+def _preflight(path: str) -> None:
+    """Refuse what is not a writable version 3 session before anything is changed."""
+    if path.endswith(".gz"):
+        raise NotASession(path, "a compressed archive is read-only; open its live successor")
     with open_for_reading(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise NotASession(path, "empty file, not a session (no header)")
-        end = last_newline_end(f, size)
-        if end == size:
-            return []
-        f.seek(end)
-        fragment = f.read(size - end)
-    torn = Quarantined(path, end, fragment, codec.TORN_TAIL, "no newline at end of file")
-    where = quarantine(path, [torn])
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        first = f.readline(1 << 20)
+    if not first:
+        raise NotASession(path, "empty file, not a session (no header)")
+    header = None
     try:
-        os.ftruncate(fd, end)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    log.warning(
-        "%s: torn last line at byte %s (%d bytes) quarantined to %s",
-        path, f"{end:,}", len(fragment), where,
-    )
-    return [torn]
+        value = orjson.loads(first.removeprefix(codec.BOM))
+        header = value if isinstance(value, dict) and value.get("type") == "session" else None
+    except orjson.JSONDecodeError:
+        pass
+    if header is None:
+        raise NotASession(
+            path, "not a session file: no session header on line 1 (if it is a damaged "
+            f"session, 'journal repair {path}' restores one)")
+    version = model.header_version(header)
+    if version != model.CURRENT_VERSION:
+        _check_writable(path, Snapshot(path, header, []))

@@ -54,11 +54,14 @@ class View:
             stat = os.stat(self.path)
         except FileNotFoundError as e:
             raise NotASession(self.path, "the file is gone (rotated or deleted)") from e
-        if stat.st_ino != self._inode or stat.st_size < self._end:
+        if stat.st_ino != self._inode or stat.st_size < self._end or self._version() < 3:
             return self._reload()
         if stat.st_size == self._end:
             return []
         with open_for_reading(self.path) as f:
+            opened = os.fstat(f.fileno())
+            if opened.st_ino != self._inode or opened.st_size < self._end:
+                return self._reload()  # replaced between the stat and the open
             snap = read_stream(self.path, f, start=self._end, version=self._version())
         for entry in snap.entries:
             self.tree.add(entry)
