@@ -10,7 +10,6 @@ writer lock, with one backup of the original kept next to it.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Any
 import orjson
 
 from . import codec, model
+from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
@@ -29,8 +29,8 @@ from .log import fsync_directory
 from .model import Entry
 from .pairing import sanitize, synthetic_result
 from .quarantine import Quarantined, quarantine, quarantine_path_for
-from .salvage import Piece, salvage_lines
-from .snapshot import load, open_for_reading
+from .salvage import Dropped, Piece, SalvagedLine, salvage_line
+from .snapshot import open_for_reading
 from .tree import Tree
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class _Item:
 
     def edit(self, reason: str) -> Entry:
         if self.raw is not None:
-            self.original, self.raw = self.raw, None
+            self.original, self.raw = bytes(self.raw), None
             self.entry = dict(self.entry)
             self.edit_reason = reason
         return self.entry
@@ -109,6 +109,7 @@ class _Plan:
     problems: list[Problem] = field(default_factory=list)
     dropped: list[Quarantined] = field(default_factory=list)
     migrate: bool = False
+    taken: set[str] | None = None
 
     def problem(self, kind: str, action: str, item: _Item | None = None, **kw: Any) -> None:
         if item is not None:
@@ -125,7 +126,8 @@ def plan(path: str, *, migrate: bool = False) -> tuple[_Plan, bytes, bytes]:
     """Work out the repaired file's bytes without writing anything: (plan, new, original)."""
     with open_for_reading(path) as f:
         original = f.read()
-    p = _salvage(path, io.BytesIO(original))
+    with codec.bulk_parsing():
+        p = _salvage(path, original)
     p.migrate = migrate
     if p.version >= 2:
         _fix_structure(p)
@@ -138,11 +140,37 @@ def plan(path: str, *, migrate: bool = False) -> tuple[_Plan, bytes, bytes]:
     return p, _render(p), original
 
 
-def _salvage(path: str, f: Any) -> _Plan:
+def _lines(data: bytes) -> Iterator[SalvagedLine]:
+    """Each line of the file: clean ones parsed directly, damaged ones through salvage."""
+    pos, number, size = 0, 1, len(data)
+    loads = orjson.loads
+    view = memoryview(data)
+    while pos < size:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            tail = data[pos:]
+            out = SalvagedLine(number, pos)
+            out.dropped.append(Dropped(pos, tail, codec.TORN_TAIL, "no newline at end of file"))
+            yield out
+            return
+        raw = view[pos:nl]
+        try:
+            if pos == 0 and data.startswith(codec.BOM):
+                raise orjson.JSONDecodeError("BOM", "", 0)
+            value = loads(raw)
+        except orjson.JSONDecodeError:
+            yield salvage_line(Line(pos, number, bytes(raw)))
+        else:
+            yield SalvagedLine(number, pos, [Piece(value, pos, raw)])  # type: ignore[arg-type]
+        pos = nl + 1
+        number += 1
+
+
+def _salvage(path: str, data: bytes) -> _Plan:
     pieces: list[tuple[Piece, int]] = []
     dropped: list[Quarantined] = []
     problems: list[Problem] = []
-    for salvaged in salvage_lines(f):
+    for salvaged in _lines(data):
         for d in salvaged.dropped:
             dropped.append(Quarantined(path, d.offset, d.data, d.reason, d.detail))
             problems.append(Problem(d.reason, "quarantined", salvaged.line, d.offset,
@@ -176,7 +204,7 @@ def _salvage(path: str, f: Any) -> _Plan:
         if index == header_at:
             continue
         if _is_header(pc.value):
-            plan_.dropped.append(Quarantined(path, pc.offset, pc.raw, codec.EXTRA_HEADER))
+            plan_.dropped.append(Quarantined(path, pc.offset, bytes(pc.raw), codec.EXTRA_HEADER))
             plan_.problem(codec.EXTRA_HEADER, "quarantined; its entries join this session",
                           line=line, offset=pc.offset)
             after_extra_header = True
@@ -184,7 +212,7 @@ def _salvage(path: str, f: Any) -> _Plan:
         problem = codec.check_entry(pc.value, version)
         if problem is not None:
             reason = problem.split(":")[0]
-            plan_.dropped.append(Quarantined(path, pc.offset, pc.raw, reason, problem))
+            plan_.dropped.append(Quarantined(path, pc.offset, bytes(pc.raw), reason, problem))
             plan_.problem(reason, "quarantined", line=line, offset=pc.offset, detail=problem)
             continue
         item = _Item(pc.value, pc.raw if pc.exact else None, line, pc.offset)
@@ -350,8 +378,9 @@ def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None
     if p.version < 2:
         for owner in dropped:
             item = p.items[owner]
-            p.dropped.append(Quarantined(p.path, item.offset or 0, item.raw or item.original
-                                         or b"", "pairing", "message left the history"))
+            p.dropped.append(Quarantined(p.path, item.offset or 0,
+                                         bytes(item.raw or item.original or b""), "pairing",
+                                         "message left the history"))
     return _insert_anchored(order, anchors, placed_at)
 
 
@@ -373,8 +402,10 @@ def _insert_anchored(order: list[int], anchors: list[tuple[int, int]],
 
 
 def _new_message_item(p: _Plan, message: dict[str, Any]) -> int:
-    taken = {it.entry["id"] for it in p.items}
-    entry = model.message_entry(model.new_id(taken), None, message)
+    if p.taken is None:
+        p.taken = {it.entry["id"] for it in p.items}
+    entry = model.message_entry(model.new_id(p.taken), None, message)
+    p.taken.add(entry["id"])
     p.items.append(_Item(entry, None, None, None, edit_reason="synthetic"))
     return len(p.items) - 1
 
@@ -477,8 +508,14 @@ def _renumber_first_kept(p: _Plan) -> None:
 
 
 def _render(p: _Plan) -> bytes:
-    parts = [_line(p, p.header, header=True)]
-    parts.extend(_line(p, item) for item in p.items)
+    """The new file's bytes; kept lines are slices of the original, copied once here."""
+    parts: list[bytes | memoryview] = []
+    for item in [p.header, *p.items]:
+        if item.raw is not None and not (p.migrate and p.version < model.CURRENT_VERSION):
+            parts.append(item.raw)
+            parts.append(b"\n")
+        else:
+            parts.append(_line(p, item, header=item is p.header))
     return b"".join(parts)
 
 
@@ -490,7 +527,7 @@ def _line(p: _Plan, item: _Item, header: bool = False) -> bytes:
                      **{k: v for k, v in entry.items() if k not in ("type", "version")}}
         return orjson.dumps(entry) + b"\n"
     if item.raw is not None:
-        return item.raw + b"\n"
+        return bytes(item.raw) + b"\n"
     entry = item.entry
     if p.version < 2 and not header:
         entry = _to_v1(entry, p)
@@ -562,6 +599,7 @@ def _report(p: _Plan, data: bytes, original: bytes, path: str, *, dry_run: bool
 
 
 def _publish(p: _Plan, data: bytes, path: str) -> None:
+    _verify(p)
     directory = os.path.dirname(path)
     temp = os.path.join(directory, f".{os.path.basename(path)}.repair.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -572,11 +610,6 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    try:
-        _verify(temp)
-    except JournalError:
-        os.unlink(temp)
-        raise
     quarantine(path, p.dropped + _rewritten(p))
     backup = path + BACKUP_SUFFIX
     backup_temp = backup + ".tmp"
@@ -588,19 +621,28 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
     fsync_directory(directory)
 
 
-def _verify(temp: str) -> None:
-    """The repaired file must read cleanly and give a model a valid history."""
-    snap = load(temp)
-    if snap.diagnostics:
-        raise JournalError(f"repair produced unreadable lines ({snap.diagnostics[0].describe()});"
-                           " nothing was changed")
-    if snap.version >= 2:
-        tree = Tree(snap.entries)
-        tree.finish_forward_check()
-        if tree.issues:
-            raise JournalError(f"repair left a broken tree ({tree.issues[0]}); nothing changed")
-    else:
-        tree = Tree(snap.entries)
+def _verify(p: _Plan) -> None:
+    """The plan must give a readable file and a model a valid history, or nothing is written.
+
+    Lines kept byte for byte were parsed when they were read; only rewritten lines are
+    parsed again here. The tree and the projection are checked on the planned entries.
+    """
+    for item in [p.header, *p.items]:
+        if item.raw is not None:
+            continue
+        line = _line(p, item, header=item is p.header)
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise JournalError(f"repair produced an unreadable line ({e}); nothing changed") from e
+        if item is not p.header and not p.migrate:
+            problem = codec.check_entry(value, p.version)
+            if problem is not None:
+                raise JournalError(f"repair produced a bad entry ({problem}); nothing changed")
+    tree = Tree(it.entry for it in p.items)
+    tree.finish_forward_check()
+    if tree.issues:
+        raise JournalError(f"repair left a broken tree ({tree.issues[0]}); nothing changed")
     from .context import build_context
 
     messages = build_context(tree, tree.leaf).messages

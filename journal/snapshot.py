@@ -65,7 +65,7 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
         >>> len(snap.entries), [d.reason for d in snap.diagnostics]
     """
     path = os.fspath(path)
-    with open_for_reading(path) as f:
+    with open_for_reading(path) as f, codec.bulk_parsing():
         return read_stream(path, f)
 
 
