@@ -159,11 +159,14 @@ def parse_line(line: Line) -> Any | Diagnostic | None:
     if line.offset == 0 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         if not raw.strip(b" \t"):
             return None
         return Diagnostic(line.offset, len(line.raw), _classify(raw), line.number, str(e))
+    if value is None:  # the JSON literal null (a blank line fails to parse instead)
+        return Diagnostic(line.offset, len(line.raw), NOT_OBJECT, line.number, "null")
+    return value
 
 
 def _classify(raw: bytes) -> str:

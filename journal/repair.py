@@ -175,6 +175,8 @@ def _salvage(path: str, data: bytes) -> _Plan:
             dropped.append(Quarantined(path, d.offset, d.data, d.reason, d.detail))
             problems.append(Problem(d.reason, "quarantined", salvaged.line, d.offset,
                                     detail=d.detail))
+        for kind, action in salvaged.notes:
+            problems.append(Problem(kind, action, salvaged.line, salvaged.offset))
         for piece in salvaged.pieces:
             pieces.append((piece, salvaged.line))
             if not piece.exact:
@@ -185,6 +187,8 @@ def _salvage(path: str, data: bytes) -> _Plan:
     if header_at is not None:
         pc, line = pieces[header_at]
         header_item = _Item(pc.value, pc.raw if pc.exact else None, line, pc.offset)
+        if not pc.exact:
+            header_item.original, header_item.edit_reason = bytes(pc.raw), codec.INVALID_UTF8
     version = model.header_version(header_item.entry if header_item else None)
     if header_item is None:
         version = model.CURRENT_VERSION if any(
@@ -425,10 +429,12 @@ def _relink(p: _Plan, path: list[int], region_start: int, order: list[int]) -> N
         if item.entry.get("parentId") != parent:
             item.edit(item.edit_reason or "reparented")["parentId"] = parent
         parent = item.entry["id"]
-    p.items = _physical_order(p, order, set(path[region_start:]))
+    region_parent = p.items[path[region_start - 1]].entry["id"] if region_start > 0 else None
+    p.items = _physical_order(p, order, set(path[region_start:]), region_parent)
 
 
-def _physical_order(p: _Plan, order: list[int], region: set[int]) -> list[_Item]:
+def _physical_order(p: _Plan, order: list[int], region: set[int],
+                    region_parent: str | None) -> list[_Item]:
     """Items in an order where every parent precedes its children and the leaf comes last.
 
     In a version 1 file (a single chain, no ids on disk) a region entry that left the path
@@ -462,7 +468,8 @@ def _physical_order(p: _Plan, order: list[int], region: set[int]) -> list[_Item]
     original_count = sum(1 for it in p.items if it.edit_reason != "synthetic")
     for i in range(original_count):
         if i in in_order:
-            emit_order_through(i)
+            if p.items[i].entry["id"] not in emitted:
+                emit_order_through(i)
             continue
         parent = p.items[i].entry.get("parentId")
         if p.version < 2 and i in region:
@@ -477,14 +484,16 @@ def _physical_order(p: _Plan, order: list[int], region: set[int]) -> list[_Item]
             emit(i)
     items = [p.items[i] for i in out]
     leaf = p.items[order[-1]] if order else None
-    if leaf is not None and items[-1] is not leaf and p.version >= 2:
+    leaf_id = leaf.entry["id"] if leaf is not None else region_parent
+    if p.version >= 2 and items and (leaf is None or items[-1] is not leaf):
+        # pi takes the last line as the leaf: a marker under the real leaf keeps it there
         marker = model.custom_entry(
-            model.new_id({it.entry["id"] for it in items}), leaf.entry["id"], REPAIR_MARKER,
-            {"leaf": leaf.entry["id"], "reason": "entries left off the active branch follow it"},
+            model.new_id({it.entry["id"] for it in items}), leaf_id, REPAIR_MARKER,
+            {"leaf": leaf_id, "reason": "entries left off the active branch follow it"},
         )
         items.append(_Item(marker, None, None, None, edit_reason="synthetic"))
         p.problem("leaf_pinned", "appended a journal.repair marker under the leaf",
-                  entry_id=leaf.entry["id"])
+                  entry_id=leaf_id)
     return items
 
 
@@ -493,15 +502,34 @@ def _renumber_first_kept(p: _Plan) -> None:
     position = {it.entry["id"]: n for n, it in enumerate(p.items, start=1)}
     for item in p.items:
         entry = item.entry
-        if entry.get("type") != "compaction" or "firstKeptEntryId" not in entry:
+        if entry.get("type") != "compaction":
+            continue
+        if "firstKeptEntryId" not in entry:
+            # It kept nothing (its index named no entry); if the new layout would make that
+            # index name one, drop the index so it still keeps nothing, as pi would read it.
+            raw_index = _original_first_kept_index(item)
+            if isinstance(raw_index, int) and 1 <= raw_index <= len(p.items) and (
+                    item.raw is not None):
+                item.edit("renumbered")
+                p.problem("renumbered", "dropped a firstKeptEntryIndex that named no entry",
+                          item, detail=f"was {raw_index}")
             continue
         index = position.get(entry["firstKeptEntryId"])
-        raw_index = orjson.loads(item.raw or item.original or b"{}").get("firstKeptEntryIndex")
+        raw_index = _original_first_kept_index(item)
         if index is not None and index != raw_index:
             item.edit(item.edit_reason or "renumbered")
             if item.edit_reason == "renumbered":
                 p.problem("renumbered", f"firstKeptEntryIndex now {index}", item,
                           detail=f"was {raw_index}")
+
+
+def _original_first_kept_index(item: _Item) -> Any:
+    original = bytes(item.raw if item.raw is not None else item.original or b"{}")
+    try:
+        value = orjson.loads(original.decode("utf-8", errors="replace").encode())
+    except orjson.JSONDecodeError:
+        return None
+    return value.get("firstKeptEntryIndex") if isinstance(value, dict) else None
 
 
 # output
@@ -575,7 +603,8 @@ def repair(
     """
     path = os.path.abspath(os.fspath(path))
     if os.path.isdir(path):
-        raise NotASession(path, "is a directory; use repair_all() for a directory")
+        raise NotASession(path, "is a directory; pass the session files it holds")
+    open_for_reading(path).close()  # a missing or unreadable file: say so, create nothing
     if dry_run:
         p, data, original = plan(path, migrate=migrate)
         return _report(p, data, original, path, dry_run=True)

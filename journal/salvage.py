@@ -53,6 +53,8 @@ class SalvagedLine:
     offset: int
     pieces: list[Piece] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    """Problems fixed without dropping bytes: (kind, what was done)."""
 
 
 def salvage_lines(f: Any) -> Iterator[SalvagedLine]:
@@ -140,10 +142,9 @@ def _salvage_utf8(segment: bytes, base: int, out: SalvagedLine) -> bool:
         value = orjson.loads(text.encode("utf-8").rstrip(b"\r"))
     except orjson.JSONDecodeError:
         return False
+    # The original bytes are quarantined once, as the line the repair rewrites.
     out.pieces.append(Piece(value, base, segment, exact=False,
                             note="invalid UTF-8 bytes replaced with U+FFFD"))
-    out.dropped.append(Dropped(base, segment, codec.INVALID_UTF8,
-                               "original bytes of an entry whose invalid UTF-8 was replaced"))
     return True
 
 
@@ -162,11 +163,24 @@ def _salvage_glued(segment: bytes, base: int, out: SalvagedLine) -> bool:
         except orjson.JSONDecodeError:
             continue
         if _is_entry_like(value):
-            out.dropped.append(Dropped(base, segment[:start], GLUED,
-                                       "torn record glued in front of a complete one"))
+            first = _complete_entry(segment[:start])
+            if first is not None:
+                out.pieces.append(Piece(first, base, segment[:start]))
+                out.notes.append((GLUED, "two complete records on one line: split in two"))
+            else:
+                out.dropped.append(Dropped(base, segment[:start], GLUED,
+                                           "torn record glued in front of a complete one"))
             out.pieces.append(Piece(value, base + start, segment[start:]))
             return True
     return False
+
+
+def _complete_entry(segment: bytes) -> Any:
+    try:
+        value = orjson.loads(segment)
+    except orjson.JSONDecodeError:
+        return None
+    return value if _is_entry_like(value) else None
 
 
 def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine) -> bool:

@@ -343,7 +343,7 @@ def _(s: Sources) -> bytes:
 def _utf8_kept(outcome: Outcome, line: int, where: str) -> None:
     damaged = split_lines(outcome.original)[line]
     problems = only_kinds(outcome, "invalid_utf8")
-    assert {p.action for p in problems} == {"quarantined", "replaced invalid bytes"}
+    assert {p.action for p in problems} == {"replaced invalid bytes"}
     assert {p.line for p in problems} == {line + 1}
     assert all(r["data"] == damaged for r in records_of(outcome, "invalid_utf8"))
     assert records_of(outcome, "invalid_utf8")
@@ -351,13 +351,13 @@ def _utf8_kept(outcome: Outcome, line: int, where: str) -> None:
     assert "\ufffd\ufffd" + where in orjson.dumps(entry).decode()
 
 
-@case("utf8-in-string/all-types", plus(ALL_TYPES, invalid_utf8=2))
+@case("utf8-in-string/all-types", plus(ALL_TYPES, invalid_utf8=1))
 @checked(lambda o, s: _utf8_kept(o, 1, "Read a.ts"))
 def _(s: Sources) -> bytes:
     return invalid_utf8(s.all_types, 1, b"Read a.ts")
 
 
-@case("utf8-in-string/large-session", plus(LARGE, invalid_utf8=2))
+@case("utf8-in-string/large-session", plus(LARGE, invalid_utf8=1))
 @checked(lambda o, s: _utf8_kept(o, 1, "/mode"))
 def _(s: Sources) -> bytes:
     return invalid_utf8(s.large, 1, b"/mode")
@@ -885,7 +885,7 @@ def _(s: Sources) -> bytes:
 
 
 @case("combined/generated", {
-    "torn_tail": 1, "moved_result": 1, "missing_result": 1, "invalid_utf8": 2, "not_object": 1,
+    "torn_tail": 1, "moved_result": 1, "missing_result": 1, "invalid_utf8": 1, "not_object": 1,
     "duplicate_id": 1, "nul_run": 2, "glued_record": 1, "missing_parent": 1,
 })
 @checked(lambda o, s: _equal(journal.load(o.report.path).entries[-1]["id"],
@@ -924,7 +924,7 @@ def _(s: Sources) -> bytes:
 
 
 @case("combined/large-session", plus(LARGE, torn_tail=1, nul_run=1, not_object=1,
-                                     invalid_utf8=2, header_not_first=1))
+                                     invalid_utf8=1, header_not_first=1))
 def _(s: Sources) -> bytes:
     data = torn_tail(s.large, 10)
     data = nul_line(data, 200)
@@ -1147,8 +1147,6 @@ def test_cli_missing_file_exits_2(tmp_path: Path, capsys: Any) -> None:
     assert not os.path.exists(missing)
 
 
-@pytest.mark.xfail(strict=True, reason="repair takes the writer lock before it reads the file, "
-                   "so repairing a path that does not exist leaves <path>.lock behind")
 def test_repair_of_a_missing_file_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(journal.NotASession):
         journal.repair(tmp_path / "nope.jsonl")
@@ -1293,8 +1291,6 @@ def test_report_lists_every_rewritten_line(build: Callable[[], bytes], tmp_path:
     assert_listed(report, read_records(path)[before:], strict=True)
 
 
-@pytest.mark.xfail(strict=True, reason="two complete records on one line (a lost newline): "
-                   "salvage keeps the second and quarantines the first as a torn record")
 def test_two_complete_records_on_one_line_are_both_kept(tmp_path: Path) -> None:
     s = Session()
     s.turn("a")
@@ -1306,8 +1302,6 @@ def test_two_complete_records_on_one_line_are_both_kept(tmp_path: Path) -> None:
     assert report.counts == {"glued_record": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="an entry rescued from invalid UTF-8 has its original "
-                   "line quarantined twice (once as dropped, once as rewritten)")
 def test_invalid_utf8_line_is_quarantined_once(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(invalid_utf8(_missing_result(), 1, b'q"}]', b'\xff'))
@@ -1315,8 +1309,6 @@ def test_invalid_utf8_line_is_quarantined_once(tmp_path: Path) -> None:
     assert [r["reason"] for r in read_records(path)].count("invalid_utf8") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="codec.parse_line returns None both for a blank line "
-                   "and for the JSON literal null, and load skips both without a diagnostic")
 def test_load_reports_a_null_line(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(insert_lines(_moved_result(), 2, b"null"))
@@ -1348,9 +1340,6 @@ def test_pairing_region_behind_compaction(tmp_path: Path) -> None:
     assert os.path.exists(str(path) + ".bak")
 
 
-@pytest.mark.xfail(strict=True, reason="repair._renumber_first_kept parses the original bytes "
-                   "of a version 1 compaction with orjson; when they hold invalid UTF-8 "
-                   "(a rescued line) it raises JSONDecodeError: a traceback, exit status 1")
 def test_v1_compaction_with_invalid_utf8_is_repaired(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(
@@ -1362,7 +1351,7 @@ def test_v1_compaction_with_invalid_utf8_is_repaired(tmp_path: Path, capsys: Any
         b'{"type":"message","timestamp":"2025-01-01T00:00:03.000Z","message":{"role":"user",'
         b'"content":"two","timestamp":3}}\n')
     assert cli_main(["repair", "--check", str(path)]) == 1
-    assert check_repair(path).counts == {"invalid_utf8": 2}
+    assert check_repair(path).counts == {"invalid_utf8": 1}
 
 
 @pytest.mark.xfail(strict=True, reason="a version 3 header whose `version` key is damaged "
@@ -1384,10 +1373,6 @@ def test_header_that_lost_its_version_stays_version_3(tmp_path: Path) -> None:
     assert users == ["a: question", "c: question"]
 
 
-@pytest.mark.xfail(strict=True, reason="repair._physical_order: emit_order_through(i) for an "
-                   "item of the branch already emitted (a result moved back) runs to the end "
-                   "of the branch, so the rest of the branch is hoisted above later side "
-                   "branches and a journal.repair marker has to pin the leaf")
 def test_moved_result_leaves_later_side_branches_in_place(tmp_path: Path) -> None:
     s = Session()
     s.user("q")
@@ -1432,11 +1417,6 @@ NOTHING_VALID_LEFT = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="when pairing leaves the active branch with no message "
-                   "(its only messages are orphan results or blank), _fix_pairing has no entry "
-                   "to pin the leaf to: the invalid entry stays the leaf, so repair reports the "
-                   "problem but changes nothing (--check then says clean), or its verification "
-                   "refuses the result")
 @pytest.mark.parametrize("name", sorted(NOTHING_VALID_LEFT))
 def test_branch_with_nothing_valid_left(name: str, tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
@@ -1480,10 +1460,6 @@ V1_DROPPED_LINE = b"".join(orjson.dumps(e) + b"\n" for e in [
 ])
 
 
-@pytest.mark.xfail(strict=True, reason="version 1: a compaction's firstKeptEntryIndex that names "
-                   "a line repair takes out (a second header, an unusable line) resolves to "
-                   "nothing, but is left as it was; once the line is gone it names the next "
-                   "entry, so repair changes the context (or its verification refuses)")
 @pytest.mark.parametrize("data", [V1_SECOND_HEADER, V1_DROPPED_LINE],
                          ids=["second-header", "unusable-line"])
 def test_v1_compaction_index_naming_a_dropped_line(data: bytes, tmp_path: Path) -> None:
@@ -1491,6 +1467,7 @@ def test_v1_compaction_index_naming_a_dropped_line(data: bytes, tmp_path: Path) 
     path.write_bytes(data)
     before = [m for m in context_of(path)[2] if m["role"] != "compactionSummary"]
     repaired = check_repair(path)
-    assert set(repaired.counts) <= {"extra_header", "missing_field"}
+    assert set(repaired.counts) <= {"extra_header", "missing_field", "renumbered"}
+    assert repaired.counts.get("renumbered") == 1
     after = [m for m in context_of(path)[2] if m["role"] != "compactionSummary"]
     assert after == before
