@@ -81,7 +81,7 @@ class RepairReport:
                 "counts": self.counts, "backup": self.backup, "quarantine": self.quarantine}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     """One entry of the file being rebuilt; `raw` is its original line while it is unchanged."""
 
@@ -122,8 +122,8 @@ class _Plan:
 # planning
 
 
-def plan(path: str, *, migrate: bool = False) -> tuple[_Plan, bytes, bytes]:
-    """Work out the repaired file's bytes without writing anything: (plan, new, original)."""
+def plan(path: str, *, migrate: bool = False) -> _Plan:
+    """Work out what repair would do, without writing anything (`_render` gives the bytes)."""
     with open_for_reading(path) as f:
         original = f.read()
     with codec.bulk_parsing():
@@ -137,10 +137,10 @@ def plan(path: str, *, migrate: bool = False) -> tuple[_Plan, bytes, bytes]:
     if migrate and p.version < model.CURRENT_VERSION:
         p.problem("migrated", f"written as version {model.CURRENT_VERSION}",
                   detail=f"was version {p.version}")
-    return p, _render(p), original
+    return p
 
 
-def _lines(data: bytes) -> Iterator[SalvagedLine]:
+def _lines(data: bytes) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, int]]:
     """Each line of the file: clean ones parsed directly, damaged ones through salvage."""
     pos, number, size = 0, 1, len(data)
     loads = orjson.loads
@@ -161,7 +161,7 @@ def _lines(data: bytes) -> Iterator[SalvagedLine]:
         except orjson.JSONDecodeError:
             yield salvage_line(Line(pos, number, bytes(raw)))
         else:
-            yield SalvagedLine(number, pos, [Piece(value, pos, raw)])  # type: ignore[arg-type]
+            yield (value, pos, raw, number)  # a clean line: no salvage objects needed
         pos = nl + 1
         number += 1
 
@@ -171,6 +171,11 @@ def _salvage(path: str, data: bytes) -> _Plan:
     dropped: list[Quarantined] = []
     problems: list[Problem] = []
     for salvaged in _lines(data):
+        if type(salvaged) is tuple:
+            value, offset, raw, number = salvaged
+            pieces.append((Piece(value, offset, raw), number))  # type: ignore[arg-type]
+            continue
+        assert isinstance(salvaged, SalvagedLine)
         for d in salvaged.dropped:
             dropped.append(Quarantined(path, d.offset, d.data, d.reason, d.detail))
             problems.append(Problem(d.reason, "quarantined", salvaged.line, d.offset,
@@ -606,22 +611,22 @@ def repair(
         raise NotASession(path, "is a directory; pass the session files it holds")
     open_for_reading(path).close()  # a missing or unreadable file: say so, create nothing
     if dry_run:
-        p, data, original = plan(path, migrate=migrate)
-        return _report(p, data, original, path, dry_run=True)
+        return _report(plan(path, migrate=migrate), path, dry_run=True)
     with WriterLock(path, lock_timeout):
-        p, data, original = plan(path, migrate=migrate)
-        report = _report(p, data, original, path, dry_run=False)
+        p = plan(path, migrate=migrate)
+        report = _report(p, path, dry_run=False)
         if not report.changed:
             return report
-        _publish(p, data, path)
+        _publish(p, _render(p), path)
         report.backup = path + BACKUP_SUFFIX
         report.quarantine = quarantine_path_for(path)
         return report
 
 
-def _report(p: _Plan, data: bytes, original: bytes, path: str, *, dry_run: bool
-            ) -> RepairReport:
-    changed = data != original
+def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
+    # Every change repair makes is recorded as a problem, and lines without one are written
+    # back byte for byte: no problems means the same bytes.
+    changed = bool(p.problems)
     if not p.items and p.header.raw is None:
         raise NotASession(path, "not a session file: nothing in it looks like a session entry")
     return RepairReport(path, changed, p.problems, p.version, dry_run=dry_run)

@@ -28,7 +28,7 @@ GLUED = "glued_record"
 TRAILING = "trailing_garbage"
 
 
-@dataclass
+@dataclass(slots=True)
 class Piece:
     """A rescued JSON value and where its bytes were; `exact` if they can be written back as is."""
 
