@@ -77,7 +77,7 @@ from agent.summarize import (
 )
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.window import clamp_reserve, prompt_budget, resolve_window
-from journal import Session
+from journal import Session, compaction_summary_message, entry_message, iso_to_millis
 
 log = logging.getLogger(__name__)
 
@@ -121,34 +121,6 @@ class FallbackLevel(IntEnum):
 
 # ---------------------------------------------------------------------------------------
 # entries and the projection
-
-
-def _iso_to_millis(timestamp: Any) -> int | None:
-    if not isinstance(timestamp, str):
-        return None
-    try:
-        return round(datetime.fromisoformat(timestamp).timestamp() * 1000)
-    except ValueError:
-        return None
-
-
-def entry_message(entry: Entry) -> Message | None:
-    """The message an entry puts in the context, shaped as `journal.build_context` shapes it."""
-    kind = entry.get("type")
-    if kind == "message":
-        message = entry.get("message")
-        return message if isinstance(message, dict) else None
-    if kind == "custom_message":
-        out: dict[str, Any] = {"role": "custom", "customType": entry.get("customType"),
-                               "content": entry.get("content"), "display": entry.get("display")}
-        if "details" in entry:
-            out["details"] = entry["details"]
-        out["timestamp"] = _iso_to_millis(entry.get("timestamp"))
-        return out
-    if kind == "branch_summary" and entry.get("summary"):
-        return {"role": "branchSummary", "summary": entry.get("summary"),
-                "fromId": entry.get("fromId"), "timestamp": _iso_to_millis(entry.get("timestamp"))}
-    return None
 
 
 def entry_role(entry: Entry) -> str | None:
@@ -203,9 +175,7 @@ def projection(branch: Sequence[Entry]) -> tuple[list[Message], list[str | None]
         emit(branch)
         return messages, ids, 0
     compaction = branch[at]
-    messages.append({"role": "compactionSummary", "summary": compaction.get("summary"),
-                     "tokensBefore": compaction.get("tokensBefore"),
-                     "timestamp": _iso_to_millis(compaction.get("timestamp"))})
+    messages.append(compaction_summary_message(compaction))
     ids.append(compaction.get("id"))
     emit(branch[_kept_start(branch, at):at])
     live = len(messages)
@@ -498,7 +468,8 @@ def _timestamp(message: Message, entry: Entry) -> int | None:
     value = message.get("timestamp")
     if isinstance(value, int | float) and not isinstance(value, bool):
         return int(value)
-    return _iso_to_millis(entry.get("timestamp"))
+    millis = iso_to_millis(entry.get("timestamp"))
+    return int(millis) if millis is not None else None
 
 
 def _previous_files(details: Any) -> tuple[list[str], list[str]]:

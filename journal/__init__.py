@@ -1,7 +1,14 @@
 """journal: an event-sourced session store for long-running LLM agents (pi format v3)."""
 
 from .codec import Diagnostic
-from .context import Context, build_context, to_model_messages
+from .context import (
+    Context,
+    build_context,
+    compaction_summary_message,
+    entry_message,
+    iso_to_millis,
+    to_model_messages,
+)
 from .durability import Durability
 from .errors import (
     JournalError,
@@ -60,10 +67,13 @@ __all__ = [
     "api_pairing_problems",
     "assert_valid_pairing",
     "build_context",
+    "compaction_summary_message",
     "current_holder",
+    "entry_message",
     "follow",
     "follow_events",
     "inspect",
+    "iso_to_millis",
     "lineage",
     "load",
     "pairing_problems",
