@@ -18,6 +18,7 @@ from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
 from .durability import Durability
 from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
+from .idscan import IdScan
 from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, seal_of
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
@@ -59,6 +60,7 @@ class Session:
         self.rotation_policy: RotationPolicy | None = None
         self._context: Context | None = None
         self._info: tuple[Entry | None] | None = None
+        self._older_ids: IdScan | None = None if snap.complete else IdScan(path)
 
     # opening
 
@@ -343,7 +345,7 @@ class Session:
     # appending
 
     def append_message(self, message: dict[str, Any]) -> str:
-        entry = model.message_entry(model.new_id(self.tree.ids), self.leaf_id, message)
+        entry = model.message_entry(model.new_id(self._taken()), self.leaf_id, message)
         self._log.commit(codec.encode(entry))
         self._indexed(entry)
         return entry["id"]
@@ -429,7 +431,7 @@ class Session:
         stamped: list[Entry] = []
         parent = self.leaf_id
         for entry in entries:
-            entry_id = model.new_id(_Either(self.tree.ids, taken))
+            entry_id = model.new_id(_Either(self._taken(), taken))
             taken.add(entry_id)
             stamped.append(model.stamp(entry, entry_id, parent))
             parent = entry_id
@@ -438,10 +440,17 @@ class Session:
 
     def _append(self, build: Any) -> str:
         """Commit one entry made by a model helper (trusted shape: no re-validation)."""
-        entry = build(model.new_id(self.tree.ids), self.leaf_id)
+        entry = build(model.new_id(self._taken()), self.leaf_id)
         self._log.commit(codec.encode(entry))
         self._indexed(entry)
         return entry["id"]
+
+    def _taken(self) -> Any:
+        """Ids a new entry must avoid: those read, plus the whole file's once scanned."""
+        older = self._older_ids
+        if older is None or self.tree.complete:
+            return self.tree.ids
+        return _Either(self.tree.ids, older)
 
     def _commit(self, entries: list[Entry]) -> None:
         for entry in entries:

@@ -146,3 +146,21 @@ def test_batch_policy_syncs_every_n(tmp_path, monkeypatch):
     with Session.open(s.path, durability=Durability.never()) as s2:
         s2.append_message({"role": "user", "content": "x"})
     assert calls == []
+
+
+def test_new_ids_avoid_ids_a_fast_resume_did_not_read(tmp_path, monkeypatch):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        s.append_model_change("anthropic", "m")
+        early = s.append_message({"role": "user", "content": "early"})
+        for i in range(20):
+            s.append_message({"role": "user", "content": f"m{i}"})
+        kept = s.append_message({"role": "user", "content": "kept"})
+        s.append_compaction("summary", kept, 100)
+        path = s.path
+    with Session.open(path) as s:
+        assert not s.tree.complete and early not in s.tree.ids
+        assert s._older_ids is not None and s._older_ids.wait(10)
+        draws = iter([int(early, 16), 0xABCDEF12])
+        monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
+        new = s.append_message({"role": "user", "content": "late"})
+    assert new == "abcdef12", "the id of an entry the resume skipped must not be reused"

@@ -1,0 +1,59 @@
+"""Every entry id in a file, gathered in the background after a fast resume.
+
+A resumed session has read only the tail of its file, so a fresh id checked against what was
+read could repeat an id further back. This scans the whole file once, in a thread, for
+`"id":"xxxxxxxx"` fields and keeps them as integers; until it is done, new ids are checked
+against the entries read, as before. The scan may also pick up 8-hex ids nested inside
+messages: that only means a few ids are avoided that need not be.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+ID_FIELD = re.compile(rb'"id":"([0-9a-f]{8})"')
+FIELD_LENGTH = len(b'"id":"01234567"')
+BLOCK = 1 << 22
+
+
+class IdScan:
+    """A background scan of a session file's entry ids; `__contains__` once it is done."""
+
+    def __init__(self, path: str) -> None:
+        self._ids: set[int] | None = None
+        self._thread = threading.Thread(target=self._scan, args=(path,), daemon=True,
+                                        name="journal-id-scan")
+        self._thread.start()
+
+    def _scan(self, path: str) -> None:
+        """Read in blocks (memory stays small), carrying a block's last bytes into the next
+        so an id field split between blocks is still found."""
+        found: set[int] = set()
+        carry = b""
+        try:
+            with open(path, "rb") as f:
+                while block := f.read(BLOCK):
+                    data = carry + block
+                    found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
+                    carry = data[-(FIELD_LENGTH - 1):]
+        except OSError:
+            return
+        self._ids = found
+
+    @property
+    def done(self) -> bool:
+        return self._ids is not None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return self.done
+
+    def __contains__(self, entry_id: object) -> bool:
+        ids = self._ids
+        if ids is None or not isinstance(entry_id, str) or len(entry_id) != 8:
+            return False
+        try:
+            return int(entry_id, 16) in ids
+        except ValueError:
+            return False
