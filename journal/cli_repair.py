@@ -107,6 +107,11 @@ def _print_report(report: RepairReport) -> None:
         print(f"  {where:>12}  {p.kind}: {p.action}{detail}")
     if len(report.problems) > 20:
         print(f"  ... and {len(report.problems) - 20} more (use --json for all)")
+    collateral = [r for r in report.rewritten if r.kind in ("reparented", "pairing",
+                                                              "duplicate_id", "renumbered")]
+    if collateral:
+        print(f"  rewrote {len(collateral)} more line(s) as a consequence "
+              f"({', '.join(sorted({r.kind for r in collateral}))}); see --json 'rewritten'")
     if report.backup:
         print(f"  backup: {report.backup}")
         print(f"  quarantine: {report.quarantine}")

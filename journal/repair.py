@@ -70,6 +70,10 @@ class RepairReport:
     backup: str | None = None
     quarantine: str | None = None
     dry_run: bool = False
+    rewritten: list[Problem] = field(default_factory=list)
+    """Every original line written back changed (its old bytes are quarantined), with the
+    reason: the problem lines themselves and what fixing them touched (a re-parented child,
+    a renamed result, a reference that follows a renamed id)."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -78,7 +82,8 @@ class RepairReport:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "changed": self.changed, "dryRun": self.dry_run,
                 "version": self.version, "problems": [p.to_json() for p in self.problems],
-                "counts": self.counts, "backup": self.backup, "quarantine": self.quarantine}
+                "counts": self.counts, "rewritten": [r.to_json() for r in self.rewritten],
+                "backup": self.backup, "quarantine": self.quarantine}
 
 
 @dataclass(slots=True)
@@ -629,7 +634,14 @@ def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
     changed = bool(p.problems)
     if not p.items and p.header.raw is None:
         raise NotASession(path, "not a session file: nothing in it looks like a session entry")
-    return RepairReport(path, changed, p.problems, p.version, dry_run=dry_run)
+    rewritten = [
+        Problem(item.edit_reason or "rewritten", "rewritten; original bytes quarantined",
+                item.line, item.offset,
+                item.entry.get("id") if p.version >= 2 and item is not p.header else None)
+        for item in [p.header, *p.items] if item.original is not None
+    ]
+    return RepairReport(path, changed, p.problems, p.version, dry_run=dry_run,
+                        rewritten=rewritten)
 
 
 def _publish(p: _Plan, data: bytes, path: str) -> None:

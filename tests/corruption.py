@@ -503,17 +503,10 @@ def _uncovered(offset: int, line: bytes, records: list[dict[str, Any]]) -> list[
     return gaps
 
 
-# Lines repair rewrites as a side effect of another fix (a re-parented child, a tool result
-# renamed with its call, a reference to a renamed id): their original bytes are quarantined,
-# but the report has no problem of their own for them (see test_repair.py,
-# test_report_lists_every_rewritten_line). Checked only with `strict=True` until that is fixed.
-UNLISTED_REWRITES = frozenset({"reparented", "pairing", "duplicate_id"})
-
-
 def assert_listed(report: RepairReport, records: list[dict[str, Any]],
                   strict: bool = False) -> None:
-    """The report names each quarantined byte range: a problem at its offset."""
-    offsets = {p.offset for p in report.problems}
-    missing = [(r["offset"], r["reason"]) for r in records if r["offset"] not in offsets
-               and (strict or r["reason"] not in UNLISTED_REWRITES)]
+    """The report names each quarantined byte range: a problem, or a rewritten line (what a
+    fix touched: a re-parented child, a renamed result, a reference to a renamed id)."""
+    offsets = {p.offset for p in report.problems} | {r.offset for r in report.rewritten}
+    missing = [(r["offset"], r["reason"]) for r in records if r["offset"] not in offsets]
     assert not missing, f"quarantined but not in the report: {missing}"

@@ -1276,9 +1276,6 @@ def test_v1_compaction_with_pairing_fix_keeps_every_line(tmp_path: Path) -> None
     assert [m.get("content") for m in messages[1:2]] == ["two"]
 
 
-@pytest.mark.xfail(strict=True, reason="the report has no problem for lines repair rewrites "
-                   "as a side effect (re-parented children, renamed results, references to a "
-                   "renamed id), though their original bytes are quarantined")
 @pytest.mark.parametrize("build", [_missing_result, _moved_result, _duplicate_call_ids,
                                    lambda: _collision().bytes()],
                          ids=["missing-result", "moved-result", "duplicate-call-id",
