@@ -200,12 +200,25 @@ def _salvage(path: str, data: bytes) -> _Plan:
         if not pc.exact:
             header_item.original, header_item.edit_reason = bytes(pc.raw), codec.INVALID_UTF8
     version = model.header_version(header_item.entry if header_item else None)
+    restored_version = False
+    if header_item is not None and "version" not in header_item.entry and _has_tree_ids(pieces):
+        # Version 1 entries never carry ids: a header without a version over entries that all
+        # have id and parentId lost its version field (a damaged byte); v1 would flatten them.
+        version, restored_version = model.CURRENT_VERSION, True
+        fixed = {"type": "session", "version": model.CURRENT_VERSION,
+                 **{k: v for k, v in header_item.entry.items() if k != "type"}}
+        if header_item.raw is not None:
+            header_item.edit("header_version")
+        header_item.entry = fixed
     if header_item is None:
         version = model.CURRENT_VERSION if any(
             isinstance(pc.value, dict) and "id" in pc.value for pc, _ in pieces
         ) else 1
     plan_ = _Plan(path, version, header_item or _synthesize_header(path, pieces, version), [],
                   problems, dropped)
+    if restored_version:
+        plan_.problem("header_version", f"restored version {model.CURRENT_VERSION}",
+                      header_item, detail="the header had no version; its entries have ids")
     if header_item is None:
         plan_.problem(codec.MISSING_HEADER, "synthesized a header", line=1, offset=0,
                       detail=f"session id {plan_.header.entry['id']}")
@@ -243,6 +256,13 @@ def _salvage(path: str, data: bytes) -> _Plan:
         ), strict=True):
             item.entry = migrated
     return plan_
+
+
+def _has_tree_ids(pieces: list[tuple[Piece, int]]) -> bool:
+    entries = [pc.value for pc, _ in pieces if isinstance(pc.value, dict)
+               and pc.value.get("type") != "session"]
+    return bool(entries) and all(
+        isinstance(e.get("id"), str) and "parentId" in e for e in entries)
 
 
 def _is_header(value: Any) -> bool:

@@ -1351,10 +1351,6 @@ def test_v1_compaction_with_invalid_utf8_is_repaired(tmp_path: Path, capsys: Any
     assert check_repair(path).counts == {"invalid_utf8": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="a version 3 header whose `version` key is damaged "
-                   "(here by invalid UTF-8) makes repair treat the file as version 1: the "
-                   "branches are read as one linear history, by us and by pi, though every "
-                   "entry has an id and a parentId")
 def test_header_that_lost_its_version_stays_version_3(tmp_path: Path) -> None:
     s = Session()
     s.turn("a")
