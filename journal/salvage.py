@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,19 +54,6 @@ class SalvagedLine:
     dropped: list[Dropped] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)
     """Problems fixed without dropping bytes: (kind, what was done)."""
-
-
-def salvage_lines(f: Any) -> Iterator[SalvagedLine]:
-    """Every line of the file, salvaged; a torn tail comes last, wholly dropped."""
-    for item in codec.iter_lines(f):
-        if isinstance(item, Diagnostic):
-            out = SalvagedLine(item.line or 0, item.offset)
-            f.seek(item.offset)
-            out.dropped.append(Dropped(item.offset, f.read(item.length), codec.TORN_TAIL,
-                                       "no newline at end of file"))
-            yield out
-            continue
-        yield salvage_line(item)
 
 
 def salvage_line(line: Line) -> SalvagedLine:
