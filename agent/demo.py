@@ -123,24 +123,8 @@ def _phase_three(live: str) -> None:
     _say(f"  backup {report.backup}")
 
 
-class _RenamedCalls(ScriptedModel):
-    """A scenario replayed after another in the same session: every scenario names its first
-    call `call_0_0`, and call ids must stay unique in a history, so these get a prefix."""
-
-    def __init__(self, scenario: dict[str, Any], *, prefix: str, **kwargs: Any) -> None:
-        super().__init__(scenario, **kwargs)
-        self.prefix = prefix
-
-    def complete(self, request: Any, **kwargs: Any) -> dict[str, Any]:
-        message = super().complete(request, **kwargs)
-        for block in message.get("content") or []:
-            if block.get("type") == "toolCall":
-                block["id"] = self.prefix + block["id"]
-        return message
-
-
 def _phase_four(live: str, workspace: Path) -> str:
-    model = _RenamedCalls.from_file(SCENARIOS / "resume.json", prefix="resume_")
+    model = ScriptedModel.from_file(SCENARIOS / "resume.json", call_id_prefix="resume_call_")
     with Session.open(live) as session:
         continue_scripted(model, session)
         model.turn = 0  # a different scenario: start at its first turn

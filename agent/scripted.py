@@ -113,9 +113,13 @@ class ScriptedModel:
         context_window: int | None = None,
         overflow_above: int | None = None,
         clock: Callable[[], float] = time.time,
+        call_id_prefix: str = "call_",
     ) -> None:
         validate_scenario(scenario)
         self.scenario = scenario
+        self.call_id_prefix = call_id_prefix
+        """Call ids are `<prefix><turn>_<n>`: give a scenario replayed after another one in
+        the same session its own prefix, since call ids must be unique in a history."""
         self.name: str = scenario.get("name", "")
         self.model_id: str = scenario.get("model", DEFAULT_MODEL)
         self.provider: str = scenario.get("provider", "scripted")
@@ -233,7 +237,7 @@ class ScriptedModel:
                 raise aborted()
             call = {
                 "type": "toolCall",
-                "id": f"call_{index}_{n}",
+                "id": f"{self.call_id_prefix}{index}_{n}",
                 "name": spec["name"],
                 "arguments": json.loads(json.dumps(spec.get("arguments") or {})),
             }

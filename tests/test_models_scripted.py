@@ -310,3 +310,13 @@ def test_demo_tool_calls_work_against_the_real_tools(tmp_path: Path) -> None:
             assert result.is_error == bool(call.get("expect_error")), (i, call, result.content)
             large += len(result.content) > 20_000
     assert large >= 3
+
+
+def test_call_id_prefix_keeps_ids_of_two_scenarios_apart() -> None:
+    from agent.models import ModelRequest
+
+    scenario = {"turns": [{"tool_calls": [{"name": "ls", "arguments": {}}]}]}
+    first = ScriptedModel(scenario).complete(ModelRequest(messages=[]))
+    second = ScriptedModel(scenario, call_id_prefix="resume_").complete(ModelRequest(messages=[]))
+    ids = [b["id"] for m in (first, second) for b in m["content"] if b["type"] == "toolCall"]
+    assert ids == ["call_0_0", "resume_0_0"]
