@@ -15,12 +15,13 @@ from typing import Any
 import orjson
 
 from .context import Context
-from .errors import JournalError, NotASession
+from .errors import JournalError, NotASession, UnknownEntry
 from .info import inspect, require_session
 from .render import describe_entry, describe_message
 from .session import Session
 from .snapshot import load, open_for_reading
-from .tree import Tree, TreeNode
+from .tree import TreeNode
+from .view import View
 
 EXIT_USAGE = 2
 
@@ -159,19 +160,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    snap = load(args.path)
-    require_session(snap)
-    tree = Tree(snap.entries)
-    from .context import build_context, for_model
-
-    leaf = tree.leaf
-    if args.leaf:
-        leaf = tree.index_of(args.leaf)
-        if leaf is None:
-            raise JournalError(f"{args.path}: no entry with id {args.leaf!r}")
-    context: Context = build_context(tree, leaf)
-    if args.for_model:
-        context = for_model(context)
+    view = View.open(args.path, full=True)
+    try:
+        context: Context = view.context(args.leaf or None, raw=not args.for_model)
+    except UnknownEntry as e:
+        raise JournalError(f"{args.path}: no entry with id {args.leaf!r}") from e
     if args.json:
         data = context.to_json()
         if args.for_model:
@@ -189,9 +182,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    snap = load(args.path)
-    require_session(snap)
-    tree = Tree(snap.entries)
+    tree = View.open(args.path, full=True).tree
     leaf_id = tree.leaf_id
     for depth, node in _walk_nested(tree.nested()):
         entry = node.entry

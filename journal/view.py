@@ -11,7 +11,7 @@ import os
 
 from .codec import Diagnostic
 from .context import Context, build_context, for_model
-from .errors import NotASession
+from .errors import NotASession, UnknownEntry
 from .model import CURRENT_VERSION, Entry
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
 from .tree import Tree
@@ -44,9 +44,22 @@ class View:
     def leaf_id(self) -> str | None:
         return self.tree.leaf_id
 
-    def context(self, *, raw: bool = False) -> Context:
-        context = build_context(self.tree, self.tree.leaf)
+    def context(self, leaf_id: str | None = None, *, raw: bool = False) -> Context:
+        """The projection for the leaf (or `leaf_id`), sanitized for a model unless `raw`."""
+        position = self.tree.leaf
+        if leaf_id is not None:
+            if not self.tree.complete:
+                self._reload_full()
+            position = self.tree.index_of(leaf_id)
+            if position is None:
+                raise UnknownEntry(leaf_id)
+        context = build_context(self.tree, position)
         return context if raw else for_model(context)
+
+    def _reload_full(self) -> None:
+        fresh = View.open(self.path, full=True)
+        self.header, self.diagnostics, self.tree = fresh.header, fresh.diagnostics, fresh.tree
+        self._end, self._inode = fresh._end, fresh._inode
 
     def refresh(self) -> list[Entry]:
         """Take in entries appended since the last read; return them (all, after a reload)."""
