@@ -8,16 +8,25 @@ handler and again after each test), and the journal is checked after every run.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx2
 import pytest
+from anthropic_mock import (
+    FAST_RETRY,
+    MODEL,
+    MockAPI,
+    end,
+    error_response,
+    start,
+    stream_response,
+    text_block,
+    tool_block,
+)
 
-import journal
 from agent.anthropic_model import AnthropicModel
 from agent.models import ModelEvent
 from agent.runner import DEFAULT_SYSTEM_PROMPT, Runner, RunnerEvent
@@ -28,47 +37,10 @@ from tools import default_tools
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-MODEL = "claude-sonnet-4-5"
-FAST_RETRY = {"retry-after-ms": "1"}
-
-Reply = Callable[[dict[str, Any]], httpx2.Response] | httpx2.Response
-
-
 @pytest.fixture(autouse=True)
 def _no_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(tmp_path / "default-sessions"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-
-
-class MockAPI:
-    """Serves queued replies; every request body must be a valid API history."""
-
-    def __init__(self) -> None:
-        self.replies: list[Reply] = []
-        self.bodies: list[dict[str, Any]] = []
-        self.problems: list[str] = []
-
-    def queue(self, *replies: Reply) -> MockAPI:
-        self.replies.extend(replies)
-        return self
-
-    def handler(self, request: httpx2.Request) -> httpx2.Response:
-        body = json.loads(request.content)
-        self.bodies.append(body)
-        problems = journal.api_pairing_problems(body["messages"])
-        self.problems.extend(problems)
-        assert problems == [], problems
-        assert self.replies, "the runner sent more requests than the test expected"
-        reply = self.replies.pop(0)
-        return reply(body) if callable(reply) else reply
-
-    def model(self, max_retries: int = 2) -> AnthropicModel:
-        client = anthropic.Anthropic(
-            api_key="test",
-            http_client=httpx2.Client(transport=httpx2.MockTransport(self.handler)),
-            max_retries=max_retries,
-        )
-        return AnthropicModel(MODEL, client=client)
 
 
 @pytest.fixture
@@ -90,51 +62,18 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def sse(events: list[dict[str, Any]]) -> httpx2.Response:
-    data = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
-    return httpx2.Response(200, content=data, headers={"content-type": "text/event-stream"})
-
-
-def error_response(status: int, etype: str, message: str, **headers: str) -> httpx2.Response:
-    body = {"type": "error", "error": {"type": etype, "message": message}}
-    return httpx2.Response(status, json=body, headers=headers)
+    return stream_response(events)
 
 
 def message_start(input_tokens: int = 100) -> dict[str, Any]:
-    return {"type": "message_start", "message": {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": MODEL, "content": [],
-        "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1,
-                  "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}}
-
-
-def text_events(index: int, *pieces: str) -> list[dict[str, Any]]:
-    return [
-        {"type": "content_block_start", "index": index,
-         "content_block": {"type": "text", "text": ""}},
-        *({"type": "content_block_delta", "index": index,
-           "delta": {"type": "text_delta", "text": p}} for p in pieces),
-        {"type": "content_block_stop", "index": index},
-    ]
-
-
-def tool_events(index: int, call_id: str, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
-    raw = json.dumps(args)
-    cut = len(raw) // 2
-    return [
-        {"type": "content_block_start", "index": index,
-         "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}}},
-        {"type": "content_block_delta", "index": index,
-         "delta": {"type": "input_json_delta", "partial_json": raw[:cut]}},
-        {"type": "content_block_delta", "index": index,
-         "delta": {"type": "input_json_delta", "partial_json": raw[cut:]}},
-        {"type": "content_block_stop", "index": index},
-    ]
+    return start(input_tokens)
 
 
 def message_end(stop: str = "end_turn", output_tokens: int = 20) -> list[dict[str, Any]]:
-    return [{"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-             "usage": {"output_tokens": output_tokens}},
-            {"type": "message_stop"}]
+    return end(stop, output_tokens)
+
+
+text_events, tool_events = text_block, tool_block
 
 
 def text_reply(*pieces: str, input_tokens: int = 100) -> httpx2.Response:
