@@ -32,6 +32,19 @@ class LockTimeout(JournalError):
         )
 
 
+class UnsafeLockFile(JournalError):
+    """The lock file beside a session is not a regular file of its own (a planted link,
+    FIFO or hard link); nothing was written through it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"{path}: {reason}; the writer lock must be a regular file with one name. "
+            "Remove it (a lock file holds no session data) and retry."
+        )
+
+
 class WriteFailed(JournalError):
     """A commit did not reach the file whole; the file was rolled back to before it."""
 

@@ -3,8 +3,17 @@
 Rotation seals an old file with a `custom` entry of type `journal.successor` naming the file that
 continues it, and the successor's header names the archived old file as `parentSession`. From
 any file of a lineage these links lead to the live one, even after the old file moved into the
-archive. A rotation in progress is recorded in an intent file (`<old>.rotating`) so a crash at
-any step can be finished or undone deterministically by the next writer.
+archive.
+
+Pointers are relative to the session's folder (the seal names the successor's file name and,
+for the archived copy, the way from the archive to it; the header names the archive relative
+to the folder), so a copied or moved folder is self-contained. Each hop is checked against the
+identity of the file it reaches (the successor's session id, and for an absolute pointer left
+by older versions, that the file there leads back to where we came from).
+
+A rotation in progress is recorded in an intent file (`<old>.rotating`) so a crash at any step
+can be finished or undone deterministically by the next writer; an intent is validated before
+anything acts on it (see `journal.intent`).
 """
 
 from __future__ import annotations
@@ -12,11 +21,14 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import stat
 from typing import Any
 
 import orjson
 
 from . import codec
+from .identity import file_key, plain_name, real_path, same_file
+from .intent import MAX_INTENT_BYTES, BadIntent, Intent, archive_allowed, parse_intent
 from .log import fsync_directory
 from .model import Entry
 from .snapshot import last_newline_end
@@ -92,15 +104,63 @@ def archived_copies(path: str) -> list[str]:
     return [os.path.join(archive, name + ext) for ext in ("", ".gz")]
 
 
-def _successor_in(seal: dict[str, Any], near: str) -> str | None:
-    """The successor a seal names; it may itself have moved on into an archive since."""
-    candidates = [seal.get("successor")]
-    if isinstance(seal.get("file"), str):
-        candidates.append(os.path.join(os.path.dirname(near), seal["file"]))
-    named = [c for c in candidates if isinstance(c, str)]
-    for candidate in named:
-        if os.path.exists(candidate) or any(os.path.exists(a) for a in archived_copies(candidate)):
-            return candidate
+def seal_pointers(successor: str, session_id: str, archive: str | None) -> dict[str, Any]:
+    """What a seal records: the successor's name (its folder is the session's folder), its
+    session id (the identity a follower checks), and the way from the archive to it."""
+    name = os.path.basename(successor)
+    data: dict[str, Any] = {"successor": name, "file": name, "sessionId": session_id}
+    if archive is not None:
+        data["fromArchive"] = os.path.relpath(successor, os.path.dirname(archive))
+    return data
+
+
+def _where_now(path: str) -> str | None:
+    """`path` if it exists, else the archived copy it has moved into since, if any."""
+    if os.path.exists(path):
+        return path
+    return next((a for a in archived_copies(path) if os.path.exists(a)), None)
+
+
+def _names_file(pointer: object, folder: str, target: str) -> bool:
+    """Whether a `parentSession` pointer (relative to `folder`, or absolute) names `target`,
+    compressed or not."""
+    if not isinstance(pointer, str) or not pointer:
+        return False
+    named = os.path.normpath(os.path.join(folder, pointer)).removesuffix(".gz")
+    return any(same_file(v, target) for v in (named, named + ".gz"))
+
+
+def _successor_in(seal: dict[str, Any], near: str, sealed_at: str) -> str | None:
+    """The successor a seal names, checked against its identity; `near` is where the sealed
+    file was live, `sealed_at` where the seal was read (the same file, or its archive).
+
+    Relative pointers are tried first, so a copied or moved folder leads to its own files.
+    An absolute `successor` (written by older versions) is only a hint: it is followed when
+    the file there names `sealed_at` itself as its parent, so a copy never leads back into
+    the folder it was copied from.
+    """
+    session_id = seal.get("sessionId") if isinstance(seal.get("sessionId"), str) else None
+    hint = seal.get("successor")
+    name = plain_name(seal.get("file")) or plain_name(
+        os.path.basename(hint) if isinstance(hint, str) else None)
+    candidates: list[tuple[str, bool]] = []
+    if name is not None:
+        candidates.append((os.path.join(os.path.dirname(near), name), False))
+    back = seal.get("fromArchive")
+    if isinstance(back, str) and back and not os.path.isabs(back):
+        candidates.append((os.path.normpath(os.path.join(os.path.dirname(sealed_at), back)),
+                           False))
+    if isinstance(hint, str) and os.path.isabs(hint):
+        candidates.append((os.path.normpath(hint), True))
+    for candidate, check_parent in candidates:
+        found = _where_now(candidate)
+        header = read_header(found) if found is not None else None
+        if header is None or (session_id is not None and header.get("id") != session_id):
+            continue
+        if check_parent and not _names_file(header.get("parentSession"),
+                                            os.path.dirname(candidate), sealed_at):
+            continue
+        return candidate
     return None
 
 
@@ -122,57 +182,66 @@ def _child_by_header(path: str) -> str | None:
 
 
 def resolve_live(path: str) -> tuple[str, list[str]]:
-    """Follow seals (and archives) from `path` to the live file; also return the hops."""
-    current = os.path.abspath(path)
+    """Follow seals (and archives) from `path` to the live file; also return the hops.
+
+    Symbolic links are resolved first: the live file is returned by its real path.
+    """
+    current = real_path(path)
     hops: list[str] = []
     for _ in range(MAX_HOPS):
         if os.path.exists(current):
-            seal = seal_of(current) or _published_intent(current)
-            if seal is None:
-                return current, hops
-            following = _successor_in(seal, current)
+            seal = seal_of(current)
+            if seal is not None:
+                following = _successor_in(seal, current, current)
+            else:
+                following = _published_intent(current)
         else:
             following = None
             for archived in archived_copies(current):
                 if os.path.exists(archived):
                     seal = seal_of(archived)
-                    following = _successor_in(seal, current) if seal else None
+                    following = _successor_in(seal, current, archived) if seal else None
                     break
             following = following or _child_by_header(current)
         if following is None:
             return current, hops
+        following = real_path(following)
+        if following == current or following in hops:
+            return current, hops
         hops.append(current)
-        current = os.path.abspath(following)
+        current = following
     return current, hops
 
 
-def _published_intent(path: str) -> dict[str, Any] | None:
+def _published_intent(path: str) -> str | None:
     """An interrupted rotation whose successor was published counts as a seal: the next
     writer finishes it (see `recover_rotation`), so readers follow it already."""
     try:
-        with open(intent_path(path), "rb") as f:
-            intent = orjson.loads(f.read())
-    except (OSError, orjson.JSONDecodeError):
+        intent = read_intent(path)
+    except (OSError, BadIntent):
         return None
-    successor = intent.get("successor") if isinstance(intent, dict) else None
-    if isinstance(successor, str) and os.path.exists(successor):
-        return {"successor": successor}
-    return None
+    if intent is None or file_key(intent.successor) is None:
+        return None
+    return intent.successor
 
 
 def lineage(path: str) -> list[str]:
-    """Every file of the lineage, from the first archived one to the live one."""
+    """Every file of the lineage, from the first archived one to the live one.
+
+    `parentSession` pointers are read relative to the live file's folder first; an absolute
+    one (older versions) only counts if the file there continues into this lineage.
+    """
     live, _ = resolve_live(path)
+    folder = os.path.dirname(live)
     chain = [live]
     seen = {live}
     current = live
     for _ in range(MAX_HOPS):
         header = read_header(current)
         parent = header.get("parentSession") if header else None
-        if not isinstance(parent, str):
+        if not isinstance(parent, str) or not parent:
             break
-        found = next((p for p in (parent, parent.removesuffix(".gz"), parent + ".gz")
-                      if os.path.exists(p)), None)
+        found = _parent_file(parent, header.get("id") if header else None, current, folder)
         if found is None or found in seen:
             break
         chain.append(found)
@@ -180,6 +249,43 @@ def lineage(path: str) -> list[str]:
         current = found
     chain.reverse()
     return chain
+
+
+def _variants(path: str) -> list[str]:
+    plain = path.removesuffix(".gz")
+    return [plain, plain + ".gz"]
+
+
+def _parent_file(parent: str, child_id: object, child: str, folder: str) -> str | None:
+    """The file a `parentSession` pointer names, if it really continues into `child`."""
+    base = os.path.basename(parent).removesuffix(".gz")
+    local = [os.path.join(ARCHIVE_DIR, base), base]
+    if not os.path.isabs(parent):
+        local.insert(0, parent)
+    for candidate in local:
+        for variant in _variants(os.path.normpath(os.path.join(folder, candidate))):
+            if os.path.isfile(variant) and _continues_into(variant, child_id, None):
+                return variant
+    if os.path.isabs(parent):
+        for variant in _variants(os.path.normpath(parent)):
+            if os.path.isfile(variant) and _continues_into(variant, child_id, child):
+                return variant
+    return None
+
+
+def _continues_into(candidate: str, child_id: object, child: str | None) -> bool:
+    """Whether `candidate` is the parent of the session `child_id`: a sealed file must name
+    that session (and, when `child` is given, lead to that very file); an unsealed one is a
+    fork's parent."""
+    seal = seal_of(candidate)
+    if seal is None:
+        return True
+    if seal.get("sessionId") not in (None, child_id):
+        return False
+    if child is None:
+        return True
+    successor = _successor_in(seal, candidate, candidate)
+    return successor is not None and same_file(successor, child)
 
 
 # intent files: crash recovery of a rotation
@@ -208,35 +314,78 @@ def remove_intent(path: str) -> None:
     fsync_directory(os.path.dirname(path))
 
 
+def read_intent(path: str) -> Intent | None:
+    """The validated intent of an interrupted rotation of `path` (a real path), or None if
+    there is none; raises `BadIntent` for one that this session's rotation cannot have
+    written (see `journal.intent`). A successor already published must carry the intent's
+    session id and name the intent's archive as its parent."""
+    try:
+        fd = os.open(intent_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise BadIntent(f"cannot be read safely ({e.strerror or e})") from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadIntent("not a regular file")
+        data = os.read(fd, MAX_INTENT_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_INTENT_BYTES:
+        raise BadIntent("too large to be an intent")
+    intent = parse_intent(path, data)
+    if os.path.lexists(intent.successor):
+        if file_key(intent.successor) is None:
+            raise BadIntent(f"successor {intent.successor} is not a regular file")
+        header = read_header(intent.successor)
+        if header is None or header.get("id") != intent.session_id:
+            raise BadIntent(f"successor {intent.successor} is not session {intent.session_id}")
+        parent = header.get("parentSession")
+        named = (os.path.join(os.path.dirname(path), parent) if isinstance(parent, str)
+                 else None)
+        if intent.archive is not None and not archive_allowed(path, intent.archive, named):
+            raise BadIntent(f"archive {intent.archive} lies outside the session's folder and "
+                            "is not where the successor says its parent went")
+    elif intent.archive is not None and not archive_allowed(path, intent.archive, None):
+        raise BadIntent(f"archive {intent.archive} lies outside the session's folder")
+    return intent
+
+
 def recover_rotation(path: str) -> str | None:
     """Finish or undo a rotation of `path` that a crash interrupted. Caller holds the lock.
 
     Until the successor is published under its final name, the old file stays authoritative:
     the temp file is removed. From then on the successor is (it was verified before it was
     published): the old file is sealed if it is not yet, and moved to the archive. Returns
-    what was done, or None if there was nothing to recover.
+    what was done, or None if there was nothing to recover. An intent that this session's
+    rotation cannot have written (see `read_intent`) is reported, removed and not acted on.
     """
-    target = intent_path(path)
     try:
-        with open(target, "rb") as f:
-            intent = orjson.loads(f.read())
-    except FileNotFoundError:
+        intent = read_intent(path)
+    except BadIntent as e:
+        log.warning("%s: ignored the rotation intent %s (%s); it is removed and nothing "
+                    "else was changed", path, intent_path(path), e)
+        try:
+            remove_intent(path)
+        except OSError as gone:
+            log.warning("%s: could not remove it (%s)", intent_path(path), gone)
+        return f"ignored: {e}"
+    if intent is None:
         return None
-    except (OSError, orjson.JSONDecodeError):
-        intent = {}
-    if not isinstance(intent, dict):
-        intent = {}
-    temp, successor, archive = intent.get("temp"), intent.get("successor"), intent.get("archive")
-    published = isinstance(successor, str) and os.path.exists(successor)
-    if isinstance(temp, str) and os.path.exists(temp):
-        os.unlink(temp)
+    published = file_key(intent.successor) is not None
+    if intent.temp is not None and os.path.lexists(intent.temp):
+        os.unlink(intent.temp)
     if not published:
         action = "undone: the old file stays authoritative"
     else:
         if os.path.exists(path) and seal_of(path) is None:
-            seal_file(path, successor, intent.get("sessionId"))
-        if os.path.exists(path) and isinstance(archive, str):
-            move_into_archive(path, archive)
+            seal_file(path, intent.successor, intent.session_id, intent.archive)
+        if os.path.exists(path) and intent.archive is not None:
+            if os.path.lexists(intent.archive):
+                log.warning("%s: not archived: %s already exists", path, intent.archive)
+            else:
+                move_into_archive(path, intent.archive)
         action = "finished: the successor is live and the old file is archived"
     fsync_directory(os.path.dirname(path))
     remove_intent(path)
@@ -244,7 +393,7 @@ def recover_rotation(path: str) -> str | None:
     return action
 
 
-def seal_file(path: str, successor: str, session_id: str | None) -> Entry:
+def seal_file(path: str, successor: str, session_id: str, archive: str | None = None) -> Entry:
     """Append the `journal.successor` marker to a file whose writer lock the caller holds."""
     from .durability import Durability
     from .log import AppendLog
@@ -255,8 +404,7 @@ def seal_file(path: str, successor: str, session_id: str | None) -> Entry:
     last = last_entry(path)
     parent = last.get("id") if last else None
     marker = custom_entry(new_id(set()), parent, SUCCESSOR_TYPE,
-                          {"successor": successor, "file": os.path.basename(successor),
-                           "sessionId": session_id})
+                          seal_pointers(successor, session_id, archive))
     appender = AppendLog(path, Durability.always())
     try:
         appender.commit(codec.encode(marker))
@@ -268,13 +416,13 @@ def seal_file(path: str, successor: str, session_id: str | None) -> Entry:
 def pending_rotations(path: str) -> list[str]:
     """Files whose interrupted rotation concerns `path`: itself, and its parent if `path` is
     the successor that parent's rotation published."""
-    found = [path] if os.path.exists(intent_path(path)) else []
+    found = [path] if os.path.lexists(intent_path(path)) else []
     header = read_header(path) if os.path.exists(path) else None
     parent = header.get("parentSession") if header else None
     if isinstance(parent, str):
         name = os.path.basename(parent).removesuffix(".gz")
         beside = os.path.join(os.path.dirname(path), name)
-        if os.path.exists(intent_path(beside)):
+        if os.path.lexists(intent_path(beside)):
             found.insert(0, beside)
     return found
 
@@ -298,7 +446,7 @@ def recover_pending(path: str, lock_timeout: float) -> None:
     """Recover every interrupted rotation on the way from `path` to the live file."""
     from .lock import WriterLock
 
-    current = os.path.abspath(path)
+    current = real_path(path)
     for _ in range(MAX_HOPS):
         for pending in pending_rotations(current):
             with WriterLock(pending, lock_timeout):

@@ -24,7 +24,9 @@ from . import codec, model
 from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
-from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
+from .identity import real_path
+from .live import lock_live
+from .lock import DEFAULT_LOCK_TIMEOUT
 from .log import fsync_directory
 from .model import Entry
 from .pairing import sanitize, synthetic_result
@@ -631,13 +633,15 @@ def repair(
         >>> report = repair("sessions/a.jsonl")  # doctest: +SKIP
         >>> report.changed, report.counts
     """
-    path = os.path.abspath(os.fspath(path))
+    # the real file is repaired (a link to it stays a link), under the real file's lock
+    path = real_path(path)
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the session files it holds")
     open_for_reading(path).close()  # a missing or unreadable file: say so, create nothing
     if dry_run:
         return _report(plan(path, migrate=migrate), path, dry_run=True)
-    with WriterLock(path, lock_timeout):
+    path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
+    try:
         p = plan(path, migrate=migrate)
         report = _report(p, path, dry_run=False)
         if not report.changed:
@@ -646,6 +650,8 @@ def repair(
         report.backup = path + BACKUP_SUFFIX
         report.quarantine = quarantine_path_for(path)
         return report
+    finally:
+        lock.release()
 
 
 def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:

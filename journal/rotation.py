@@ -25,7 +25,9 @@ from typing import Any
 from . import codec, model
 from .context import Context, build_context
 from .durability import Durability
-from .errors import JournalError, UnsupportedVersion
+from .errors import JournalError, NotASession, UnsupportedVersion
+from .identity import real_path
+from .intent import intent_record, temp_name
 from .lineage import (
     ARCHIVE_DIR,
     SUCCESSOR_TYPE,
@@ -34,12 +36,13 @@ from .lineage import (
     move_into_archive,
     read_header,
     recover_pending,
-    recover_rotation,
     remove_intent,
     resolve_live,
     seal_of,
+    seal_pointers,
     write_intent,
 )
+from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
@@ -164,6 +167,17 @@ def _last_session_info(path: str, searched_to: int, found: Entry | None
     return end, newer or found
 
 
+def _early_info(path: str) -> tuple[int, Entry | None] | None:
+    """The first, unlocked search for `session_info`; None if the file moved on meanwhile
+    (the search then happens under the lock, on the file that continues it)."""
+    try:
+        return _last_session_info(path, 0, None)
+    except NotASession:
+        if os.path.exists(path):
+            raise
+        return None
+
+
 def _settings_before(entries: list[Entry], prefix: list[int], taken: set[str],
                      tree: Tree) -> list[Entry]:
     """Latest model and thinking level on the branch before the kept part, as entries."""
@@ -237,18 +251,20 @@ def rotate(
     session = target if isinstance(target, Session) else None
     early_info: tuple[int, Entry | None] | None = None
     if session is None:
+        path = real_path(os.fspath(target))
         if not dry_run:
-            recover_pending(os.fspath(target), lock_timeout)
-        path, _ = resolve_live(os.fspath(target))
-        early_info = _last_session_info(path, 0, None)
-        lock = WriterLock(path, lock_timeout)
-        lock.acquire()
+            recover_pending(path, lock_timeout)
+        path, _ = resolve_live(path)
+        early_info = _early_info(path)
+        # if the holder rotates it while we wait, the lock is taken on its successor instead
+        locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
+        if locked != path:
+            path, early_info = locked, None
     else:
         path, lock = session.path, None
     locked_at = time.perf_counter()
     try:
         if session is None and not dry_run:
-            recover_rotation(path)
             cut_torn_tail(path)
         result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
                                          early_info)
@@ -285,7 +301,7 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     old_size = os.path.getsize(path)
     archive = _archive_path(path, archive_dir, compress)
     stored_archive = archive.removesuffix(".gz")
-    build = _plan(tree, header, archive, info)
+    build = _plan(tree, header, os.path.relpath(stored_archive, os.path.dirname(path)), info)
     if isinstance(build, str):
         return RotationResult(False, path, build, old_size=old_size, dry_run=dry_run), None
     final = os.path.join(os.path.dirname(path),
@@ -299,9 +315,8 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
                             old_size=old_size, successor_size=len(data), dry_run=dry_run)
     if dry_run:
         return result, None
-    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(final)}.rotate.tmp")
-    write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive,
-                        "sessionId": build.header["id"]})
+    temp = os.path.join(os.path.dirname(path), temp_name(os.path.basename(final)))
+    write_intent(path, intent_record(path, final, stored_archive, build.header["id"]))
     try:
         _step("intent")
         _write_synced(temp, data)
@@ -324,7 +339,7 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
         fsync_directory(os.path.dirname(final))
         published = True
         _step("published")
-        _seal(path, session, tree, final, build.header["id"])
+        _seal(path, session, tree, seal_pointers(final, build.header["id"], stored_archive))
         _step("sealed")
         move_into_archive(path, stored_archive)
         _step("archived")
@@ -368,11 +383,8 @@ def _verify(temp: str, build: _Build) -> None:
         )
 
 
-def _seal(path: str, session: Any, tree: Tree, successor: str, successor_id: str) -> None:
-    marker = model.custom_entry(
-        model.new_id(tree.ids), tree.leaf_id, SUCCESSOR_TYPE,
-        {"successor": successor, "file": os.path.basename(successor), "sessionId": successor_id},
-    )
+def _seal(path: str, session: Any, tree: Tree, pointers: dict[str, Any]) -> None:
+    marker = model.custom_entry(model.new_id(tree.ids), tree.leaf_id, SUCCESSOR_TYPE, pointers)
     if session is not None:
         session._log.commit(codec.encode(marker))
         session._log.sync()

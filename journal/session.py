@@ -18,8 +18,9 @@ from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
 from .durability import Durability
 from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
+from .identity import real_path
 from .idscan import IdScan
-from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, seal_of
+from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog, fsync_directory
 from .model import Entry
@@ -91,7 +92,9 @@ class Session:
             os.makedirs(target, exist_ok=True)
             name = model.session_file_name(header["timestamp"], header["id"])
             target = os.path.join(target, name)
-        target = os.path.abspath(target)
+        # the folder's links are resolved; a link at the name itself is refused as existing
+        target = os.path.join(real_path(os.path.dirname(os.path.abspath(target))),
+                              os.path.basename(target))
         lock = WriterLock(target, lock_timeout)
         lock.acquire()
         try:
@@ -115,33 +118,17 @@ class Session:
         A torn last line is copied to the quarantine side file and cut away first; the result
         is in `recovered`. Raises NotASession, UnsupportedVersion, LockTimeout.
         """
-        requested = os.path.abspath(os.fspath(path))
-        recover_pending(requested, lock_timeout)
-        target, followed = resolve_live(requested)
-        for _ in range(MAX_HOPS):
-            _check_regular_file(target)
-            lock = WriterLock(target, lock_timeout)
-            lock.acquire()
-            try:
-                recover_rotation(target)
-                if not os.path.exists(target) or seal_of(target) is not None:
-                    moved_on, more = resolve_live(target)
-                    if moved_on != target:
-                        lock.release()
-                        followed += [*more]
-                        target = moved_on
-                        continue
-                _preflight(target)
-                recovered = cut_torn_tail(target)
-                snap = resume(target)
-                _check_writable(target, snap)
-                appender = AppendLog(target, durability)
-            except BaseException:
-                lock.release()
-                raise
-            break
-        else:
-            raise JournalError(f"{requested}: too many successors to follow")
+        requested = real_path(path)
+        target, lock, followed = lock_live(requested, lock_timeout)
+        try:
+            _preflight(target)
+            recovered = cut_torn_tail(target)
+            snap = resume(target)
+            _check_writable(target, snap)
+            appender = AppendLog(target, durability)
+        except BaseException:
+            lock.release()
+            raise
         session = cls(target, lock, appender, snap)
         session.recovered = recovered
         session.followed = followed
@@ -480,7 +467,8 @@ def _write_new_file(path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
     try:
@@ -496,13 +484,6 @@ def _write_new_file(path: str, data: bytes) -> None:
         raise
     os.close(fd)
     fsync_directory(directory)
-
-
-def _check_regular_file(path: str) -> None:
-    if os.path.isdir(path):
-        raise NotASession(path, "is a directory, not a session file")
-    if not os.path.exists(path):
-        raise NotASession(path, "no such file")
 
 
 def _check_writable(path: str, snap: Snapshot) -> None:

@@ -12,6 +12,8 @@ import os
 from .codec import Diagnostic
 from .context import Context, build_context, for_model
 from .errors import NotASession, UnknownEntry
+from .identity import real_path
+from .lineage import MAX_HOPS, resolve_live
 from .model import CURRENT_VERSION, Entry
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
 from .tree import Tree
@@ -33,12 +35,31 @@ class View:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, full: bool = False) -> View:
-        """Load a session for reading; `full=False` reads only the tail the context needs."""
-        target = os.path.abspath(os.fspath(path))
-        snap = load(target) if full else resume(target)
-        if snap.header is None and not snap.entries:
-            raise NotASession(target, "not a session file (no session header, no entries)")
-        return cls(target, snap, os.stat(target).st_ino)
+        """Load a session for reading; `full=False` reads only the tail the context needs.
+
+        Links are resolved first. A file that a concurrent rotation moved away is followed
+        to the file that continues it; one replaced while it was read is read again.
+        """
+        target = real_path(path)
+        for _ in range(MAX_HOPS):
+            try:
+                before = os.stat(target)
+                snap = load(target) if full else resume(target)
+                after = os.stat(target)
+            except (FileNotFoundError, NotASession):
+                if os.path.exists(target):
+                    raise
+                live, _ = resolve_live(target)
+                if live == target:
+                    raise NotASession(target, "no such file") from None
+                target = live
+                continue
+            if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino):
+                continue
+            if snap.header is None and not snap.entries:
+                raise NotASession(target, "not a session file (no session header, no entries)")
+            return cls(target, snap, after.st_ino)
+        raise NotASession(target, "kept moving while it was read; try again")
 
     @property
     def leaf_id(self) -> str | None:

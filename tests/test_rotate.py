@@ -78,9 +78,13 @@ def test_rotate_path_keeps_context_and_archives(tmp_path):
     archived = context_of(result.archive)
     assert archived.same_as(before), "the sealed archive still projects the same context"
     assert open(result.archive, "rb").read().startswith(old_bytes)
-    assert seal_of(result.archive)["successor"] == result.successor
+    # pointers are relative to the session's folder (see tests/test_identity.py)
+    name = os.path.basename(result.successor)
+    seal = seal_of(result.archive)
+    assert seal["successor"] == name and seal["fromArchive"] == os.path.join("..", name)
     header = orjson.loads(open(result.successor, "rb").readline())
-    assert header["parentSession"] == result.archive and header["cwd"] == "/proj"
+    assert header["parentSession"] == os.path.relpath(result.archive, str(tmp_path / "sessions"))
+    assert header["cwd"] == "/proj"
     new = load(result.successor)
     assert not new.diagnostics
     ids = [e["id"] for e in new.entries]

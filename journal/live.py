@@ -1,0 +1,72 @@
+"""Taking the writer lock on the file a path leads to, following it if it moves on meanwhile.
+
+A writer (open, rotate, repair) resolves its path once (links, then seals to the live file)
+and waits for that file's lock. While it waits, the holder may rotate the file into the
+archive or swap it; so, once the lock is held, the path is checked again: if the file is gone
+or sealed, the lock is released and the writer follows to the file that continues it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import JournalError, NotASession
+from .identity import real_path
+from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, seal_of
+from .lock import WriterLock
+
+
+def lock_live(path: str | os.PathLike[str], lock_timeout: float, *, recover: bool = True,
+              follow_seals: bool = True) -> tuple[str, WriterLock, list[str]]:
+    """Lock the live file `path` leads to; return its real path, the held lock and the
+    files followed on the way.
+
+    With `recover`, interrupted rotations on the way are finished or undone first (that
+    writes). With `follow_seals=False` a sealed file is locked as it is (repair works on the
+    file it was given); a file that is gone is followed either way.
+    """
+    requested = real_path(path)
+    if recover:
+        recover_pending(requested, lock_timeout)
+    target, followed = resolve_live(requested) if follow_seals else (requested, [])
+    for _ in range(MAX_HOPS):
+        _check_lockable(target)
+        lock = WriterLock(target, lock_timeout)
+        lock.acquire()
+        try:
+            if recover:
+                recover_rotation(target)
+            moved_on = _moved_on(target, follow_seals)
+        except BaseException:
+            lock.release()
+            raise
+        if moved_on is None:
+            return target, lock, followed
+        lock.release()
+        target, hops = moved_on
+        followed.extend(hops)
+    raise JournalError(f"{requested}: too many successors to follow")
+
+
+def _check_lockable(target: str) -> None:
+    """Refuse what cannot be a session before a lock file is created beside it."""
+    if os.path.isdir(target):
+        raise NotASession(target, "is a directory, not a session file")
+    if not os.path.exists(target):
+        raise NotASession(target, "no such file")
+
+
+def _moved_on(target: str, follow_seals: bool) -> tuple[str, list[str]] | None:
+    """Where the locked `target` has gone since it was resolved (and the files on the way),
+    or None if it is still the file to write."""
+    if os.path.islink(target):
+        raise NotASession(target, "was replaced by a symbolic link while waiting for the "
+                          "writer lock; nothing was written (check who changes this folder)")
+    if os.path.exists(target) and not (follow_seals and seal_of(target) is not None):
+        return None
+    live, hops = resolve_live(target)
+    if live == target:
+        if not os.path.exists(target):
+            raise NotASession(target, "no such file, and no successor of it was found")
+        return None
+    return live, hops
