@@ -150,6 +150,10 @@ def _successor_in(seal: dict[str, Any], near: str, sealed_at: str) -> str | None
     if isinstance(back, str) and back and not os.path.isabs(back):
         candidates.append((os.path.normpath(os.path.join(os.path.dirname(sealed_at), back)),
                            False))
+    archive_folder = os.path.dirname(sealed_at)
+    if name is not None and os.path.basename(archive_folder) == ARCHIVE_DIR:
+        # older seals have no `fromArchive`: the default archive sits in the session's folder
+        candidates.append((os.path.join(os.path.dirname(archive_folder), name), False))
     if isinstance(hint, str) and os.path.isabs(hint):
         candidates.append((os.path.normpath(hint), True))
     for candidate, check_parent in candidates:

@@ -92,9 +92,10 @@ class Session:
             os.makedirs(target, exist_ok=True)
             name = model.session_file_name(header["timestamp"], header["id"])
             target = os.path.join(target, name)
+        folder, name = os.path.split(os.path.abspath(target))
+        os.makedirs(folder, exist_ok=True)
         # the folder's links are resolved; a link at the name itself is refused as existing
-        target = os.path.join(real_path(os.path.dirname(os.path.abspath(target))),
-                              os.path.basename(target))
+        target = os.path.join(real_path(folder), name)
         lock = WriterLock(target, lock_timeout)
         lock.acquire()
         try:
