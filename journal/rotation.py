@@ -26,7 +26,7 @@ from . import codec, model
 from .context import Context, build_context
 from .durability import Durability
 from .errors import JournalError, NotASession, UnsupportedVersion
-from .identity import real_path
+from .identity import file_key, real_path
 from .intent import intent_record, temp_name
 from .lineage import (
     ARCHIVE_DIR,
@@ -238,7 +238,9 @@ def rotate(
     """Rotate a session (an open `Session`, or a path) into a successor file.
 
     With a path, the writer lock is taken for the duration; with a `Session`, its lock is
-    used and the session carries on writing to the successor (`session.path` changes).
+    used and the session carries on writing to the successor (`session.path` changes). A path
+    is resolved to its real file and then to the live file of its lineage; if that file is
+    rotated by another writer while this waits for the lock, its successor is rotated instead.
     Returns `rotated=False` with a reason when there is no compaction to rotate after.
 
     Example:
@@ -255,11 +257,12 @@ def rotate(
         if not dry_run:
             recover_pending(path, lock_timeout)
         path, _ = resolve_live(path)
+        searched = file_key(path)
         early_info = _early_info(path)
         # if the holder rotates it while we wait, the lock is taken on its successor instead
         locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
-        if locked != path:
-            path, early_info = locked, None
+        if locked != path or file_key(locked) != searched:
+            path, early_info = locked, None  # another file now: search it under the lock
     else:
         path, lock = session.path, None
     locked_at = time.perf_counter()

@@ -117,7 +117,10 @@ class Session:
         """Open an existing version 3 session to append to it, taking the writer lock.
 
         A torn last line is copied to the quarantine side file and cut away first; the result
-        is in `recovered`. Raises NotASession, UnsupportedVersion, LockTimeout.
+        is in `recovered`. The path may be a symbolic link: it is resolved once, and the
+        session is its real file (`path`), locked as such; a rotated file is followed to its
+        live successor, also when it rotates while this waits for the lock (`followed`).
+        Raises NotASession, UnsupportedVersion, LockTimeout, UnsafeLockFile.
         """
         requested = real_path(path)
         target, lock, followed = lock_live(requested, lock_timeout)

@@ -19,6 +19,7 @@ from typing import Any
 import watchfiles
 
 from .errors import NotASession, UnknownEntry
+from .identity import real_path
 from .model import Entry
 from .tail_source import (
     DELETED,
@@ -59,7 +60,7 @@ class _Follower(_SourceReader):
             raise ValueError("choose at most one of from_start, last and since_id")
         if last is not None and last < 0:
             raise ValueError("last must be 0 or more")
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = real_path(path)  # a link is followed once, to the real file or folder
         self.from_start = from_start
         self.last = last
         self.since_id = since_id

@@ -460,3 +460,41 @@ def test_opening_a_missing_session_leaves_no_lock_file(tmp_path: Path) -> None:
     with pytest.raises(NotASession, match="directory"):
         Session.open(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+# tail: a link is followed to the real file, and rotation from there
+
+
+def test_tail_through_a_link_in_another_folder_follows_the_rotation(tmp_path: Path) -> None:
+    import threading
+
+    from journal.tail import follow_events
+
+    real = compacted(tmp_path / "sessions")
+    elsewhere = tmp_path / "links"
+    elsewhere.mkdir()
+    (elsewhere / "current.jsonl").symlink_to(real)
+    stop = threading.Event()
+    seen: list[tuple[str, str]] = []
+
+    def run() -> None:
+        for event in follow_events(elsewhere / "current.jsonl", stop=stop, poll=True,
+                                   timeout=0.05, grace=5):
+            if event.kind == "entry" and event.entry is not None:
+                seen.append((event.path, event.entry["id"]))
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    try:
+        time.sleep(0.3)
+        with Session.open(real) as s:
+            s.rotate(compress=False)
+            successor = s.path
+            fresh = s.append_message(user("after the rotation"))
+        deadline = time.monotonic() + 10
+        while (successor, fresh) not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        reader.join(timeout=10)
+    assert (successor, fresh) in seen
