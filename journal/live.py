@@ -30,6 +30,12 @@ def lock_live(path: str | os.PathLike[str], lock_timeout: float, *, recover: boo
         recover_pending(requested, lock_timeout)
     target, followed = resolve_live(requested) if follow_seals else (requested, [])
     for _ in range(MAX_HOPS):
+        if not os.path.lexists(target):  # rotated away since it was resolved
+            live, hops = resolve_live(target)
+            if live != target:
+                target = live
+                followed.extend(hops)
+                continue
         _check_lockable(target)
         lock = WriterLock(target, lock_timeout)
         lock.acquire()

@@ -25,6 +25,7 @@ from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
 from .identity import real_path
+from .lineage import MAX_HOPS, resolve_live
 from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .log import fsync_directory
@@ -637,7 +638,7 @@ def repair(
     path = real_path(path)
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the session files it holds")
-    open_for_reading(path).close()  # a missing or unreadable file: say so, create nothing
+    path = _readable(path)
     if dry_run:
         return _report(plan(path, migrate=migrate), path, dry_run=True)
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
@@ -652,6 +653,21 @@ def repair(
         return report
     finally:
         lock.release()
+
+
+def _readable(path: str) -> str:
+    """`path`, or the file that continues it if it was rotated away; a missing or unreadable
+    file is reported before anything (a lock file included) is created."""
+    for _ in range(MAX_HOPS):
+        try:
+            open_for_reading(path).close()
+            return path
+        except NotASession:
+            live = resolve_live(path)[0]
+            if os.path.lexists(path) or live == path:
+                raise
+            path = live
+    raise NotASession(path, "kept moving on while it was opened; try again")
 
 
 def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
