@@ -498,3 +498,42 @@ def test_tail_through_a_link_in_another_folder_follows_the_rotation(tmp_path: Pa
         stop.set()
         reader.join(timeout=10)
     assert (successor, fresh) in seen
+
+
+def test_repair_of_a_rotated_name_repairs_the_file_that_continues_it(tmp_path: Path) -> None:
+    real = compacted(tmp_path)
+    result = rotate(real, compress=False)
+    assert result.successor
+    with open(result.successor, "ab") as f:
+        f.write(b'{"type":"message","id":"torn"\n')
+    report = repair(real)
+    assert report.path == result.successor and report.changed
+    assert load(result.successor).diagnostics == []
+
+
+def test_rotate_searches_again_when_the_file_was_replaced_while_it_waited(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session name found before the lock belongs to the file as it was then; a file
+    replaced meanwhile (a repair, say) is searched again under the lock."""
+    import journal.rotation as rotation
+
+    with Session.create(tmp_path / "s.jsonl", cwd="/proj") as s:
+        s.append_session_info("name-A")
+        ids = [s.append_message(user(f"q{i} " + "x" * 3000)) for i in range(6)]
+        s.append_compaction("summary", ids[4], 1000)
+        s.append_message(user("after"))
+        real = s.path
+    real_lock_live = rotation.lock_live
+
+    def replaced_while_waiting(path: str, timeout: float, **kw: bool):
+        data = Path(path).read_bytes().replace(b"name-A", b"name-B")
+        Path(path + ".new").write_bytes(data)
+        os.replace(path + ".new", path)
+        return real_lock_live(path, timeout, **kw)
+
+    monkeypatch.setattr(rotation, "lock_live", replaced_while_waiting)
+    result = rotate(real, compress=False)
+    assert result.rotated and result.successor
+    names = [e.get("name") for e in load(result.successor).entries
+             if e["type"] == "session_info"]
+    assert names == ["name-B"]
