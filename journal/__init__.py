@@ -15,6 +15,7 @@ from .errors import (
     LockTimeout,
     NotASession,
     UnknownEntry,
+    UnsafeLockFile,
     UnsupportedVersion,
     WriteFailed,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "TreeIssue",
     "TreeNode",
     "UnknownEntry",
+    "UnsafeLockFile",
     "UnsupportedVersion",
     "View",
     "WriteFailed",

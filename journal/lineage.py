@@ -42,7 +42,7 @@ MAX_HOPS = 64
 
 
 def is_seal(entry: Entry | None) -> bool:
-    return bool(entry) and entry.get("type") == "custom" and entry.get(
+    return entry is not None and entry.get("type") == "custom" and entry.get(
         "customType") == SUCCESSOR_TYPE and isinstance(entry.get("data"), dict)
 
 
@@ -92,9 +92,12 @@ def _entry_of(raw: bytes) -> Entry | None:
 
 
 def seal_of(path: str) -> dict[str, Any] | None:
-    """The successor a sealed file names (`successor`, `file`, `sessionId`), or None."""
+    """What a sealed file's seal records (see `seal_pointers`), or None if it is not sealed."""
     entry = last_entry(path)
-    return entry["data"] if is_seal(entry) else None
+    if entry is None or not is_seal(entry):
+        return None
+    data: dict[str, Any] = entry["data"]
+    return data
 
 
 def archived_copies(path: str) -> list[str]:
