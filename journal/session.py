@@ -96,6 +96,8 @@ class Session:
         os.makedirs(folder, exist_ok=True)
         # the folder's links are resolved; a link at the name itself is refused as existing
         target = os.path.join(real_path(folder), name)
+        if os.path.lexists(target):  # a link here would put the lock beside its target
+            raise JournalError(f"{target}: already exists; open it instead of creating it")
         lock = WriterLock(target, lock_timeout)
         lock.acquire()
         try:

@@ -319,17 +319,34 @@ def test_readers_do_not_follow_a_planted_intent(tmp_path: Path) -> None:
     assert View.open(real).path == real
 
 
-def crash_after_publishing(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def crash_after_publishing(path: str, monkeypatch: pytest.MonkeyPatch, at: str = "published",
+                           archive_dir: str | None = None) -> None:
     import journal.rotation as rotation
 
     def hook(step: str) -> None:
-        if step == "published":
+        if step == at:
             raise KeyboardInterrupt("simulated crash")
 
     monkeypatch.setattr(rotation, "step_hook", hook)
     with pytest.raises(KeyboardInterrupt):
-        rotate(path, compress=False)
+        rotate(path, compress=False, archive_dir=archive_dir)
     monkeypatch.setattr(rotation, "step_hook", None)
+
+
+@pytest.mark.parametrize("at", ["temp", "published"])
+def test_an_interrupted_rotation_into_an_archive_folder_elsewhere_is_recovered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    folder, elsewhere = tmp_path / "sessions", tmp_path / "kept"
+    real = compacted(folder)
+    crash_after_publishing(real, monkeypatch, at, str(elsewhere))
+    with Session.open(real) as s:
+        live = s.path
+    assert not any(p.name.endswith(".rotate.tmp") for p in folder.iterdir())
+    if at == "temp":
+        assert live == real and seal_of(real) is None
+    else:
+        assert live != real and seal_of(str(elsewhere / "s.jsonl")) is not None
+        assert lineage(live) == [str(elsewhere / "s.jsonl"), live]
 
 
 def test_an_interrupted_rotation_is_still_finished_from_its_relative_intent(
@@ -396,7 +413,7 @@ def test_create_never_writes_through_a_link_at_the_new_name(tmp_path: Path) -> N
     (tmp_path / "sessions" / "new.jsonl").symlink_to(target)
     with pytest.raises(JournalError, match="already exists"):
         Session.create(tmp_path / "sessions" / "new.jsonl")
-    assert not target.exists()
+    assert not target.exists() and not Path(str(target) + ".lock").exists()
 
 
 # item 11: a writer or reader that finds its file rotated away follows it
