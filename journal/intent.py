@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from .identity import inside, plain_name
+from .identity import inside, plain_name, real_path
 
 MAX_INTENT_BYTES = 1 << 16
 
@@ -82,14 +82,18 @@ def archive_allowed(session: str, archive: str, named_by_successor: str | None) 
     successor's header says its parent went (an archive folder configured elsewhere)."""
     if inside(os.path.dirname(archive), os.path.dirname(session)):
         return True
-    return named_by_successor is not None and os.path.normpath(named_by_successor) == archive
+    if named_by_successor is None:
+        return False
+    directory, name = os.path.split(os.path.normpath(named_by_successor))
+    return os.path.join(real_path(directory), name) == archive
 
 
 def _name_in(folder: str, value: object) -> str | None:
     """The file name `value` gives in `folder`: a bare name, or an absolute path into it."""
-    if isinstance(value, str) and os.path.isabs(value):
+    if isinstance(value, str) and os.path.isabs(value) and "\0" not in value:
         directory, name = os.path.split(os.path.normpath(value))
-        return plain_name(name) if directory == folder else None
+        # older versions wrote the path as given, which may run through a linked folder
+        return plain_name(name) if real_path(directory) == folder else None
     return plain_name(value)
 
 
@@ -102,6 +106,7 @@ def _archive_of(session: str, value: object) -> str | None:
     archive = os.path.normpath(value if os.path.isabs(value) else os.path.join(folder, value))
     if not re.fullmatch(re.escape(own_name) + r"(\.[0-9]+)?", os.path.basename(archive)):
         raise BadIntent(f"archive {value!r} does not carry the session's own name")
+    archive = os.path.join(real_path(os.path.dirname(archive)), os.path.basename(archive))
     if archive == session:
         raise BadIntent("the archive is the session itself")
     return archive

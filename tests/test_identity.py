@@ -376,6 +376,23 @@ def test_an_older_absolute_intent_is_finished_where_it_was_written(
     assert os.path.exists(folder / ARCHIVE_DIR / "s.jsonl") and not intent_file.exists()
 
 
+def test_an_older_intent_written_through_a_linked_folder_is_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "sessions"
+    real = compacted(folder)
+    (tmp_path / "via").symlink_to(folder)
+    crash_after_publishing(real, monkeypatch)
+    intent_file = Path(real + INTENT_SUFFIX)
+    intent = orjson.loads(intent_file.read_bytes())
+    via = tmp_path / "via"
+    intent_file.write_bytes(orjson.dumps({
+        "successor": str(via / intent["successor"]), "temp": str(via / intent["temp"]),
+        "archive": str(via / intent["archive"]), "sessionId": intent["sessionId"]}))
+    with Session.open(via / "s.jsonl") as s:
+        assert s.path == str(folder / intent["successor"])
+    assert os.path.exists(folder / ARCHIVE_DIR / "s.jsonl") and not intent_file.exists()
+
+
 # item 5: repair and rotate through a link act on the real file; the link stays a link
 
 
