@@ -273,3 +273,41 @@ def test_a_replaced_workspace_root_is_refused(tmp_path: Path, outside: Path) -> 
         assert result.is_error and "workspace" in result.content, result.content
         assert "top secret" not in result.content
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+# --- symlinks inside the workspace still work ----------------------------------------------------
+
+
+def test_symlinks_that_stay_inside_are_followed(ws: Workspace) -> None:
+    (ws.root / "real").mkdir()
+    (ws.root / "real" / "f.txt").write_text("inside\n")
+    (ws.root / "rel_link.txt").symlink_to("real/f.txt")
+    (ws.root / "abs_dir").symlink_to(ws.root / "real")
+    assert ReadTool(ws).run({"path": "rel_link.txt"}).content == "inside\n"
+    written = WriteTool(ws).run({"path": "abs_dir/f.txt", "content": "changed\n"})
+    assert written.details["path"] == "real/f.txt"
+    assert (ws.root / "rel_link.txt").is_symlink()
+    assert (ws.root / "real" / "f.txt").read_text() == "changed\n"
+    assert LsTool(ws).run({"path": "abs_dir"}).content == "f.txt"
+    grep = GrepTool(ws).run({"pattern": "changed"})
+    assert grep.content.splitlines() == ["rel_link.txt:1: changed", "real/f.txt:1: changed"]
+
+
+def test_dotdot_after_a_symlink_goes_back_the_way_it_came(ws: Workspace) -> None:
+    (ws.root / "a" / "b").mkdir(parents=True)
+    (ws.root / "a" / "f.txt").write_text("in a\n")
+    (ws.root / "deep").symlink_to("a/b")
+    assert ReadTool(ws).run({"path": "deep/../f.txt"}).content == "in a\n"
+    escape = ReadTool(ws).run({"path": "deep/../../.."})
+    assert escape.is_error and "outside the workspace" in escape.content
+
+
+def test_a_symlink_loop_is_an_error_result(ws: Workspace) -> None:
+    (ws.root / "x").symlink_to("y")
+    (ws.root / "y").symlink_to("x")
+    for tool, args in [
+        (ReadTool(ws), {"path": "x"}),
+        (WriteTool(ws), {"path": "x/f.txt", "content": "z"}),
+    ]:
+        result = tool.run(args)
+        assert result.is_error and "symbolic links" in result.content, result.content
