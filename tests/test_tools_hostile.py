@@ -93,22 +93,33 @@ def test_swapping_a_folder_for_a_symlink_never_redirects_a_write(
     )
     write, edit = WriteTool(ws), EditTool(ws)
     written = edited = 0
+    crashes: list[BaseException] = []
     letters = ("A", "B")
     try:
         deadline = time.monotonic() + 2.0
         i = 0
         while time.monotonic() < deadline:
-            if not write.run({"path": f"d/f{i % 50}.txt", "content": f"payload {i}\n"}).is_error:
-                written += 1
             old, new = letters[edited % 2], letters[(edited + 1) % 2]
-            if not edit.run({"path": "d/target.txt", "old_text": old, "new_text": new}).is_error:
-                edited += 1
+            try:
+                if not write.run(
+                    {"path": f"d/f{i % 50}.txt", "content": f"payload {i}\n"}
+                ).is_error:
+                    written += 1
+                if not edit.run(
+                    {"path": "d/target.txt", "old_text": old, "new_text": new}
+                ).is_error:
+                    edited += 1
+            except Exception as exc:  # a crash is a failure too, but reported after the leak
+                crashes.append(exc)
             i += 1
     finally:
         out, _ = swapper.communicate(timeout=10)
     assert int(out) > 100, "the swapper did not get to swap"
-    assert written > 20 and edited > 2, (written, edited)
+    landed = sorted(set(_snapshot(outside).items()) - set(before.items()))
+    assert not landed, f"{len(landed)} files written outside the workspace: {landed[:3]}"
     assert _snapshot(outside) == before
+    assert not crashes, crashes[:3]
+    assert written > 20 and edited > 2, (written, edited)
     assert not any(p.name.startswith("f") for p in outside.iterdir())
 
 
