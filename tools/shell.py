@@ -23,23 +23,28 @@ DRAIN_GRACE_SECONDS = 2.0
 """How long to wait for the output pipe to close once the process group has been killed."""
 
 
+_WHAT = (
+    "Run a bash command with the workspace as the working directory. Returns stdout and "
+    "stderr combined, and the exit code. Output is capped; when cut, the end is kept. "
+    "The command and all its child processes are killed when the timeout (seconds, "
+    "default 120) runs out. The call waits for anything still writing to its output, so "
+    "start background processes with their output redirected "
+    "(e.g. 'cmd > log.txt 2>&1 &'). "
+)
+_UNCONFINED = (
+    "The command runs with the user's full rights: it is not confined to the workspace "
+    "and can read, change or delete any file the user can, so do not touch files "
+    "outside the workspace unless asked to."
+)
+_SANDBOXED = (
+    "The command runs in a sandbox: only the workspace is writable, the rest of the "
+    "file system is read-only, and /tmp is private and empty at the start of each call."
+)
+
+
 class BashTool(Tool):
     name = "bash"
-    description = (
-        "Run a bash command with the workspace as the working directory. Returns stdout and "
-        "stderr combined, and the exit code. Output is capped; when cut, the end is kept. "
-        "The command and all its child processes are killed when the timeout (seconds, "
-        "default 120) runs out. The call waits for anything still writing to its output, so "
-        "start background processes with their output redirected "
-        "(e.g. 'cmd > log.txt 2>&1 &'). "
-        "The command runs with the user's full rights: it is not confined to the workspace "
-        "and can read, change or delete any file the user can, so do not touch files "
-        "outside the workspace unless asked to."
-    )
-    sandboxed_rights = (
-        "The command runs in a sandbox: only the workspace is writable, the rest of the "
-        "file system is read-only, and /tmp is private and empty at the start of each call."
-    )
+    description = _WHAT + _UNCONFINED
     input_schema = {
         "type": "object",
         "properties": {
@@ -77,8 +82,7 @@ class BashTool(Tool):
     def schema(self) -> dict[str, Any]:
         schema = super().schema()
         if self.sandbox:
-            rights = self.description.index("The command runs with the user's full rights")
-            schema["description"] = self.description[:rights] + self.sandboxed_rights
+            schema["description"] = _WHAT + _SANDBOXED
         return schema
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
