@@ -67,6 +67,9 @@ end = time.monotonic() + seconds
 swaps = 0
 while time.monotonic() < end:
     if libc.renameat2(AT_FDCWD, b"d", AT_FDCWD, b"d.link", RENAME_EXCHANGE) != 0:
+        if swaps == 0:
+            print("unsupported", os.strerror(ctypes.get_errno()))
+            sys.exit()
         raise OSError(ctypes.get_errno(), "renameat2")
     swaps += 1
 if os.path.islink("d"):
@@ -114,6 +117,8 @@ def test_swapping_a_folder_for_a_symlink_never_redirects_a_write(
             i += 1
     finally:
         out, _ = swapper.communicate(timeout=10)
+    if out.startswith("unsupported"):
+        pytest.skip(f"renameat2(RENAME_EXCHANGE) does not work here: {out.strip()}")
     assert int(out) > 100, "the swapper did not get to swap"
     landed = sorted(set(_snapshot(outside).items()) - set(before.items()))
     assert not landed, f"{len(landed)} files written outside the workspace: {landed[:3]}"
