@@ -1,10 +1,12 @@
 """The follow state machine: every followed file, re-synced when it changes under the reader.
 
-`_Follower.poll()` does one wake-up's reading (see `journal.tail` for what it does when a file
-is truncated, replaced, rotated or deleted). On top of `_SourceReader`'s per-file reading it
-holds what spans files: the start modes, re-sync after truncation, replacement, rotation and
-deletion (switching a lineage to its successor), directory mode (new sessions, the directory's
-own deletion), and what the waker needs (the directories to watch, the changes worth a read).
+`Follower.poll()` does one wake-up's reading (see `journal.tail` for what it does when a file
+is truncated, replaced, rotated or deleted). On top of `SourceReader`'s per-file reading it
+holds what spans files: the start modes, re-sync after truncation and replacement, rotation
+(following a chain of seals and archives to the live file, however many rotations happened
+between two reads), deletion, directory mode (new sessions, which are joined to the lineage
+of a followed file they continue, and the directory's own deletion), and what the waker needs
+(the directories to watch, the changes worth a read).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import watchfiles
 
 from .errors import NotASession, UnknownEntry
+from .lineage import MAX_HOPS, archived_copies, read_header
 from .model import Entry
 from .tail_source import (
     DELETED,
@@ -27,12 +31,12 @@ from .tail_source import (
     REPLACED,
     ROTATED,
     TRUNCATED,
+    Delivered,
+    Source,
+    SourceReader,
     TailEvent,
-    _first_line_header,
-    _Lineage,
-    _open_regular,
-    _Source,
-    _SourceReader,
+    first_line_header,
+    open_regular,
 )
 
 # logged under the public module's name, which is what callers configure
@@ -48,12 +52,26 @@ def is_session_name(name: str) -> bool:
     return not any(part in name for part in _IGNORED_PARTS)
 
 
-class _Follower(_SourceReader):
-    """The follow state machine; `poll()` does one wake-up's reading. No waiting in here."""
+@dataclass(frozen=True)
+class _Hop:
+    """A file of a lineage found through a `parentSession` pointer."""
+
+    name: str  # its name in the session folder (where it was live)
+    path: str | None  # where it is now (the name, or an archived copy), None if not found
+    session_id: str | None
+    pointer: str  # the `parentSession` text that led here
+
+
+class Follower(SourceReader):
+    """The follow state machine, without any waiting: `open()`, then `poll()` per wake-up.
+
+    `follow_events` drives it with a waker; tests (or a caller with its own event loop) may
+    call `poll()` themselves, for example between changes made to the files.
+    """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, from_start: bool, last: int | None,
-        since_id: str | None, grace: float,
+        self, path: str | os.PathLike[str], *, from_start: bool = False,
+        last: int | None = None, since_id: str | None = None, grace: float = 10.0,
     ) -> None:
         if sum((bool(from_start), last is not None, since_id is not None)) > 1:
             raise ValueError("choose at most one of from_start, last and since_id")
@@ -65,7 +83,7 @@ class _Follower(_SourceReader):
         self.since_id = since_id
         self.grace = grace
         self.root: str | None = None
-        self.sources: list[_Source] = []
+        self.sources: list[Source] = []
         self.retired: dict[str, tuple[int, int]] = {}
         self.done = False
         self._root_gone: float | None = None
@@ -100,7 +118,8 @@ class _Follower(_SourceReader):
             elif self.since_id is not None:
                 self._seek_end(src)
             elif self.from_start:
-                src.unindexed = 0
+                body = self._read_header(src)
+                self._place(src, body if src.header_done else 0)
             elif self.last:
                 self._seek_last(src, self.last)
             else:
@@ -112,15 +131,15 @@ class _Follower(_SourceReader):
         if self.root is None and not self.sources:
             self.done = True
 
-    def _open_source(self, path: str, lineage: _Lineage | None) -> _Source | None:
-        opened = _open_regular(path)
+    def _open_source(self, path: str, delivered: Delivered | None) -> Source | None:
+        opened = open_regular(path)
         if opened is None:
             return None
         fd, ident = opened
-        src = _Source(path, lineage or _Lineage(), fd, ident)
-        if lineage is None and (parent := self._tracked_parent(path)) is not None:
-            src.lineage = parent.lineage
-            src.dedupe_end = os.fstat(fd).st_size
+        if delivered is None:
+            ancestor = self._tracked_ancestor(path)
+            delivered = ancestor.delivered if ancestor is not None else Delivered()
+        src = Source(path, delivered, fd, ident)
         self.sources.append(src)
         return src
 
@@ -134,14 +153,14 @@ class _Follower(_SourceReader):
     def poll(self) -> Iterator[TailEvent]:
         """Read whatever is new in every followed file, and act on what happened to them."""
         for src in list(self.sources):
-            if src.fd is not None:
+            if src.fd is not None and src in self.sources:
                 yield from self._check(src)
         if self.root is not None:
             yield from self._discover()
         elif not self.sources:
             self.done = True
 
-    def _check(self, src: _Source) -> Iterator[TailEvent]:
+    def _check(self, src: Source) -> Iterator[TailEvent]:
         assert src.fd is not None
         # Look at the path before reading: whatever was written to our inode before it was
         # renamed, deleted or replaced (a rotation marker, say) is then read before acting.
@@ -154,7 +173,7 @@ class _Follower(_SourceReader):
             yield from self._truncated(src, size)
         yield from self._drain(src)
         if src.marker is not None:
-            yield from self._rotate(src)
+            yield from self._follow_seals(src)
         elif st is None or not stat.S_ISREG(st.st_mode):
             yield from self._gone(src)
         elif (st.st_dev, st.st_ino) != src.ident:
@@ -166,34 +185,32 @@ class _Follower(_SourceReader):
 
     # what happened to a file
 
-    def _truncated(self, src: _Source, size: int) -> Iterator[TailEvent]:
+    def _truncated(self, src: Source, size: int) -> Iterator[TailEvent]:
         if size >= src.offset and self._unchanged(src, pending=False):
             detail = (f"an incomplete last line ({src.pending_len:,} bytes) was cut away; "
                       "it was never delivered")
             src.pending, src.pending_len = [], 0
         else:
             detail = (f"rewritten in place or truncated (from {src.position:,} to {size:,} "
-                      "bytes); re-read, delivering only entries not seen yet")
-            self._index(src, limit=size)
-            self._restart(src, size)
+                      "bytes); re-read, delivering only entries not delivered yet")
+            self._restart(src)
         log.warning("%s: %s", src.path, detail)
         yield TailEvent(TRUNCATED, src.path, None, detail)
 
-    def _replaced(self, src: _Source, why: str) -> Iterator[TailEvent]:
-        opened = _open_regular(src.path)
+    def _replaced(self, src: Source, why: str) -> Iterator[TailEvent]:
+        opened = open_regular(src.path)
         if opened is None:
             return
-        self._index(src)
         src.close()
         src.fd, src.ident = opened
-        self._restart(src, os.fstat(src.fd).st_size)
+        self._restart(src)
         src.gone_since, src.announced = None, False
-        detail = f"{why}; re-read, delivering only entries not seen yet"
+        detail = f"{why}; re-read, delivering only entries not delivered yet"
         log.info("%s: %s", src.path, detail)
         yield TailEvent(REPLACED, src.path, None, detail)
         yield from self._drain(src)
 
-    def _gone(self, src: _Source) -> Iterator[TailEvent]:
+    def _gone(self, src: Source) -> Iterator[TailEvent]:
         now = time.monotonic()
         if src.gone_since is None:
             src.gone_since = now
@@ -204,14 +221,26 @@ class _Follower(_SourceReader):
             yield TailEvent(DELETED, src.path, None, detail)
         successor = self._find_successor(src)
         if successor is not None:
-            detail = f"continued in {successor} (its header names {os.path.basename(src.path)})"
+            detail = f"continued in {successor[0]} (its header names {os.path.basename(src.path)})"
             log.info("%s: %s", src.path, detail)
-            yield TailEvent(ROTATED, src.path, None, successor)
-            yield from self._switch(src, successor)
+            yield TailEvent(ROTATED, src.path, None, successor[0])
+            yield from self._switch(src, *successor)
+            yield from self._follow_seals(src)
         elif now - src.gone_since >= self.grace:
             yield from self._end(src, f"gone for {self.grace:g}s; no longer followed")
 
-    def _rotate(self, src: _Source) -> Iterator[TailEvent]:
+    def _follow_seals(self, src: Source) -> Iterator[TailEvent]:
+        """From a sealed file on to the live one, through every rotation since the last read
+        (the files between may already be archived, and compressed)."""
+        for _ in range(MAX_HOPS):
+            if src.marker is None or src not in self.sources:
+                return
+            ident = src.ident
+            yield from self._rotate(src)
+            if src.ident == ident:
+                return
+
+    def _rotate(self, src: Source) -> Iterator[TailEvent]:
         marker = src.marker
         assert marker is not None
         named = _marker_successor(marker, src.path)
@@ -222,35 +251,38 @@ class _Follower(_SourceReader):
             yield TailEvent(ROTATED, src.path, marker, named or "")
         successor = self._find_successor(src)
         if successor is not None:
-            yield from self._switch(src, successor)
+            yield from self._switch(src, *successor)
         elif time.monotonic() - (src.gone_since or 0.0) >= self.grace:
             yield from self._end(src, f"sealed, and its successor {named} did not appear "
                                       f"within {self.grace:g}s")
 
-    def _end(self, src: _Source, detail: str) -> Iterator[TailEvent]:
+    def _end(self, src: Source, detail: str) -> Iterator[TailEvent]:
         # following one file this ends the follow: a warning; in a directory, routine
         log.log(logging.INFO if self.root else logging.WARNING, "%s: %s", src.path, detail)
         self._retire(src)
         yield TailEvent(ENDED, src.path, None, detail)
 
-    def _switch(self, src: _Source, successor: str) -> Iterator[TailEvent]:
-        """Continue `src`'s lineage in `successor`, from its first entry."""
-        if any(other.path == successor for other in self.sources if other is not src):
+    def _switch(self, src: Source, name: str, where: str) -> Iterator[TailEvent]:
+        """Continue `src`'s lineage in the file named `name` in the folder, now at `where`
+        (the name itself, or its archived copy), from its first entry."""
+        if any(other.path == name for other in self.sources if other is not src):
             self._retire(src)
             return
-        opened = _open_regular(successor)
+        opened = open_regular(where)
         if opened is None:
             return
-        self._index(src)
         self._retire(src)
-        src.path = successor
+        src.path = name
         src.fd, src.ident = opened
         src.marker, src.announced, src.gone_since = None, False, None
-        self._restart(src, os.fstat(src.fd).st_size)
+        self._restart(src)
         self.sources.append(src)
-        yield from self._drain(src)
+        if where.endswith(".gz"):
+            yield from self._read_compressed(src)
+        else:
+            yield from self._drain(src)
 
-    def _retire(self, src: _Source) -> None:
+    def _retire(self, src: Source) -> None:
         self.retired[src.path] = src.ident
         src.close()
         if src in self.sources:
@@ -258,14 +290,23 @@ class _Follower(_SourceReader):
 
     # finding files
 
-    def _find_successor(self, src: _Source) -> str | None:
-        """The marker's successor if it exists, else a file whose header names this one."""
+    def _find_successor(self, src: Source) -> tuple[str, str] | None:
+        """(its name in the folder, where it is now) of the file that continues `src`.
+
+        First the file the seal names, where it is or in the archive; else a session in the
+        folder whose chain of `parentSession` headers leads back to `src` (the file after
+        `src` on that chain, even if archived since), or whose header has the id the seal
+        names.
+        """
         named = _marker_successor(src.marker, src.path) if src.marker is not None else None
-        if named is not None and os.path.isfile(named):
-            return named
-        wanted_id = (src.marker or {}).get("data", {}).get("sessionId")
-        if wanted_id is not None and wanted_id == (src.header or {}).get("id"):
-            wanted_id = None
+        if named is not None:
+            for candidate in (named, *archived_copies(named)):
+                if os.path.isfile(candidate):
+                    return named, candidate
+        wanted = (src.marker or {}).get("data", {}).get("sessionId")
+        own_id = (src.header or {}).get("id")
+        if wanted == own_id:
+            wanted = None
         dirs = {os.path.dirname(src.path)}
         if named is not None:
             dirs.add(os.path.dirname(named))
@@ -274,25 +315,30 @@ class _Follower(_SourceReader):
                 if path == src.path:
                     continue
                 header = self._header_of(path)
-                if header is None:
+                if header is None or (own_id is not None and header.get("id") == own_id):
                     continue
-                if (wanted_id and header.get("id") == wanted_id) or _names(
-                    header.get("parentSession"), src.path
-                ):
-                    return path
+                chain = [_Hop(path, path, header.get("id"), path), *_ancestors(path)]
+                for k, hop in enumerate(chain):
+                    if wanted is not None and hop.session_id == wanted and hop.path:
+                        return hop.name, hop.path
+                    if k and _is_source(hop, src):
+                        nearer = chain[k - 1]
+                        if nearer.path is not None:
+                            return nearer.name, nearer.path
+                        break
         return None
 
-    def _tracked_parent(self, path: str) -> _Source | None:
-        header = self._header_of(path)
-        parent = header.get("parentSession") if header else None
-        for src in self.sources:
-            if _names(parent, src.path):
-                return src
+    def _tracked_ancestor(self, path: str) -> Source | None:
+        """The followed file that `path` continues (through archived files between), if any."""
+        for hop in _ancestors(path):
+            for src in self.sources:
+                if _is_source(hop, src):
+                    return src
         return None
 
     @staticmethod
     def _header_of(path: str) -> Entry | None:
-        return _first_line_header(path)[1]
+        return first_line_header(path)[1]
 
     def _discover(self) -> Iterator[TailEvent]:
         """Start following session files that appeared in the directory."""
@@ -308,28 +354,27 @@ class _Follower(_SourceReader):
                 yield TailEvent(ENDED, self.root, None, f"directory gone for {self.grace:g}s")
             return
         self._root_gone = None
-        tracked = {src.path for src in self.sources}
         for path in self._session_files(self.root):
-            if path in tracked:
+            if any(src.path == path for src in self.sources):
                 continue
             try:
                 st = os.stat(path)
             except OSError:
                 continue
             ident = (st.st_dev, st.st_ino)
-            if self.retired.get(path) == ident or not _first_line_header(path)[0]:
+            if self.retired.get(path) == ident or not first_line_header(path)[0]:
                 continue
-            parent = self._tracked_parent(path)
-            if parent is not None:
-                # Everything the new file copied from its parent is in the parent already
-                # (rotation holds the parent's writer lock): read that first, then skip copies.
-                yield from self._drain(parent)
-                self._index(parent)
-            src = self._open_source(path, parent.lineage if parent is not None else None)
+            ancestor = self._tracked_ancestor(path)
+            if ancestor is not None:
+                # A successor of a followed file: read that file (and follow its seals, which
+                # may lead here) before anything the successor repeats from it.
+                yield from self._check(ancestor)
+                if any(src.path == path for src in self.sources):
+                    continue
+            src = self._open_source(path, ancestor.delivered if ancestor is not None else None)
             if src is None:
                 continue
-            self._restart(src, os.fstat(src.fd).st_size if src.fd is not None else 0)
-            if parent is None:
+            if ancestor is None:
                 header = self._header_of(path) or {}
                 yield TailEvent(NEW_SESSION, path, None, f"session {header.get('id')}")
             yield from self._drain(src)
@@ -381,6 +426,38 @@ def _marker_successor(marker: Entry | None, old_path: str) -> str | None:
     if isinstance(name, str) and name:
         return os.path.join(os.path.dirname(old_path), os.path.basename(name))
     return None
+
+
+def _ancestors(path: str) -> list[_Hop]:
+    """The files `path` continues, nearest first, following `parentSession` headers (the
+    archived ones too, compressed or not). A relative pointer is relative to the folder."""
+    folder = os.path.dirname(path)
+    hops: list[_Hop] = []
+    current: str | None = path
+    seen = {path}
+    for _ in range(MAX_HOPS):
+        header = read_header(current) if current is not None else None
+        pointer = header.get("parentSession") if header else None
+        if not isinstance(pointer, str) or not pointer:
+            break
+        name = os.path.join(folder, os.path.basename(pointer).removesuffix(".gz"))
+        given = os.path.join(folder, pointer)
+        current = next((p for p in (given, given.removesuffix(".gz"), given + ".gz", name,
+                                    *archived_copies(name)) if os.path.isfile(p)), None)
+        found = read_header(current) if current is not None else None
+        hops.append(_Hop(name, current, (found or {}).get("id"), pointer))
+        if current is None or current in seen:
+            break
+        seen.add(current)
+    return hops
+
+
+def _is_source(hop: _Hop, src: Source) -> bool:
+    """Whether a lineage hop is the followed file `src` (same session id, or named alike)."""
+    own_id = (src.header or {}).get("id")
+    if hop.session_id is not None and own_id is not None:
+        return bool(hop.session_id == own_id)
+    return _names(hop.pointer, src.path)
 
 
 def _names(parent: Any, path: str) -> bool:
