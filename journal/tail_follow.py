@@ -220,7 +220,14 @@ class Follower(SourceReader):
             log.info("%s: %s", src.path, detail)
             yield TailEvent(DELETED, src.path, None, detail)
         successor = self._find_successor(src)
-        if successor is not None:
+        if successor is not None and successor[0] == src.path:
+            detail = f"replaced, then moved to {successor[1]}; re-read, delivering only " \
+                "entries not delivered yet"
+            log.info("%s: %s", src.path, detail)
+            yield TailEvent(REPLACED, src.path, None, detail)
+            yield from self._switch(src, *successor)
+            yield from self._follow_seals(src)
+        elif successor is not None:
             detail = f"continued in {successor[0]} (its header names {os.path.basename(src.path)})"
             log.info("%s: %s", src.path, detail)
             yield TailEvent(ROTATED, src.path, None, successor[0])
@@ -322,6 +329,10 @@ class Follower(SourceReader):
                     if wanted is not None and hop.session_id == wanted and hop.path:
                         return hop.name, hop.path
                     if k and _is_source(hop, src):
+                        if hop.path is not None and _identity(hop.path) != src.ident:
+                            # our file, replaced (by a repair, say) before it was archived:
+                            # read that version, whose seal then leads on
+                            return src.path, hop.path
                         nearer = chain[k - 1]
                         if nearer.path is not None:
                             return nearer.name, nearer.path
@@ -450,6 +461,14 @@ def _ancestors(path: str) -> list[_Hop]:
             break
         seen.add(current)
     return hops
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _is_source(hop: _Hop, src: Source) -> bool:
