@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ _CHUNK = 1 << 20
 _CHECK = 64
 _HEAD = 128
 _HEAD_SEARCH = 1 << 16
+# an entry line that starts with its type and id, neither holding a quote or backslash
+_ID_FIRST = re.compile(rb'\{"type":"([^"\\]*)","id":"([^"\\]*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +199,30 @@ class SourceReader:
 
     def _baseline(self, src: Source, f: Any, body: int, start: int) -> None:
         """Count the entries before the start as delivered (see `Delivered`); a seal among
-        them still leads on to the successor."""
+        them still leads on to the successor.
+
+        This reads every line before the start once. A line that opens with its type and id
+        (the key order pi and this library write) and has no other "id" anywhere is not
+        parsed: its id can only be that one. Any other line is parsed.
+        """
         ids = src.delivered.ids
+        fast = src.version == CURRENT_VERSION
         for item in codec.iter_lines(f, body, start):
-            if isinstance(item, Line):
-                entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
-                if entry is None:
+            if not isinstance(item, Line):
+                continue
+            raw = item.raw
+            if fast and (known := _ID_FIRST.match(raw)) is not None and raw.count(b'"id"') == 1:
+                kind, entry_id = known.groups()
+                if kind not in (b"custom", b"session"):
+                    ids.add(entry_id.decode())
+                    src.marker = None
                     continue
-                if isinstance(entry.get("id"), str):
-                    ids.add(entry["id"])
-                src.marker = entry if is_seal(entry) else None
+            entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
+            if entry is None:
+                continue
+            if isinstance(entry.get("id"), str):
+                ids.add(entry["id"])
+            src.marker = entry if is_seal(entry) else None
 
     def _place(self, src: Source, offset: int) -> None:
         src.offset = offset

@@ -735,3 +735,66 @@ def test_colour_only_on_a_terminal_without_no_color(session_file, monkeypatch):
     plain = io.StringIO()
     TailPrinter(plain, io.StringIO()).show(event)
     assert "\x1b[" not in plain.getvalue()
+
+
+# stepped by hand: several changes between two wake-ups
+
+
+def step(follower: Any) -> list[str]:
+    return [e.entry["id"] for e in follower.poll() if e.kind == "entry" and e.entry]
+
+
+def test_a_cut_line_rewritten_with_one_of_the_same_length_is_noticed(session_file):
+    from journal.tail import Follower
+
+    path, entries = session_file
+    follower = Follower(path, last=1)
+    follower.open()
+    try:
+        assert step(follower) == ids(entries[-1:])
+        # the same length and the same last bytes: only the id at its start differs
+        other = {**entries[-1], "id": "0ther000"}
+        assert len(orjson.dumps(other)) == len(orjson.dumps(entries[-1]))
+        os.truncate(path, len(lines([header(), *entries[:-1]])))
+        append(path, [other])
+        assert step(follower) == ["0ther000"]
+        assert step(follower) == []
+    finally:
+        follower.close()
+
+
+def test_a_file_replaced_then_rotated_between_reads_is_read_from_the_archive(tmp_path):
+    from journal.rotation import rotate
+    from journal.tail import Follower
+
+    with Session.create(tmp_path, cwd="/", durability=Durability.never()) as s:
+        path = s.path
+        old = [s.append_message({"role": "user", "content": "x" * 700, "timestamp": i})
+               for i in range(3)]
+    follower = Follower(path, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == []
+        # a repair-like replacement adds an entry; then a rotation archives that version
+        added = {"type": "message", "id": "added000", "parentId": old[-1],
+                 "timestamp": "2026-01-01T00:00:00.000Z",
+                 "message": {"role": "user", "content": "only in the replacement",
+                             "timestamp": 0}}
+        write_atomically(Path(path), [orjson.loads(line) for line in
+                                      Path(path).read_bytes().splitlines()] + [added])
+        with Session.open(path, durability=Durability.never()) as s:
+            kept = s.append_message({"role": "user", "content": "kept", "timestamp": 0})
+            s.append_compaction("summary", kept, 100)
+        result = rotate(path)
+        assert result.rotated and result.successor
+        got = list(follower.poll())
+        assert [src.path for src in follower.sources] == [result.successor]
+        with Session.open(result.successor, durability=Durability.never()) as s:
+            later = s.append_message({"role": "user", "content": "later", "timestamp": 0})
+        assert step(follower) == [later]
+    finally:
+        follower.close()
+    delivered = [e.entry["id"] for e in got if e.kind == "entry" and e.entry]
+    assert delivered[0] == "added000" and kept in delivered
+    assert len(delivered) == len(set(delivered))
+    assert "ended" not in [e.kind for e in got]
