@@ -269,14 +269,18 @@ class Follower(SourceReader):
         self._retire(src)
         yield TailEvent(ENDED, src.path, None, detail)
 
-    def _switch(self, src: Source, name: str, where: str) -> Iterator[TailEvent]:
-        """Continue `src`'s lineage in the file named `name` in the folder, now at `where`
+    def _switch(self, src: Source, name: str, found: str) -> Iterator[TailEvent]:
+        """Continue `src`'s lineage in the file named `name` in the folder, now at `found`
         (the name itself, or its archived copy), from its first entry."""
         if any(other.path == name for other in self.sources if other is not src):
             self._retire(src)
             return
-        opened = open_regular(where)
-        if opened is None:
+        for where in (found, name, *archived_copies(name)):
+            # the archived copy may be compressed (and the plain one removed) meanwhile
+            opened = open_regular(where)
+            if opened is not None:
+                break
+        else:
             return
         self._retire(src)
         src.path = name
@@ -305,11 +309,11 @@ class Follower(SourceReader):
         `src` on that chain, even if archived since), or whose header has the id the seal
         names.
         """
-        named = _marker_successor(src.marker, src.path) if src.marker is not None else None
-        if named is not None:
-            for candidate in (named, *archived_copies(named)):
+        for name in _marker_successors(src.marker, src.path):
+            for candidate in (name, *archived_copies(name)):
                 if os.path.isfile(candidate):
-                    return named, candidate
+                    return name, candidate
+        named = _marker_successor(src.marker, src.path)
         wanted = (src.marker or {}).get("data", {}).get("sessionId")
         own_id = (src.header or {}).get("id")
         if wanted == own_id:
@@ -428,15 +432,26 @@ class Follower(SourceReader):
 # helpers
 
 
-def _marker_successor(marker: Entry | None, old_path: str) -> str | None:
+def _marker_successors(marker: Entry | None, old_path: str) -> list[str]:
+    """Where a seal says the successor is, most trusted first: its name in the old file's
+    folder (rotation always puts it there, and a copied folder stays self-contained), then the
+    path it gives (relative to the folder, or absolute: only a hint)."""
     data = marker.get("data") if marker is not None else None
-    successor = data.get("successor") if isinstance(data, dict) else None
-    if isinstance(successor, str) and successor:
-        return os.path.join(os.path.dirname(old_path), successor)
-    name = data.get("file") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return []
+    folder = os.path.dirname(old_path)
+    out: list[str] = []
+    name, successor = data.get("file"), data.get("successor")
     if isinstance(name, str) and name:
-        return os.path.join(os.path.dirname(old_path), os.path.basename(name))
-    return None
+        out.append(os.path.join(folder, os.path.basename(name)))
+    if isinstance(successor, str) and successor:
+        out.append(os.path.join(folder, successor))
+    return list(dict.fromkeys(os.path.normpath(p) for p in out))
+
+
+def _marker_successor(marker: Entry | None, old_path: str) -> str | None:
+    named = _marker_successors(marker, old_path)
+    return named[0] if named else None
 
 
 def _ancestors(path: str) -> list[_Hop]:

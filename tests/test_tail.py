@@ -798,3 +798,29 @@ def test_a_file_replaced_then_rotated_between_reads_is_read_from_the_archive(tmp
     assert delivered[0] == "added000" and kept in delivered
     assert len(delivered) == len(set(delivered))
     assert "ended" not in [e.kind for e in got]
+
+
+def test_a_copied_folder_is_followed_within_the_copy(tmp_path):
+    """A seal's absolute successor path is only a hint: the successor beside the sealed file
+    (in the copy) is the one followed, not the original folder's."""
+    from journal.tail import Follower
+
+    orig, copy = tmp_path / "orig", tmp_path / "copy"
+    for folder in (orig, copy):
+        folder.mkdir()
+    first = chain("e", 2)
+    fresh = chain("n", 1, first[-1]["id"])
+    successor = [header("s-new", str(orig / "archive" / "old.jsonl")), *first, *fresh]
+    (orig / "new.jsonl").write_bytes(lines(successor))
+    (copy / "new.jsonl").write_bytes(lines(successor))
+    old = copy / "old.jsonl"
+    old.write_bytes(lines([header("s-old"), *first]))
+    follower = Follower(old, from_start=True, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == ids(first)
+        append(old, [marker(str(orig / "new.jsonl"), "s-new", first[-1]["id"])])
+        assert step(follower) == ["feedf00d", *ids(fresh)]
+        assert [src.path for src in follower.sources] == [str(copy / "new.jsonl")]
+    finally:
+        follower.close()
