@@ -28,9 +28,10 @@ A sealed file is followed to its successor as long as a chain of seals and archi
 one. Readers never lock.
 
 This module is the public API (import from here). The machinery behind it: `tail_source` reads
-one file (offsets, incomplete last lines, entries) and defines `TailEvent`; `tail_follow` is the
-state machine over every followed file (re-sync, rotation, directory mode); `tail_wait` decides
-when to read again (inotify, polling or a timer).
+one file (offsets, incomplete last lines, entries, what was delivered) and defines `TailEvent`;
+`tail_follow` is the state machine over every followed file (re-sync, rotation, directory
+mode); `tail_chain` finds where a file goes on (seals, archives, `parentSession` chains);
+`tail_wait` decides when to read again (inotify, polling or a timer).
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 `Follower.poll()` does one wake-up's reading (see `journal.tail` for what it does when a file
 is truncated, replaced, rotated or deleted). On top of `SourceReader`'s per-file reading it
 holds what spans files: the start modes, re-sync after truncation and replacement, rotation
-(following a chain of seals and archives to the live file, however many rotations happened
-between two reads), deletion, directory mode (new sessions, which are joined to the lineage
-of a followed file they continue, and the directory's own deletion), and what the waker needs
-(the directories to watch, the changes worth a read).
+(following the chain `tail_chain` finds to the live file, however many rotations happened
+between two reads), deletion, directory mode (new sessions, joined to the lineage of a
+followed file they continue, and the directory's own deletion), and what the waker needs (the
+directories to watch, the changes worth a read).
 """
 
 from __future__ import annotations
@@ -16,14 +16,20 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import watchfiles
 
 from .errors import NotASession, UnknownEntry
-from .lineage import MAX_HOPS, archived_copies, read_header
-from .model import Entry
+from .lineage import MAX_HOPS, archived_copies
+from .tail_chain import (
+    ancestors,
+    find_successor,
+    header_of,
+    is_session_name,
+    is_source,
+    marker_successor,
+    session_files,
+)
 from .tail_source import (
     DELETED,
     ENDED,
@@ -39,27 +45,10 @@ from .tail_source import (
     open_regular,
 )
 
+__all__ = ["Follower", "is_session_name"]
+
 # logged under the public module's name, which is what callers configure
 log = logging.getLogger("journal.tail")
-
-_IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~")
-
-
-def is_session_name(name: str) -> bool:
-    """Whether a directory entry looks like a session file a directory follow should track."""
-    if not name.endswith(".jsonl") or name.startswith("."):
-        return False
-    return not any(part in name for part in _IGNORED_PARTS)
-
-
-@dataclass(frozen=True)
-class _Hop:
-    """A file of a lineage found through a `parentSession` pointer."""
-
-    name: str  # its name in the session folder (where it was live)
-    path: str | None  # where it is now (the name, or an archived copy), None if not found
-    session_id: str | None
-    pointer: str  # the `parentSession` text that led here
 
 
 class Follower(SourceReader):
@@ -101,7 +90,7 @@ class Follower(SourceReader):
         if stat.S_ISDIR(st.st_mode):
             self.root = self.path
             # oldest first, so a file is read before a successor that repeats its entries
-            paths = sorted(self._session_files(self.root), key=self._created)
+            paths = sorted(session_files(self.root), key=self._created)
         elif stat.S_ISREG(st.st_mode):
             paths = [self.path]
         else:
@@ -144,7 +133,7 @@ class Follower(SourceReader):
         return src
 
     def _created(self, path: str) -> tuple[str, str]:
-        header = self._header_of(path) or {}
+        header = header_of(path) or {}
         created = header.get("timestamp")
         return (created if isinstance(created, str) else "", path)
 
@@ -219,7 +208,7 @@ class Follower(SourceReader):
             detail = f"deleted; waiting up to {self.grace:g}s for it to return or a successor"
             log.info("%s: %s", src.path, detail)
             yield TailEvent(DELETED, src.path, None, detail)
-        successor = self._find_successor(src)
+        successor = find_successor(src)
         if successor is not None and successor[0] == src.path:
             detail = f"replaced, then moved to {successor[1]}; re-read, delivering only " \
                 "entries not delivered yet"
@@ -250,13 +239,13 @@ class Follower(SourceReader):
     def _rotate(self, src: Source) -> Iterator[TailEvent]:
         marker = src.marker
         assert marker is not None
-        named = _marker_successor(marker, src.path)
+        named = marker_successor(marker, src.path)
         if not src.announced:
             src.announced = True
             src.gone_since = time.monotonic()
             log.info("%s: sealed; continued in %s", src.path, named)
             yield TailEvent(ROTATED, src.path, marker, named or "")
-        successor = self._find_successor(src)
+        successor = find_successor(src)
         if successor is not None:
             yield from self._switch(src, *successor)
         elif time.monotonic() - (src.gone_since or 0.0) >= self.grace:
@@ -301,59 +290,13 @@ class Follower(SourceReader):
 
     # finding files
 
-    def _find_successor(self, src: Source) -> tuple[str, str] | None:
-        """(its name in the folder, where it is now) of the file that continues `src`.
-
-        First the file the seal names, where it is or in the archive; else a session in the
-        folder whose chain of `parentSession` headers leads back to `src` (the file after
-        `src` on that chain, even if archived since), or whose header has the id the seal
-        names.
-        """
-        for name in _marker_successors(src.marker, src.path):
-            for candidate in (name, *archived_copies(name)):
-                if os.path.isfile(candidate):
-                    return name, candidate
-        named = _marker_successor(src.marker, src.path)
-        wanted = (src.marker or {}).get("data", {}).get("sessionId")
-        own_id = (src.header or {}).get("id")
-        if wanted == own_id:
-            wanted = None
-        dirs = {os.path.dirname(src.path)}
-        if named is not None:
-            dirs.add(os.path.dirname(named))
-        for directory in sorted(dirs):
-            for path in self._session_files(directory):
-                if path == src.path:
-                    continue
-                header = self._header_of(path)
-                if header is None or (own_id is not None and header.get("id") == own_id):
-                    continue
-                chain = [_Hop(path, path, header.get("id"), path), *_ancestors(path)]
-                for k, hop in enumerate(chain):
-                    if wanted is not None and hop.session_id == wanted and hop.path:
-                        return hop.name, hop.path
-                    if k and _is_source(hop, src):
-                        if hop.path is not None and _identity(hop.path) != src.ident:
-                            # our file, replaced (by a repair, say) before it was archived:
-                            # read that version, whose seal then leads on
-                            return src.path, hop.path
-                        nearer = chain[k - 1]
-                        if nearer.path is not None:
-                            return nearer.name, nearer.path
-                        break
-        return None
-
     def _tracked_ancestor(self, path: str) -> Source | None:
         """The followed file that `path` continues (through archived files between), if any."""
-        for hop in _ancestors(path):
+        for hop in ancestors(path):
             for src in self.sources:
-                if _is_source(hop, src):
+                if is_source(hop, src):
                     return src
         return None
-
-    @staticmethod
-    def _header_of(path: str) -> Entry | None:
-        return first_line_header(path)[1]
 
     def _discover(self) -> Iterator[TailEvent]:
         """Start following session files that appeared in the directory."""
@@ -369,7 +312,7 @@ class Follower(SourceReader):
                 yield TailEvent(ENDED, self.root, None, f"directory gone for {self.grace:g}s")
             return
         self._root_gone = None
-        for path in self._session_files(self.root):
+        for path in session_files(self.root):
             if any(src.path == path for src in self.sources):
                 continue
             try:
@@ -390,18 +333,9 @@ class Follower(SourceReader):
             if src is None:
                 continue
             if ancestor is None:
-                header = self._header_of(path) or {}
+                header = header_of(path) or {}
                 yield TailEvent(NEW_SESSION, path, None, f"session {header.get('id')}")
             yield from self._drain(src)
-
-    @staticmethod
-    def _session_files(directory: str) -> list[str]:
-        try:
-            with os.scandir(directory) as it:
-                names = [e.name for e in it if is_session_name(e.name) and e.is_file()]
-        except OSError:
-            return []
-        return [os.path.join(directory, name) for name in sorted(names)]
 
     # for the waker
 
@@ -410,7 +344,7 @@ class Follower(SourceReader):
         if self.root is not None:
             dirs.add(self.root)
         for src in self.sources:
-            named = _marker_successor(src.marker, src.path) if src.marker is not None else None
+            named = marker_successor(src.marker, src.path) if src.marker is not None else None
             if named is not None:
                 dirs.add(os.path.dirname(named))
         return tuple(sorted(d for d in dirs if os.path.isdir(d)))
@@ -427,76 +361,3 @@ class Follower(SourceReader):
         for src in self.sources:
             src.close()
         self.sources = []
-
-
-# helpers
-
-
-def _marker_successors(marker: Entry | None, old_path: str) -> list[str]:
-    """Where a seal says the successor is, most trusted first: its name in the old file's
-    folder (rotation always puts it there, and a copied folder stays self-contained), then the
-    path it gives (relative to the folder, or absolute: only a hint)."""
-    data = marker.get("data") if marker is not None else None
-    if not isinstance(data, dict):
-        return []
-    folder = os.path.dirname(old_path)
-    out: list[str] = []
-    name, successor = data.get("file"), data.get("successor")
-    if isinstance(name, str) and name:
-        out.append(os.path.join(folder, os.path.basename(name)))
-    if isinstance(successor, str) and successor:
-        out.append(os.path.join(folder, successor))
-    return list(dict.fromkeys(os.path.normpath(p) for p in out))
-
-
-def _marker_successor(marker: Entry | None, old_path: str) -> str | None:
-    named = _marker_successors(marker, old_path)
-    return named[0] if named else None
-
-
-def _ancestors(path: str) -> list[_Hop]:
-    """The files `path` continues, nearest first, following `parentSession` headers (the
-    archived ones too, compressed or not). A relative pointer is relative to the folder."""
-    folder = os.path.dirname(path)
-    hops: list[_Hop] = []
-    current: str | None = path
-    seen = {path}
-    for _ in range(MAX_HOPS):
-        header = read_header(current) if current is not None else None
-        pointer = header.get("parentSession") if header else None
-        if not isinstance(pointer, str) or not pointer:
-            break
-        name = os.path.join(folder, os.path.basename(pointer).removesuffix(".gz"))
-        given = os.path.join(folder, pointer)
-        current = next((p for p in (given, given.removesuffix(".gz"), given + ".gz", name,
-                                    *archived_copies(name)) if os.path.isfile(p)), None)
-        found = read_header(current) if current is not None else None
-        hops.append(_Hop(name, current, (found or {}).get("id"), pointer))
-        if current is None or current in seen:
-            break
-        seen.add(current)
-    return hops
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _is_source(hop: _Hop, src: Source) -> bool:
-    """Whether a lineage hop is the followed file `src` (same session id, or named alike)."""
-    own_id = (src.header or {}).get("id")
-    if hop.session_id is not None and own_id is not None:
-        return bool(hop.session_id == own_id)
-    return _names(hop.pointer, src.path)
-
-
-def _names(parent: Any, path: str) -> bool:
-    """Whether a header's `parentSession` names `path`, where it is now or once archived."""
-    if not isinstance(parent, str) or not parent:
-        return False
-    parent = parent.removesuffix(".gz")  # archives may be compressed after sealing
-    return os.path.abspath(parent) == path or os.path.basename(parent) == os.path.basename(path)
