@@ -66,7 +66,9 @@ class Follower(SourceReader):
             raise ValueError("choose at most one of from_start, last and since_id")
         if last is not None and last < 0:
             raise ValueError("last must be 0 or more")
-        self.path = os.path.abspath(os.fspath(path))
+        # symlinks are resolved once, here: a link swapped later does not redirect the follow,
+        # and successors are looked for beside the real file
+        self.path = os.path.realpath(os.fspath(path))
         self.from_start = from_start
         self.last = last
         self.since_id = since_id

@@ -348,7 +348,7 @@ class SourceReader:
 
 def open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block
     except OSError:
         return None
     st = os.fstat(fd)

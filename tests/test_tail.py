@@ -824,3 +824,47 @@ def test_a_copied_folder_is_followed_within_the_copy(tmp_path):
         assert [src.path for src in follower.sources] == [str(copy / "new.jsonl")]
     finally:
         follower.close()
+
+
+def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
+    """The link is resolved once, at start: the successor a seal names relative to the
+    session's folder is looked for beside the real file, not beside the link."""
+    from journal.tail import Follower
+
+    real, elsewhere = tmp_path / "sessions", tmp_path / "elsewhere"
+    real.mkdir()
+    elsewhere.mkdir()
+    first = chain("e", 2)
+    old = real / "old.jsonl"
+    old.write_bytes(lines([header("s-old"), *first]))
+    link = elsewhere / "link.jsonl"
+    link.symlink_to(old)
+    follower = Follower(link, from_start=True, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == ids(first)
+        fresh = chain("n", 1, first[-1]["id"])
+        (real / "new.jsonl").write_bytes(lines([header("s-new", "archive/old.jsonl"), *fresh]))
+        seal = {**marker("new.jsonl", "s-new", first[-1]["id"]),
+                "data": {"successor": "new.jsonl", "file": "new.jsonl", "sessionId": "s-new"}}
+        append(old, [seal])
+        assert step(follower) == [seal["id"], *ids(fresh)]
+        assert [src.path for src in follower.sources] == [str(real / "new.jsonl")]
+    finally:
+        follower.close()
+
+
+def test_a_fifo_named_like_a_session_never_blocks_the_follower(tmp_path):
+    """A FIFO can be swapped in between a directory listing and the open; opening it must
+    not wait for a writer that never comes."""
+    from journal.tail_source import first_line_header, open_regular
+
+    fifo = tmp_path / "x.jsonl"
+    os.mkfifo(fifo)
+    results: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: results.extend([open_regular(str(fifo)), first_line_header(str(fifo))]),
+        daemon=True)
+    worker.start()
+    worker.join(3)
+    assert results == [None, (False, None)]
