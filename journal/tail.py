@@ -6,23 +6,32 @@ file and, on every wake-up (an event, or `timeout` seconds without one), reads f
 to the end, holding back an incomplete last line until its newline arrives. Each wake-up also
 checks the file itself:
 
-- truncation (the size fell below the offset, or the bytes just before the offset changed):
-  re-read the file and deliver only entries whose id was not delivered yet; a warning is logged;
+- truncation (the size fell below the offset, or the last line read changed): re-read the
+  file from its start, delivering only entries not delivered yet; a warning is logged;
 - replacement (the path now names another inode, as after a repair's `os.replace`): read the
   old inode to its end, then re-read the new file the same way;
-- rotation (a `custom` entry of type `journal.successor` whose `data.successor` names the
-  successor file): continue with the successor from its first entry, skipping the kept entries
-  it repeats (they keep their ids);
+- rotation (a `custom` entry of type `journal.successor` naming the successor file): continue
+  with the successor from its first entry, skipping the kept entries it repeats (they keep
+  their ids). When several rotations happened between two reads, the files between are read
+  from the archive (compressed or not) on the way to the live one;
 - deletion: wait up to `grace` seconds for the path to come back or for a successor (a file
-  whose header `parentSession` names the old file), then end.
+  whose chain of `parentSession` headers leads back to the old file), then end.
 
-Ids are remembered per lineage (a file and its successors): an entry is never delivered twice,
-and none is skipped when a file is rewritten under the follower. Readers never lock.
+What "delivered" means is exact, not inferred by re-reading a file (see
+`tail_source.Delivered`): each lineage (a file and its successors) keeps the ids it has
+delivered, plus the ids of the entries the start mode placed before the start. An entry is
+delivered when it is read from a file of the lineage and its id is not among them: every id
+at most once, and every entry that stays in the lineage's files exactly once, whatever was
+truncated, replaced or rotated between two reads. An entry cut away before a read saw it is
+never delivered; an entry whose line changed after it was delivered is not delivered again.
+A sealed file is followed to its successor as long as a chain of seals and archives leads to
+one. Readers never lock.
 
 This module is the public API (import from here). The machinery behind it: `tail_source` reads
-one file (offsets, incomplete last lines, entries) and defines `TailEvent`; `tail_follow` is the
-state machine over every followed file (re-sync, rotation, directory mode); `tail_wait` decides
-when to read again (inotify, polling or a timer).
+one file (offsets, incomplete last lines, entries, what was delivered) and defines `TailEvent`;
+`tail_follow` is the state machine over every followed file (re-sync, rotation, directory
+mode); `tail_chain` finds where a file goes on (seals, archives, `parentSession` chains);
+`tail_wait` decides when to read again (inotify, polling or a timer).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from collections.abc import AsyncGenerator, Generator
 from contextlib import closing
 
 from .model import Entry
-from .tail_follow import _Follower, is_session_name
+from .tail_follow import Follower, is_session_name
 from .tail_source import (
     DELETED,
     ENDED,
@@ -49,10 +58,10 @@ from .tail_wait import (
     POLL_DELAY_MS,
     POLL_INTERVAL,
     STEP_MS,
+    AsyncWaker,
+    Stop,
     StopSignal,
-    _AsyncWaker,
-    _Stop,
-    _Waker,
+    Waker,
 )
 
 __all__ = [
@@ -68,6 +77,7 @@ __all__ = [
     "ROTATED",
     "STEP_MS",
     "TRUNCATED",
+    "Follower",
     "StopSignal",
     "TailEvent",
     "afollow",
@@ -111,8 +121,9 @@ def follow_events(
         timeout: the longest wait, in seconds, between two reads when no event arrives.
         grace: seconds to wait for a deleted file to come back or for its successor.
 
-    The ids of the entries read are kept in memory for each lineage (about 100 bytes per
-    entry), to skip the entries a successor or a rewritten file repeats.
+    The ids of the entries delivered, and of those before the start (read once, when the
+    follow starts), are kept in memory for each lineage (about 100 bytes per entry), to skip
+    the entries a successor or a rewritten file repeats.
 
     Raises:
         NotASession: the path is missing or neither a file nor a directory.
@@ -123,9 +134,9 @@ def follow_events(
         >>> for event in follow_events("sessions/a.jsonl", last=5):  # doctest: +SKIP
         ...     print(event.kind, event.path, event.entry and event.entry["id"])
     """
-    flag = _Stop(stop)
-    follower = _Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
-    waker = _Waker(flag, timeout, poll, follower.wants)
+    flag = Stop(stop)
+    follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
+    waker = Waker(flag, timeout, poll, follower.wants)
     try:
         follower.open()
         yield from follower.poll()
@@ -185,9 +196,9 @@ async def afollow_events(
         >>> async for event in afollow_events("sessions/a.jsonl"):  # doctest: +SKIP
         ...     print(event.kind, event.entry)
     """
-    flag = _Stop(stop)
-    follower = _Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
-    waker = _AsyncWaker(flag, timeout, poll, follower.wants)
+    flag = Stop(stop)
+    follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
+    waker = AsyncWaker(flag, timeout, poll, follower.wants)
     try:
         follower.open()
         count = 0

@@ -1,17 +1,21 @@
 """Reading one followed file: its state, its offsets and its incomplete last line.
 
-A `_Source` is a followed file: an open descriptor, the byte offset just past the last complete
-line consumed, an incomplete last line held back until its newline arrives, and the bytes just
-before the offset (to notice a rewrite in place). `_SourceReader` holds the follower's methods
-that place the offset where a start mode says, read what was appended, turn lines into entries
-(skipping ids the lineage already consumed) and re-read a file from its start. `TailEvent` and
-its kinds live here too, as everything below the public API yields them.
+A `Source` is a followed file: an open descriptor, the byte offset just past the last complete
+line consumed, an incomplete last line held back until its newline arrives, and both ends of
+the last complete line before the offset (to notice a rewrite in place). `Delivered` is what a
+lineage has delivered, by id: the follower's precise notion of "delivered" (see there).
+`SourceReader` holds the follower's methods that place the offset where a start mode says
+(counting what lies before it as delivered), read what was appended, turn lines into entries
+(skipping delivered ids), read a compressed archive, and re-read a file from its start.
+`TailEvent` and its kinds live here too, as everything below the public API yields them.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +40,10 @@ ENDED = "ended"
 
 _CHUNK = 1 << 20
 _CHECK = 64
+_HEAD = 128
+_HEAD_SEARCH = 1 << 16
+# an entry line that starts with its type and id, neither holding a quote or backslash
+_ID_FIRST = re.compile(rb'\{"type":"([^"\\]*)","id":"([^"\\]*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +68,55 @@ class TailEvent:
     detail: str = ""
 
 
-class _Lineage:
-    """Ids already consumed from a file and its successors (delivered or skipped past)."""
+class Delivered:
+    """What a lineage (a file and its successors) has delivered, by entry id.
 
-    __slots__ = ("seen",)
+    The follower's one notion of "delivered", kept exactly rather than inferred by re-reading
+    a file: `ids` holds the id of every entry yielded to the caller, plus the ids of the
+    entries the start mode placed before the start (the *baseline*: with the default start,
+    everything already in the file; with `last=N`, all but the last N; with `since_id`,
+    everything up to that id), gathered once when following begins. Then:
+
+    - an entry read from any file of the lineage is delivered if and only if its id is not in
+      `ids`, and its id joins `ids` as it is yielded: each id at most once per lineage;
+    - after a truncation or an in-place rewrite, the file is read again from its start: the
+      entries appended since (whether or not the follower woke up in between) are delivered,
+      the ones already delivered are not repeated, and the ones cut away before the follower
+      saw them are gone and never delivered;
+    - after a replacement (a new inode under the same name, as after a repair), likewise: an
+      entry whose id was delivered is not delivered again even if its line changed; an entry
+      with a new id is delivered;
+    - after a rotation, the successor and any files between (archived, even compressed, when
+      several rotations happened between two reads) are read from their start the same way:
+      the kept entries they repeat are skipped, everything else is delivered.
+
+    Entries without an id (version 1 files) cannot be told apart: they are delivered as read.
+    """
+
+    __slots__ = ("ids",)
 
     def __init__(self) -> None:
-        self.seen: set[str] = set()
+        self.ids: set[str] = set()
 
 
 @dataclass(eq=False)
-class _Source:
-    """One followed file: where it was read up to, and what is known about it."""
+class Source:
+    """One followed file: where it was read up to, and what is known about it.
+
+    `path` is the file's name in its session folder, even once it has been moved into the
+    archive (the descriptor keeps reading the same inode, or the archived copy).
+    """
 
     path: str
-    lineage: _Lineage
+    delivered: Delivered
     fd: int | None = None
     ident: tuple[int, int] = (0, 0)
     offset: int = 0  # just past the last complete line consumed
     pending: list[bytes] = field(default_factory=list)  # an incomplete line read after offset
     pending_len: int = 0
     check: bytes = b""  # the bytes just before offset, to notice a rewrite in place
-    unindexed: int = 0  # ids of the lines before this offset are not in lineage.seen yet
-    dedupe_end: int = 0  # entries before this offset are skipped when their id was seen
+    head: bytes = b""  # the start of the last complete line before offset, at head_at
+    head_at: int = 0
     header: Entry | None = None
     header_done: bool = False
     version: int = CURRENT_VERSION
@@ -100,12 +134,12 @@ class _Source:
             self.fd = None
 
 
-class _SourceReader:
-    """The follower's reading of one `_Source`: placing its offset, and reading from it."""
+class SourceReader:
+    """The follower's reading of one `Source`: placing its offset, and reading from it."""
 
     since_id: str | None
 
-    def _read_header(self, src: _Source) -> int:
+    def _read_header(self, src: Source) -> int:
         """Parse the header line; return where the body starts (0 if no header)."""
         assert src.fd is not None
         first = _first_line(src.fd)
@@ -119,13 +153,15 @@ class _SourceReader:
             return first.offset + len(first.raw) + 1
         return 0
 
-    def _seek_end(self, src: _Source) -> None:
+    def _seek_end(self, src: Source) -> None:
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
-        self._place(src, max(end, body) if src.header_done else 0, unindexed=True)
+            start = max(end, body) if src.header_done else 0
+            self._baseline(src, f, body, start)
+        self._place(src, start)
 
-    def _seek_last(self, src: _Source, count: int) -> None:
+    def _seek_last(self, src: Source, count: int) -> None:
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -139,45 +175,86 @@ class _SourceReader:
                     start = line.offset
                     if found == count:
                         break
-        self._place(src, start if src.header_done else 0, unindexed=True)
+            start = start if src.header_done else 0
+            self._baseline(src, f, body, start)
+        self._place(src, start)
 
-    def _seek_since(self, src: _Source) -> bool:
+    def _seek_since(self, src: Source) -> bool:
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
-            seen = src.lineage.seen
+            ids = src.delivered.ids
             for item in codec.iter_lines(f, body, end):
                 if not isinstance(item, Line):
                     continue
-                entry = _usable(codec.parse_line(item), src.version)
+                entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
                 entry_id = entry.get("id") if entry is not None else None
                 if isinstance(entry_id, str):
-                    seen.add(entry_id)
+                    ids.add(entry_id)
                     if entry_id == self.since_id:
-                        self._place(src, item.offset + len(item.raw) + 1, unindexed=False)
+                        self._place(src, item.offset + len(item.raw) + 1)
                         return True
-        self._place(src, end if src.header_done else 0, unindexed=False)
+        self._place(src, end if src.header_done else 0)
         return False
 
-    def _place(self, src: _Source, offset: int, *, unindexed: bool) -> None:
+    def _baseline(self, src: Source, f: Any, body: int, start: int) -> None:
+        """Count the entries before the start as delivered (see `Delivered`); a seal among
+        them still leads on to the successor.
+
+        This reads every line before the start once. A line that opens with its type and id
+        (the key order pi and this library write) and has no other "id" anywhere is not
+        parsed: its id can only be that one. Any other line is parsed.
+        """
+        ids = src.delivered.ids
+        fast = src.version == CURRENT_VERSION
+        for item in codec.iter_lines(f, body, start):
+            if not isinstance(item, Line):
+                continue
+            raw = item.raw
+            if fast and (known := _ID_FIRST.match(raw)) is not None and raw.count(b'"id"') == 1:
+                kind, entry_id = known.groups()
+                if kind not in (b"custom", b"session"):
+                    ids.add(entry_id.decode())
+                    src.marker = None
+                    continue
+            entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
+            if entry is None:
+                continue
+            if isinstance(entry.get("id"), str):
+                ids.add(entry["id"])
+            src.marker = entry if is_seal(entry) else None
+
+    def _place(self, src: Source, offset: int) -> None:
         src.offset = offset
-        src.unindexed = offset if unindexed else 0
+        src.check, src.head, src.head_at = b"", b"", 0
         if offset and src.fd is not None:
             src.check = os.pread(src.fd, min(_CHECK, offset), offset - min(_CHECK, offset))
+            before = os.pread(src.fd, min(_HEAD_SEARCH, offset), offset - min(_HEAD_SEARCH,
+                                                                             offset))
+            cut = before.rfind(b"\n", 0, len(before) - 1) + 1
+            if cut or len(before) == offset:
+                src.head_at = offset - len(before) + cut
+                src.head = before[cut:cut + _HEAD]
 
-    def _unchanged(self, src: _Source, *, pending: bool = True) -> bool:
-        """Whether the bytes before the offset (and the pending line) are still in place."""
+    def _unchanged(self, src: Source, *, pending: bool = True) -> bool:
+        """Whether the bytes before the offset (and the pending line) are still in place.
+
+        Both ends of the last complete line are compared: its start holds the entry's id, so
+        a different entry of the same length ending at the same offset is still noticed.
+        """
         if src.fd is None:
             return True
         if src.check and os.pread(
             src.fd, len(src.check), src.offset - len(src.check)
         ) != src.check:
             return False
+        if src.head and os.pread(src.fd, len(src.head), src.head_at) != src.head:
+            return False
         if pending and src.pending:
             return os.pread(src.fd, src.pending_len, src.offset) == b"".join(src.pending)
         return True
 
-    def _drain(self, src: _Source) -> Iterator[TailEvent]:
+    def _drain(self, src: Source) -> Iterator[TailEvent]:
         """Deliver the complete lines after the offset; keep an incomplete last line pending."""
         while src.fd is not None:
             chunk = os.pread(src.fd, _CHUNK, src.position)
@@ -192,18 +269,40 @@ class _SourceReader:
             rest = chunk[cut:]
             events: list[TailEvent] = []
             start = src.offset
-            for raw in block.split(b"\n")[:-1]:
+            raws = block.split(b"\n")[:-1]
+            for raw in raws:
                 entry = self._entry(src, start, raw)
                 if entry is not None:
                     events.append(TailEvent(ENTRY, src.path, entry))
                 start += len(raw) + 1
             src.offset = start
             src.check = (src.check + block)[-_CHECK:] if len(block) < _CHECK else block[-_CHECK:]
+            src.head_at = start - len(raws[-1]) - 1
+            src.head = raws[-1][:_HEAD]
             src.pending = [rest] if rest else []
             src.pending_len = len(rest)
             yield from events
 
-    def _entry(self, src: _Source, offset: int, raw: bytes) -> Entry | None:
+    def _read_compressed(self, src: Source) -> Iterator[TailEvent]:
+        """Deliver the entries of a compressed archive (sealed: it no longer changes)."""
+        assert src.fd is not None
+        size = os.fstat(src.fd).st_size
+        offset = 0
+        with _file(src) as raw, gzip.open(raw, "rb") as f:
+            try:
+                for line in f:
+                    if line.endswith(b"\n"):
+                        entry = self._entry(src, offset, line[:-1])
+                        if entry is not None:
+                            yield TailEvent(ENTRY, src.path, entry)
+                    offset += len(line)
+            except (OSError, EOFError) as e:
+                log.warning("%s: compressed archive unreadable at byte %s of its data (%s)",
+                            src.path, f"{offset:,}", e)
+        src.offset, src.pending, src.pending_len = size, [], 0
+        src.check, src.head, src.head_at = b"", b"", 0
+
+    def _entry(self, src: Source, offset: int, raw: bytes) -> Entry | None:
         value = codec.parse_line(Line(offset, 0, raw))
         if value is None:
             return None
@@ -217,51 +316,39 @@ class _SourceReader:
                 src.header = value
                 src.version = header_version(value)
                 return None
-        entry = _usable(value, src.version)
+        entry = self._migrated(src, _usable(value, src.version))
         if entry is None:
             log.warning("%s: byte %s: not a usable entry; skipped", src.path, f"{offset:,}")
             return None
-        if src.version < CURRENT_VERSION:
-            entry = migrate(src.header, [entry])[0] if src.version == 2 else entry
-        entry_id = entry.get("id")
-        if isinstance(entry_id, str):
-            seen = src.lineage.seen
-            if offset < src.dedupe_end and entry_id in seen:
-                return None
-            seen.add(entry_id)
         if is_seal(entry):
             src.marker = entry
+        entry_id = entry.get("id")
+        if isinstance(entry_id, str):
+            ids = src.delivered.ids
+            if entry_id in ids:
+                return None
+            ids.add(entry_id)
         return entry
 
-    def _restart(self, src: _Source, size: int) -> None:
-        """Read the file again from its start, skipping entries whose id was seen."""
-        src.offset, src.pending, src.pending_len, src.check = 0, [], 0, b""
-        src.unindexed, src.dedupe_end = 0, size
-        src.header, src.header_done, src.version = None, False, CURRENT_VERSION
+    @staticmethod
+    def _migrated(src: Source, entry: Entry | None) -> Entry | None:
+        if entry is not None and src.version == 2:
+            return migrate(src.header, [entry])[0]
+        return entry
 
-    def _index(self, src: _Source, limit: int | None = None) -> None:
-        """Add the ids of the lines before where following began, so no rewrite repeats them."""
-        end = src.unindexed if limit is None else min(src.unindexed, limit)
-        if src.fd is None or end <= 0:
-            src.unindexed = 0
-            return
-        with _file(src) as f:
-            end = last_newline_end(f, end)
-            seen = src.lineage.seen
-            for item in codec.iter_lines(f, 0, end):
-                if isinstance(item, Line):
-                    entry = _usable(codec.parse_line(item), src.version)
-                    if entry is not None and isinstance(entry.get("id"), str):
-                        seen.add(entry["id"])
-        src.unindexed = 0
+    def _restart(self, src: Source) -> None:
+        """Read the file again from its start (entries already delivered are skipped)."""
+        src.offset, src.pending, src.pending_len = 0, [], 0
+        src.check, src.head, src.head_at = b"", b"", 0
+        src.header, src.header_done, src.version = None, False, CURRENT_VERSION
 
 
 # helpers
 
 
-def _open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
+def open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block
     except OSError:
         return None
     st = os.fstat(fd)
@@ -271,7 +358,7 @@ def _open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
     return fd, (st.st_dev, st.st_ino)
 
 
-def _file(src: _Source) -> Any:
+def _file(src: Source) -> Any:
     """A buffered file object over the source's descriptor, for the codec's line readers."""
     assert src.fd is not None
     return open(src.fd, "rb", closefd=False)  # noqa: SIM115 - closed by the caller's `with`
@@ -301,9 +388,9 @@ def _first_line(fd: int) -> Line | None:
     return None
 
 
-def _first_line_header(path: str) -> tuple[bool, Entry | None]:
+def first_line_header(path: str) -> tuple[bool, Entry | None]:
     """(whether the first line is complete, the header on it if it is one)."""
-    opened = _open_regular(path)
+    opened = open_regular(path)
     if opened is None:
         return False, None
     try:

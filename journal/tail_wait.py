@@ -3,7 +3,7 @@
 A waker blocks until `watchfiles` reports a change in a watched directory that concerns a
 followed file, or until the re-read interval passes, or until the caller's `stop` is set.
 It picks inotify, falls back to watchfiles polling, and, if no watcher works at all, to a
-plain timer. `_Waker` blocks a thread; `_AsyncWaker` awaits on the event loop. The follower
+plain timer. `Waker` blocks a thread; `AsyncWaker` awaits on the event loop. The follower
 itself (`journal.tail_follow`) never waits.
 """
 
@@ -39,7 +39,7 @@ StopSignal = Any
 """A `threading.Event` / `asyncio.Event` (anything with `is_set()`), or a callable -> bool."""
 
 
-class _Stop:
+class Stop:
     """The caller's `stop` as watchfiles wants it: `is_set()`, plus the `set()` awatch calls."""
 
     def __init__(self, stop: StopSignal) -> None:
@@ -65,7 +65,7 @@ class _WakerBase:
     """Chooses how to wait: inotify, watchfiles polling, or (if neither works) a plain timer."""
 
     def __init__(
-        self, stop: _Stop, timeout: float, poll: bool | None,
+        self, stop: Stop, timeout: float, poll: bool | None,
         wants: Callable[[watchfiles.Change, str], bool],
     ) -> None:
         if timeout <= 0:
@@ -122,7 +122,7 @@ class _WakerBase:
         return False
 
 
-class _Waker(_WakerBase):
+class Waker(_WakerBase):
     """Blocks until something changed in a watched directory, or the interval passed."""
 
     _gen: Iterator[set[tuple[watchfiles.Change, str]]] | None = None
@@ -162,8 +162,8 @@ class _Waker(_WakerBase):
             gen.close()  # type: ignore[attr-defined]
 
 
-class _AsyncWaker(_WakerBase):
-    """`_Waker` for asyncio, on `watchfiles.awatch`."""
+class AsyncWaker(_WakerBase):
+    """`Waker` for asyncio, on `watchfiles.awatch`."""
 
     _gen: AsyncIterator[set[tuple[watchfiles.Change, str]]] | None = None
 

@@ -735,3 +735,136 @@ def test_colour_only_on_a_terminal_without_no_color(session_file, monkeypatch):
     plain = io.StringIO()
     TailPrinter(plain, io.StringIO()).show(event)
     assert "\x1b[" not in plain.getvalue()
+
+
+# stepped by hand: several changes between two wake-ups
+
+
+def step(follower: Any) -> list[str]:
+    return [e.entry["id"] for e in follower.poll() if e.kind == "entry" and e.entry]
+
+
+def test_a_cut_line_rewritten_with_one_of_the_same_length_is_noticed(session_file):
+    from journal.tail import Follower
+
+    path, entries = session_file
+    follower = Follower(path, last=1)
+    follower.open()
+    try:
+        assert step(follower) == ids(entries[-1:])
+        # the same length and the same last bytes: only the id at its start differs
+        other = {**entries[-1], "id": "0ther000"}
+        assert len(orjson.dumps(other)) == len(orjson.dumps(entries[-1]))
+        os.truncate(path, len(lines([header(), *entries[:-1]])))
+        append(path, [other])
+        assert step(follower) == ["0ther000"]
+        assert step(follower) == []
+    finally:
+        follower.close()
+
+
+def test_a_file_replaced_then_rotated_between_reads_is_read_from_the_archive(tmp_path):
+    from journal.rotation import rotate
+    from journal.tail import Follower
+
+    with Session.create(tmp_path, cwd="/", durability=Durability.never()) as s:
+        path = s.path
+        old = [s.append_message({"role": "user", "content": "x" * 700, "timestamp": i})
+               for i in range(3)]
+    follower = Follower(path, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == []
+        # a repair-like replacement adds an entry; then a rotation archives that version
+        added = {"type": "message", "id": "added000", "parentId": old[-1],
+                 "timestamp": "2026-01-01T00:00:00.000Z",
+                 "message": {"role": "user", "content": "only in the replacement",
+                             "timestamp": 0}}
+        write_atomically(Path(path), [orjson.loads(line) for line in
+                                      Path(path).read_bytes().splitlines()] + [added])
+        with Session.open(path, durability=Durability.never()) as s:
+            kept = s.append_message({"role": "user", "content": "kept", "timestamp": 0})
+            s.append_compaction("summary", kept, 100)
+        result = rotate(path)
+        assert result.rotated and result.successor
+        got = list(follower.poll())
+        assert [src.path for src in follower.sources] == [result.successor]
+        with Session.open(result.successor, durability=Durability.never()) as s:
+            later = s.append_message({"role": "user", "content": "later", "timestamp": 0})
+        assert step(follower) == [later]
+    finally:
+        follower.close()
+    delivered = [e.entry["id"] for e in got if e.kind == "entry" and e.entry]
+    assert delivered[0] == "added000" and kept in delivered
+    assert len(delivered) == len(set(delivered))
+    assert "ended" not in [e.kind for e in got]
+
+
+def test_a_copied_folder_is_followed_within_the_copy(tmp_path):
+    """A seal's absolute successor path is only a hint: the successor beside the sealed file
+    (in the copy) is the one followed, not the original folder's."""
+    from journal.tail import Follower
+
+    orig, copy = tmp_path / "orig", tmp_path / "copy"
+    for folder in (orig, copy):
+        folder.mkdir()
+    first = chain("e", 2)
+    fresh = chain("n", 1, first[-1]["id"])
+    successor = [header("s-new", str(orig / "archive" / "old.jsonl")), *first, *fresh]
+    (orig / "new.jsonl").write_bytes(lines(successor))
+    (copy / "new.jsonl").write_bytes(lines(successor))
+    old = copy / "old.jsonl"
+    old.write_bytes(lines([header("s-old"), *first]))
+    follower = Follower(old, from_start=True, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == ids(first)
+        append(old, [marker(str(orig / "new.jsonl"), "s-new", first[-1]["id"])])
+        assert step(follower) == ["feedf00d", *ids(fresh)]
+        assert [src.path for src in follower.sources] == [str(copy / "new.jsonl")]
+    finally:
+        follower.close()
+
+
+def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
+    """The link is resolved once, at start: the successor a seal names relative to the
+    session's folder is looked for beside the real file, not beside the link."""
+    from journal.tail import Follower
+
+    real, elsewhere = tmp_path / "sessions", tmp_path / "elsewhere"
+    real.mkdir()
+    elsewhere.mkdir()
+    first = chain("e", 2)
+    old = real / "old.jsonl"
+    old.write_bytes(lines([header("s-old"), *first]))
+    link = elsewhere / "link.jsonl"
+    link.symlink_to(old)
+    follower = Follower(link, from_start=True, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == ids(first)
+        fresh = chain("n", 1, first[-1]["id"])
+        (real / "new.jsonl").write_bytes(lines([header("s-new", "archive/old.jsonl"), *fresh]))
+        seal = {**marker("new.jsonl", "s-new", first[-1]["id"]),
+                "data": {"successor": "new.jsonl", "file": "new.jsonl", "sessionId": "s-new"}}
+        append(old, [seal])
+        assert step(follower) == [seal["id"], *ids(fresh)]
+        assert [src.path for src in follower.sources] == [str(real / "new.jsonl")]
+    finally:
+        follower.close()
+
+
+def test_a_fifo_named_like_a_session_never_blocks_the_follower(tmp_path):
+    """A FIFO can be swapped in between a directory listing and the open; opening it must
+    not wait for a writer that never comes."""
+    from journal.tail_source import first_line_header, open_regular
+
+    fifo = tmp_path / "x.jsonl"
+    os.mkfifo(fifo)
+    results: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: results.extend([open_regular(str(fifo)), first_line_header(str(fifo))]),
+        daemon=True)
+    worker.start()
+    worker.join(3)
+    assert results == [None, (False, None)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import BashTool, Workspace
+from tools import BashTool, SandboxUnavailable, Workspace, sandbox_available
 
 
 @pytest.fixture
@@ -166,3 +166,74 @@ def test_missing_shell_is_an_error_result(ws: Workspace) -> None:
     result = BashTool(ws, shell="no-such-shell-here").run({"command": "true"})
     assert result.is_error
     assert "No such file" in result.content
+
+
+# --- what the shell may reach ---------------------------------------------------------------
+
+
+def test_description_says_the_shell_runs_with_the_users_rights(ws: Workspace) -> None:
+    description = BashTool(ws).schema()["description"]
+    assert "runs with the user's full rights" in description
+    assert "not confined to the workspace" in description
+
+
+needs_bwrap = pytest.mark.skipif(
+    not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot run here"
+)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "secret.txt").write_text("top secret\n")
+    return out
+
+
+@needs_bwrap
+def test_sandboxed_shell_writes_only_the_workspace(ws: Workspace, outside: Path) -> None:
+    tool = BashTool(ws, sandbox=True)
+    result = tool.run(
+        {
+            "command": f"echo inside > in.txt; echo owned > {outside / 'secret.txt'}; "
+            f"touch {outside / 'new.txt'}; echo tmp > /tmp/t; "
+            "cat /tmp/t; pwd",
+            "timeout": 20,
+        }
+    )
+    assert (ws.root / "in.txt").read_text() == "inside\n"
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    refused = ("Read-only file system", "No such file or directory")  # /tmp is private too
+    assert any(reason in result.content for reason in refused), result.content
+    lines = result.content.splitlines()
+    assert "tmp" in lines and str(ws.root) in lines
+    assert "runs in a sandbox" in tool.schema()["description"]
+    assert "full rights" not in tool.schema()["description"]
+
+
+@needs_bwrap
+def test_sandboxed_shell_timeout_still_kills_the_process_group(ws: Workspace) -> None:
+    started = time.monotonic()
+    result = BashTool(ws, sandbox=True).run(
+        {"command": "sleep 30 & echo $!; sleep 30; wait", "timeout": 1}
+    )
+    assert time.monotonic() - started < 5
+    assert result.details["timed_out"] is True
+    assert _wait_gone(int(result.content.splitlines()[0]))
+
+
+def test_asking_for_a_missing_sandbox_is_a_clear_error(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    sandbox_available.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            BashTool(ws, sandbox=True)
+        assert not BashTool(ws).sandbox
+    finally:
+        monkeypatch.undo()
+        sandbox_available.cache_clear()

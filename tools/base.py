@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tools.args import validate_args
-from tools.errors import ToolError
-from tools.workspace import Workspace, WorkspaceEscape
+from tools.errors import ToolError, WorkspaceEscape
+from tools.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,6 @@ def _describe_os_error(workspace: Workspace, exc: OSError) -> str:
         return reason
     try:
         shown = workspace.relative(workspace.resolve(exc.filename))
-    except (WorkspaceEscape, ValueError):
+    except (WorkspaceEscape, ToolError, OSError, ValueError):
         shown = str(exc.filename)
     return f"{reason}: {shown}"

@@ -1,4 +1,4 @@
-"""The error a tool raises for a failure the model should see and can act on."""
+"""The errors a tool raises: a failure the model should see, and an escape from the workspace."""
 
 from __future__ import annotations
 
@@ -18,3 +18,11 @@ class ToolError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class WorkspaceEscape(Exception):
+    """A path that resolves outside the workspace, through `..`, an absolute path or a symlink."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"path {path!r} is outside the workspace")
+        self.path = path

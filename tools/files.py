@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from tools.base import Tool, ToolResult
 from tools.errors import ToolError
-from tools.textio import looks_binary
+from tools.opening import Access, open_dir, open_file
+from tools.textio import capped_lines, looks_binary, read_all, replace_content
 from tools.workspace import Workspace
-
-
-def _existing_file(tool: Tool, path_arg: str) -> tuple[Path, str]:
-    path = tool.workspace.resolve(path_arg)
-    shown = tool.workspace.relative(path)
-    if not path.exists():
-        raise ToolError(f"file not found: {shown}", {"path": shown})
-    if path.is_dir():
-        raise ToolError(f"{shown} is a directory; use ls to list it", {"path": shown})
-    return path, shown
 
 
 class ReadTool(Tool):
@@ -57,37 +47,18 @@ class ReadTool(Tool):
         self.max_chars = max_chars
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
-        path, shown = _existing_file(self, args["path"])
         offset: int = args.get("offset", 1)
         limit: int | None = args.get("limit")
-        if looks_binary(path):
-            raise ToolError(f"{shown} looks like a binary file; not shown", {"path": shown})
-
-        lines: list[str] = []
-        chars = 0
-        total = 0
-        stop: str | None = None
-        long_line = False
-        with path.open("rb") as fh:
-            for total, raw in enumerate(fh, start=1):
-                if total < offset or stop:
-                    continue
-                if limit is not None and len(lines) >= limit:
-                    stop = "limit"
-                    continue
-                line = raw.decode("utf-8", errors="replace")
-                if len(lines) >= self.max_lines or chars + len(line) > self.max_chars:
-                    if not lines:
-                        lines.append(line[: self.max_chars])
-                        long_line = True
-                    stop = "cap"
-                    continue
-                lines.append(line)
-                chars += len(line)
+        with open_file(self.workspace, args["path"], Access.READ) as opened:
+            shown = opened.shown
+            if looks_binary(opened.fd):
+                raise ToolError(f"{shown} looks like a binary file; not shown", {"path": shown})
+            size = opened.st.st_size
+            lines, total, stop, long_line = self._read_lines(opened.fd, offset, limit)
 
         details: dict[str, Any] = {
             "path": shown,
-            "bytes": path.stat().st_size,
+            "bytes": size,
             "total_lines": total,
             "truncated": stop == "cap",
         }
@@ -117,6 +88,37 @@ class ReadTool(Tool):
             text = f"{text}\n{note}" if text.endswith("\n") else f"{text}\n\n{note}"
         return ToolResult(text, details=details)
 
+    def _read_lines(
+        self, fd: int, offset: int, limit: int | None
+    ) -> tuple[list[str], int, str | None, bool]:
+        """The lines to show, the file's line count, why showing stopped, whether cut mid-line.
+
+        No more than a few times the character cap is ever held, however long a line is.
+        """
+        lines: list[str] = []
+        chars = 0
+        total = 0
+        stop: str | None = None
+        long_line = False
+        max_line_bytes = 4 * self.max_chars + 4  # UTF-8 takes at most 4 bytes a character
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            for total, (raw, _cut) in enumerate(capped_lines(fh, max_line_bytes), start=1):
+                if total < offset or stop:
+                    continue
+                if limit is not None and len(lines) >= limit:
+                    stop = "limit"
+                    continue
+                line = raw.decode("utf-8", errors="replace")
+                if len(lines) >= self.max_lines or chars + len(line) > self.max_chars:
+                    if not lines:
+                        lines.append(line[: self.max_chars])
+                        long_line = True
+                    stop = "cap"
+                    continue
+                lines.append(line)
+                chars += len(line)
+        return lines, total, stop, long_line
+
 
 class WriteTool(Tool):
     name = "write"
@@ -135,14 +137,10 @@ class WriteTool(Tool):
     }
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
-        path = self.workspace.resolve(args["path"])
-        shown = self.workspace.relative(path)
-        if path.is_dir():
-            raise ToolError(f"{shown} is a directory", {"path": shown})
-        created = not path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = args["content"].encode("utf-8")
-        path.write_bytes(data)
+        with open_file(self.workspace, args["path"], Access.WRITE, create=True) as opened:
+            replace_content(opened.fd, data)
+        shown, created = opened.shown, opened.created
         verb = "created" if created else "overwrote"
         return ToolResult(
             f"{verb} {shown} ({len(data)} bytes)",
@@ -173,41 +171,45 @@ class EditTool(Tool):
     }
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
-        path, shown = _existing_file(self, args["path"])
         old: str = args["old_text"]
         new: str = args["new_text"]
         if old == new:
             raise ToolError("old_text and new_text are the same; nothing to change")
-        raw = path.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ToolError(f"{shown} is not valid UTF-8; it cannot be edited safely") from exc
-
-        positions = _find_all(text, old)
-        if not positions:
-            raise ToolError(
-                f"old_text not found in {shown}; it must match the file exactly, "
-                "including whitespace and indentation",
-                {"path": shown, "matches": 0},
-            )
-        if len(positions) > 1:
-            lines = ", ".join(str(text.count("\n", 0, p) + 1) for p in positions[:10])
-            raise ToolError(
-                f"old_text matches {len(positions)} times in {shown} (at lines {lines}); "
-                "include more surrounding text so it matches exactly once",
-                {"path": shown, "matches": len(positions)},
-            )
-
-        start = positions[0]
-        updated = text[:start] + new + text[start + len(old) :]
-        data = updated.encode("utf-8")
-        path.write_bytes(data)
+        with open_file(self.workspace, args["path"], Access.EDIT) as opened:
+            shown = opened.shown
+            raw = read_all(opened.fd)
+            text, start = _locate_edit(raw, old, shown)
+            updated = text[:start] + new + text[start + len(old) :]
+            data = updated.encode("utf-8")
+            replace_content(opened.fd, data)
         line = text.count("\n", 0, start) + 1
         return ToolResult(
             f"edited {shown}: replaced 1 occurrence at line {line}",
             details={"path": shown, "line": line, "bytes_before": len(raw), "bytes": len(data)},
         )
+
+
+def _locate_edit(raw: bytes, old: str, shown: str) -> tuple[str, int]:
+    """The file's text and where its one occurrence of `old` starts, or a `ToolError`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{shown} is not valid UTF-8; it cannot be edited safely") from exc
+    positions = _find_all(text, old)
+    if not positions:
+        raise ToolError(
+            f"old_text not found in {shown}; it must match the file exactly, "
+            "including whitespace and indentation",
+            {"path": shown, "matches": 0},
+        )
+    if len(positions) > 1:
+        lines = ", ".join(str(text.count("\n", 0, p) + 1) for p in positions[:10])
+        raise ToolError(
+            f"old_text matches {len(positions)} times in {shown} (at lines {lines}); "
+            "include more surrounding text so it matches exactly once",
+            {"path": shown, "matches": len(positions)},
+        )
+    return text, positions[0]
 
 
 def _find_all(text: str, needle: str) -> list[int]:
@@ -239,15 +241,10 @@ class LsTool(Tool):
         self.max_entries = max_entries
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
-        path = self.workspace.resolve(args.get("path", "."))
-        shown = self.workspace.relative(path)
-        if not path.exists():
-            raise ToolError(f"directory not found: {shown}", {"path": shown})
-        if not path.is_dir():
-            raise ToolError(f"{shown} is not a directory", {"path": shown})
-
-        with os.scandir(path) as it:
-            entries = sorted(e.name + "/" if _is_dir(e) else e.name for e in it)
+        with open_dir(self.workspace, args.get("path", ".")) as opened:
+            shown = opened.shown
+            with os.scandir(opened.fd) as it:
+                entries = sorted(e.name + "/" if _is_dir(e) else e.name for e in it)
         details: dict[str, Any] = {
             "path": shown,
             "entries": len(entries),

@@ -13,10 +13,23 @@ from tools.shell import BashTool
 from tools.workspace import Workspace
 
 
-def default_tools(workspace: Workspace | str | os.PathLike[str]) -> list[Tool]:
-    """One instance of every tool, all confined to `workspace`."""
+def default_tools(
+    workspace: Workspace | str | os.PathLike[str], *, sandbox: bool = False
+) -> list[Tool]:
+    """One instance of every tool, working in `workspace`.
+
+    The file tools are confined to it; the bash tool runs with the user's rights unless
+    `sandbox` is set (see `BashTool`).
+    """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-    return [ReadTool(ws), WriteTool(ws), EditTool(ws), LsTool(ws), GrepTool(ws), BashTool(ws)]
+    return [
+        ReadTool(ws),
+        WriteTool(ws),
+        EditTool(ws),
+        LsTool(ws),
+        GrepTool(ws),
+        BashTool(ws, sandbox=sandbox),
+    ]
 
 
 def tool_schemas(tools: Iterable[Tool]) -> list[dict[str, Any]]:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
+import stat
 from typing import Any
 
 from tools.base import Tool, ToolResult
-from tools.errors import ToolError
-from tools.textio import looks_binary
-from tools.workspace import Workspace, WorkspaceEscape
+from tools.errors import ToolError, WorkspaceEscape
+from tools.opening import open_any
+from tools.textio import capped_lines, looks_binary
+from tools.workspace import Workspace
 
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules"})
 """Directories that hold tool metadata or generated files and would only bury the matches."""
@@ -59,11 +60,13 @@ class GrepTool(Tool):
         max_matches: int = 200,
         max_chars: int = 50_000,
         max_line_chars: int = 500,
+        max_line_bytes: int = 1 << 20,
     ) -> None:
         super().__init__(workspace)
         self.max_matches = max_matches
         self.max_chars = max_chars
         self.max_line_chars = max_line_chars
+        self.max_line_bytes = max_line_bytes
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
         flags = re.IGNORECASE if args.get("ignore_case", False) else 0
@@ -71,83 +74,132 @@ class GrepTool(Tool):
             regex = re.compile(args["pattern"], flags)
         except re.error as exc:
             raise ToolError(f"invalid regular expression: {exc}") from exc
-        root = self.workspace.resolve(args.get("path", "."))
-        shown_root = self.workspace.relative(root)
-        if not root.exists():
-            raise ToolError(f"path not found: {shown_root}", {"path": shown_root})
         glob: str | None = args.get("glob")
-
-        out: list[str] = []
-        chars = 0
-        matches = 0
-        files = 0
-        truncated = False
-        for path in self._files(root, glob):
-            files += 1
-            for number, line in _matching_lines(path, regex):
-                entry = f"{self.workspace.relative(path)}:{number}: {self._clip(line)}"
-                if matches >= self.max_matches or chars + len(entry) + 1 > self.max_chars:
-                    truncated = True
-                    break
-                out.append(entry)
-                chars += len(entry) + 1
-                matches += 1
-            if truncated:
-                break
+        search = _Search(
+            regex, self.max_matches, self.max_chars, self.max_line_chars, self.max_line_bytes
+        )
+        with open_any(self.workspace, args.get("path", ".")) as opened:
+            shown_root = opened.shown
+            if stat.S_ISDIR(opened.st.st_mode):
+                self._search_tree(search, opened.fd, shown_root, glob)
+            elif stat.S_ISREG(opened.st.st_mode):
+                search.file(opened.fd, shown_root)
+            else:
+                raise ToolError(
+                    f"{shown_root} is not a regular file or a directory; refused",
+                    {"path": shown_root},
+                )
 
         details = {
             "path": shown_root,
-            "matches": matches,
-            "files_searched": files,
-            "truncated": truncated,
+            "matches": len(search.out),
+            "files_searched": search.files,
+            "truncated": search.truncated,
+            "lines_cut": search.lines_cut,
         }
-        if not out:
-            return ToolResult("no matches", details=details)
-        text = "\n".join(out)
-        if truncated:
-            text += f"\n[cut: stopped after {matches} matches; narrow the pattern, path or glob]"
+        text = "\n".join(search.out) or "no matches"
+        if search.truncated:
+            text += (
+                f"\n[cut: stopped after {len(search.out)} matches; "
+                "narrow the pattern, path or glob]"
+            )
+        if search.lines_cut:
+            text += (
+                f"\n[{_lines(search.lines_cut)} longer than {self.max_line_bytes} bytes "
+                f"{'was' if search.lines_cut == 1 else 'were'} searched only in "
+                f"{'its' if search.lines_cut == 1 else 'their'} first {self.max_line_bytes} "
+                "bytes]"
+            )
         return ToolResult(text, details=details)
 
-    def _files(self, root: Path, glob: str | None) -> Iterator[Path]:
-        """Text files to search, in a stable order; symlinks out of the workspace are skipped."""
-        if not root.is_dir():
-            if not looks_binary(root):
-                yield root
-            return
-        for dirpath, dirnames, filenames in os.walk(root):
+    def _search_tree(self, search: _Search, top_fd: int, shown_top: str, glob: str | None) -> None:
+        """Search the regular files below `top_fd` in a stable order, never leaving it.
+
+        `os.fwalk` descends by file descriptor without following symlinks; a symlink to a
+        file is searched when it leads to a regular file inside the workspace.
+        """
+        for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top_fd):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+            prefix = os.path.normpath(os.path.join(shown_top, dirpath))
             for name in sorted(filenames):
+                if search.truncated:
+                    return
                 if glob is not None and not fnmatch.fnmatchcase(name, glob):
                     continue
-                path = Path(dirpath, name)
-                if path.is_symlink():
-                    try:
-                        target = self.workspace.resolve(path)
-                    except WorkspaceEscape:
-                        continue
-                    if not target.is_file():
-                        continue
-                elif not path.is_file():
-                    continue
-                try:
-                    if looks_binary(path):
-                        continue
-                except OSError:
-                    continue
-                yield path
+                shown = name if prefix == "." else f"{prefix}/{name}"
+                self._search_entry(search, dir_fd, name, shown)
 
-    def _clip(self, line: str) -> str:
-        if len(line) <= self.max_line_chars:
-            return line
-        return line[: self.max_line_chars] + " [line cut]"
+    def _search_entry(self, search: _Search, dir_fd: int, name: str, shown: str) -> None:
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                return
+            try:
+                with open_any(self.workspace, shown) as target:
+                    if stat.S_ISREG(target.st.st_mode):
+                        search.file(target.fd, shown)
+            except (WorkspaceEscape, ToolError, OSError):
+                pass
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                search.file(fd, shown)
+        finally:
+            os.close(fd)
 
 
-def _matching_lines(path: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
-    try:
-        with path.open("rb") as fh:
-            for number, raw in enumerate(fh, start=1):
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                if regex.search(line):
-                    yield number, line
-    except OSError:
-        return
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class _Search:
+    """The state of one grep call: matches so far, counts, whether a cap was hit."""
+
+    def __init__(
+        self,
+        regex: re.Pattern[str],
+        max_matches: int,
+        max_chars: int,
+        max_line_chars: int,
+        max_line_bytes: int,
+    ) -> None:
+        self.regex = regex
+        self.max_matches = max_matches
+        self.max_chars = max_chars
+        self.max_line_chars = max_line_chars
+        self.max_line_bytes = max_line_bytes
+        self.out: list[str] = []
+        self.chars = 0
+        self.files = 0
+        self.lines_cut = 0
+        self.truncated = False
+
+    def file(self, fd: int, shown: str) -> None:
+        """Search one open regular file, unless it looks binary."""
+        try:
+            if looks_binary(fd):
+                return
+            self.files += 1
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                for number, (raw, cut) in enumerate(capped_lines(fh, self.max_line_bytes), 1):
+                    self.lines_cut += cut
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    if self.regex.search(line) and not self._add(f"{shown}:{number}: ", line):
+                        return
+        except OSError:
+            return
+
+    def _add(self, where: str, line: str) -> bool:
+        if len(line) > self.max_line_chars:
+            line = line[: self.max_line_chars] + " [line cut]"
+        entry = where + line
+        if len(self.out) >= self.max_matches or self.chars + len(entry) + 1 > self.max_chars:
+            self.truncated = True
+            return False
+        self.out.append(entry)
+        self.chars += len(entry) + 1
+        return True
+
+
+def _lines(count: int) -> str:
+    return f"{count} line" if count == 1 else f"{count} lines"

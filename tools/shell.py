@@ -1,4 +1,10 @@
-"""The bash tool: run a shell command in the workspace with a timeout and an output cap."""
+"""The bash tool: run a shell command in the workspace with a timeout and an output cap.
+
+The workspace is only the command's working directory: the command runs with the user's
+rights and can reach anything the user can, unless the optional bubblewrap sandbox is on
+(`tools.sandbox`), which leaves only the workspace writable. The description sent to the
+model says which of the two holds.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +16,35 @@ import time
 from typing import IO, Any
 
 from tools.base import Tool, ToolResult
+from tools.sandbox import require_sandbox, sandboxed
 from tools.workspace import Workspace
 
 DRAIN_GRACE_SECONDS = 2.0
 """How long to wait for the output pipe to close once the process group has been killed."""
 
 
+_WHAT = (
+    "Run a bash command with the workspace as the working directory. Returns stdout and "
+    "stderr combined, and the exit code. Output is capped; when cut, the end is kept. "
+    "The command and all its child processes are killed when the timeout (seconds, "
+    "default 120) runs out. The call waits for anything still writing to its output, so "
+    "start background processes with their output redirected "
+    "(e.g. 'cmd > log.txt 2>&1 &'). "
+)
+_UNCONFINED = (
+    "The command runs with the user's full rights: it is not confined to the workspace "
+    "and can read, change or delete any file the user can, so do not touch files "
+    "outside the workspace unless asked to."
+)
+_SANDBOXED = (
+    "The command runs in a sandbox: only the workspace is writable, the rest of the "
+    "file system is read-only, and /tmp is private and empty at the start of each call."
+)
+
+
 class BashTool(Tool):
     name = "bash"
-    description = (
-        "Run a bash command with the workspace as the working directory. Returns stdout and "
-        "stderr combined, and the exit code. Output is capped; when cut, the end is kept. "
-        "The command and all its child processes are killed when the timeout (seconds, "
-        "default 120) runs out. The call waits for anything still writing to its output, so "
-        "start background processes with their output redirected "
-        "(e.g. 'cmd > log.txt 2>&1 &')."
-    )
+    description = _WHAT + _UNCONFINED
     input_schema = {
         "type": "object",
         "properties": {
@@ -48,18 +67,33 @@ class BashTool(Tool):
         default_timeout: float = 120.0,
         max_output_chars: int = 50_000,
         shell: str = "bash",
+        sandbox: bool = False,
     ) -> None:
+        """With `sandbox`, commands run under bubblewrap (raises `SandboxUnavailable` if
+        it cannot run here); without it, they run with the user's rights."""
         super().__init__(workspace)
         self.default_timeout = default_timeout
         self.max_output_chars = max_output_chars
         self.shell = shell
+        if sandbox:
+            require_sandbox()
+        self.sandbox = sandbox
+
+    def schema(self) -> dict[str, Any]:
+        schema = super().schema()
+        if self.sandbox:
+            schema["description"] = _WHAT + _SANDBOXED
+        return schema
 
     def execute(self, args: dict[str, Any]) -> ToolResult:
         timeout = float(args.get("timeout", self.default_timeout))
         started = time.monotonic()
         # stdin is closed so a command waiting for input ends instead of hanging.
+        argv = [self.shell, "-c", args["command"]]
+        if self.sandbox:
+            argv = sandboxed(argv, self.workspace.root)
         proc = subprocess.Popen(
-            [self.shell, "-c", args["command"]],
+            argv,
             cwd=self.workspace.root,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -1,0 +1,165 @@
+"""Where a followed file goes on: seals, archives and `parentSession` chains on disk.
+
+Lookups over the files of a session folder, holding no state of their own: which names are
+sessions, where a seal says the successor is, which files a session continues (its chain of
+`parentSession` headers, through archived and compressed files), and so which file continues
+a followed one, however many rotations happened since it was last read. A pointer relative to
+the folder is taken as such; an absolute one is only a hint, the folder's own files first.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .lineage import MAX_HOPS, archived_copies, read_header
+from .model import Entry
+from .tail_source import Source, first_line_header
+
+_IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~")
+
+
+def is_session_name(name: str) -> bool:
+    """Whether a directory entry looks like a session file a directory follow should track."""
+    if not name.endswith(".jsonl") or name.startswith("."):
+        return False
+    return not any(part in name for part in _IGNORED_PARTS)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """A file of a lineage found through a `parentSession` pointer."""
+
+    name: str  # its name in the session folder (where it was live)
+    path: str | None  # where it is now (the name, or an archived copy), None if not found
+    session_id: str | None
+    pointer: str  # the `parentSession` text that led here
+
+
+def session_files(directory: str) -> list[str]:
+    """The session files directly in `directory`, by name."""
+    try:
+        with os.scandir(directory) as it:
+            names = [e.name for e in it if is_session_name(e.name) and e.is_file()]
+    except OSError:
+        return []
+    return [os.path.join(directory, name) for name in sorted(names)]
+
+
+def header_of(path: str) -> Entry | None:
+    """The header on the first line of a session file, if it is complete and one."""
+    return first_line_header(path)[1]
+
+
+def find_successor(src: Source) -> tuple[str, str] | None:
+    """(its name in the folder, where it is now) of the file that continues `src`.
+
+    First the file the seal names, where it is or in the archive; else a session in the
+    folder whose chain of `parentSession` headers leads back to `src` (the file after
+    `src` on that chain, even if archived since), or whose header has the id the seal
+    names.
+    """
+    for name in marker_successors(src.marker, src.path):
+        for candidate in (name, *archived_copies(name)):
+            if os.path.isfile(candidate):
+                return name, candidate
+    named = marker_successor(src.marker, src.path)
+    wanted = (src.marker or {}).get("data", {}).get("sessionId")
+    own_id = (src.header or {}).get("id")
+    if wanted == own_id:
+        wanted = None
+    dirs = {os.path.dirname(src.path)}
+    if named is not None:
+        dirs.add(os.path.dirname(named))
+    for directory in sorted(dirs):
+        for path in session_files(directory):
+            if path == src.path:
+                continue
+            header = header_of(path)
+            if header is None or (own_id is not None and header.get("id") == own_id):
+                continue
+            chain = [Hop(path, path, header.get("id"), path), *ancestors(path)]
+            for k, hop in enumerate(chain):
+                if wanted is not None and hop.session_id == wanted and hop.path:
+                    return hop.name, hop.path
+                if k and is_source(hop, src):
+                    if hop.path is not None and identity(hop.path) != src.ident:
+                        # our file, replaced (by a repair, say) before it was archived:
+                        # read that version, whose seal then leads on
+                        return src.path, hop.path
+                    nearer = chain[k - 1]
+                    if nearer.path is not None:
+                        return nearer.name, nearer.path
+                    break
+    return None
+
+
+def marker_successors(marker: Entry | None, old_path: str) -> list[str]:
+    """Where a seal says the successor is, most trusted first: its name in the old file's
+    folder (rotation always puts it there, and a copied folder stays self-contained), then the
+    path it gives (relative to the folder, or absolute: only a hint)."""
+    data = marker.get("data") if marker is not None else None
+    if not isinstance(data, dict):
+        return []
+    folder = os.path.dirname(old_path)
+    out: list[str] = []
+    name, successor = data.get("file"), data.get("successor")
+    if isinstance(name, str) and name:
+        out.append(os.path.join(folder, os.path.basename(name)))
+    if isinstance(successor, str) and successor:
+        out.append(os.path.join(folder, successor))
+    return list(dict.fromkeys(os.path.normpath(p) for p in out))
+
+
+def marker_successor(marker: Entry | None, old_path: str) -> str | None:
+    named = marker_successors(marker, old_path)
+    return named[0] if named else None
+
+
+def ancestors(path: str) -> list[Hop]:
+    """The files `path` continues, nearest first, following `parentSession` headers (the
+    archived ones too, compressed or not). A relative pointer is relative to the folder."""
+    folder = os.path.dirname(path)
+    hops: list[Hop] = []
+    current: str | None = path
+    seen = {path}
+    for _ in range(MAX_HOPS):
+        header = read_header(current) if current is not None else None
+        pointer = header.get("parentSession") if header else None
+        if not isinstance(pointer, str) or not pointer:
+            break
+        name = os.path.join(folder, os.path.basename(pointer).removesuffix(".gz"))
+        given = os.path.join(folder, pointer)
+        current = next((p for p in (given, given.removesuffix(".gz"), given + ".gz", name,
+                                    *archived_copies(name)) if os.path.isfile(p)), None)
+        found = read_header(current) if current is not None else None
+        hops.append(Hop(name, current, (found or {}).get("id"), pointer))
+        if current is None or current in seen:
+            break
+        seen.add(current)
+    return hops
+
+
+def identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def is_source(hop: Hop, src: Source) -> bool:
+    """Whether a lineage hop is the followed file `src` (same session id, or named alike)."""
+    own_id = (src.header or {}).get("id")
+    if hop.session_id is not None and own_id is not None:
+        return bool(hop.session_id == own_id)
+    return _names(hop.pointer, src.path)
+
+
+def _names(parent: Any, path: str) -> bool:
+    """Whether a header's `parentSession` names `path`, where it is now or once archived."""
+    if not isinstance(parent, str) or not parent:
+        return False
+    parent = parent.removesuffix(".gz")  # archives may be compressed after sealing
+    return os.path.abspath(parent) == path or os.path.basename(parent) == os.path.basename(path)
