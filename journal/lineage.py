@@ -9,15 +9,26 @@ any step can be finished or undone deterministically by the next writer.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import os
+import stat
 from typing import Any
 
 import orjson
 
 from . import codec
-from .log import fsync_directory
+from .errors import JournalError
+from .files import (
+    NewFile,
+    fsync_directory,
+    make_private_dir,
+    read_regular,
+    read_small,
+    remove_if_regular,
+)
+from .lock import lock_path_for
 from .model import Entry
 from .snapshot import last_newline_end
 
@@ -35,14 +46,16 @@ def is_seal(entry: Entry | None) -> bool:
 
 
 def _open(path: str) -> Any:
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    """A reader of a (possibly gzip-compressed) session file; only a regular file is opened."""
+    f = read_regular(path)
+    return gzip.GzipFile(fileobj=f, mode="rb") if path.endswith(".gz") else f
 
 
 def read_header(path: str) -> Entry | None:
     try:
         with _open(path) as f:
             first = f.readline(1 << 20)
-    except (OSError, EOFError):
+    except (OSError, EOFError, JournalError):
         return None
     try:
         value = orjson.loads(first)
@@ -55,18 +68,18 @@ def last_entry(path: str) -> Entry | None:
     """The last complete entry of a (possibly gzip-compressed) session file."""
     try:
         if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
+            with _open(path) as f:
                 last = b""
                 for raw in f:
                     if raw.endswith(b"\n") and raw.strip():
                         last = raw
             return _entry_of(last)
-        with open(path, "rb") as f:
+        with read_regular(path) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             for line in codec.iter_lines_reverse(f, end):
                 if line.raw.strip():
                     return _entry_of(line.raw)
-    except (OSError, EOFError):
+    except (OSError, EOFError, JournalError):
         return None
     return None
 
@@ -150,9 +163,8 @@ def _published_intent(path: str) -> dict[str, Any] | None:
     """An interrupted rotation whose successor was published counts as a seal: the next
     writer finishes it (see `recover_rotation`), so readers follow it already."""
     try:
-        with open(intent_path(path), "rb") as f:
-            intent = orjson.loads(f.read())
-    except (OSError, orjson.JSONDecodeError):
+        intent = orjson.loads(read_small(intent_path(path)))
+    except (OSError, JournalError, orjson.JSONDecodeError):
         return None
     successor = intent.get("successor") if isinstance(intent, dict) else None
     if isinstance(successor, str) and os.path.exists(successor):
@@ -190,14 +202,12 @@ def intent_path(path: str) -> str:
 
 
 def write_intent(path: str, intent: dict[str, Any]) -> None:
-    target = intent_path(path)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, orjson.dumps(intent) + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_directory(os.path.dirname(target))
+    """Record a rotation's plan: written whole under a fresh name, then renamed into place
+    (a crash leaves the old intent or the new one, and a planted link is replaced, not
+    written through)."""
+    with NewFile(path, "intent") as new:
+        new.write(orjson.dumps(intent) + b"\n")
+        new.publish(intent_path(path))
 
 
 def remove_intent(path: str) -> None:
@@ -218,11 +228,10 @@ def recover_rotation(path: str) -> str | None:
     """
     target = intent_path(path)
     try:
-        with open(target, "rb") as f:
-            intent = orjson.loads(f.read())
+        intent = orjson.loads(read_small(target))
     except FileNotFoundError:
         return None
-    except (OSError, orjson.JSONDecodeError):
+    except (OSError, JournalError, orjson.JSONDecodeError):
         intent = {}
     if not isinstance(intent, dict):
         intent = {}
@@ -280,18 +289,37 @@ def pending_rotations(path: str) -> list[str]:
 
 
 def move_into_archive(path: str, archive: str) -> None:
-    os.makedirs(os.path.dirname(archive), exist_ok=True)
+    """Move a sealed file (the caller holds its lock) and its side files into the archive.
+
+    Its backup and quarantine go along as `<archive>.bak` and `<archive>.quarantine`; its
+    lock file is removed: a writer waiting on it finds the file gone and follows the seal.
+    """
+    directory = os.path.dirname(archive)
+    make_private_dir(directory, follow=os.path.basename(directory) != ARCHIVE_DIR)
     try:
         os.rename(path, archive)
-    except OSError:
-        with open(path, "rb") as src, open(archive, "wb") as dst:
-            while chunk := src.read(1 << 22):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        _copy_across(path, archive)
         os.unlink(path)
-    fsync_directory(os.path.dirname(archive))
+    for suffix in (".bak", ".quarantine"):
+        side = path + suffix
+        if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
+            os.rename(side, archive + suffix)
+    remove_if_regular(lock_path_for(path))
+    fsync_directory(directory)
     fsync_directory(os.path.dirname(path))
+
+
+def _copy_across(path: str, archive: str) -> None:
+    """Copy to another file system: a new file (never through a link), same permissions."""
+    with read_regular(path) as src, NewFile(archive, "archive",
+                                            mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode)
+                                            ) as new:
+        while chunk := src.read(1 << 22):
+            new.write(chunk)
+        new.publish()
 
 
 def recover_pending(path: str, lock_timeout: float) -> None:

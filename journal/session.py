@@ -17,11 +17,26 @@ from . import codec, model
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
 from .durability import Durability
-from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
+from .errors import (
+    JournalError,
+    NoSpace,
+    NotASession,
+    UnknownEntry,
+    UnsupportedVersion,
+    WriteFailed,
+)
+from .files import make_private_dir, remove_leftovers, write_new_file
 from .idscan import IdScan
-from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, seal_of
+from .lineage import (
+    ARCHIVE_DIR,
+    MAX_HOPS,
+    recover_pending,
+    recover_rotation,
+    resolve_live,
+    seal_of,
+)
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog, fsync_directory
+from .log import AppendLog
 from .model import Entry
 from .quarantine import Quarantined, cut_torn_tail
 from .snapshot import (
@@ -88,7 +103,7 @@ class Session:
             parent_session=parent_session,
         )
         if not target.endswith(".jsonl"):
-            os.makedirs(target, exist_ok=True)
+            make_private_dir(target)
             name = model.session_file_name(header["timestamp"], header["id"])
             target = os.path.join(target, name)
         target = os.path.abspath(target)
@@ -132,6 +147,7 @@ class Session:
                         target = moved_on
                         continue
                 _preflight(target)
+                remove_leftovers(target, os.path.join(os.path.dirname(target), ARCHIVE_DIR))
                 recovered = cut_torn_tail(target)
                 snap = resume(target)
                 _check_writable(target, snap)
@@ -477,25 +493,15 @@ class _Either:
 
 
 def _write_new_file(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    make_private_dir(os.path.dirname(path))
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        write_new_file(path, data)
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
-    try:
-        written = os.write(fd, data)
-        if written != len(data):
-            raise WriteFailed(path, 0, f"short write of the header: {written} of {len(data)}")
-        os.fsync(fd)
-    except (OSError, WriteFailed) as e:
-        os.close(fd)
-        os.unlink(path)
-        if isinstance(e, OSError):
-            raise WriteFailed(path, 0, f"writing the header failed: {e.strerror or e}") from e
+    except NoSpace:
         raise
-    os.close(fd)
-    fsync_directory(directory)
+    except OSError as e:
+        raise WriteFailed(path, 0, f"writing the header failed: {e.strerror or e}") from e
 
 
 def _check_regular_file(path: str) -> None:
