@@ -225,6 +225,8 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
     for removed in result.removed_archives:
         print(f"  removed old archive {removed}")
+    for warning in result.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -33,6 +33,7 @@ from .files import (
     NewFile,
     file_mode,
     free_bytes,
+    make_private_dir,
     open_regular,
     remove_if_regular,
     remove_stale_temps,
@@ -317,6 +318,8 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
                             old_size=old_size, successor_size=len(data), dry_run=dry_run)
     if dry_run:
         return result, None
+    archive_folder = os.path.dirname(archive)
+    make_private_dir(archive_folder, follow=archive_dir is not None)
     # named after the old file, so the next open of it removes the temp if a crash leaves it
     new = NewFile(path, ROTATE_TAG, mode=file_mode(path))
     temp = new.path
@@ -448,7 +451,8 @@ def _compress_or_warn(stored: str, final: str, result: RotationResult) -> None:
         reason = str(e) if isinstance(e, JournalError) else f"{stored}: {e.strerror or e}"
         result.warnings.append(f"compressing the archive failed ({reason}); it stays "
                                f"uncompressed at {stored} and the next rotation retries")
-        log.warning("%s", result.warnings[-1])
+        result.archive = stored
+        log.info("%s", result.warnings[-1])
 
 
 def finish_compression(live: str) -> list[str]:
