@@ -28,7 +28,8 @@ from .snapshot import last_newline_end
 log = logging.getLogger(__name__)
 
 SUFFIX = ".quarantine"
-KEY_FIELD = re.compile(rb'"key":"([0-9a-f]{32})"')
+KEY_FIELD = re.compile(rb'\{"key":"([0-9a-f]{32})"')
+KEY_HEAD = 64
 
 
 def quarantine_path_for(session_path: str) -> str:
@@ -84,8 +85,7 @@ def quarantine(session_path: str, items: list[Quarantined]) -> str:
         known = _keys_in(fd, start)
         records = []
         for q in items:
-            record = q.to_json()
-            record["key"] = _key(q, source)
+            record = {"key": _key(q, source), **q.to_json()}
             if record["key"] not in known:
                 known.add(record["key"])
                 records.append(record)
@@ -123,18 +123,30 @@ def _key(q: Quarantined, source: str) -> str:
 
 
 def _keys_in(fd: int, end: int) -> set[str]:
-    """The keys of the records already in the quarantine file, read a block at a time."""
+    """The keys of the records already in the quarantine file (each record starts with its
+    key), reading blocks and looking only at the start of each line: memory stays small
+    however long a record is."""
     keys: set[str] = set()
-    with os.fdopen(os.dup(fd), "rb") as f:
-        f.seek(0)
-        remaining = end
-        for line in f:
-            remaining -= len(line)
-            found = KEY_FIELD.search(line)
+    head = b""
+    pos = 0
+    while pos < end:
+        block = os.pread(fd, min(1 << 20, end - pos), pos)
+        if not block:
+            break
+        pos += len(block)
+        start = 0
+        while start < len(block):
+            nl = block.find(b"\n", start)
+            stop = nl if nl >= 0 else len(block)
+            if len(head) < KEY_HEAD:
+                head += block[start:min(stop, start + KEY_HEAD - len(head))]
+            if nl < 0:
+                break
+            found = KEY_FIELD.match(head)
             if found:
                 keys.add(found.group(1).decode("ascii"))
-            if remaining <= 0:
-                break
+            head = b""
+            start = nl + 1
     return keys
 
 

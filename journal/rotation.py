@@ -40,7 +40,6 @@ from .files import (
 )
 from .lineage import (
     ARCHIVE_DIR,
-    MAX_HOPS,
     SUCCESSOR_TYPE,
     intent_path,
     lineage,
@@ -462,21 +461,17 @@ def finish_compression(live: str) -> list[str]:
     it; a plain file there means compression did not finish. Returns the archives compressed.
     """
     done: list[str] = []
-    current = live
-    for _ in range(MAX_HOPS):
-        header = read_header(current)
+    chain = lineage(live)
+    for older, newer in zip(chain, chain[1:], strict=False):
+        header = read_header(newer)
         parent = header.get("parentSession") if header else None
-        if not isinstance(parent, str):
-            break
-        plain = parent.removesuffix(".gz")
-        if parent.endswith(".gz") and not os.path.lexists(parent) and os.path.isfile(plain):
-            remove_stale_temps(os.path.dirname(parent), os.path.basename(parent) + ".",
-                               suffix=f".{COMPRESS_TAG}.tmp")
-            _compress(plain, parent)
-            done.append(parent)
-        current = parent if os.path.exists(parent) else plain
-        if not os.path.exists(current):
-            break
+        if not (isinstance(parent, str) and parent.endswith(".gz")) or older.endswith(".gz"):
+            continue
+        final = older + ".gz"
+        directory, name = os.path.split(final)
+        remove_stale_temps(directory, name + ".", suffix=f".{COMPRESS_TAG}.tmp")
+        _compress(older, final)
+        done.append(final)
     return done
 
 

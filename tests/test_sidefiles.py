@@ -295,6 +295,31 @@ def test_enospc_writing_the_repair_temp_leaves_the_session_as_it_was(
         s.append_message(user("appendable after the failed repair"))
 
 
+def test_enospc_writing_the_successor_leaves_the_session_live_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = tmp_path / "sessions"
+    path = make_rotatable(sessions)
+    before = Path(path).read_bytes()
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if ".rotate." in _fd_path(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with pytest.raises(NoSpace) as caught:
+        rotate(path, lock_timeout=2)
+    monkeypatch.undo()
+    assert str(sessions) in str(caught.value) and caught.value.needed > 0
+    assert Path(path).read_bytes() == before
+    assert sorted(os.listdir(sessions)) == sorted([os.path.basename(path),
+                                                   os.path.basename(path) + ".lock", "archive"])
+    with Session.open(path, lock_timeout=2) as s:
+        s.append_message(user("appendable after the failed rotation"))
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
