@@ -236,6 +236,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     chain = lineage(args.path)
     if not os.path.exists(chain[-1]):
         raise NotASession(args.path, "no such file, and no successor of it was found")
+    open_for_reading(chain[-1]).close()
     if args.json:
         _emit_json({"lineage": chain, "live": chain[-1]})
         return 0

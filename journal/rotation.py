@@ -33,9 +33,11 @@ from .files import (
     NewFile,
     file_mode,
     free_bytes,
+    fsync_directory,
     make_private_dir,
     open_regular,
     remove_if_regular,
+    remove_leftovers,
     remove_stale_temps,
 )
 from .lineage import (
@@ -53,7 +55,7 @@ from .lineage import (
     write_intent,
 )
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog, fsync_directory
+from .log import AppendLog
 from .model import Entry
 from .quarantine import cut_torn_tail
 from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
@@ -267,6 +269,7 @@ def rotate(
     try:
         if session is None and not dry_run:
             recover_rotation(path)
+            remove_leftovers(path, os.path.join(os.path.dirname(path), ARCHIVE_DIR))
             cut_torn_tail(path)
         result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
                                          early_info)

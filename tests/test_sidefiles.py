@@ -196,7 +196,7 @@ def test_intent_is_written_beside_a_planted_link_not_through_it(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("command", ["info", "show", "context", "tree", "rotate", "append",
-                                     "repair"])
+                                     "repair", "lineage"])
 def test_a_fifo_named_like_a_session_is_refused_at_once(tmp_path: Path, command: str) -> None:
     fifo = tmp_path / "x.jsonl"
     os.mkfifo(fifo)
