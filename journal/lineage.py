@@ -28,7 +28,7 @@ from .files import (
     read_small,
     remove_if_regular,
 )
-from .lock import lock_path_for
+from .lock import WriterLock, lock_path_for
 from .model import Entry
 from .snapshot import last_newline_end
 
@@ -292,7 +292,7 @@ def move_into_archive(path: str, archive: str) -> None:
     """Move a sealed file (the caller holds its lock) and its side files into the archive.
 
     Its backup and quarantine go along as `<archive>.bak` and `<archive>.quarantine`; its
-    lock file is removed: a writer waiting on it finds the file gone and follows the seal.
+    lock file goes when the lock is released (see `release_after_move`).
     """
     directory = os.path.dirname(archive)
     make_private_dir(directory, follow=os.path.basename(directory) != ARCHIVE_DIR)
@@ -307,9 +307,22 @@ def move_into_archive(path: str, archive: str) -> None:
         side = path + suffix
         if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
             os.rename(side, archive + suffix)
-    remove_if_regular(lock_path_for(path))
     fsync_directory(directory)
     fsync_directory(os.path.dirname(path))
+
+
+def release_after_move(lock: WriterLock, path: str) -> None:
+    """Release the writer lock of `path`, removing its lock file if the file moved away.
+
+    Called last, when nothing is left to do under the lock: whoever takes the lock after
+    that (on a fresh lock file) finds the file gone and follows its seal, so no lock file is
+    left beside the archived sessions.
+    """
+    try:
+        if not os.path.lexists(path):
+            remove_if_regular(lock_path_for(path))
+    finally:
+        lock.release()
 
 
 def _copy_across(path: str, archive: str) -> None:
@@ -324,13 +337,15 @@ def _copy_across(path: str, archive: str) -> None:
 
 def recover_pending(path: str, lock_timeout: float) -> None:
     """Recover every interrupted rotation on the way from `path` to the live file."""
-    from .lock import WriterLock
-
     current = os.path.abspath(path)
     for _ in range(MAX_HOPS):
         for pending in pending_rotations(current):
-            with WriterLock(pending, lock_timeout):
+            lock = WriterLock(pending, lock_timeout)
+            lock.acquire()
+            try:
                 recover_rotation(pending)
+            finally:
+                release_after_move(lock, pending)
         live, hops = resolve_live(current)
         if live == current:
             return

@@ -49,6 +49,7 @@ from .lineage import (
     read_header,
     recover_pending,
     recover_rotation,
+    release_after_move,
     remove_intent,
     resolve_live,
     seal_of,
@@ -275,7 +276,7 @@ def rotate(
                                          early_info)
     finally:
         if lock is not None:
-            lock.release()
+            release_after_move(lock, path)
     released_at = time.perf_counter()
     result.lock_held_ms = (released_at - locked_at) * 1000
     if pending is not None:

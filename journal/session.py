@@ -32,6 +32,7 @@ from .lineage import (
     MAX_HOPS,
     recover_pending,
     recover_rotation,
+    release_after_move,
     resolve_live,
     seal_of,
 )
@@ -142,7 +143,7 @@ class Session:
                 if not os.path.exists(target) or seal_of(target) is not None:
                     moved_on, more = resolve_live(target)
                     if moved_on != target:
-                        lock.release()
+                        release_after_move(lock, target)
                         followed += [*more]
                         target = moved_on
                         continue
@@ -190,7 +191,7 @@ class Session:
         """Carry on in a successor file (called by rotation, under both locks)."""
         durability = self._log.durability
         self._log.close()
-        old_lock = self._lock
+        old_lock, old_path = self._lock, self.path
         self.path = path
         self._lock = lock or WriterLock(path)
         self._log = AppendLog(path, durability)
@@ -199,7 +200,7 @@ class Session:
         self.diagnostics = []
         self._context = None
         self._info = None
-        old_lock.release()
+        release_after_move(old_lock, old_path)
 
     def _abandon(self) -> None:
         """Stop writing here after a rotation failed past publishing its successor."""

@@ -18,6 +18,8 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -493,6 +495,31 @@ def test_archived_sessions_take_their_side_files_and_leave_no_lock(tmp_path: Pat
     assert removed
     assert not (sessions / "archive" / (first + ".bak")).exists()
     assert not (sessions / "archive" / (first + ".quarantine")).exists()
+
+
+def test_a_writer_waiting_on_a_rotating_session_leaves_no_lock_file_behind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sessions = tmp_path / "sessions"
+    path = make_rotatable(sessions)
+    followed: dict[str, str] = {}
+    with Session.open(path, lock_timeout=2) as s:
+
+        def waiter() -> None:
+            with Session.open(path, lock_timeout=10) as w:
+                followed["path"] = w.path
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.2)  # the waiter is polling the lock now
+        result = s.rotate(compress=False)
+        live = s.path
+    thread.join(15)
+    assert result.rotated and followed["path"] == live
+    assert not any("interrupted rotation" in r.getMessage() for r in caplog.records), (
+        "the waiter took the lock while the rotation was still running")
+    assert sorted(os.listdir(sessions)) == sorted(
+        ["archive", os.path.basename(live), os.path.basename(live) + ".lock"])
 
 
 # item 14: permissions
