@@ -168,7 +168,6 @@ class NewFile:
 
     def __init__(self, final: str, tag: str, mode: int = 0o600) -> None:
         self.final = final
-        self.written = 0
         self.published = False
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(16):
@@ -189,19 +188,19 @@ class NewFile:
 
     def write(self, data: bytes | memoryview) -> None:
         write_all(self._fd(), data, self.path)
-        self.written += len(data)
 
     def stream(self) -> BinaryIO:
         """A buffered writer over the temp (closing it leaves the temp open)."""
         return open(self._fd(), "wb", closefd=False)  # noqa: SIM115 - the caller closes it
 
     def sync(self) -> None:
+        fd = self._fd()
         try:
-            os.fsync(self._fd())
+            os.fsync(fd)
         except OSError as e:
             if e.errno in _NO_SPACE:
-                raise NoSpace(self.path, self.written, free_bytes(os.path.dirname(self.path))
-                              ) from e
+                needed = os.fstat(fd).st_size
+                raise NoSpace(self.path, needed, free_bytes(os.path.dirname(self.path))) from e
             raise
 
     def publish(self, final: str | None = None) -> str:

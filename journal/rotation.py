@@ -259,8 +259,6 @@ def rotate(
         if not dry_run:
             recover_pending(os.fspath(target), lock_timeout)
         path, _ = resolve_live(os.fspath(target))
-        if not dry_run:
-            _retry_compression(path)
         early_info = _last_session_info(path, 0, None)
         lock = WriterLock(path, lock_timeout)
         lock.acquire()
@@ -281,6 +279,8 @@ def rotate(
     result.lock_held_ms = (released_at - locked_at) * 1000
     if pending is not None:
         _compress_or_warn(*pending, result)
+    if not dry_run and not result.warnings:
+        _retry_compression(result.successor if result.rotated and result.successor else path)
     if result.rotated and keep is not None and result.successor:
         result.removed_archives = apply_retention(result.successor, keep)
     result.total_ms = (time.perf_counter() - started) * 1000
