@@ -295,7 +295,7 @@ def move_into_archive(path: str, archive: str) -> None:
     lock file goes when the lock is released (see `release_after_move`).
     """
     directory = os.path.dirname(archive)
-    make_private_dir(directory, follow=os.path.basename(directory) != ARCHIVE_DIR)
+    ensure_archive_folder(path, directory)
     try:
         os.rename(path, archive)
     except OSError as e:
@@ -309,6 +309,14 @@ def move_into_archive(path: str, archive: str) -> None:
             os.rename(side, archive + suffix)
     fsync_directory(directory)
     fsync_directory(os.path.dirname(path))
+
+
+def ensure_archive_folder(path: str, folder: str) -> None:
+    """Create the archive folder of `path` (0700) if needed. The default one, `archive/`
+    beside the file, must be a real folder: a link planted there would carry the session
+    out of its folder (UnsafeFile). A folder the caller chose may be a link."""
+    default = os.path.join(os.path.dirname(os.path.abspath(path)), ARCHIVE_DIR)
+    make_private_dir(folder, follow=os.path.abspath(folder) != default)
 
 
 def release_after_move(lock: WriterLock, path: str) -> None:

@@ -34,7 +34,6 @@ from .files import (
     file_mode,
     free_bytes,
     fsync_directory,
-    make_private_dir,
     open_regular,
     remove_if_regular,
     remove_leftovers,
@@ -43,6 +42,7 @@ from .files import (
 from .lineage import (
     ARCHIVE_DIR,
     SUCCESSOR_TYPE,
+    ensure_archive_folder,
     intent_path,
     lineage,
     move_into_archive,
@@ -321,8 +321,7 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
                             old_size=old_size, successor_size=len(data), dry_run=dry_run)
     if dry_run:
         return result, None
-    archive_folder = os.path.dirname(archive)
-    make_private_dir(archive_folder, follow=archive_dir is not None)
+    ensure_archive_folder(path, os.path.dirname(archive))
     # named after the old file, so the next open of it removes the temp if a crash leaves it
     new = NewFile(path, ROTATE_TAG, mode=file_mode(path))
     temp = new.path
