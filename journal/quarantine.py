@@ -68,9 +68,9 @@ def quarantine(session_path: str, items: list[Quarantined]) -> str:
 
     The copy is durable before the caller removes anything from the session file. A failed
     write is cut back (like a commit), so the caller removes nothing and a later quarantine
-    does not glue onto a fragment. A record already in the file (same source file state,
-    offset, reason and bytes: an operation killed after this copy and run again) is not
-    written twice. The side file is never opened through a link (UnsafeFile).
+    does not glue onto a fragment. A record already in the file (same source file, offset,
+    reason and bytes: an operation killed after this copy and run again) is not written
+    twice. The side file is never opened through a link (UnsafeFile).
     """
     target = quarantine_path_for(session_path)
     if not items:
@@ -105,13 +105,14 @@ def quarantine(session_path: str, items: list[Quarantined]) -> str:
 
 
 def _source_state(session_path: str) -> str:
-    """The session file's identity and state: records taken from it in this state are the same
-    records whoever writes them."""
+    """The session file's identity. Bytes at an offset of one file never change (it is only
+    appended to, or cut back after a torn tail), so a record of the same file, offset, reason
+    and bytes is the same record, whoever writes it and whatever was appended since."""
     try:
         st = os.stat(session_path)
     except OSError:
         return ""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def _key(q: Quarantined, source: str) -> str:
