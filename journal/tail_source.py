@@ -261,7 +261,7 @@ class _SourceReader:
 
 def _open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     st = os.fstat(fd)
