@@ -166,19 +166,26 @@ class NewFile:
         ...     new.publish()
     """
 
-    def __init__(self, final: str, tag: str, mode: int = 0o600) -> None:
+    def __init__(self, final: str, tag: str, mode: int = 0o600, *,
+                 name: str | None = None) -> None:
+        """Create the temp beside `final`: `.<final>.<random>.<tag>.tmp`, or exactly `name`
+        (a name nobody can guess in advance, recorded elsewhere, such as a rotation's temp
+        in its intent); an existing file of that name is never reused (UnsafeFile)."""
         self.final = final
         self.published = False
+        self.fd: int | None = None
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        for _ in range(16):
-            self.path = temp_path_for(final, tag)
+        candidates = [name] if name is not None else [temp_path_for(final, tag)
+                                                      for _ in range(16)]
+        for candidate in candidates:
+            self.path = candidate
             try:
-                self.fd: int | None = os.open(self.path, flags, 0o600)
+                self.fd = os.open(candidate, flags, 0o600)
             except FileExistsError:
                 continue
             break
-        else:
-            raise UnsafeFile(self.path, "could not find a free temp name (16 tries)")
+        if self.fd is None:
+            raise UnsafeFile(self.path, "already exists (it was not made by this operation)")
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.fchmod(self.fd, mode & 0o777)

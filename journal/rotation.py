@@ -322,13 +322,14 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     if dry_run:
         return result, None
     ensure_archive_folder(path, os.path.dirname(archive))
-    # named after the old file, so the next open of it removes the temp if a crash leaves it
-    new = NewFile(path, ROTATE_TAG, mode=file_mode(path))
-    temp = new.path
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(final)}.rotate.tmp")
+    write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive,
+                        "sessionId": build.header["id"]})
+    new: NewFile | None = None
     try:
-        write_intent(path, {"successor": final, "temp": temp, "archive": stored_archive,
-                            "sessionId": build.header["id"]})
         _step("intent")
+        # the successor's name is new and unguessable: nothing can be planted there
+        new = NewFile(final, ROTATE_TAG, mode=file_mode(path), name=temp)
         _write_synced(new, data)
         _step("temp")
         _verify(temp, build)
@@ -336,11 +337,13 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     except Exception:
         # nothing was published: put things back as they were (a crash leaves this to
         # recover_rotation, which does the same)
-        new.discard()
+        if new is not None:
+            new.discard()
         remove_intent(path)
         raise
     except BaseException:
-        new.close()
+        if new is not None:
+            new.close()
         raise
     new_lock = WriterLock(final, 0) if session is not None else None
     if new_lock is not None:
