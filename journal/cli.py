@@ -225,6 +225,8 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
     for removed in result.removed_archives:
         print(f"  removed old archive {removed}")
+    for warning in result.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -234,6 +236,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     chain = lineage(args.path)
     if not os.path.exists(chain[-1]):
         raise NotASession(args.path, "no such file, and no successor of it was found")
+    open_for_reading(chain[-1]).close()
     if args.json:
         _emit_json({"lineage": chain, "live": chain[-1]})
         return 0

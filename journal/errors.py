@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -57,6 +58,33 @@ class WriteFailed(JournalError):
         else:
             outcome = "the file was rolled back to its last complete entry and stays usable"
         super().__init__(f"{path}: commit at byte {offset:,} failed ({reason}); {outcome}")
+
+
+class UnsafeFile(JournalError):
+    """A side file the store would create or write is not a plain file of its own (a symbolic
+    link, a FIFO, a device, a file with other hard links): nothing was written through it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"{path}: {reason}; nothing was written through it. Remove it (it was not made "
+            "by journal) and retry"
+        )
+
+
+class NoSpace(JournalError):
+    """The disk is full: a file could not be written whole. It was removed again."""
+
+    def __init__(self, path: str, needed: int, available: int | None) -> None:
+        self.path = path
+        self.needed = needed
+        self.available = available
+        free = f"{available:,} bytes free" if available is not None else "free space unknown"
+        super().__init__(
+            f"{path}: no space left on the device: needs {needed:,} bytes, {free} in "
+            f"{os.path.dirname(path) or '.'}; nothing was changed. Free some space and retry"
+        )
 
 
 class UnsupportedVersion(JournalError):

@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 import threading
 
+from .errors import JournalError
+from .files import read_regular
+
 ID_FIELD = re.compile(rb'"id":"([0-9a-f]{8})"')
 FIELD_LENGTH = len(b'"id":"01234567"')
 BLOCK = 1 << 22
@@ -32,12 +35,12 @@ class IdScan:
         found: set[int] = set()
         carry = b""
         try:
-            with open(path, "rb") as f:
+            with read_regular(path) as f:
                 while block := f.read(BLOCK):
                     data = carry + block
                     found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
                     carry = data[-(FIELD_LENGTH - 1):]
-        except OSError:
+        except (OSError, JournalError):
             return
         self._ids = found
 

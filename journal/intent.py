@@ -85,7 +85,8 @@ def archive_allowed(session: str, archive: str, named_by_successor: str | None) 
     if named_by_successor is None:
         return False
     directory, name = os.path.split(os.path.normpath(named_by_successor))
-    return os.path.join(real_path(directory), name) == archive
+    # the header names the compressed archive when rotation meant to compress it
+    return os.path.join(real_path(directory), name) in (archive, archive + ".gz")
 
 
 def _name_in(folder: str, value: object) -> str | None:

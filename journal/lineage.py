@@ -18,6 +18,7 @@ anything acts on it (see `journal.intent`).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import os
@@ -27,9 +28,17 @@ from typing import Any
 import orjson
 
 from . import codec
+from .errors import JournalError
+from .files import (
+    NewFile,
+    fsync_directory,
+    make_private_dir,
+    read_regular,
+    remove_if_regular,
+)
 from .identity import file_key, plain_name, real_path, same_file
 from .intent import MAX_INTENT_BYTES, BadIntent, Intent, archive_allowed, parse_intent
-from .log import fsync_directory
+from .lock import WriterLock, lock_path_for
 from .model import Entry
 from .snapshot import last_newline_end
 
@@ -47,14 +56,16 @@ def is_seal(entry: Entry | None) -> bool:
 
 
 def _open(path: str) -> Any:
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    """A reader of a (possibly gzip-compressed) session file; only a regular file is opened."""
+    f = read_regular(path)
+    return gzip.GzipFile(fileobj=f, mode="rb") if path.endswith(".gz") else f
 
 
 def read_header(path: str) -> Entry | None:
     try:
         with _open(path) as f:
             first = f.readline(1 << 20)
-    except (OSError, EOFError):
+    except (OSError, EOFError, JournalError):
         return None
     try:
         value = orjson.loads(first)
@@ -67,18 +78,18 @@ def last_entry(path: str) -> Entry | None:
     """The last complete entry of a (possibly gzip-compressed) session file."""
     try:
         if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
+            with _open(path) as f:
                 last = b""
                 for raw in f:
                     if raw.endswith(b"\n") and raw.strip():
                         last = raw
             return _entry_of(last)
-        with open(path, "rb") as f:
+        with read_regular(path) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             for line in codec.iter_lines_reverse(f, end):
                 if line.raw.strip():
                     return _entry_of(line.raw)
-    except (OSError, EOFError):
+    except (OSError, EOFError, JournalError):
         return None
     return None
 
@@ -303,14 +314,12 @@ def intent_path(path: str) -> str:
 
 
 def write_intent(path: str, intent: dict[str, Any]) -> None:
-    target = intent_path(path)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, orjson.dumps(intent) + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_directory(os.path.dirname(target))
+    """Record a rotation's plan: written whole under a fresh name, then renamed into place
+    (a crash leaves the old intent or the new one, and a planted link is replaced, not
+    written through)."""
+    with NewFile(path, "intent") as new:
+        new.write(orjson.dumps(intent) + b"\n")
+        new.publish(intent_path(path))
 
 
 def remove_intent(path: str) -> None:
@@ -433,29 +442,71 @@ def pending_rotations(path: str) -> list[str]:
 
 
 def move_into_archive(path: str, archive: str) -> None:
-    os.makedirs(os.path.dirname(archive), exist_ok=True)
+    """Move a sealed file (the caller holds its lock) and its side files into the archive.
+
+    Its backup and quarantine go along as `<archive>.bak` and `<archive>.quarantine`; its
+    lock file goes when the lock is released (see `release_after_move`).
+    """
+    directory = os.path.dirname(archive)
+    ensure_archive_folder(path, directory)
     try:
         os.rename(path, archive)
-    except OSError:
-        with open(path, "rb") as src, open(archive, "wb") as dst:
-            while chunk := src.read(1 << 22):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        _copy_across(path, archive)
         os.unlink(path)
-    fsync_directory(os.path.dirname(archive))
+    for suffix in (".bak", ".quarantine"):
+        side = path + suffix
+        if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
+            os.rename(side, archive + suffix)
+    fsync_directory(directory)
     fsync_directory(os.path.dirname(path))
+
+
+def ensure_archive_folder(path: str, folder: str) -> None:
+    """Create the archive folder of `path` (0700) if needed. The default one, `archive/`
+    beside the file, must be a real folder: a link planted there would carry the session
+    out of its folder (UnsafeFile). A folder the caller chose may be a link."""
+    default = os.path.join(os.path.dirname(os.path.abspath(path)), ARCHIVE_DIR)
+    make_private_dir(folder, follow=os.path.abspath(folder) != default)
+
+
+def release_after_move(lock: WriterLock, path: str) -> None:
+    """Release the writer lock of `path`, removing its lock file if the file moved away.
+
+    Called last, when nothing is left to do under the lock: whoever takes the lock after
+    that (on a fresh lock file) finds the file gone and follows its seal, so no lock file is
+    left beside the archived sessions.
+    """
+    try:
+        if not os.path.lexists(path):
+            remove_if_regular(lock_path_for(path))
+    finally:
+        lock.release()
+
+
+def _copy_across(path: str, archive: str) -> None:
+    """Copy to another file system: a new file (never through a link), same permissions."""
+    with read_regular(path) as src, NewFile(archive, "archive",
+                                            mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode)
+                                            ) as new:
+        while chunk := src.read(1 << 22):
+            new.write(chunk)
+        new.publish()
 
 
 def recover_pending(path: str, lock_timeout: float) -> None:
     """Recover every interrupted rotation on the way from `path` to the live file."""
-    from .lock import WriterLock
-
     current = real_path(path)
     for _ in range(MAX_HOPS):
         for pending in pending_rotations(current):
-            with WriterLock(pending, lock_timeout):
+            lock = WriterLock(pending, lock_timeout)
+            lock.acquire()
+            try:
                 recover_rotation(pending)
+            finally:
+                release_after_move(lock, pending)
         live, hops = resolve_live(current)
         if live == current:
             return

@@ -12,7 +12,14 @@ import os
 
 from .errors import JournalError, NotASession
 from .identity import real_path
-from .lineage import MAX_HOPS, recover_pending, recover_rotation, resolve_live, seal_of
+from .lineage import (
+    MAX_HOPS,
+    recover_pending,
+    recover_rotation,
+    release_after_move,
+    resolve_live,
+    seal_of,
+)
 from .lock import WriterLock
 
 
@@ -48,7 +55,7 @@ def lock_live(path: str | os.PathLike[str], lock_timeout: float, *, recover: boo
             raise
         if moved_on is None:
             return target, lock, followed
-        lock.release()
+        release_after_move(lock, target)
         target, hops = moved_on
         followed.extend(hops)
     raise JournalError(f"{requested}: too many successors to follow")

@@ -14,17 +14,11 @@ import os
 
 from .durability import Durability, SyncClock
 from .errors import JournalError, SessionClosed, WriteFailed
+from .files import fsync_directory, open_regular
+
+__all__ = ["AppendLog", "fsync_directory"]
 
 log = logging.getLogger(__name__)
-
-
-def fsync_directory(path: str) -> None:
-    """Make a directory's entries (a new or renamed file) durable."""
-    fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class AppendLog:
@@ -39,7 +33,7 @@ class AppendLog:
         self.path = path
         self.durability = durability or Durability.always()
         self._clock = SyncClock(self.durability)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        fd = open_regular(path, os.O_RDWR | os.O_APPEND)
         self._end = os.fstat(fd).st_size
         if self._end and os.pread(fd, 1, self._end - 1) != b"\n":
             os.close(fd)

@@ -9,9 +9,10 @@ when they are valid UTF-8.
 from __future__ import annotations
 
 import base64
-import errno
+import hashlib
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,14 +20,16 @@ from typing import Any
 import orjson
 
 from .codec import TORN_TAIL
-from .errors import WriteFailed
-from .log import fsync_directory
+from .errors import NoSpace, WriteFailed
+from .files import fsync_directory, open_regular, open_side_file, write_all
 from .model import now_iso
 from .snapshot import last_newline_end
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".quarantine"
+KEY_FIELD = re.compile(rb'\{"key":"([0-9a-f]{32})"')
+KEY_HEAD = 64
 
 
 def quarantine_path_for(session_path: str) -> str:
@@ -65,30 +68,87 @@ def quarantine(session_path: str, items: list[Quarantined]) -> str:
 
     The copy is durable before the caller removes anything from the session file. A failed
     write is cut back (like a commit), so the caller removes nothing and a later quarantine
-    does not glue onto a fragment.
+    does not glue onto a fragment. A record already in the file (same source file, offset,
+    reason and bytes: an operation killed after this copy and run again) is not written
+    twice. The side file is never opened through a link (UnsafeFile).
     """
     target = quarantine_path_for(session_path)
     if not items:
         return target
-    data = b"".join(orjson.dumps(q.to_json()) + b"\n" for q in items)
+    source = _source_state(session_path)
     try:
-        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_side_file(target)
     except OSError as e:
         raise WriteFailed(target, 0, f"cannot open the quarantine file: {e.strerror}") from e
     try:
         start = _drop_torn_record(fd)
+        known = _keys_in(fd, start)
+        records = []
+        for q in items:
+            record = {"key": _key(q, source), **q.to_json()}
+            if record["key"] not in known:
+                known.add(record["key"])
+                records.append(record)
+        data = b"".join(orjson.dumps(r) + b"\n" for r in records)
         try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+            write_all(fd, data, target)
             os.fsync(fd)
-        except OSError as e:
+        except (OSError, NoSpace) as e:
             os.ftruncate(fd, start)
+            if isinstance(e, NoSpace):
+                raise
             raise WriteFailed(target, start, f"quarantine failed: {e.strerror or e}") from e
     finally:
         os.close(fd)
     fsync_directory(os.path.dirname(target))
     return target
+
+
+def _source_state(session_path: str) -> str:
+    """The session file's identity. Bytes at an offset of one file never change (it is only
+    appended to, or cut back after a torn tail), so a record of the same file, offset, reason
+    and bytes is the same record, whoever writes it and whatever was appended since."""
+    try:
+        st = os.stat(session_path)
+    except OSError:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _key(q: Quarantined, source: str) -> str:
+    digest = hashlib.sha256()
+    for part in (source, os.path.basename(q.source), str(q.offset), q.reason):
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    digest.update(q.data)
+    return digest.hexdigest()[:32]
+
+
+def _keys_in(fd: int, end: int) -> set[str]:
+    """The keys of the records already in the quarantine file (each record starts with its
+    key), reading blocks and looking only at the start of each line: memory stays small
+    however long a record is."""
+    keys: set[str] = set()
+    head = b""
+    pos = 0
+    while pos < end:
+        block = os.pread(fd, min(1 << 20, end - pos), pos)
+        if not block:
+            break
+        pos += len(block)
+        start = 0
+        while start < len(block):
+            nl = block.find(b"\n", start)
+            stop = nl if nl >= 0 else len(block)
+            if len(head) < KEY_HEAD:
+                head += block[start:min(stop, start + KEY_HEAD - len(head))]
+            if nl < 0:
+                break
+            found = KEY_FIELD.match(head)
+            if found:
+                keys.add(found.group(1).decode("ascii"))
+            head = b""
+            start = nl + 1
+    return keys
 
 
 def _drop_torn_record(fd: int) -> int:
@@ -108,7 +168,7 @@ def read_quarantine(path: str) -> Iterator[dict[str, Any]]:
 
     A line that cannot be read (a record torn by a crash) is skipped with a warning.
     """
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -123,7 +183,7 @@ def read_quarantine(path: str) -> Iterator[dict[str, Any]]:
 
 def cut_torn_tail(path: str) -> list[Quarantined]:
     """Quarantine and cut a last line without newline (invariant 2). Caller holds the lock."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         end = last_newline_end(f, size)
         if end == size:
@@ -132,7 +192,7 @@ def cut_torn_tail(path: str) -> list[Quarantined]:
         fragment = f.read(size - end)
     torn = Quarantined(path, end, fragment, TORN_TAIL, "no newline at end of file")
     where = quarantine(path, [torn])
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = open_regular(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, end)
         os.fsync(fd)

@@ -24,11 +24,18 @@ from . import codec, model
 from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
+from .files import (
+    NewFile,
+    file_mode,
+    remove_if_regular,
+    remove_leftovers,
+    require_space,
+    temp_path_for,
+)
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
-from .log import fsync_directory
 from .model import Entry
 from .pairing import sanitize, synthetic_result
 from .quarantine import Quarantined, quarantine, quarantine_path_for
@@ -39,6 +46,7 @@ from .tree import Tree
 log = logging.getLogger(__name__)
 
 BACKUP_SUFFIX = ".bak"
+REPAIR_TAG = "repair"
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
 NAME_RE = re.compile(
@@ -643,6 +651,7 @@ def repair(
         return _report(plan(path, migrate=migrate), path, dry_run=True)
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
+        remove_leftovers(path)
         p = plan(path, migrate=migrate)
         report = _report(p, path, dry_run=False)
         if not report.changed:
@@ -687,26 +696,34 @@ def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
 
 
 def _publish(p: _Plan, data: bytes, path: str) -> None:
+    """Write the new file beside the old one, quarantine, keep a backup, swap (invariant 6).
+
+    The old file stays authoritative until the swap: a failure (a full disk) or a crash
+    before it leaves the old file as it was and appendable; the temp is removed here, or by
+    the next open after a crash. The new file keeps the old one's permissions.
+    """
     _verify(p)
-    directory = os.path.dirname(path)
-    temp = os.path.join(directory, f".{os.path.basename(path)}.repair.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    quarantine(path, p.dropped + _rewritten(p))
+    quarantine_items = p.dropped + _rewritten(p)
+    # the temp, plus the quarantine records (base64 and a text copy: about twice the bytes)
+    require_space(path, len(data) + sum(2 * len(q.data) + 256 for q in quarantine_items))
+    with NewFile(path, REPAIR_TAG, mode=file_mode(path)) as new:
+        new.write(data)
+        new.sync()
+        quarantine(path, quarantine_items)
+        _keep_backup(path)
+        new.publish()
+
+
+def _keep_backup(path: str) -> None:
+    """Make `<path>.bak` a second name of the current file (no copy, so no space needed)."""
     backup = path + BACKUP_SUFFIX
-    backup_temp = backup + ".tmp"
-    if os.path.exists(backup_temp):
-        os.unlink(backup_temp)
-    os.link(path, backup_temp)
-    os.replace(backup_temp, backup)
-    os.replace(temp, path)
-    fsync_directory(directory)
+    link = temp_path_for(backup, "link")
+    os.link(path, link)
+    try:
+        os.replace(link, backup)
+    except BaseException:
+        remove_if_regular(link)
+        raise
 
 
 def _verify(p: _Plan) -> None:

@@ -13,10 +13,12 @@ undone by the next writer (see `lineage.recover_rotation`).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,17 +27,30 @@ from typing import Any
 from . import codec, model
 from .context import Context, build_context
 from .durability import Durability
-from .errors import JournalError, NotASession, UnsupportedVersion
+from .errors import JournalError, NoSpace, NotASession, UnsupportedVersion
+from .files import (
+    COMPRESS_TAG,
+    NewFile,
+    file_mode,
+    free_bytes,
+    fsync_directory,
+    open_regular,
+    remove_if_regular,
+    remove_leftovers,
+    remove_stale_temps,
+)
 from .identity import file_key, real_path
 from .intent import intent_record, temp_name
 from .lineage import (
     ARCHIVE_DIR,
     SUCCESSOR_TYPE,
+    ensure_archive_folder,
     intent_path,
     lineage,
     move_into_archive,
     read_header,
     recover_pending,
+    release_after_move,
     remove_intent,
     resolve_live,
     seal_of,
@@ -44,7 +59,7 @@ from .lineage import (
 )
 from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog, fsync_directory
+from .log import AppendLog
 from .model import Entry
 from .quarantine import cut_torn_tail
 from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
@@ -55,6 +70,7 @@ log = logging.getLogger(__name__)
 # Test seam: called with each step's name as it completes, so tests can crash a rotation there.
 step_hook: Callable[[str], None] | None = None
 MIN_GAIN_BYTES = 1024
+ROTATE_TAG = "rotate"
 STEPS = ("intent", "temp", "verified", "published", "sealed", "archived", "done")
 
 
@@ -79,6 +95,7 @@ class RotationResult:
     total_ms: float = 0.0
     removed_archives: list[str] = field(default_factory=list)
     dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +105,7 @@ class RotationResult:
             "oldSize": self.old_size, "successorSize": self.successor_size,
             "lockHeldMs": round(self.lock_held_ms, 2), "totalMs": round(self.total_ms, 2),
             "removedArchives": self.removed_archives, "dryRun": self.dry_run,
+            "warnings": self.warnings,
         }
 
 
@@ -216,11 +234,12 @@ def _labels_for(entries: list[Entry], kept: set[str]) -> list[Entry]:
 
 
 def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
+    """A free name in the archive folder (a link planted there counts as taken)."""
     directory = archive_dir or os.path.join(os.path.dirname(path), ARCHIVE_DIR)
     name = os.path.basename(path)
     candidate = os.path.join(directory, name)
     n = 1
-    while os.path.exists(candidate) or os.path.exists(candidate + ".gz"):
+    while os.path.lexists(candidate) or os.path.lexists(candidate + ".gz"):
         n += 1
         candidate = os.path.join(directory, f"{name}.{n}")
     return candidate + (".gz" if compress else "")
@@ -268,16 +287,19 @@ def rotate(
     locked_at = time.perf_counter()
     try:
         if session is None and not dry_run:
+            remove_leftovers(path, os.path.join(os.path.dirname(path), ARCHIVE_DIR))
             cut_torn_tail(path)
         result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
                                          early_info)
     finally:
         if lock is not None:
-            lock.release()
+            release_after_move(lock, path)
     released_at = time.perf_counter()
     result.lock_held_ms = (released_at - locked_at) * 1000
     if pending is not None:
-        _compress(*pending)
+        _compress_or_warn(*pending, result)
+    if not dry_run and not result.warnings:
+        _retry_compression(result.successor if result.rotated and result.successor else path)
     if result.rotated and keep is not None and result.successor:
         result.removed_archives = apply_retention(result.successor, keep)
     result.total_ms = (time.perf_counter() - started) * 1000
@@ -304,7 +326,7 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     old_size = os.path.getsize(path)
     archive = _archive_path(path, archive_dir, compress)
     stored_archive = archive.removesuffix(".gz")
-    build = _plan(tree, header, os.path.relpath(stored_archive, os.path.dirname(path)), info)
+    build = _plan(tree, header, os.path.relpath(archive, os.path.dirname(path)), info)
     if isinstance(build, str):
         return RotationResult(False, path, build, old_size=old_size, dry_run=dry_run), None
     final = os.path.join(os.path.dirname(path),
@@ -318,28 +340,35 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
                             old_size=old_size, successor_size=len(data), dry_run=dry_run)
     if dry_run:
         return result, None
+    ensure_archive_folder(path, os.path.dirname(archive))
     temp = os.path.join(os.path.dirname(path), temp_name(os.path.basename(final)))
     write_intent(path, intent_record(path, final, stored_archive, build.header["id"]))
+    new: NewFile | None = None
     try:
         _step("intent")
-        _write_synced(temp, data)
+        # the successor's name is new and unguessable: nothing can be planted there
+        new = NewFile(final, ROTATE_TAG, mode=file_mode(path), name=temp)
+        _write_synced(new, data)
         _step("temp")
         _verify(temp, build)
         _step("verified")
     except Exception:
         # nothing was published: put things back as they were (a crash leaves this to
         # recover_rotation, which does the same)
-        if os.path.exists(temp):
-            os.unlink(temp)
+        if new is not None:
+            new.discard()
         remove_intent(path)
+        raise
+    except BaseException:
+        if new is not None:
+            new.close()
         raise
     new_lock = WriterLock(final, 0) if session is not None else None
     if new_lock is not None:
         new_lock.acquire()
     published = False
     try:
-        os.rename(temp, final)
-        fsync_directory(os.path.dirname(final))
+        new.publish(final)
         published = True
         _step("published")
         _seal(path, session, tree, seal_pointers(final, build.header["id"], stored_archive))
@@ -349,6 +378,7 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
         remove_intent(path)
         _step("done")
     except BaseException:
+        new.close()
         if new_lock is not None:
             new_lock.release()
         if published and session is not None:
@@ -362,15 +392,10 @@ def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: b
     return result, (stored_archive, archive) if compress else None
 
 
-def _write_synced(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _write_synced(new: NewFile, data: bytes) -> None:
+    """Write the successor's temp whole and sync it (NoSpace on a full disk, naming it)."""
+    new.write(data)
+    new.sync()
 
 
 def _verify(temp: str, build: _Build) -> None:
@@ -400,18 +425,75 @@ def _seal(path: str, session: Any, tree: Tree, pointers: dict[str, Any]) -> None
 
 
 def _compress(stored: str, final: str) -> None:
-    """gzip the sealed archive (outside the lock: it no longer changes)."""
-    if not os.path.exists(stored):
+    """gzip the sealed archive (outside the lock: it no longer changes).
+
+    The compressed copy is written under a fresh temp name (never through a planted link),
+    keeps the archive's permissions and replaces `final` only once it is whole and synced;
+    on failure the temp is removed and the uncompressed archive stays.
+    """
+    try:
+        src = os.fdopen(open_regular(stored), "rb")
+    except FileNotFoundError:
         return
-    temp = final + ".tmp"
-    with open(stored, "rb") as src, gzip.open(temp, "wb", compresslevel=1) as dst:
-        shutil.copyfileobj(src, dst, 1 << 22)
-    os.chmod(temp, 0o600)
-    with open(temp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(temp, final)
-    fsync_directory(os.path.dirname(final))
-    os.unlink(stored)
+    with src, NewFile(final, COMPRESS_TAG, mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode)
+                      ) as new:
+        try:
+            with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                    compresslevel=1, mtime=0) as gz:
+                shutil.copyfileobj(src, gz, 1 << 22)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                size = os.fstat(src.fileno()).st_size
+                raise NoSpace(new.path, size, free_bytes(os.path.dirname(final))) from e
+            raise
+        new.publish()
+    try:
+        os.unlink(stored)
+    except FileNotFoundError:
+        return
+    fsync_directory(os.path.dirname(stored))
+
+
+def _retry_compression(live: str) -> None:
+    try:
+        finish_compression(live)
+    except (OSError, JournalError) as e:
+        log.warning("%s: compressing an earlier archive failed again: %s", live, e)
+
+
+def _compress_or_warn(stored: str, final: str, result: RotationResult) -> None:
+    """Compression is not part of the rotation: it already succeeded. A failure is reported
+    as a warning; the next rotation of the lineage compresses the archive (see
+    `finish_compression`)."""
+    try:
+        _compress(stored, final)
+    except (OSError, JournalError) as e:
+        reason = str(e) if isinstance(e, JournalError) else f"{stored}: {e.strerror or e}"
+        result.warnings.append(f"compressing the archive failed ({reason}); it stays "
+                               f"uncompressed at {stored} and the next rotation retries")
+        result.archive = stored
+        log.info("%s", result.warnings[-1])
+
+
+def finish_compression(live: str) -> list[str]:
+    """Compress archives of `live`'s lineage that a failed or killed compression left plain.
+
+    A successor's header names its archived parent with `.gz` when rotation meant to compress
+    it; a plain file there means compression did not finish. Returns the archives compressed.
+    """
+    done: list[str] = []
+    chain = lineage(live)
+    for older, newer in zip(chain, chain[1:], strict=False):
+        header = read_header(newer)
+        parent = header.get("parentSession") if header else None
+        if not (isinstance(parent, str) and parent.endswith(".gz")) or older.endswith(".gz"):
+            continue
+        final = older + ".gz"
+        directory, name = os.path.split(final)
+        remove_stale_temps(directory, name + ".", suffix=f".{COMPRESS_TAG}.tmp")
+        _compress(older, final)
+        done.append(final)
+    return done
 
 
 def apply_retention(live: str, keep: int) -> list[str]:
@@ -428,6 +510,8 @@ def apply_retention(live: str, keep: int) -> list[str]:
     doomed = archives[: max(0, len(archives) - keep)]
     for path in doomed:
         os.unlink(path)
+        for suffix in (".bak", ".quarantine"):
+            remove_if_regular(path.removesuffix(".gz") + suffix)
     return doomed
 
 

@@ -17,12 +17,21 @@ from . import codec, model
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
 from .durability import Durability
-from .errors import JournalError, NotASession, UnknownEntry, UnsupportedVersion, WriteFailed
+from .errors import (
+    JournalError,
+    NoSpace,
+    NotASession,
+    UnknownEntry,
+    UnsupportedVersion,
+    WriteFailed,
+)
+from .files import make_private_dir, remove_leftovers, write_new_file
 from .identity import real_path
 from .idscan import IdScan
+from .lineage import ARCHIVE_DIR, release_after_move
 from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog, fsync_directory
+from .log import AppendLog
 from .model import Entry
 from .quarantine import Quarantined, cut_torn_tail
 from .snapshot import (
@@ -89,7 +98,7 @@ class Session:
             parent_session=parent_session,
         )
         if not target.endswith(".jsonl"):
-            os.makedirs(target, exist_ok=True)
+            make_private_dir(target)
             name = model.session_file_name(header["timestamp"], header["id"])
             target = os.path.join(target, name)
         folder, name = os.path.split(os.path.abspath(target))
@@ -128,6 +137,7 @@ class Session:
         target, lock, followed = lock_live(requested, lock_timeout)
         try:
             _preflight(target)
+            remove_leftovers(target, os.path.join(os.path.dirname(target), ARCHIVE_DIR))
             recovered = cut_torn_tail(target)
             snap = resume(target)
             _check_writable(target, snap)
@@ -167,7 +177,7 @@ class Session:
         """Carry on in a successor file (called by rotation, under both locks)."""
         durability = self._log.durability
         self._log.close()
-        old_lock = self._lock
+        old_lock, old_path = self._lock, self.path
         self.path = path
         self._lock = lock or WriterLock(path)
         self._log = AppendLog(path, durability)
@@ -176,7 +186,7 @@ class Session:
         self.diagnostics = []
         self._context = None
         self._info = None
-        old_lock.release()
+        release_after_move(old_lock, old_path)
 
     def _abandon(self) -> None:
         """Stop writing here after a rotation failed past publishing its successor."""
@@ -470,26 +480,15 @@ class _Either:
 
 
 def _write_new_file(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    make_private_dir(os.path.dirname(path))
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        write_new_file(path, data)
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
-    try:
-        written = os.write(fd, data)
-        if written != len(data):
-            raise WriteFailed(path, 0, f"short write of the header: {written} of {len(data)}")
-        os.fsync(fd)
-    except (OSError, WriteFailed) as e:
-        os.close(fd)
-        os.unlink(path)
-        if isinstance(e, OSError):
-            raise WriteFailed(path, 0, f"writing the header failed: {e.strerror or e}") from e
+    except NoSpace:
         raise
-    os.close(fd)
-    fsync_directory(directory)
+    except OSError as e:
+        raise WriteFailed(path, 0, f"writing the header failed: {e.strerror or e}") from e
 
 
 def _check_writable(path: str, snap: Snapshot) -> None:

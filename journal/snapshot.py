@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import codec
 from .codec import Diagnostic, Line
 from .errors import NotASession
+from .files import read_regular
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 
 
@@ -39,11 +40,15 @@ class Snapshot:
         return self.header.get("id") if self.header else None
 
 
-def open_for_reading(path: str | os.PathLike[str]) -> Any:
-    """Open a session file read-only, turning OS errors into clear `NotASession` errors."""
+def open_for_reading(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open a session file read-only, turning OS errors into clear `NotASession` errors.
+
+    Only a regular file is opened: a FIFO, device or socket raises NotASession at once
+    (it is opened non-blocking and checked with fstat), so nothing hangs or reads forever.
+    """
     path = os.fspath(path)
     try:
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return read_regular(path)
     except FileNotFoundError as e:
         raise NotASession(path, "no such file") from e
     except IsADirectoryError as e:

@@ -1,0 +1,376 @@
+"""Opening, creating and replacing files safely: only regular files, never through a link.
+
+Anyone who can write a sessions folder (a tool the agent runs, say) can plant a symbolic link,
+a FIFO or a device under a name the store is about to use. So:
+
+- A file is read or appended to only after `fstat` on the opened descriptor says it is a
+  regular file; it is opened with `O_NONBLOCK` so a FIFO cannot hang the open.
+- A side file the store appends to (the quarantine) is opened with `O_NOFOLLOW` and must have
+  no other hard link.
+- A file the store creates (temps, intents, archives) is created with
+  `O_CREAT | O_EXCL | O_NOFOLLOW` under a fresh random name beside its final name, written
+  whole, synced, and renamed over the final name (a rename replaces a planted link, it never
+  writes through it). While it exists it is `flock`ed, so a cleaner can tell a temp a live
+  process is writing from one a crash left behind.
+- Directories the store creates are private (0700).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import stat
+from types import TracebackType
+from typing import BinaryIO
+
+from .errors import NoSpace, NotASession, UnsafeFile
+
+log = logging.getLogger(__name__)
+
+TEMP_SUFFIX = ".tmp"
+COMPRESS_TAG = "compress"
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def fsync_directory(path: str) -> None:
+    """Make a directory's entries (a new or renamed file) durable."""
+    fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def describe_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY) -> int:
+    """Open `path` (following links, as a session path may be one) only if it is a regular file.
+
+    Raises OSError as `os.open` does, and NotASession for a FIFO, device, socket or directory
+    (checked on the opened descriptor, so a swap after a check cannot slip one in).
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotASession(path, f"is {describe_kind(mode)}, not a session file; only "
+                              "regular files are read or written")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str) -> BinaryIO:
+    """A buffered binary reader over `path` if it is a regular file (see `open_regular`)."""
+    return os.fdopen(open_regular(path), "rb")
+
+
+def read_small(path: str, limit: int = 1 << 20) -> bytes:
+    """The first `limit` bytes of a small regular file (an intent, a lock's holder record)."""
+    fd = open_regular(path)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def open_side_file(path: str, mode: int = 0o600) -> int:
+    """Open (creating it if needed) a side file to append to, never through a link.
+
+    Raises UnsafeFile if the name is a symbolic link, not a regular file, or a file with other
+    hard links (writing it would change a file elsewhere).
+    """
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFile(path, "is a symbolic link") from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(path, f"is {describe_kind(st.st_mode)}")
+        if st.st_nlink != 1:
+            raise UnsafeFile(path, f"has {st.st_nlink} hard links (it is also a file elsewhere)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_all(fd: int, data: bytes | memoryview, path: str) -> None:
+    """Write every byte of `data` to `fd`; a full disk raises NoSpace naming `path`."""
+    view = memoryview(data)
+    total = len(view)
+    try:
+        while view:
+            written = os.write(fd, view)
+            if written == 0:
+                raise OSError(errno.ENOSPC, "short write")
+            view = view[written:]
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            raise NoSpace(path, total, free_bytes(os.path.dirname(path))) from e
+        raise
+
+
+def free_bytes(directory: str) -> int | None:
+    """Bytes an unprivileged writer may still use in `directory`'s file system."""
+    try:
+        st = os.statvfs(directory or ".")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def require_space(path: str, needed: int) -> None:
+    """Refuse early (NoSpace) when `path`'s file system has less than `needed` bytes free."""
+    available = free_bytes(os.path.dirname(path))
+    if available is not None and available < needed:
+        raise NoSpace(path, needed, available)
+
+
+def temp_path_for(final: str, tag: str) -> str:
+    """A fresh hidden name beside `final`: `.<name>.<random>.<tag>.tmp`."""
+    directory, name = os.path.split(final)
+    return os.path.join(directory, f".{name}.{secrets.token_hex(6)}.{tag}{TEMP_SUFFIX}")
+
+
+class NewFile:
+    """A file created under a fresh temp name and published under its final name.
+
+    Use as a context manager: unless `publish()` was called, the temp is removed on exit
+    (an error, a full disk). While open it is `flock`ed (see `remove_stale_temps`).
+
+    Example:
+        >>> with NewFile("dir/a.jsonl", "repair", mode=0o644) as new:  # doctest: +SKIP
+        ...     new.write(data)
+        ...     new.publish()
+    """
+
+    def __init__(self, final: str, tag: str, mode: int = 0o600, *,
+                 name: str | None = None) -> None:
+        """Create the temp beside `final`: `.<final>.<random>.<tag>.tmp`, or exactly `name`
+        (a name nobody can guess in advance, recorded elsewhere, such as a rotation's temp
+        in its intent); an existing file of that name is never reused (UnsafeFile)."""
+        self.final = final
+        self.published = False
+        self.fd: int | None = None
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        candidates = [name] if name is not None else [temp_path_for(final, tag)
+                                                      for _ in range(16)]
+        for candidate in candidates:
+            self.path = candidate
+            try:
+                self.fd = os.open(candidate, flags, 0o600)
+            except FileExistsError:
+                continue
+            break
+        if self.fd is None:
+            raise UnsafeFile(self.path, "already exists (it was not made by this operation)")
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.fchmod(self.fd, mode & 0o777)
+        except BaseException:
+            self.discard()
+            raise
+
+    def write(self, data: bytes | memoryview) -> None:
+        write_all(self._fd(), data, self.path)
+
+    def stream(self) -> BinaryIO:
+        """A buffered writer over the temp (closing it leaves the temp open)."""
+        return open(self._fd(), "wb", closefd=False)  # noqa: SIM115 - the caller closes it
+
+    def sync(self) -> None:
+        fd = self._fd()
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if e.errno in _NO_SPACE:
+                needed = os.fstat(fd).st_size
+                raise NoSpace(self.path, needed, free_bytes(os.path.dirname(self.path))) from e
+            raise
+
+    def publish(self, final: str | None = None) -> str:
+        """Sync, then rename over the final name (or `final`) and sync the directory."""
+        target = final or self.final
+        self.sync()
+        os.rename(self.path, target)
+        self.published = True
+        fsync_directory(os.path.dirname(target))
+        self.close()
+        return target
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def discard(self) -> None:
+        """Remove the temp (if it is still ours) and close it."""
+        if not self.published:
+            try:
+                if self.fd is not None and os.path.samestat(os.lstat(self.path),
+                                                            os.fstat(self.fd)):
+                    os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        self.close()
+
+    def _fd(self) -> int:
+        if self.fd is None:
+            raise ValueError(f"{self.path}: already closed")
+        return self.fd
+
+    def __enter__(self) -> NewFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.discard()
+
+
+def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Create `path` (which must not exist) holding `data`, synced, or leave nothing behind.
+
+    Raises FileExistsError if `path` exists (a link there included), NoSpace on a full disk.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, mode & 0o777)
+        write_all(fd, data, path)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    fsync_directory(os.path.dirname(path))
+
+
+def make_private_dir(path: str, *, follow: bool = True) -> None:
+    """Create `path` and any missing parents with mode 0700 (whatever the umask).
+
+    An existing directory is left as it is. With `follow=False` an existing symbolic link at
+    `path` is refused (UnsafeFile): the store would put files wherever it points.
+    """
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, 0o700, follow_symlinks=False)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        if not follow:
+            raise UnsafeFile(path, "is a symbolic link, not the store's own folder")
+        st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFile(path, f"is {describe_kind(st.st_mode)}, not a folder")
+
+
+def remove_stale_temps(directory: str, prefix: str = "", suffix: str = TEMP_SUFFIX) -> list[str]:
+    """Remove temps (`.<prefix>*<suffix>` made by `NewFile`) that no live process holds.
+
+    Only regular files are removed (a link of that name is left alone: `NewFile` never
+    reuses a name), and only when their `flock` is free: a writer holds it from creation to
+    publication. Returns the removed paths.
+    """
+    removed: list[str] = []
+    start = "." + prefix
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return removed
+    for name in names:
+        if not (name.startswith(start) and name.endswith(suffix)):
+            continue
+        path = os.path.join(directory, name)
+        if _remove_if_unheld(path):
+            removed.append(path)
+    if removed:
+        fsync_directory(directory)
+        log.warning("removed %d temp file(s) a crash left behind: %s", len(removed),
+                    ", ".join(removed))
+    return removed
+
+
+def remove_leftovers(session_path: str, archive_dir: str | None = None) -> list[str]:
+    """Remove the temps crashes left beside a session (repair, backup, rotation, intent temps,
+    all named `.<session name>.*.tmp`) and unheld compression temps in its archive folder.
+
+    The caller holds the session's writer lock, which every writer of those temps holds too;
+    compression runs outside it and is told apart by its `flock`.
+    """
+    directory, name = os.path.split(session_path)
+    removed = remove_stale_temps(directory, name + ".")
+    if archive_dir is not None and os.path.isdir(archive_dir):
+        removed += remove_stale_temps(archive_dir, suffix=f".{COMPRESS_TAG}{TEMP_SUFFIX}")
+    return removed
+
+
+def _remove_if_unheld(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        if not os.path.samestat(os.lstat(path), st):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_if_regular(path: str) -> bool:
+    """Unlink `path` if it is a regular file (never a link's target); True if removed."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def file_mode(path: str) -> int:
+    """The permission bits of `path` (a session's mode, to keep it on what replaces it)."""
+    return stat.S_IMODE(os.stat(path).st_mode)
