@@ -332,9 +332,21 @@ def remove_leftovers(session_path: str, archive_dir: str | None = None) -> list[
     """
     directory, name = os.path.split(session_path)
     removed = remove_stale_temps(directory, name + ".")
+    # versions before these temps had fresh names wrote them under fixed ones
+    legacy = [session_path + ".bak.tmp"]
     if archive_dir is not None and os.path.isdir(archive_dir):
         removed += remove_stale_temps(archive_dir, suffix=f".{COMPRESS_TAG}{TEMP_SUFFIX}")
+        legacy += [os.path.join(archive_dir, n) for n in _names(archive_dir)
+                   if n.startswith(name) and n.endswith(".gz.tmp")]
+    removed += [path for path in legacy if _remove_if_unheld(path)]
     return removed
+
+
+def _names(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
 
 
 def _remove_if_unheld(path: str) -> bool:

@@ -9,8 +9,10 @@ or sealed, the lock is released and the writer follows to the file that continue
 from __future__ import annotations
 
 import os
+import stat
 
 from .errors import JournalError, NotASession
+from .files import describe_kind
 from .identity import real_path
 from .lineage import (
     MAX_HOPS,
@@ -63,10 +65,14 @@ def lock_live(path: str | os.PathLike[str], lock_timeout: float, *, recover: boo
 
 def _check_lockable(target: str) -> None:
     """Refuse what cannot be a session before a lock file is created beside it."""
-    if os.path.isdir(target):
-        raise NotASession(target, "is a directory, not a session file")
-    if not os.path.exists(target):
-        raise NotASession(target, "no such file")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        raise NotASession(target, "no such file") from None
+    except OSError as e:
+        raise NotASession(target, e.strerror or str(e)) from e
+    if not stat.S_ISREG(mode):
+        raise NotASession(target, f"is {describe_kind(mode)}, not a session file")
 
 
 def _moved_on(target: str, follow_seals: bool) -> tuple[str, list[str]] | None:

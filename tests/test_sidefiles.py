@@ -210,6 +210,7 @@ def test_a_fifo_named_like_a_session_is_refused_at_once(tmp_path: Path, command:
     assert done.returncode == 2, done.stderr
     assert "Error:" in done.stderr and "FIFO" in done.stderr, done.stderr
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["x.jsonl"], "a refused command left files behind"
 
 
 def test_library_readers_and_writers_refuse_a_fifo(tmp_path: Path) -> None:
@@ -232,6 +233,7 @@ def test_library_readers_and_writers_refuse_a_fifo(tmp_path: Path) -> None:
         pytest.fail("a library reader hung on a FIFO")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("refused:") == 3 and "FIFO" in done.stdout, done.stdout
+    assert sorted(os.listdir(tmp_path)) == ["x.jsonl"], "a refused open left files behind"
 
 
 def test_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
@@ -552,3 +554,25 @@ def test_repair_and_rotation_keep_the_session_mode(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(result.successor or "").st_mode) == 0o640
     assert stat.S_IMODE(os.stat(result.archive or "").st_mode) == 0o640
     assert stat.S_IMODE(os.stat(path + ".quarantine").st_mode) == 0o600
+
+
+def test_temps_left_under_the_fixed_names_of_earlier_versions_are_removed(
+        tmp_path: Path) -> None:
+    """Earlier versions wrote their backup and compression temps under fixed names; a crash
+    left them for good. The next open removes them (regular files only, never a link)."""
+    path = make_rotatable(tmp_path)
+    name = os.path.basename(path)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    backup_temp = Path(path + ".bak.tmp")
+    backup_temp.write_bytes(b"x" * 1000)
+    gz_temp = archive / (name + ".gz.tmp")
+    gz_temp.write_bytes(b"y" * 1000)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_text("keep me")
+    linked = archive / (name + ".2.gz.tmp")
+    linked.symlink_to(outside)
+    with Session.open(path) as s:
+        s.append_message(user("after the crash"))
+    assert not backup_temp.exists() and not gz_temp.exists()
+    assert linked.is_symlink() and outside.read_text() == "keep me"
