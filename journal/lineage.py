@@ -144,7 +144,7 @@ def _names_file(pointer: object, folder: str, target: str) -> bool:
     return any(same_file(v, target) for v in (named, named + ".gz"))
 
 
-def _successor_in(seal: dict[str, Any], near: str, sealed_at: str) -> str | None:
+def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str | None:
     """The successor a seal names, checked against its identity; `near` is where the sealed
     file was live, `sealed_at` where the seal was read (the same file, or its archive).
 
@@ -210,7 +210,7 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
         if os.path.exists(current):
             seal = seal_of(current)
             if seal is not None:
-                following = _successor_in(seal, current, current)
+                following = successor_named_by(seal, current, current)
             else:
                 following = _published_intent(current)
         else:
@@ -218,7 +218,7 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
             for archived in archived_copies(current):
                 if os.path.exists(archived):
                     seal = seal_of(archived)
-                    following = _successor_in(seal, current, archived) if seal else None
+                    following = successor_named_by(seal, current, archived) if seal else None
                     break
             following = following or _child_by_header(current)
         if following is None:
@@ -302,7 +302,7 @@ def _continues_into(candidate: str, child_id: object, child: str | None) -> bool
         return False
     if child is None:
         return True
-    successor = _successor_in(seal, candidate, candidate)
+    successor = successor_named_by(seal, candidate, candidate)
     return successor is not None and same_file(successor, child)
 
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .lineage import MAX_HOPS, archived_copies, read_header
+from .lineage import MAX_HOPS, archived_copies, read_header, successor_named_by
 from .model import Entry
 from .tail_source import Source, first_line_header
 
@@ -97,18 +97,19 @@ def find_successor(src: Source) -> tuple[str, str] | None:
 
 def marker_successors(marker: Entry | None, old_path: str) -> list[str]:
     """Where a seal says the successor is, most trusted first: its name in the old file's
-    folder (rotation always puts it there, and a copied folder stays self-contained), then the
-    path it gives (relative to the folder, or absolute: only a hint)."""
+    folder (rotation always puts it there, and a copied folder stays self-contained), then
+    what `lineage` finds from the seal's other pointers, each checked against the successor's
+    identity (so a seal never leads out of the folder a copy was made from)."""
     data = marker.get("data") if marker is not None else None
     if not isinstance(data, dict):
         return []
-    folder = os.path.dirname(old_path)
     out: list[str] = []
-    name, successor = data.get("file"), data.get("successor")
+    name = data.get("file")
     if isinstance(name, str) and name:
-        out.append(os.path.join(folder, os.path.basename(name)))
-    if isinstance(successor, str) and successor:
-        out.append(os.path.join(folder, successor))
+        out.append(os.path.join(os.path.dirname(old_path), os.path.basename(name)))
+    checked = successor_named_by(data, old_path, old_path)
+    if checked is not None:
+        out.append(checked)
     return list(dict.fromkeys(os.path.normpath(p) for p in out))
 
 

@@ -826,6 +826,36 @@ def test_a_copied_folder_is_followed_within_the_copy(tmp_path):
         follower.close()
 
 
+def test_a_seal_never_leads_the_tail_out_of_the_session_folder(tmp_path):
+    """A seal pointing elsewhere (an older absolute path into the folder a copy was made
+    from, or a relative path climbing out) is not followed when the successor is missing
+    beside the sealed file: the tail reads nothing from outside and ends after its grace."""
+    from journal.tail import Follower
+
+    orig, copy = tmp_path / "orig", tmp_path / "copy"
+    for folder in (orig, copy):
+        folder.mkdir()
+    first = chain("e", 2)
+    fresh = chain("n", 1, first[-1]["id"])
+    (orig / "new.jsonl").write_bytes(
+        lines([header("s-new", str(orig / "archive" / "old.jsonl")), *first, *fresh]))
+    for pointer in (str(orig / "new.jsonl"), "../orig/new.jsonl"):
+        old = copy / "old.jsonl"
+        old.write_bytes(lines([header("s-old"), *first]))
+        follower = Follower(old, from_start=True, grace=0.0)
+        follower.open()
+        try:
+            assert step(follower) == ids(first)
+            seal = marker(pointer, "s-new", first[-1]["id"])
+            seal["data"].pop("file", None)
+            append(old, [seal])
+            delivered = step(follower)
+            assert not set(ids(fresh)) & set(delivered), (pointer, delivered)
+            assert all(str(orig) not in src.path for src in follower.sources), pointer
+        finally:
+            follower.close()
+
+
 def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
     """The link is resolved once, at start: the successor a seal names relative to the
     session's folder is looked for beside the real file, not beside the link."""
