@@ -756,12 +756,17 @@ def _verify(p: _Plan) -> None:
 
 
 def session_files(directory: str) -> Iterator[str]:
-    """Session files under a directory (recursively), skipping side files."""
+    """Session files under a directory (recursively), skipping side files.
+
+    Symbolic links are skipped: a link planted in the folder would otherwise lead a
+    directory run to a file outside it (name a link on the command line to repair its file).
+    """
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         for name in sorted(files):
-            if name.endswith(".jsonl") and not name.startswith("."):
-                yield os.path.join(root, name)
+            path = os.path.join(root, name)
+            if name.endswith(".jsonl") and not name.startswith(".") and not os.path.islink(path):
+                yield path
 
 
 __all__ = ["Problem", "RepairReport", "plan", "repair", "session_files", "synthetic_result"]

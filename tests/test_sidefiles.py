@@ -262,6 +262,18 @@ def test_directory_repair_reports_a_fifo_and_goes_on(tmp_path: Path) -> None:
     assert load(path).diagnostics == [], "the regular file beside the FIFO was repaired"
 
 
+def test_directory_repair_never_follows_a_link_out_of_the_folder(tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    inside = damaged(sessions, "a.jsonl")
+    outside = damaged(tmp_path / "elsewhere", "b.jsonl")
+    before = Path(outside).read_bytes()
+    (sessions / "planted.jsonl").symlink_to(outside)
+    assert run_cli("repair", str(sessions)) == 0
+    assert load(inside).diagnostics == []
+    assert Path(outside).read_bytes() == before
+    assert not os.path.exists(outside + ".bak") and not os.path.exists(outside + ".quarantine")
+
+
 # item 6: a full disk
 
 
