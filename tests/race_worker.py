@@ -1,10 +1,17 @@
 """One participant of the cross-process race test (tests/test_races.py), run as a script.
 
-    python tests/race_worker.py ROLE PATH DEADLINE SEED [GENERATION]
+    python tests/race_worker.py ROLE PATH DEADLINE SEED GENERATION CHAOS
 
 ROLE is `appender`, `rotator`, `repairer` or `reader`; PATH the session file to start from
 (each role follows rotations from there); DEADLINE a `time.time()` value after which the
-worker stops by itself. Only the public API of `journal` is used.
+worker stops by itself; GENERATION counts the restarts of this role. Only the public API of
+`journal` is used, plus rotation's `step_hook` test seam.
+
+With CHAOS set to 1 the worker also invites crashes where a random SIGKILL seldom lands: the
+appender takes a while between a tool call and its result, and sometimes writes results of a
+megabyte (a kill may then tear the write, or leave the call without its result), a
+rotator sometimes SIGKILLs itself at a random step of a rotation, and the repairer sometimes
+SIGKILLs itself right before or after one of the renames that publish a repair.
 
 Events are written to stdout, one line each, with a single `os.write` (the test points stdout
 at a file, so a SIGKILL never leaves half an event behind an acknowledgement):
@@ -17,6 +24,7 @@ at a file, so a SIGKILL never leaves half an event behind an acknowledgement):
     repair <file> <changed> <json>   a repair ran; <json> lists the problems it fixed
     snap <n>                         the reader checked its n-th snapshot
     bad <kind> <json>                the reader found an inconsistent snapshot
+    suicide                          a chaos worker SIGKILLs itself now
     exc <name> <json>                an exception (name, plus ":gone" for a NotASession about a
                                      path that no longer exists); <json> is the traceback
     end                              the worker stopped by itself at the deadline
@@ -27,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sys
 import time
 import traceback
@@ -46,6 +55,7 @@ from journal import (
     repair,
     resolve_live,
     rotate,
+    rotation,
 )
 from journal.tree import Tree
 
@@ -79,14 +89,15 @@ def now_ms() -> int:
 class Appender:
     """Writes turns (a user message, tool rounds, an answer) and, now and then, a compaction.
 
-    Each tool round (an assistant message with its calls and their results) is one
-    `append_many`, and compactions keep whole turns, so the history is valid at every commit:
-    a repair must never find anything to change while no process is killed.
+    A tool round (an assistant message with its calls, then their results) is written while
+    the session stays open, and compactions keep whole turns, so the history is valid whenever
+    the lock is free: a repair must never find anything to change while no process is killed.
     """
 
-    def __init__(self, path: str, rnd: random.Random, generation: int) -> None:
+    def __init__(self, path: str, rnd: random.Random, generation: int, chaos: bool) -> None:
         self.path = path
         self.rnd = rnd
+        self.chaos = chaos
         self.tag = f"g{generation}p{os.getpid()}"
         self.turn = 0
         self.turn_users: list[str] = []
@@ -124,11 +135,17 @@ class Appender:
                 for c in calls]],
         }
         results = [{"role": "toolResult", "toolCallId": c, "toolName": "bash", "isError": False,
-                    "timestamp": now_ms(),
-                    "content": [{"type": "text", "text": text(self.rnd, c, 50, 4000)}]}
+                    "timestamp": now_ms(), "content": [{"type": "text", "text": self.output(c)}]}
                    for c in calls]
-        ids = s.append_many([{"type": "message", "message": m} for m in [assistant, *results]])
-        self.acked(*ids)
+        self.acked(s.append_message(assistant))
+        if self.chaos:
+            time.sleep(self.rnd.uniform(0, 0.03))  # the tool runs: a kill now leaves the call open
+        self.acked(*s.append_many([{"type": "message", "message": m} for m in results]))
+
+    def output(self, call: str) -> str:
+        if self.chaos and self.rnd.random() < 0.05:
+            return text(self.rnd, call, 4000, 8000) * self.rnd.randint(40, 200)
+        return text(self.rnd, call, 50, 4000)
 
     def answer(self, s: Session) -> None:
         message = {"role": "assistant", "provider": "anthropic", "model": "race-model",
@@ -169,8 +186,24 @@ class Appender:
             time.sleep(self.rnd.uniform(0, 0.02))
 
 
-def rotator(path: str, deadline: float, rnd: random.Random) -> None:
+def die() -> None:
+    say("suicide")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_at(fatal: str) -> Callable[[str], None]:
+    def hook(step: str) -> None:
+        if step == fatal:
+            die()
+
+    return hook
+
+
+def rotator(path: str, deadline: float, rnd: random.Random, chaos: bool) -> None:
     while time.time() < deadline:
+        rotation.step_hook = None
+        if chaos and rnd.random() < 0.15:
+            rotation.step_hook = die_at(rnd.choice(rotation.STEPS))
         try:
             result = rotate(path, lock_timeout=3)
         except Exception as e:  # every error is reported; the test decides which are allowed
@@ -184,7 +217,24 @@ def rotator(path: str, deadline: float, rnd: random.Random) -> None:
         time.sleep(rnd.uniform(0.002, 0.03))
 
 
-def repairer(path: str, deadline: float, rnd: random.Random) -> None:
+def crash_around_renames(rnd: random.Random) -> None:
+    """Make every rename of this process a possible crash point, before or after it."""
+    for name in ("replace", "rename"):
+        real = getattr(os, name)
+
+        def renaming(src: Any, dst: Any, *args: Any, real: Any = real, **kw: Any) -> None:
+            if rnd.random() < 0.2:
+                die()
+            real(src, dst, *args, **kw)
+            if rnd.random() < 0.2:
+                die()
+
+        setattr(os, name, renaming)
+
+
+def repairer(path: str, deadline: float, rnd: random.Random, chaos: bool) -> None:
+    if chaos:
+        crash_around_renames(rnd)
     while time.time() < deadline:
         try:
             path = resolve_live(path)[0]
@@ -246,13 +296,13 @@ def reader(path: str, deadline: float, rnd: random.Random) -> None:
 
 def main(argv: list[str]) -> None:
     role, path, deadline, seed = argv[0], argv[1], float(argv[2]), int(argv[3])
-    generation = int(argv[4]) if len(argv) > 4 else 0
+    generation, chaos = int(argv[4]), argv[5] == "1"
     rnd = random.Random(seed)
     say("start", str(os.getpid()))
     workers: dict[str, Any] = {
-        "appender": lambda: Appender(path, rnd, generation).run(deadline),
-        "rotator": lambda: rotator(path, deadline, rnd),
-        "repairer": lambda: repairer(path, deadline, rnd),
+        "appender": lambda: Appender(path, rnd, generation, chaos).run(deadline),
+        "rotator": lambda: rotator(path, deadline, rnd, chaos),
+        "repairer": lambda: repairer(path, deadline, rnd, chaos),
         "reader": lambda: reader(path, deadline, rnd),
     }
     try:

@@ -116,6 +116,7 @@ class Race:
     root: Path
     seed: int
     deadline: float
+    chaos: bool
     rnd: random.Random = field(init=False)
     folder: Path = field(init=False)
     start_path: str = field(init=False)
@@ -136,7 +137,7 @@ class Race:
         with open(events, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, str(WORKER), role, path, repr(self.deadline),
-                 str(self.rnd.getrandbits(32)), str(generation)],
+                 str(self.rnd.getrandbits(32)), str(generation), "1" if self.chaos else "0"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 cwd=str(self.root),
             )
@@ -166,7 +167,8 @@ class Race:
                 worker.proc.wait()
                 findings.add("did not stop by itself", f"{worker.role} #{worker.generation}")
                 continue
-            if not worker.killed and worker.proc.returncode != 0:
+            suicide = events_of(worker)[-1:] == [["suicide"]]
+            if not (worker.killed or suicide) and worker.proc.returncode != 0:
                 findings.add("exited with an error", f"{worker.role} #{worker.generation}: "
                              f"{worker.proc.returncode}: {worker.events.read_text()[-2000:]}")
 
@@ -380,26 +382,43 @@ def id_holders(folder: Path, scratch: Path) -> dict[str, list[str]]:
     return out
 
 
+def supervise(race: Race, kills: Counter[str]) -> None:
+    """SIGKILL a random appender, rotator or repairer every so often and start a new one in
+    its place; also replace the workers that killed themselves at a crash point."""
+    next_kill = time.time() + race.rnd.uniform(0.2, 0.7)
+    while time.time() < race.deadline - 0.5:
+        time.sleep(0.02)
+        for worker in list(race.workers):
+            if worker.role in KILLABLE and not worker.killed and worker.proc.poll() is not None:
+                worker.killed = True
+                kills[f"{worker.role} (itself)"] += 1
+                race.start(worker.role, race.latest_path())
+        if time.time() < next_kill:
+            continue
+        next_kill = time.time() + race.rnd.uniform(0.2, 0.7)
+        role = race.rnd.choices(KILLABLE, weights=(4, 4, 2))[0]
+        alive = [w for w in race.workers if w.role == role and not w.killed
+                 and w.proc.poll() is None and w.events.stat().st_size > 0]
+        if not alive:
+            continue
+        victim = race.rnd.choice(alive)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        victim.killed = True
+        kills[victim.role] += 1
+        race.start(victim.role, race.latest_path())
+
+
 def run_race(tmp_path: Path, seconds: float, *, chaos: bool) -> None:
     seed = race_seed()
-    race = Race(tmp_path, seed, time.time() + seconds + 1.0)
+    race = Race(tmp_path, seed, time.time() + seconds + 1.0, chaos)
     kills: Counter[str] = Counter()
     findings = Findings(race.folder)
     try:
         for role in ROLES:
             race.start(role, race.start_path)
-        while chaos and time.time() < race.deadline - 0.5:
-            time.sleep(race.rnd.uniform(0.2, 0.7))
-            alive = [w for w in race.workers if w.role in KILLABLE and w.proc.poll() is None
-                     and not w.killed]
-            if not alive:
-                break
-            victim = race.rnd.choice(alive)
-            victim.proc.send_signal(signal.SIGKILL)
-            victim.proc.wait()
-            victim.killed = True
-            kills[victim.role] += 1
-            race.start(victim.role, race.latest_path())
+        if chaos:
+            supervise(race, kills)
         race.wait_all(findings)
     finally:
         race.stop_everything()
