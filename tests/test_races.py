@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from journal import Session, lineage, load, pairing_problems, resolve_live
+from journal import Session, lineage, load, pairing_problems, resolve_live, rotation
 from journal.lineage import MAX_HOPS, read_header
 from journal.model import Entry
 from journal.tree import Tree
@@ -447,3 +447,32 @@ def test_appender_rotators_repairer_reader_race(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_race_with_sigkill_chaos(tmp_path: Path) -> None:
     run_race(tmp_path, race_seconds(10), chaos=True)
+
+
+def test_lineage_is_whole_at_every_step_of_a_rotation(tmp_path: Path) -> None:
+    """What the race's reader saw, step by step: from the moment a rotation publishes its
+    successor, readers follow it (`resolve_live`), so `lineage` must also reach the old file,
+    whether it is still beside the successor or already in the archive."""
+    with Session.create(tmp_path / "s.jsonl", cwd=str(tmp_path)) as s:
+        ids = [s.append_message({"role": "user", "content": "x" * 3000, "timestamp": 0})
+               for _ in range(4)]
+        s.append_compaction("summary", ids[-1], 100)
+        path = s.path
+    first_id = (read_header(path) or {}).get("id")
+    seen: dict[str, tuple[str, list[str], str | None]] = {}
+
+    def look(step: str) -> None:
+        files = lineage(path)
+        seen[step] = (resolve_live(path)[0], files, (read_header(files[0]) or {}).get("id"))
+
+    previous = rotation.step_hook
+    rotation.step_hook = look
+    try:
+        result = rotation.rotate(path)
+    finally:
+        rotation.step_hook = previous
+    assert result.rotated and seen.keys() == set(rotation.STEPS)
+    for step, (live, files, root_id) in seen.items():
+        assert root_id == first_id and files[-1] == live, (
+            f"at step {step!r}: lineage gives {[os.path.relpath(f, tmp_path) for f in files]} "
+            f"while readers follow {os.path.relpath(live, tmp_path)}")
