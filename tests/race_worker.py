@@ -32,6 +32,7 @@ at a file, so a SIGKILL never leaves half an event behind an acknowledgement):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -108,7 +109,7 @@ class Appender:
         self.turn += 1
         self.steps.append(self.user)
         for k in range(self.rnd.choice((0, 0, 1, 1, 2))):
-            self.steps.append(lambda s, k=k: self.tool_round(s, k))
+            self.steps.append(functools.partial(self.tool_round, k=k))
         self.steps.append(self.answer)
         if len(self.turn_users) >= 3 and time.time() >= self.next_compaction:
             self.next_compaction = time.time() + self.rnd.uniform(0.5, 2) * COMPACTION_EVERY

@@ -223,13 +223,18 @@ def lineage_branch(contents: list[list[Entry]]) -> list[Entry]:
 
 
 def session_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and ".jsonl" in p.name
-                  and not p.name.endswith((".lock", ".bak", ".quarantine", ".rotating", ".tmp")))
+    """Files in the folder (archive included) that start with a session header, but not
+    the backups repair keeps and not temps."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not is_leftover(p)
+                  and ".bak" not in p.name and read_header(str(p)) is not None)
+
+
+def is_leftover(path: Path) -> bool:
+    return ".tmp" in path.name or path.name.endswith(".rotating")
 
 
 def leftovers(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                  if p.name.endswith((".tmp", ".rotating")))
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if is_leftover(p))
 
 
 @dataclass
@@ -315,19 +320,25 @@ def check_outcome(race: Race, t: Tally, findings: Findings, *, killed: bool) -> 
         if str(p).removesuffix(".gz") not in in_lineage:
             findings.add("a session file outside the lineage", f"{p} (live: {live})")
 
-    branch = [e["id"] for e in lineage_branch(contents)]
+    branch = lineage_branch(contents)
     holders = id_holders(race.folder, race.root / "scratch")
     acked_once_in_order(t.acked, branch, holders, findings)
-    entries = {e["id"]: e for file_entries in contents for e in file_entries}
-    context_shows_acked(raw.entry_ids, branch, entries, t.acked, findings)
+    by_id = {e["id"]: e for file_entries in contents for e in file_entries}
+    context_shows_acked(raw.entry_ids, [e["id"] for e in branch], by_id, t.acked, findings)
 
 
-def acked_once_in_order(acked: list[str], branch: list[str],
+def same_entry(a: Entry, b: Entry) -> bool:
+    """Equal apart from `parentId`, which rotation and repair may relink."""
+    return {k: v for k, v in a.items() if k != "parentId"} == {
+        k: v for k, v in b.items() if k != "parentId"}
+
+
+def acked_once_in_order(acked: list[str], branch: list[Entry],
                         holders: dict[str, list[str]], findings: Findings) -> None:
     """Each acknowledged id once on the lineage-wide branch, in acknowledgement order."""
     positions: dict[str, list[int]] = {}
-    for k, entry_id in enumerate(branch):
-        positions.setdefault(entry_id, []).append(k)
+    for k, entry in enumerate(branch):
+        positions.setdefault(entry["id"], []).append(k)
     for entry_id, n in Counter(acked).items():
         if n > 1:
             findings.add("an id acknowledged twice", entry_id)
@@ -340,9 +351,17 @@ def acked_once_in_order(acked: list[str], branch: list[str],
                          f"#{k} of {len(acked)}: {entry_id}, held by {where}")
             continue
         if len(found) > 1:
-            findings.add("acked id repeated on the lineage-wide branch",
-                         f"#{k} of {len(acked)}: {entry_id} at branch positions {found}, "
-                         f"held by {where}")
+            first = branch[found[0]]
+            if all(same_entry(first, branch[i]) for i in found[1:]):
+                findings.add("acked id repeated on the lineage-wide branch",
+                             f"#{k} of {len(acked)}: {entry_id} at branch positions {found}, "
+                             f"held by {where}")
+            else:
+                # Ids are unique per file only: a new entry drew the id of an archived one.
+                findings.add("an id reused by a different entry across the lineage",
+                             f"#{k} of {len(acked)}: {entry_id} at branch positions {found}, "
+                             f"held by {where}")
+            continue
         if found[0] < last:
             findings.add("acked id out of acknowledgement order",
                          f"#{k} of {len(acked)}: {entry_id} at branch position {found[0]}, "
