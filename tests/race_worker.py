@@ -22,7 +22,7 @@ at a file, so a SIGKILL never leaves half an event behind an acknowledgement):
     rot <old> <successor>            a rotation by this worker succeeded
     norot                            a rotation attempt found nothing to rotate
     repair <file> <changed> <json>   a repair ran; <json> lists the problems it fixed
-    snap <n>                         the reader checked its n-th snapshot
+    snap <n>                         the reader checked n snapshots in all (its last event)
     bad <kind> <json>                the reader found an inconsistent snapshot
     suicide                          a chaos worker SIGKILLs itself now
     exc <name> <json>                an exception (name, plus ":gone" for a NotASession about a

@@ -101,11 +101,15 @@ class Findings:
     def __bool__(self) -> bool:
         return bool(self.kinds)
 
-    def render(self, examples: int = 3) -> str:
+    def render(self, examples: int | None = 3) -> str:
+        """Each kind with its count and a few examples; every acknowledged id that is missing,
+        repeated or out of order is always listed."""
         lines = []
         for kind, details in self.kinds.items():
+            shown = details if examples is None or kind.startswith("acked id") else (
+                details[:examples])
             lines.append(f"- {kind}: {len(details)} time(s)")
-            lines += [f"    {d[:1500]}" for d in details[:examples]]
+            lines += [f"    {d[:1500]}" for d in shown]
         return "\n".join(lines)
 
 
@@ -455,7 +459,10 @@ def run_race(tmp_path: Path, seconds: float, *, chaos: bool) -> None:
         findings.add("the race did too little to show anything", summary)
     if chaos and sum(kills.values()) < 3:
         findings.add("the supervisor killed too few processes", str(dict(kills)))
-    assert not findings, summary + "\n" + findings.render()
+    if findings:
+        report = race.root / "findings.txt"
+        report.write_text(summary + "\n" + findings.render(examples=None) + "\n")
+        raise AssertionError(f"{summary}\n{findings.render()}\n(every finding: {report})")
 
 
 @pytest.mark.slow
