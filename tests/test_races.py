@@ -48,6 +48,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -514,3 +515,62 @@ def test_lineage_is_whole_at_every_step_of_a_rotation(tmp_path: Path) -> None:
         assert root_id == first_id and files[-1] == live, (
             f"at step {step!r}: lineage gives {[os.path.relpath(f, tmp_path) for f in files]} "
             f"while readers follow {os.path.relpath(live, tmp_path)}")
+
+
+def test_lineage_is_whole_when_a_file_moves_on_while_it_is_read(tmp_path: Path) -> None:
+    """The other half of what the race's reader saw: `lineage` found a file of the chain, and
+    a rotation moved it into the archive before `lineage` read its header to go on to its
+    parent, so the chain stopped there. Here the move happens right after `lineage` first sees
+    that file exist (between publishing the successor and archiving the old file, as in a real
+    rotation); the lineage must still reach the first file, two rotations back."""
+
+    def compacted(s: Session) -> None:
+        ids = [s.append_message({"role": "user", "content": "x" * 3000, "timestamp": 0})
+               for _ in range(4)]
+        s.append_compaction("summary", ids[-1], 100)
+
+    with Session.create(tmp_path / "s.jsonl", cwd=str(tmp_path)) as s:
+        compacted(s)
+        first, first_id = s.path, s.session_id
+    middle = rotation.rotate(first).successor
+    assert middle is not None
+    with Session.open(middle) as s:
+        compacted(s)
+    archived = os.path.join(tmp_path, "archive", os.path.basename(middle))
+    seen: list[list[str]] = []
+    real_exists, real_isfile = os.path.exists, os.path.isfile
+
+    def moving(real: Callable[[str], bool]) -> Callable[[str], bool]:
+        def check(path: str) -> bool:
+            found = real(path)
+            if found and os.path.abspath(path) == middle and not real_exists(archived):
+                os.rename(middle, archived)  # what move_into_archive does meanwhile
+            return found
+
+        return check
+
+    def look(step: str) -> None:
+        if step != "sealed":
+            return
+        live = resolve_live(middle)[0]
+        os.path.exists, os.path.isfile = moving(real_exists), moving(real_isfile)  # type: ignore[assignment]
+        try:
+            files = lineage(live)
+        finally:
+            os.path.exists, os.path.isfile = real_exists, real_isfile  # type: ignore[assignment]
+        if real_exists(archived):
+            os.rename(archived, middle)  # put it back for the rotation to archive it itself
+        seen.append([os.path.relpath(f, tmp_path) for f in files])
+        seen.append([str((read_header(f) or {}).get("id")) for f in files[:1]])
+
+    previous = rotation.step_hook
+    rotation.step_hook = look
+    try:
+        assert rotation.rotate(middle).rotated
+    finally:
+        rotation.step_hook = previous
+    assert seen, "the rotation never reached its 'sealed' step"
+    files, (root_id,) = seen
+    assert len(files) == 3 and root_id == first_id, (
+        f"lineage gave {files}; it must start at {os.path.relpath(first, tmp_path)} "
+        "(now archived) and hold the three files")
