@@ -206,7 +206,7 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
     """
     current = real_path(path)
     hops: list[str] = []
-    for _ in range(MAX_HOPS):
+    while True:  # ends: every hop goes to a file not visited yet
         if os.path.exists(current):
             seal = seal_of(current)
             if seal is not None:
@@ -228,7 +228,6 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
             return current, hops
         hops.append(current)
         current = following
-    return current, hops
 
 
 def _published_intent(path: str) -> str | None:
@@ -244,7 +243,8 @@ def _published_intent(path: str) -> str | None:
 
 
 def lineage(path: str) -> list[str]:
-    """Every file of the lineage, from the first archived one to the live one.
+    """Every file of the lineage, from the first archived one to the live one, however many
+    rotations it went through.
 
     `parentSession` pointers are read relative to the live file's folder first; an absolute
     one (older versions) only counts if the file there continues into this lineage.
@@ -254,8 +254,15 @@ def lineage(path: str) -> list[str]:
     chain = [live]
     seen = {live}
     current = live
-    for _ in range(MAX_HOPS):
+    while True:  # ends: every hop goes to a file not visited yet
         header = read_header(current)
+        if header is None:
+            # a rotation may have moved it into the archive since it was found
+            moved = next((a for a in archived_copies(current) if os.path.isfile(a)), None)
+            if moved is not None and moved not in seen:
+                chain[-1] = current = moved
+                seen.add(moved)
+                header = read_header(current)
         parent = header.get("parentSession") if header else None
         if not isinstance(parent, str) or not parent:
             break
@@ -277,13 +284,16 @@ def _variants(path: str) -> list[str]:
 def _parent_file(parent: str, child_id: object, child: str, folder: str) -> str | None:
     """The file a `parentSession` pointer names, if it really continues into `child`."""
     base = os.path.basename(parent).removesuffix(".gz")
-    local = [os.path.join(ARCHIVE_DIR, base), base]
+    archives = [os.path.join(folder, ARCHIVE_DIR)]
     if not os.path.isabs(parent):
-        local.insert(0, parent)
-    for candidate in local:
-        for variant in _variants(os.path.normpath(os.path.join(folder, candidate))):
-            if os.path.isfile(variant) and _continues_into(variant, child_id, None):
-                return variant
+        archives.insert(0, os.path.normpath(os.path.join(folder, os.path.dirname(parent))))
+    # in the order a file moves through while it is archived (beside its successor, then the
+    # archive, then compressed), so a file that moves on during the search is met again
+    local = [os.path.join(folder, base), *(os.path.join(a, base) for a in archives),
+             *(os.path.join(a, base) + ".gz" for a in archives)]
+    for candidate in dict.fromkeys(local):
+        if os.path.isfile(candidate) and _continues_into(candidate, child_id, None):
+            return candidate
     if os.path.isabs(parent):
         for variant in _variants(os.path.normpath(parent)):
             if os.path.isfile(variant) and _continues_into(variant, child_id, child):

@@ -239,3 +239,21 @@ def test_cli_rotate_and_lineage(tmp_path, capsys, compress):
     again = orjson.loads(capsys.readouterr().out)
     assert not again["rotated"] and again["reason"]
     assert main(["rotate", path, "--keep", "-1"]) == 2
+
+
+def test_lineage_and_resolve_live_have_no_hop_limit(tmp_path):
+    """A long-running session rotates hundreds of times: the whole chain is still one
+    lineage, and the first file still leads to the live one (no fixed cap on hops)."""
+    rotations = 70
+    with Session.create(tmp_path, cwd=str(tmp_path)) as s:
+        first = s.path
+        for i in range(rotations):
+            ids = [s.append_message({"role": "user", "content": f"{i} " + "x" * 1500,
+                                     "timestamp": 0}) for _ in range(2)]
+            s.append_compaction(f"summary {i}", ids[-1], 100)
+            assert s.rotate(compress=False).rotated
+        live = s.path
+    chain = lineage(live)
+    assert len(chain) == rotations + 1
+    assert os.path.basename(chain[0]) == os.path.basename(first)
+    assert resolve_live(first)[0] == live
