@@ -113,12 +113,21 @@ def read_stream(path: str, f: Any, start: int = 0, version: int | None = None) -
                 Diagnostic(item.offset, len(item.raw), problem.split(":")[0], item.number, problem)
             )
             continue
+        _note_bad_fields(value, item, diagnostics)
         raw_entries.append(value)
         positions.append(parsed_count - 1)
         line_numbers.append(item.number)
     entries = raw_entries if continuation else migrate(header, raw_entries, positions)
     size = os.fstat(f.fileno()).st_size
     return Snapshot(path, header, entries, diagnostics, size=size, end=end, lines=line_numbers)
+
+
+def _note_bad_fields(entry: Entry, line: Line, diagnostics: list[Diagnostic]) -> None:
+    """Report wrongly typed fields; the entry itself is kept, as pi keeps it."""
+    problem = codec.field_problem(entry)
+    if problem is not None:
+        diagnostics.append(Diagnostic(line.offset, len(line.raw), codec.BAD_FIELD,
+                                      line.number or None, problem))
 
 
 def last_newline_end(f: Any, size: int, block: int = 1 << 16) -> int:
@@ -244,6 +253,7 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic]) -> Entry | None:
             Diagnostic(line.offset, len(line.raw), problem.split(":")[0], None, problem)
         )
         return None
+    _note_bad_fields(value, line, diagnostics)
     return value
 
 
