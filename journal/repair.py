@@ -24,6 +24,7 @@ from . import codec, model
 from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
+from .fieldfix import repair_fields
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import fsync_directory
 from .model import Entry
@@ -134,6 +135,7 @@ def plan(path: str, *, migrate: bool = False) -> _Plan:
     with codec.bulk_parsing():
         p = _salvage(path, original)
     p.migrate = migrate
+    _fix_fields(p)
     if p.version >= 2:
         _fix_structure(p)
     _fix_pairing(p)
@@ -282,6 +284,40 @@ def _synthesize_header(path: str, pieces: list[tuple[Piece, int]], version: int)
     if version < 2:
         del header["version"]
     return _Item(header, None, None, None)
+
+
+def _fix_fields(p: _Plan) -> None:
+    """Wrongly typed fields (see `journal.fieldfix`): fix the field or drop the entry.
+
+    A dropped entry's children take its parent, resolved like any parent lookup: to the
+    nearest earlier definition of the id, so a later entry reusing the id is not affected.
+    """
+    replaced: dict[str, str | None] = {}  # id of a dropped entry -> the parent that stands in
+    kept: list[_Item] = []
+    for item in p.items:
+        parent = item.entry.get("parentId")
+        if p.version >= 2 and isinstance(parent, str) and parent in replaced:
+            item.edit(item.edit_reason or codec.BAD_FIELD)["parentId"] = replaced[parent]
+        fix = repair_fields(item.entry)
+        entry_id = item.entry.get("id")
+        if fix is None or fix.entry is not None:
+            if fix is not None:
+                item.edit(codec.BAD_FIELD)
+                item.entry = fix.entry  # type: ignore[assignment]
+                for action in fix.actions:
+                    p.problem(codec.BAD_FIELD, action, item)
+            if isinstance(entry_id, str):
+                replaced.pop(entry_id, None)
+            kept.append(item)
+            continue
+        original = item.raw if item.raw is not None else item.original
+        p.dropped.append(Quarantined(p.path, item.offset or 0, bytes(original or b""),
+                                     codec.BAD_FIELD, fix.actions[0]))
+        p.problem(codec.BAD_FIELD, "quarantined; its children now hang from its parent", item,
+                  detail=fix.actions[0])
+        if isinstance(entry_id, str):
+            replaced[entry_id] = item.entry.get("parentId")
+    p.items = kept
 
 
 def _fix_structure(p: _Plan) -> None:
@@ -583,13 +619,13 @@ def _line(p: _Plan, item: _Item, header: bool = False) -> bytes:
         if header:
             entry = {"type": "session", "version": model.CURRENT_VERSION,
                      **{k: v for k, v in entry.items() if k not in ("type", "version")}}
-        return orjson.dumps(entry) + b"\n"
+        return codec.encode(entry)
     if item.raw is not None:
         return bytes(item.raw) + b"\n"
     entry = item.entry
     if p.version < 2 and not header:
         entry = _to_v1(entry, p)
-    return orjson.dumps(entry) + b"\n"
+    return codec.encode(entry)
 
 
 def _to_v1(entry: Entry, p: _Plan) -> Entry:
@@ -698,7 +734,7 @@ def _verify(p: _Plan) -> None:
             continue
         line = _line(p, item, header=item is p.header)
         try:
-            value = orjson.loads(line)
+            value = codec.loads(line)
         except orjson.JSONDecodeError as e:
             raise JournalError(f"repair produced an unreadable line ({e}); nothing changed") from e
         if item is not p.header and not p.migrate:
