@@ -34,7 +34,7 @@ from typing import Any
 
 from .errors import JournalError
 
-_TEXT_ROLES = frozenset({"user", "custom", "assistant"})
+_TEXT_ROLES = ("user", "custom", "assistant")
 
 
 class InvalidPairing(JournalError, AssertionError):
