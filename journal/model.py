@@ -73,6 +73,10 @@ def bad_fields(entry: Entry) -> list[tuple[str, str]]:
     readers can report them and repair can fix them. A message without a string role counts.
     """
     kind = entry.get("type")
+    if kind == "message":  # the hot case on load: one check, no loop
+        message = entry.get("message")
+        if isinstance(message, dict) and isinstance(message.get("role"), str):
+            return []
     specs = FIELD_TYPES.get(kind, ()) if isinstance(kind, str) else ()
     out: list[tuple[str, str]] = []
     for name, types, expected in specs:

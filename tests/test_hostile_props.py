@@ -18,7 +18,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal import load
+from journal import Session, View, load
 from journal.context import build_context, for_model, to_model_messages
 from journal.errors import JournalError
 from journal.info import inspect
@@ -65,7 +65,7 @@ def base_entries() -> list[dict[str, Any]]:
         _e("label", "e0000008", "e0000007", targetId="e0000001", label="start"),
         _e("session_info", "e0000009", "e0000008", name="props"),
         _e("branch_summary", "e000000a", "e0000009", fromId="e0000003", summary="side"),
-        _e("compaction", "e000000b", "e000000a", summary="sum", firstKeptEntryId="e0000003",
+        _e("compaction", "e000000b", "e000000a", summary="sum", firstKeptEntryId="e0000004",
            tokensBefore=1234),
         _e("message", "e000000c", "e000000b",
            message={"role": "bashExecution", "command": "ls", "output": "a", "exitCode": 0,
@@ -97,7 +97,10 @@ MESSAGE_FIELDS = ["role", "content", "toolCallId", "toolName", "isError", "provi
                   "stopReason", "timestamp", "command", "output", "exitCode", "summary"]
 BLOCK_FIELDS = ["type", "text", "id", "name", "arguments"]
 
+HEADER_FIELDS = ["type", "version", "id", "timestamp", "cwd", "parentSession"]
+
 mutation = st.one_of(
+    st.tuples(st.just("header"), st.just(0), st.sampled_from(HEADER_FIELDS), hostile_values),
     st.tuples(st.just("top"), st.integers(0, 13), st.sampled_from(TOP_FIELDS), hostile_values),
     st.tuples(st.just("message"), st.sampled_from([0, 1, 2, 11, 12]),
               st.sampled_from(MESSAGE_FIELDS), hostile_values),
@@ -115,10 +118,11 @@ def _set(target: Any, key: str, value: Any) -> None:
         target[key] = value
 
 
-def mutate(entries: list[dict[str, Any]], changes: list[tuple[str, int, str, Any]]) -> None:
+def mutate(entries: list[dict[str, Any]], header: dict[str, Any],
+           changes: list[tuple[str, int, str, Any]]) -> None:
     for where, index, key, value in changes:
-        entry = entries[index]
-        if where == "top":
+        entry = header if where == "header" else entries[index]
+        if where in ("top", "header"):
             _set(entry, key, value)
             continue
         message = entry.get("message")
@@ -138,8 +142,8 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-def write(path: Path, entries: list[dict[str, Any]]) -> None:
-    data = b"".join(dumps(e) + b"\n" for e in [HEADER, *entries])
+def write(path: Path, entries: list[dict[str, Any]], header: dict[str, Any] = HEADER) -> None:
+    data = b"".join(dumps(e) + b"\n" for e in [header, *entries])
     data = data.replace(orjson.dumps(DEEP), DEEP_JSON).replace(orjson.dumps(BIG), BIG_JSON)
     path.write_bytes(data)
 
@@ -164,19 +168,32 @@ def exercise(path: Path) -> None:
         pairing_problems(context.messages)
     inspect(path).to_json()
     resume(path)
+    View.open(path, full=True).context()
+    try:
+        with Session.open(path) as session:
+            session.context()
+    except JournalError:
+        pass  # refused with a clear error (for example an unsupported version)
     try:
         rotate(path, dry_run=True)
     except JournalError:
         pass
 
 
+def test_the_base_session_is_clean(tmp_path):
+    path = tmp_path / "s.jsonl"
+    write(path, base_entries())
+    assert repair(path).changed is False
+    assert load(path).diagnostics == []
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(mutation, min_size=1, max_size=4))
 def test_hostile_fields_never_raise_and_repair_loads_clean(tmp_path_factory, changes):
     path = tmp_path_factory.mktemp("hostile") / "s.jsonl"
-    entries = base_entries()
-    mutate(entries, changes)
-    write(path, entries)
+    entries, header = base_entries(), dict(HEADER)
+    mutate(entries, header, changes)
+    write(path, entries, header)
     exercise(path)
     plan(str(path))
     try:
