@@ -374,3 +374,16 @@ def test_session_appends_and_rotates_lone_surrogates(tmp_path, capsys):
     assert messages[0]["summary"] == "summary \udc00"
     assert messages[1]["content"] == "cut \ud83d"
     assert os.path.exists(result.archive or "")
+
+
+def test_header_with_lone_surrogate_opens_for_writing(tmp_path):
+    header = (b'{"type":"session","version":3,"id":"44444444-4444-4444-8444-444444444444",'
+              b'"timestamp":"2026-01-01T00:00:00.000Z","cwd":"/home/\\ud83d"}')
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(header + b"\n" + orjson.dumps(user("a0000001", None)) + b"\n")
+    with Session.open(path) as s:
+        s.append_message({"role": "user", "content": "more", "timestamp": 2})
+    snap = load(path)
+    assert snap.header is not None and snap.header["cwd"] == "/home/\ud83d"
+    assert snap.diagnostics == [] and len(snap.entries) == 2
+    assert path.read_bytes().startswith(header + b"\n"), "the header is never rewritten"
