@@ -68,7 +68,7 @@ def salvage_line(line: Line) -> SalvagedLine:
     if b"\x00" in raw:
         _salvage_around_nuls(raw, line.offset, out)
     else:
-        _salvage_segment(raw, line.offset, out, value.reason)
+        _salvage_segment(raw, line.offset, out, value.reason, known_bad=True)
     return out
 
 
@@ -96,15 +96,19 @@ def _is_entry_like(value: Any) -> bool:
     )
 
 
-def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str) -> None:
+def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str,
+                     known_bad: bool = False) -> None:
+    """Rescue what a segment holds; `known_bad` when it was just parsed and failed (a parse
+    of a line hundreds of megabytes long is worth skipping)."""
     if not segment.strip(b" \t\r"):
         out.dropped.append(Dropped(base, segment, BLANK, "whitespace"))
         return
-    try:
-        out.pieces.append(Piece(_loads(segment), base, segment))
-        return
-    except orjson.JSONDecodeError:
-        pass
+    if not known_bad:
+        try:
+            out.pieces.append(Piece(_loads(segment), base, segment))
+            return
+        except orjson.JSONDecodeError:
+            pass
     if _salvage_utf8(segment, base, out):
         return
     if _salvage_glued(segment, base, out):
