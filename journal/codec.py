@@ -84,11 +84,11 @@ def bulk_parsing() -> Iterator[None]:
 
 def encode(entry: Entry) -> bytes:
     """One entry as a complete JSONL line."""
-    return dumps(entry) + b"\n"
+    return dumps(entry, orjson.OPT_APPEND_NEWLINE)
 
 
 def encode_many(entries: list[Entry]) -> bytes:
-    return b"".join([dumps(e) + b"\n" for e in entries])
+    return b"".join([dumps(e, orjson.OPT_APPEND_NEWLINE) for e in entries])
 
 
 # Lone surrogates. JavaScript strings are UTF-16, so a writer that cuts a string in the middle

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import Session, View, load
+from journal.cli_tail import format_entry
 from journal.context import build_context, for_model, to_model_messages
 from journal.errors import JournalError
 from journal.info import inspect
@@ -155,6 +156,7 @@ def exercise(path: Path) -> None:
     tree.finish_forward_check()
     for entry in snap.entries:
         describe_entry(entry)
+        format_entry(entry)
     tree.nested()
     _ = tree.labels, tree.name
     for leaf in {tree.leaf, 0, len(tree) // 2} if len(tree) else {None}:
