@@ -192,10 +192,13 @@ def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine) -> bool:
 # the deepest nesting a parser accepts, so neither recursion nor a long line can exhaust them.
 # A quote is a string delimiter when it is not escaped; escapes and quotes exist only inside
 # strings, so `_TOKEN_RE` (escape pairs first) finds the delimiters from any starting point.
+# No escape ends in `{`: a record torn just after a backslash keeps the brace of the record
+# glued after it.
 
-_TOKEN_RE = re.compile(rb'\\.|["{}\[\]]', re.DOTALL)
+_TOKEN_RE = re.compile(rb'\\[^{]|["{}\[\]]')
 _CANDIDATE_RE = re.compile(rb'\{"type"\s*:')
 _OPENS = {ord("}"): ord("{"), ord("]"): ord("[")}
+_OPEN_BYTES = frozenset(b"{[")
 MAX_DEPTH = 1024  # orjson's limit: nothing deeper parses anyway
 
 
@@ -212,7 +215,7 @@ def first_value_end(data: bytes) -> int | None:
             inside = not inside
         elif inside:
             continue
-        elif token in _OPENS.values():
+        elif token in _OPEN_BYTES:
             depth += 1
             if depth > MAX_DEPTH:
                 return None
@@ -247,7 +250,7 @@ def last_value_start(data: bytes) -> int | None:
             continue
         if (quotes - seen) % 2:
             continue  # inside a string, as seen from the end of the line
-        if token in _OPENS.values():
+        if token in _OPEN_BYTES:
             stack.append((token, at))
             continue
         if stack and stack[-1][0] == _OPENS[token]:

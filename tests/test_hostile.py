@@ -294,6 +294,14 @@ def test_salvage_finds_the_record_glued_after_a_long_torn_one(parsed_bytes):
     assert parsed_bytes[0] <= 4 * len(raw), parsed_bytes[0] / len(raw)
 
 
+def test_salvage_finds_the_record_glued_after_a_tear_inside_an_escape():
+    complete = orjson.dumps(user("a0000003", "a0000001", "after"))
+    torn = b'{"type":"message","id":"a0000002","parentId":"a0000001","message":{"content":"a\\'
+    out = salvage_line(Line(0, 1, torn + complete))
+    assert [p.value["id"] for p in out.pieces] == ["a0000003"]
+    assert [d.data for d in out.dropped] == [torn]
+
+
 def test_salvage_splits_two_complete_records_on_one_line():
     first = orjson.dumps(user("a0000002", "a0000001", "one"))
     second = orjson.dumps(user("a0000003", "a0000002", "two"))
