@@ -294,10 +294,15 @@ def _fix_fields(p: _Plan) -> None:
     """
     replaced: dict[str, str | None] = {}  # id of a dropped entry -> the parent that stands in
     kept: list[_Item] = []
+    dropped_ids: list[str] = []
+    all_items = p.items
     for item in p.items:
         parent = item.entry.get("parentId")
-        if p.version >= 2 and isinstance(parent, str) and parent in replaced:
-            item.edit(item.edit_reason or codec.BAD_FIELD)["parentId"] = replaced[parent]
+        if isinstance(parent, str) and parent in replaced:
+            if p.version >= 2:
+                item.edit(item.edit_reason or codec.BAD_FIELD)["parentId"] = replaced[parent]
+            else:  # version 1 lines carry no parent: only the migrated entry changes
+                item.entry = {**item.entry, "parentId": replaced[parent]}
         fix = repair_fields(item.entry)
         entry_id = item.entry.get("id")
         if fix is None or fix.entry is not None:
@@ -317,7 +322,30 @@ def _fix_fields(p: _Plan) -> None:
                   detail=fix.actions[0])
         if isinstance(entry_id, str):
             replaced[entry_id] = item.entry.get("parentId")
+            dropped_ids.append(entry_id)
     p.items = kept
+    if p.version < 2 and dropped_ids:
+        _follow_dropped_first_kept(p, set(dropped_ids), all_items)
+
+
+def _follow_dropped_first_kept(p: _Plan, dropped: set[str], all_items: list[_Item]) -> None:
+    """A version 1 compaction that kept from a dropped entry keeps from the entry after it.
+
+    Its index counts lines, so left alone it would name whatever line moves into the gap.
+    """
+    following: dict[str, str] = {}
+    waiting: list[str] = []
+    for item in all_items:
+        entry_id = item.entry.get("id")
+        if entry_id in dropped:
+            waiting.append(entry_id)
+        elif isinstance(entry_id, str):
+            following.update((w, entry_id) for w in waiting)
+            waiting = []
+    for item in p.items:
+        first_kept = item.entry.get("firstKeptEntryId")
+        if item.entry.get("type") == "compaction" and first_kept in following:
+            item.entry = {**item.entry, "firstKeptEntryId": following[first_kept]}
 
 
 def _fix_structure(p: _Plan) -> None:

@@ -395,3 +395,22 @@ def test_header_with_lone_surrogate_opens_for_writing(tmp_path):
     assert snap.header is not None and snap.header["cwd"] == "/home/\ud83d"
     assert snap.diagnostics == [] and len(snap.entries) == 2
     assert path.read_bytes().startswith(header + b"\n"), "the header is never rewritten"
+
+
+def test_v1_compaction_keeping_from_a_dropped_entry_keeps_from_the_next(tmp_path):
+    def v1(kind: str, **fields: Any) -> bytes:
+        return orjson.dumps({"type": kind, "timestamp": TS, **fields})
+
+    def said(text: str) -> bytes:
+        return v1("message", message={"role": "user", "content": text, "timestamp": 1})
+
+    path = tmp_path / "s.jsonl"  # version 1, header lost: indices count from the first line
+    path.write_bytes(b"\n".join([
+        said("q0"), v1("message", message={"content": "lost its role"}), said("q1"),
+        v1("compaction", summary="sum", tokensBefore=5, firstKeptEntryIndex=1), said("q2"),
+    ]) + b"\n")
+    report = repair(path)
+    assert {"bad_field", "missing_header", "renumbered"} <= set(report.counts)
+    assert repair(path).changed is False, "a second repair finds nothing"
+    tree, context = project(path)
+    assert [m.get("content", m.get("summary")) for m in context.messages] == ["sum", "q1", "q2"]
