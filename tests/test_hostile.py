@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from corruption import parity_module
 
 from journal import Session, codec, load, read_quarantine
 from journal.cli import main
@@ -414,3 +415,33 @@ def test_v1_compaction_keeping_from_a_dropped_entry_keeps_from_the_next(tmp_path
     assert repair(path).changed is False, "a second repair finds nothing"
     tree, context = project(path)
     assert [m.get("content", m.get("summary")) for m in context.messages] == ["sum", "q1", "q2"]
+
+
+# pi parity: the hostile values pi accepts still project as pi projects them
+
+
+def test_hostile_files_project_as_pi_does(tmp_path):
+    parity = parity_module()
+    node, pi_dir = parity.find_node(), parity.find_pi_dir()
+    missing = parity.pi_missing(node, pi_dir)
+    if missing:
+        pytest.skip(f"pi parity needs node and pi-coding-agent: {missing}")
+    surrogate = (b'{"type":"message","id":"a0000002","parentId":"a0000001","timestamp":"'
+                 + TS.encode() + b'","message":{"role":"user","content":"cut \\ud83d",'
+                 b'"timestamp":2}}')
+    files = [
+        write_session(tmp_path / "label.jsonl", [
+            user("a0000001", None),
+            entry("a0000002", "a0000001", "label", targetId={"x": 1}, label="L"),
+            user("a0000003", "a0000002", "after")]),
+        write_session(tmp_path / "role.jsonl", [
+            user("a0000001", None), entry("a0000002", "a0000001", message={"content": "x"})]),
+        write_session(tmp_path / "tokens.jsonl", [
+            user("a0000001", None),
+            entry("a0000002", "a0000001", "compaction", summary="s",
+                  firstKeptEntryId="a0000001", tokensBefore="12000"),
+            user("a0000003", "a0000002", "after")]),
+        write_session(tmp_path / "surrogate.jsonl", [user("a0000001", None)], [surrogate]),
+    ]
+    results = parity.check_files(files, node, pi_dir)
+    assert all(r.equal for r in results), parity.format_problems(results)
