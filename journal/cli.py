@@ -101,7 +101,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, entry in zip(snap.lines, snap.entries, strict=True):
         rows.append((number, {"line": number, "entry": entry}))
-    for d in snap.diagnostics:
+    for d in [*snap.diagnostics, *snap.field_issues]:
         rows.append((d.line or 0, {"line": d.line, "diagnostic": d.to_json()}))
     rows.sort(key=lambda r: r[0])
     if args.json:

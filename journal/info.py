@@ -74,7 +74,7 @@ def inspect(path: str | os.PathLike[str]) -> SessionInfo:
         leaf_id=tree.leaf_id,
         name=tree.name,
         labels=tree.labels,
-        diagnostics=snap.diagnostics,
+        diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
         lock_holder=holder,
     )

@@ -71,7 +71,7 @@ def assert_loads_clean(path: Path) -> None:
     snap = load(path)
     tree = Tree(snap.entries)
     tree.finish_forward_check()
-    assert snap.diagnostics == [] and tree.issues == []
+    assert snap.diagnostics == [] and snap.field_issues == [] and tree.issues == []
 
 
 # item 7: wrongly typed fields
@@ -119,6 +119,23 @@ def test_rotation_plans_past_a_label_with_an_object_target(tmp_path):
     s.close()
     result = rotate(path, compress=False)
     assert result.rotated, result.reason
+
+
+def test_session_with_wrongly_typed_fields_still_rotates(tmp_path):
+    s = Session.create(tmp_path, cwd="/p")
+    s.append_message({"role": "user", "content": "x" * 4000, "timestamp": 1})
+    kept = s.append_message({"role": "user", "content": "kept", "timestamp": 2})
+    s.append_entry({"type": "message", "message": {"content": "no role"}})
+    s.append_compaction("summary", kept, "12")  # type: ignore[arg-type]
+    path = s.path
+    s.close()
+    snap = load(path)
+    assert snap.diagnostics == [], "every line was read"
+    assert [d.reason for d in snap.field_issues] == ["bad_field", "bad_field"]
+    before = project(Path(path))[1]
+    result = rotate(path, compress=False)
+    assert result.rotated and result.successor, result.reason
+    assert project(Path(result.successor))[1].same_as(before)
 
 
 def test_string_tokens_before_shows_and_is_repaired_to_a_number(tmp_path, capsys):

@@ -186,7 +186,7 @@ def test_the_base_session_is_clean(tmp_path):
     path = tmp_path / "s.jsonl"
     write(path, base_entries())
     assert repair(path).changed is False
-    assert load(path).diagnostics == []
+    assert load(path).diagnostics == [] and load(path).field_issues == []
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -206,6 +206,7 @@ def test_hostile_fields_never_raise_and_repair_loads_clean(tmp_path_factory, cha
     tree = Tree(snap.entries)
     tree.finish_forward_check()
     assert snap.diagnostics == [], [d.describe() for d in snap.diagnostics]
+    assert snap.field_issues == [], [d.describe() for d in snap.field_issues]
     assert tree.issues == []
     exercise(path)
     assert repair(path).changed is False, "a second repair finds nothing"
@@ -224,4 +225,4 @@ def test_hostile_bytes_in_a_line_never_raise(tmp_path_factory, line, glue):
     snap = load(path)
     tree = Tree(snap.entries)
     tree.finish_forward_check()
-    assert snap.diagnostics == [] and tree.issues == []
+    assert snap.diagnostics == [] and snap.field_issues == [] and tree.issues == []
