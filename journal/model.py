@@ -85,9 +85,8 @@ def bad_fields(entry: Entry) -> list[tuple[str, str]]:
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 out.append((name, expected))
     message = entry.get("message")
-    if entry.get("type") == "message" and isinstance(message, dict):
-        if not isinstance(message.get("role"), str):
-            out.append((_MISSING_ROLE, "a string"))
+    if kind == "message" and isinstance(message, dict) and not isinstance(message.get("role"), str):
+        out.append((_MISSING_ROLE, "a string"))
     return out
 
 

@@ -305,24 +305,24 @@ def _fix_fields(p: _Plan) -> None:
                 item.entry = {**item.entry, "parentId": replaced[parent]}
         fix = repair_fields(item.entry)
         entry_id = item.entry.get("id")
-        if fix is None or fix.entry is not None:
-            if fix is not None:
-                item.edit(codec.BAD_FIELD)
-                item.entry = fix.entry  # type: ignore[assignment]
-                for action in fix.actions:
-                    p.problem(codec.BAD_FIELD, action, item)
+        if fix is not None and fix.entry is None:
+            original = item.raw if item.raw is not None else item.original
+            p.dropped.append(Quarantined(p.path, item.offset or 0, bytes(original or b""),
+                                         codec.BAD_FIELD, fix.actions[0]))
+            p.problem(codec.BAD_FIELD, "quarantined; its children now hang from its parent",
+                      item, detail=fix.actions[0])
             if isinstance(entry_id, str):
-                replaced.pop(entry_id, None)
-            kept.append(item)
+                replaced[entry_id] = item.entry.get("parentId")
+                dropped_ids.append(entry_id)
             continue
-        original = item.raw if item.raw is not None else item.original
-        p.dropped.append(Quarantined(p.path, item.offset or 0, bytes(original or b""),
-                                     codec.BAD_FIELD, fix.actions[0]))
-        p.problem(codec.BAD_FIELD, "quarantined; its children now hang from its parent", item,
-                  detail=fix.actions[0])
+        if fix is not None and fix.entry is not None:
+            item.edit(codec.BAD_FIELD)
+            item.entry = fix.entry
+            for action in fix.actions:
+                p.problem(codec.BAD_FIELD, action, item)
         if isinstance(entry_id, str):
-            replaced[entry_id] = item.entry.get("parentId")
-            dropped_ids.append(entry_id)
+            replaced.pop(entry_id, None)
+        kept.append(item)
     p.items = kept
     if p.version < 2 and dropped_ids:
         _follow_dropped_first_kept(p, set(dropped_ids), all_items)
