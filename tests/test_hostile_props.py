@@ -51,7 +51,9 @@ def base_entries() -> list[dict[str, Any]]:
         _e("message", "e0000001", None,
            message={"role": "user", "content": [{"type": "text", "text": "go"}], "timestamp": 1}),
         _e("message", "e0000002", "e0000001",
-           message={"role": "assistant", "content": [{"type": "text", "text": "ok"}, call],
+           message={"role": "assistant",
+                    "content": [{"type": "thinking", "thinking": "hm", "thinkingSignature": "s"},
+                                {"type": "text", "text": "ok"}, call],
                     "provider": "anthropic", "model": "m", "stopReason": "toolUse",
                     "timestamp": 2}),
         _e("message", "e0000003", "e0000002",
@@ -95,8 +97,10 @@ TOP_FIELDS = ["type", "id", "parentId", "timestamp", "message", "provider", "mod
               "targetId", "label", "name", "fromId", "summary", "firstKeptEntryId",
               "tokensBefore"]
 MESSAGE_FIELDS = ["role", "content", "toolCallId", "toolName", "isError", "provider", "model",
-                  "stopReason", "timestamp", "command", "output", "exitCode", "summary"]
-BLOCK_FIELDS = ["type", "text", "id", "name", "arguments"]
+                  "stopReason", "timestamp", "command", "output", "exitCode", "summary",
+                  "details", "excludeFromContext", "cancelled", "truncated", "customType"]
+BLOCK_FIELDS = ["type", "text", "id", "name", "arguments", "thinking", "thinkingSignature",
+                "redacted"]
 
 HEADER_FIELDS = ["type", "version", "id", "timestamp", "cwd", "parentSession"]
 
@@ -105,8 +109,8 @@ mutation = st.one_of(
     st.tuples(st.just("top"), st.integers(0, 13), st.sampled_from(TOP_FIELDS), hostile_values),
     st.tuples(st.just("message"), st.sampled_from([0, 1, 2, 11, 12]),
               st.sampled_from(MESSAGE_FIELDS), hostile_values),
-    st.tuples(st.just("block"), st.sampled_from([0, 1, 2]), st.sampled_from(BLOCK_FIELDS),
-              hostile_values),
+    st.tuples(st.sampled_from(["block", "first_block"]), st.sampled_from([0, 1, 2]),
+              st.sampled_from(BLOCK_FIELDS), hostile_values),
 )
 
 
@@ -132,7 +136,7 @@ def mutate(entries: list[dict[str, Any]], header: dict[str, Any],
             continue
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list) and content:
-            _set(content[-1], key, value)
+            _set(content[0 if where == "first_block" else -1], key, value)
 
 
 def dumps(value: Any) -> bytes:
