@@ -6,6 +6,7 @@ Expected failures print one `Error: ...` line and exit 2; nothing prints a trace
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from . import codec
 from .context import Context
 from .errors import JournalError, NotASession, UnknownEntry
 from .info import inspect, require_session
@@ -31,11 +33,11 @@ def _default_sessions_dir() -> str:
 
 
 def _emit_json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(codec.dumps(value, orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _emit_json_line(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.write(codec.dumps(value).decode() + "\n")
 
 
 # commands
@@ -99,7 +101,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, entry in zip(snap.lines, snap.entries, strict=True):
         rows.append((number, {"line": number, "entry": entry}))
-    for d in snap.diagnostics:
+    for d in [*snap.diagnostics, *snap.field_issues]:
         rows.append((d.line or 0, {"line": d.line, "diagnostic": d.to_json()}))
     rows.sort(key=lambda r: r[0])
     if args.json:
@@ -175,7 +177,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     print(f"model {model.get('provider')}/{model.get('modelId')}, thinking "
           f"{context.thinking_level}, leaf {context.leaf_id}, {len(context.messages)} messages")
     for message in context.messages:
-        print(f"  {message.get('role'):<17} {describe_message(message)}")
+        print(f"  {message.get('role')!s:<17} {describe_message(message)}")
     if args.for_model and context.pairing.changed:
         print(f"pairing fixes applied for the model: {context.pairing.counts}")
     return 0
@@ -347,6 +349,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         format="%(levelname)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")  # a lone surrogate prints escaped
     try:
         return func(args)
     except JournalError as e:

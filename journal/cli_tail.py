@@ -28,8 +28,7 @@ from contextlib import closing
 from datetime import datetime
 from typing import IO, Any
 
-import orjson
-
+from . import codec
 from .errors import JournalError
 from .lineage import is_seal
 from .model import Entry
@@ -180,7 +179,7 @@ class TailPrinter:
     def _entry(self, path: str, entry: Entry) -> None:
         if self.as_json:
             value: Any = {"path": path, "entry": entry} if self.many else entry
-            self.out.write(orjson.dumps(value).decode() + "\n")
+            self.out.write(codec.dumps(value).decode() + "\n")
             return
         if is_seal(entry):
             return  # the rotated event that follows says it in words

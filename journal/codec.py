@@ -6,15 +6,18 @@ used becomes a `Diagnostic`; nothing is skipped silently and nothing here raises
 
 from __future__ import annotations
 
+import codecs
 import gc
-from collections.abc import Iterator
+import re
+import secrets
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
 import orjson
 
-from .model import REQUIRED_FIELDS, Entry
+from .model import REQUIRED_FIELDS, Entry, bad_fields
 
 CHUNK = 1 << 22
 BOM = b"\xef\xbb\xbf"
@@ -27,6 +30,7 @@ NOT_OBJECT = "not_object"
 MISSING_FIELD = "missing_field"
 MISSING_HEADER = "missing_header"
 EXTRA_HEADER = "extra_header"
+BAD_FIELD = "bad_field"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +84,115 @@ def bulk_parsing() -> Iterator[None]:
 
 def encode(entry: Entry) -> bytes:
     """One entry as a complete JSONL line."""
-    return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+    return dumps(entry, orjson.OPT_APPEND_NEWLINE)
 
 
 def encode_many(entries: list[Entry]) -> bytes:
-    return b"".join([orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in entries])
+    return b"".join([dumps(e, orjson.OPT_APPEND_NEWLINE) for e in entries])
+
+
+# Lone surrogates. JavaScript strings are UTF-16, so a writer that cuts a string in the middle
+# of an emoji leaves half a surrogate pair, which JSON.stringify writes as an escape such as
+# "\ud83d" and JSON.parse reads back. orjson refuses such escapes (they name no Unicode scalar)
+# and cannot encode the resulting Python strings. Both directions go through orjson all the
+# same: a lone surrogate escape is swapped for a placeholder that cannot occur in the line, and
+# swapped back afterwards. Only lines orjson rejects for this reason take the slow path.
+
+_ESCAPE_RE = re.compile(
+    rb"\\(?:u([dD][89abAB][0-9a-fA-F]{2})(?:\\u([dD][c-fC-F][0-9a-fA-F]{2}))?"
+    rb"|u([dD][c-fC-F][0-9a-fA-F]{2})|.)",
+    re.DOTALL,
+)
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_SURROGATE_TAG = "@lone-surrogate-"
+
+
+def _placeholder_prefix(taken: Callable[[str], bool]) -> str:
+    while True:
+        prefix = f"{_SURROGATE_TAG}{secrets.token_hex(8)}-"
+        if not taken(prefix):
+            return prefix
+
+
+def loads(raw: bytes | memoryview) -> Any:
+    """Parse one JSON value as JavaScript's JSON.parse does, lone surrogate escapes included.
+
+    Raises `orjson.JSONDecodeError` for anything that is not JSON.
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if "surrogate" not in str(e):
+            raise
+        original = e
+    data = bytes(raw)
+    prefix = _placeholder_prefix(lambda p: p.encode() in data)
+    token = prefix.encode()
+    found = False
+
+    def swap(match: re.Match[bytes]) -> bytes:
+        nonlocal found
+        high, low, lone_low = match.group(1), match.group(2), match.group(3)
+        if high is not None and low is None:
+            found = True
+            return token + high.lower()
+        if lone_low is not None:
+            found = True
+            return token + lone_low.lower()
+        return match.group(0)
+
+    swapped = _ESCAPE_RE.sub(swap, data)
+    if not found:
+        raise original
+    value = orjson.loads(swapped)
+    pattern = re.compile(re.escape(prefix) + "([0-9a-f]{4})")
+    return map_strings(value, lambda s: pattern.sub(lambda m: chr(int(m.group(1), 16)), s)
+                       if prefix in s else s)
+
+
+def dumps(value: Any, option: int = 0) -> bytes:
+    """`value` as JSON bytes (orjson `option`s apply); a lone surrogate is written as its
+    escape ("\\ud83d"), as JSON.stringify writes it."""
+    try:
+        return orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError as e:
+        if "surrogate" not in str(e):
+            raise
+    strings: list[str] = []
+
+    def collect(text: str) -> str:
+        strings.append(text)
+        return text
+
+    map_strings(value, collect)
+    prefix = _placeholder_prefix(lambda p: any(p in s for s in strings))
+    marked = map_strings(value, lambda s: _SURROGATE_RE.sub(
+        lambda m: f"{prefix}{ord(m.group()):04x}", s))
+    pattern = re.compile(re.escape(prefix.encode()) + rb"([0-9a-f]{4})")
+    return pattern.sub(lambda m: b"\\u" + m.group(1), orjson.dumps(marked, option=option))
+
+
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """A copy of a parsed JSON value with every string (keys included) passed through `fn`.
+
+    Iterative, so any nesting depth a parser accepted is handled without recursion.
+    """
+    root = [value]
+    stack: list[tuple[list[Any] | dict[Any, Any], Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        item = parent[key]
+        if isinstance(item, str):
+            parent[key] = fn(item)
+        elif isinstance(item, list):
+            copy = list(item)
+            parent[key] = copy
+            stack.extend((copy, i) for i in range(len(copy)))
+        elif isinstance(item, dict):
+            mapped = {fn(k) if isinstance(k, str) else k: v for k, v in item.items()}
+            parent[key] = mapped
+            stack.extend((mapped, k) for k in mapped)
+    return root[0]
 
 
 def iter_lines(
@@ -159,7 +267,7 @@ def parse_line(line: Line) -> Any | Diagnostic | None:
     if line.offset == 0 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
     try:
-        value = orjson.loads(raw)
+        value = loads(raw)
     except orjson.JSONDecodeError as e:
         if not raw.strip(b" \t"):
             return None
@@ -172,11 +280,20 @@ def parse_line(line: Line) -> Any | Diagnostic | None:
 def _classify(raw: bytes) -> str:
     if b"\x00" in raw:
         return NUL_RUN
+    return INVALID_JSON if is_utf8(raw) else INVALID_UTF8
+
+
+def is_utf8(data: bytes | memoryview, block: int = 1 << 20) -> bool:
+    """Whether `data` is valid UTF-8, checked a block at a time (memory stays small)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
     try:
-        raw.decode("utf-8")
+        for at in range(0, len(view), block):
+            decoder.decode(view[at : at + block])
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
-        return INVALID_UTF8
-    return INVALID_JSON
+        return False
+    return True
 
 
 def check_entry(obj: Any, version: int) -> str | None:
@@ -201,3 +318,11 @@ def check_entry(obj: Any, version: int) -> str | None:
     if kind == "message" and not isinstance(obj["message"], dict):
         return f"{MISSING_FIELD}: message is not an object"
     return None
+
+
+def field_problem(entry: Entry) -> str | None:
+    """A readable list of an entry's wrongly typed fields (see `model.bad_fields`), or None."""
+    bad = bad_fields(entry)
+    if not bad:
+        return None
+    return "; ".join(f"{name} is not {expected}" for name, expected in bad)

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import Diagnostic
+from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
 from .lock import current_holder
 from .model import Entry
@@ -60,8 +60,9 @@ def inspect(path: str | os.PathLike[str]) -> SessionInfo:
     """Read a session without locking it and summarise it."""
     snap = load(path)
     require_session(snap)
-    tree = Tree(snap.entries)
-    tree.finish_forward_check()
+    with bulk_parsing():  # many small objects, no cycles: see codec.bulk_parsing
+        tree = Tree(snap.entries)
+        tree.finish_forward_check()
     holder = current_holder(snap.path)
     return SessionInfo(
         path=snap.path,
@@ -73,7 +74,7 @@ def inspect(path: str | os.PathLike[str]) -> SessionInfo:
         leaf_id=tree.leaf_id,
         name=tree.name,
         labels=tree.labels,
-        diagnostics=snap.diagnostics,
+        diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
         lock_holder=holder,
     )

@@ -68,7 +68,7 @@ def read_header(path: str) -> Entry | None:
     except (OSError, EOFError, JournalError):
         return None
     try:
-        value = orjson.loads(first)
+        value = codec.loads(first)
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) and value.get("type") == "session" else None
@@ -96,7 +96,7 @@ def last_entry(path: str) -> Entry | None:
 
 def _entry_of(raw: bytes) -> Entry | None:
     try:
-        value = orjson.loads(raw)
+        value = codec.loads(raw)
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None

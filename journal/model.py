@@ -43,6 +43,52 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "session_info": (),
 }
 
+_STR = (str,)
+_NUMBER = (int, float)
+_MISSING_ROLE = "message.role"
+
+# The JSON type every field that some code path reads must have, per entry type. A field that
+# is absent is only a problem when REQUIRED_FIELDS names it (or, for a message, its role).
+FIELD_TYPES: dict[str, tuple[tuple[str, tuple[type, ...], str], ...]] = {
+    "message": (("message", (dict,), "an object"),),
+    "model_change": (("provider", _STR, "a string"), ("modelId", _STR, "a string")),
+    "thinking_level_change": (("thinkingLevel", _STR, "a string"),),
+    "compaction": (("summary", _STR, "a string"),
+                   ("firstKeptEntryId", (str, type(None)), "a string or null"),
+                   ("tokensBefore", _NUMBER, "a number")),
+    "branch_summary": (("fromId", _STR, "a string"), ("summary", _STR, "a string")),
+    "custom": (("customType", _STR, "a string"),),
+    "custom_message": (("customType", _STR, "a string"),
+                       ("content", (str, list), "a string or a list"),
+                       ("display", (bool,), "true or false")),
+    "label": (("targetId", _STR, "a string"), ("label", (str, type(None)), "a string or null")),
+    "session_info": (("name", _STR, "a string"),),
+}
+
+
+def bad_fields(entry: Entry) -> list[tuple[str, str]]:
+    """The fields of an entry whose JSON type is wrong: (field, what it should be).
+
+    Entries keep such values as they are (pi reads them too); this only names them, so
+    readers can report them and repair can fix them. A message without a string role counts.
+    """
+    kind = entry.get("type")
+    if kind == "message":  # the hot case on load: one check, no loop
+        message = entry.get("message")
+        if isinstance(message, dict) and isinstance(message.get("role"), str):
+            return []
+    specs = FIELD_TYPES.get(kind, ()) if isinstance(kind, str) else ()
+    out: list[tuple[str, str]] = []
+    for name, types, expected in specs:
+        if name in entry:
+            value = entry[name]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                out.append((name, expected))
+    message = entry.get("message")
+    if kind == "message" and isinstance(message, dict) and not isinstance(message.get("role"), str):
+        out.append((_MISSING_ROLE, "a string"))
+    return out
+
 
 _second_cache: list[Any] = [None, ""]
 

@@ -97,9 +97,11 @@ RULES = (
 INTERRUPTED_TEXT = "Tool call was interrupted before a result was recorded."
 SYNTHETIC_REASON = "missing_result"
 
-_FAILED_STOPS = frozenset({"error", "aborted"})
-_THINKING_TYPES = frozenset({"thinking", "redactedThinking", "redacted_thinking"})
-_TEXT_CONTENT_ROLES = frozenset({"user", "custom"})
+# Tuples, not sets: membership by equality, so an unhashable value read from a file (a list
+# where a role should be) is simply not a member instead of raising TypeError.
+_FAILED_STOPS = ("error", "aborted")
+_THINKING_TYPES = ("thinking", "redactedThinking", "redacted_thinking")
+_TEXT_CONTENT_ROLES = ("user", "custom")
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from . import codec
 from .model import Entry
 
 WIDTH = 100
@@ -21,7 +20,8 @@ def content_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return " ".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+            b["text"] for b in content
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
         )
     return ""
 
@@ -35,8 +35,18 @@ def summarize_arguments(arguments: Any, width: int = 60) -> str:
         for key in ("path", "command", "pattern", "file_path"):
             if isinstance(arguments.get(key), str):
                 return first_line(arguments[key], width)
-    text = orjson.dumps(arguments).decode() if arguments is not None else ""
+    try:
+        text = codec.dumps(arguments).decode() if arguments is not None else ""
+    except TypeError:  # an integer beyond 64 bits: show it the way Python writes it
+        text = repr(arguments)
     return first_line(text, width)
+
+
+def count(value: Any) -> str:
+    """A number with thousands separators; any other value as it is."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "?" if value is None else str(value)
 
 
 def describe_message(message: dict[str, Any]) -> str:
@@ -73,6 +83,8 @@ def describe_entry(entry: Entry) -> str:
     kind = entry.get("type")
     if kind == "message":
         message = entry.get("message") or {}
+        if not isinstance(message, dict):
+            return f"(message is not an object: {type(message).__name__})"
         return f"{message.get('role')}: {describe_message(message)}"
     if kind == "model_change":
         return f"model {entry.get('provider')}/{entry.get('modelId')}"
@@ -80,7 +92,7 @@ def describe_entry(entry: Entry) -> str:
         return f"thinking {entry.get('thinkingLevel')}"
     if kind == "compaction":
         return (
-            f"compaction: {entry.get('tokensBefore', '?'):,} tokens before, keeps from "
+            f"compaction: {count(entry.get('tokensBefore'))} tokens before, keeps from "
             f"{entry.get('firstKeptEntryId')}: {first_line(str(entry.get('summary', '')), 60)}"
         )
     if kind == "branch_summary":

@@ -24,6 +24,7 @@ from . import codec, model
 from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
+from .fieldfix import repair_fields
 from .files import (
     NewFile,
     file_mode,
@@ -145,6 +146,7 @@ def plan(path: str, *, migrate: bool = False) -> _Plan:
     with codec.bulk_parsing():
         p = _salvage(path, original)
     p.migrate = migrate
+    _fix_fields(p)
     if p.version >= 2:
         _fix_structure(p)
     _fix_pairing(p)
@@ -293,6 +295,68 @@ def _synthesize_header(path: str, pieces: list[tuple[Piece, int]], version: int)
     if version < 2:
         del header["version"]
     return _Item(header, None, None, None)
+
+
+def _fix_fields(p: _Plan) -> None:
+    """Wrongly typed fields (see `journal.fieldfix`): fix the field or drop the entry.
+
+    A dropped entry's children take its parent, resolved like any parent lookup: to the
+    nearest earlier definition of the id, so a later entry reusing the id is not affected.
+    """
+    replaced: dict[str, str | None] = {}  # id of a dropped entry -> the parent that stands in
+    kept: list[_Item] = []
+    dropped_ids: list[str] = []
+    all_items = p.items
+    for item in p.items:
+        parent = item.entry.get("parentId")
+        if isinstance(parent, str) and parent in replaced:
+            if p.version >= 2:
+                item.edit(item.edit_reason or codec.BAD_FIELD)["parentId"] = replaced[parent]
+            else:  # version 1 lines carry no parent: only the migrated entry changes
+                item.entry = {**item.entry, "parentId": replaced[parent]}
+        fix = repair_fields(item.entry)
+        entry_id = item.entry.get("id")
+        if fix is not None and fix.entry is None:
+            original = item.raw if item.raw is not None else item.original
+            p.dropped.append(Quarantined(p.path, item.offset or 0, bytes(original or b""),
+                                         codec.BAD_FIELD, fix.actions[0]))
+            p.problem(codec.BAD_FIELD, "quarantined; its children now hang from its parent",
+                      item, detail=fix.actions[0])
+            if isinstance(entry_id, str):
+                replaced[entry_id] = item.entry.get("parentId")
+                dropped_ids.append(entry_id)
+            continue
+        if fix is not None and fix.entry is not None:
+            item.edit(codec.BAD_FIELD)
+            item.entry = fix.entry
+            for action in fix.actions:
+                p.problem(codec.BAD_FIELD, action, item)
+        if isinstance(entry_id, str):
+            replaced.pop(entry_id, None)
+        kept.append(item)
+    p.items = kept
+    if p.version < 2 and dropped_ids:
+        _follow_dropped_first_kept(p, set(dropped_ids), all_items)
+
+
+def _follow_dropped_first_kept(p: _Plan, dropped: set[str], all_items: list[_Item]) -> None:
+    """A version 1 compaction that kept from a dropped entry keeps from the entry after it.
+
+    Its index counts lines, so left alone it would name whatever line moves into the gap.
+    """
+    following: dict[str, str] = {}
+    waiting: list[str] = []
+    for item in all_items:
+        entry_id = item.entry.get("id")
+        if entry_id in dropped:
+            waiting.append(entry_id)
+        elif isinstance(entry_id, str):
+            following.update((w, entry_id) for w in waiting)
+            waiting = []
+    for item in p.items:
+        first_kept = item.entry.get("firstKeptEntryId")
+        if item.entry.get("type") == "compaction" and first_kept in following:
+            item.entry = {**item.entry, "firstKeptEntryId": following[first_kept]}
 
 
 def _fix_structure(p: _Plan) -> None:
@@ -594,13 +658,13 @@ def _line(p: _Plan, item: _Item, header: bool = False) -> bytes:
         if header:
             entry = {"type": "session", "version": model.CURRENT_VERSION,
                      **{k: v for k, v in entry.items() if k not in ("type", "version")}}
-        return orjson.dumps(entry) + b"\n"
+        return codec.encode(entry)
     if item.raw is not None:
         return bytes(item.raw) + b"\n"
     entry = item.entry
     if p.version < 2 and not header:
         entry = _to_v1(entry, p)
-    return orjson.dumps(entry) + b"\n"
+    return codec.encode(entry)
 
 
 def _to_v1(entry: Entry, p: _Plan) -> Entry:
@@ -737,7 +801,7 @@ def _verify(p: _Plan) -> None:
             continue
         line = _line(p, item, header=item is p.header)
         try:
-            value = orjson.loads(line)
+            value = codec.loads(line)
         except orjson.JSONDecodeError as e:
             raise JournalError(f"repair produced an unreadable line ({e}); nothing changed") from e
         if item is not p.header and not p.migrate:

@@ -228,8 +228,9 @@ def _labels_for(entries: list[Entry], kept: set[str]) -> list[Entry]:
     """The latest label entry of each kept entry, where it is not already copied."""
     latest: dict[str, Entry] = {}
     for entry in entries:
-        if entry.get("type") == "label" and entry.get("targetId") in kept:
-            latest[entry["targetId"]] = entry
+        target = entry.get("targetId")
+        if entry.get("type") == "label" and isinstance(target, str) and target in kept:
+            latest[target] = entry
     return [e for e in latest.values() if e["id"] not in kept]
 
 

@@ -8,8 +8,8 @@ back byte for byte with its offset, so the caller can quarantine it.
 
 from __future__ import annotations
 
-import json
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,6 @@ from . import codec
 from .codec import Diagnostic, Line
 
 NUL_RUN_RE = re.compile(rb"\x00+")
-MAX_CANDIDATES = 1000
 
 # kinds of problem found at the byte level
 BLANK = "blank_line"
@@ -69,7 +68,7 @@ def salvage_line(line: Line) -> SalvagedLine:
     if b"\x00" in raw:
         _salvage_around_nuls(raw, line.offset, out)
     else:
-        _salvage_segment(raw, line.offset, out, value.reason)
+        _salvage_segment(raw, line.offset, out, value.reason, known_bad=True)
     return out
 
 
@@ -85,9 +84,10 @@ def _salvage_around_nuls(raw: bytes, base: int, out: SalvagedLine) -> None:
         _salvage_segment(raw[start:], base + start, out, codec.INVALID_JSON)
 
 
-def _loads(segment: bytes) -> Any:
-    body = segment[:-1] if segment.endswith(b"\r") else segment
-    return orjson.loads(body)
+def _loads(segment: bytes | memoryview) -> Any:
+    if len(segment) and segment[-1] == 0x0D:
+        segment = segment[:-1]
+    return codec.loads(segment)
 
 
 def _is_entry_like(value: Any) -> bool:
@@ -96,15 +96,19 @@ def _is_entry_like(value: Any) -> bool:
     )
 
 
-def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str) -> None:
+def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str,
+                     known_bad: bool = False) -> None:
+    """Rescue what a segment holds; `known_bad` when it was just parsed and failed (a parse
+    of a line hundreds of megabytes long is worth skipping)."""
     if not segment.strip(b" \t\r"):
         out.dropped.append(Dropped(base, segment, BLANK, "whitespace"))
         return
-    try:
-        out.pieces.append(Piece(_loads(segment), base, segment))
-        return
-    except orjson.JSONDecodeError:
-        pass
+    if not known_bad:
+        try:
+            out.pieces.append(Piece(_loads(segment), base, segment))
+            return
+        except orjson.JSONDecodeError:
+            pass
     if _salvage_utf8(segment, base, out):
         return
     if _salvage_glued(segment, base, out):
@@ -118,11 +122,8 @@ def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str) 
 
 
 def _salvage_utf8(segment: bytes, base: int, out: SalvagedLine) -> bool:
-    try:
-        segment.decode("utf-8")
+    if codec.is_utf8(segment):
         return False
-    except UnicodeDecodeError:
-        pass
     text = segment.decode("utf-8", errors="replace")
     try:
         value = orjson.loads(text.encode("utf-8").rstrip(b"\r"))
@@ -135,33 +136,34 @@ def _salvage_utf8(segment: bytes, base: int, out: SalvagedLine) -> bool:
 
 
 def _salvage_glued(segment: bytes, base: int, out: SalvagedLine) -> bool:
-    """A torn record followed by a complete one: keep the complete one."""
-    candidates = 0
-    for match in re.finditer(rb'\{"type"\s*:', segment):
-        start = match.start()
-        if start == 0:
-            continue
-        candidates += 1
-        if candidates > MAX_CANDIDATES:
-            break
-        try:
-            value = _loads(segment[start:])
-        except orjson.JSONDecodeError:
-            continue
-        if _is_entry_like(value):
-            first = _complete_entry(segment[:start])
-            if first is not None:
-                out.pieces.append(Piece(first, base, segment[:start]))
-                out.notes.append((GLUED, "two complete records on one line: split in two"))
-            else:
-                out.dropped.append(Dropped(base, segment[:start], GLUED,
-                                           "torn record glued in front of a complete one"))
-            out.pieces.append(Piece(value, base + start, segment[start:]))
-            return True
-    return False
+    """A torn record followed by a complete one: keep the complete one.
+
+    Only one place can start a complete record that ends the line: the opening brace that
+    matches the line's last closing brace, found by `last_value_start` in one linear pass.
+    Trying every `{"type":` candidate in turn instead costs a full parse per candidate.
+    """
+    start = last_value_start(segment)
+    if start is None or start == 0 or not _CANDIDATE_RE.match(segment, start):
+        return False
+    view = memoryview(segment)
+    try:
+        value = _loads(view[start:])
+    except orjson.JSONDecodeError:
+        return False
+    if not _is_entry_like(value):
+        return False
+    first = _complete_entry(view[:start])
+    if first is not None:
+        out.pieces.append(Piece(first, base, segment[:start]))
+        out.notes.append((GLUED, "two complete records on one line: split in two"))
+    else:
+        out.dropped.append(Dropped(base, segment[:start], GLUED,
+                                   "torn record glued in front of a complete one"))
+    out.pieces.append(Piece(value, base + start, segment[start:]))
+    return True
 
 
-def _complete_entry(segment: bytes) -> Any:
+def _complete_entry(segment: bytes | memoryview) -> Any:
     try:
         value = orjson.loads(segment)
     except orjson.JSONDecodeError:
@@ -171,19 +173,90 @@ def _complete_entry(segment: bytes) -> Any:
 
 def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine) -> bool:
     """A complete record followed by garbage on the same line: keep the record."""
+    cut = first_value_end(segment)
+    if cut is None or cut >= len(segment):
+        return False
     try:
-        text = segment.decode("utf-8")
-        value, end = json.JSONDecoder().raw_decode(text)
-    except (UnicodeDecodeError, ValueError):
+        value = orjson.loads(memoryview(segment)[:cut])
+    except orjson.JSONDecodeError:
         return False
     if not _is_entry_like(value):
-        return False
-    cut = len(text[:end].encode("utf-8"))
-    try:
-        value = orjson.loads(segment[:cut])
-    except orjson.JSONDecodeError:
         return False
     out.pieces.append(Piece(value, base, segment[:cut]))
     out.dropped.append(Dropped(base + cut, segment[cut:], TRAILING,
                                "bytes after a complete record on the same line"))
     return True
+
+
+# Structure scans. Both are single passes over the bytes with an explicit stack bounded by
+# the deepest nesting a parser accepts, so neither recursion nor a long line can exhaust them.
+# A quote is a string delimiter when it is not escaped; escapes and quotes exist only inside
+# strings, so `_TOKEN_RE` (escape pairs first) finds the delimiters from any starting point.
+# No escape ends in `{`: a record torn just after a backslash keeps the brace of the record
+# glued after it.
+
+_TOKEN_RE = re.compile(rb'\\[^{]|["{}\[\]]')
+_CANDIDATE_RE = re.compile(rb'\{"type"\s*:')
+_OPENS = {ord("}"): ord("{"), ord("]"): ord("[")}
+_OPEN_BYTES = frozenset(b"{[")
+MAX_DEPTH = 1024  # orjson's limit: nothing deeper parses anyway
+
+
+def first_value_end(data: bytes) -> int | None:
+    """The offset just past the first JSON object or array in `data` (which starts with it,
+    after any blanks), judged by its brackets alone; None if it never closes."""
+    depth = 0
+    inside = False
+    for match in _TOKEN_RE.finditer(data):
+        token = data[match.start()]
+        if token == 0x5C:  # an escape pair
+            continue
+        if token == 0x22:
+            inside = not inside
+        elif inside:
+            continue
+        elif token in _OPEN_BYTES:
+            depth += 1
+            if depth > MAX_DEPTH:
+                return None
+        else:
+            depth -= 1
+            if depth == 0:
+                return match.end()
+            if depth < 0:
+                return None
+    return None
+
+
+def last_value_start(data: bytes) -> int | None:
+    """Where the JSON object or array that ends `data` (before trailing blanks) begins.
+
+    String boundaries are counted from the end of the line, where a complete record ends
+    outside any string: a torn record before it cannot shift them. Brackets are matched
+    going forwards; the opening bracket that the last closing one matches is the answer.
+    """
+    quotes = sum(1 for m in _TOKEN_RE.finditer(data) if data[m.start()] == 0x22)
+    end = len(data.rstrip(b" \t\r"))
+    stack: deque[tuple[int, int]] = deque(maxlen=MAX_DEPTH + 1)
+    seen = 0
+    start: int | None = None
+    for match in _TOKEN_RE.finditer(data, 0, end):
+        at = match.start()
+        token = data[at]
+        if token == 0x5C:
+            continue
+        if token == 0x22:
+            seen += 1
+            continue
+        if (quotes - seen) % 2:
+            continue  # inside a string, as seen from the end of the line
+        if token in _OPEN_BYTES:
+            stack.append((token, at))
+            continue
+        if stack and stack[-1][0] == _OPENS[token]:
+            _, opened = stack.pop()
+            start = opened if match.end() == end else None
+        else:
+            stack.clear()
+            start = None
+    return start

@@ -519,7 +519,7 @@ def _preflight(path: str) -> None:
         raise NotASession(path, "empty file, not a session (no header)")
     header = None
     try:
-        value = orjson.loads(first.removeprefix(codec.BOM))
+        value = codec.loads(first.removeprefix(codec.BOM))
         header = value if isinstance(value, dict) and value.get("type") == "session" else None
     except orjson.JSONDecodeError:
         pass

@@ -20,6 +20,8 @@ class Snapshot:
     `end` is the offset just past the last complete line: everything a reader consumed.
     `complete` is False when only the tail needed for the live context was read (`resume`).
     `lines` holds each entry's line number (1-based; 0 where unknown, after a reverse scan).
+    `field_issues` names entries that were kept although some field has the wrong JSON type
+    (`model.bad_fields`): unlike `diagnostics`, no byte of the file went unused.
     """
 
     path: str
@@ -30,6 +32,7 @@ class Snapshot:
     end: int = 0
     complete: bool = True
     lines: list[int] = field(default_factory=list)
+    field_issues: list[Diagnostic] = field(default_factory=list)
 
     @property
     def version(self) -> int:
@@ -83,6 +86,7 @@ def read_stream(path: str, f: Any, start: int = 0, version: int | None = None) -
     positions: list[int] = []
     line_numbers: list[int] = []
     diagnostics: list[Diagnostic] = []
+    field_issues: list[Diagnostic] = []
     parsed_count = 1 if continuation else 0
     end = start
     version = CURRENT_VERSION if version is None else version
@@ -118,12 +122,22 @@ def read_stream(path: str, f: Any, start: int = 0, version: int | None = None) -
                 Diagnostic(item.offset, len(item.raw), problem.split(":")[0], item.number, problem)
             )
             continue
+        _note_bad_fields(value, item, field_issues)
         raw_entries.append(value)
         positions.append(parsed_count - 1)
         line_numbers.append(item.number)
     entries = raw_entries if continuation else migrate(header, raw_entries, positions)
     size = os.fstat(f.fileno()).st_size
-    return Snapshot(path, header, entries, diagnostics, size=size, end=end, lines=line_numbers)
+    return Snapshot(path, header, entries, diagnostics, size=size, end=end, lines=line_numbers,
+                    field_issues=field_issues)
+
+
+def _note_bad_fields(entry: Entry, line: Line, issues: list[Diagnostic]) -> None:
+    """Report wrongly typed fields; the entry itself is kept, as pi keeps it."""
+    problem = codec.field_problem(entry)
+    if problem is not None:
+        issues.append(Diagnostic(line.offset, len(line.raw), codec.BAD_FIELD,
+                                      line.number or None, problem))
 
 
 def last_newline_end(f: Any, size: int, block: int = 1 << 16) -> int:
@@ -203,12 +217,13 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
                 Diagnostic(end, size - end, codec.TORN_TAIL, None, "no newline at end of file")
             )
         reversed_entries: list[Entry] = []
+        field_issues: list[Diagnostic] = []
         state = _PathState()
         reached_start = True
         for line in codec.iter_lines_reverse(f, end):
             if line.offset < body_start:
                 break
-            entry = _parse_entry(line, diagnostics)
+            entry = _parse_entry(line, diagnostics, field_issues)
             if entry is None:
                 continue
             reversed_entries.append(entry)
@@ -219,7 +234,9 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
                     break
         reversed_entries.reverse()
         diagnostics.reverse()
-        snap = Snapshot(path, header, reversed_entries, diagnostics, size=size, end=end)
+        field_issues.reverse()
+        snap = Snapshot(path, header, reversed_entries, diagnostics, size=size, end=end,
+                        field_issues=field_issues)
         snap.complete = reached_start
         snap.lines = [0] * len(reversed_entries)
         return snap
@@ -234,7 +251,8 @@ def _header_of(line: Line | Diagnostic | None) -> Entry | None:
     return None
 
 
-def _parse_entry(line: Line, diagnostics: list[Diagnostic]) -> Entry | None:
+def _parse_entry(line: Line, diagnostics: list[Diagnostic],
+                 field_issues: list[Diagnostic]) -> Entry | None:
     value = codec.parse_line(line)
     if value is None:
         return None
@@ -249,6 +267,7 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic]) -> Entry | None:
             Diagnostic(line.offset, len(line.raw), problem.split(":")[0], None, problem)
         )
         return None
+    _note_bad_fields(value, line, field_issues)
     return value
 
 

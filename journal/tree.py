@@ -13,6 +13,7 @@ forever. On well-formed files (unique ids, parents first) both rules give the sa
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,35 +99,42 @@ class Tree:
         kind = entry.get("type")
         if kind == "label":
             target, label = entry.get("targetId"), entry.get("label")
-            if label:
+            if not isinstance(target, str):
+                return  # pi keys its labels by the value: a non-string matches no entry
+            if isinstance(label, str) and label:
                 self._labels[target] = label
-            else:
+            elif not label:
                 self._labels.pop(target, None)
         elif kind == "session_info":
             name = entry.get("name")
             self._name = name.strip() or None if isinstance(name, str) else None
 
     def finish_forward_check(self) -> None:
-        """Tell apart parents defined later in the file from parents that never appear."""
-        later = {issue.index for issue in self.issues if issue.kind == ORPHAN}
-        if not later:
+        """Tell apart parents defined later in the file from parents that never appear.
+
+        One pass over the entries for all orphans together: the time stays linear however
+        many entries lost their parent.
+        """
+        orphans = [issue for issue in self.issues if issue.kind == ORPHAN]
+        if not orphans:
             return
+        wanted = {self.entries[issue.index].get("parentId") for issue in orphans}
+        definitions: dict[str, list[int]] = {}
+        for j, entry in enumerate(self.entries):
+            entry_id = entry["id"]
+            if entry_id in wanted:
+                definitions.setdefault(entry_id, []).append(j)
         fixed = []
         for issue in self.issues:
-            if issue.index in later:
+            if issue.kind == ORPHAN:
                 pid = self.entries[issue.index].get("parentId")
-                first = self._first_definition_after(pid, issue.index)
-                if first is not None:
+                positions = definitions.get(pid, []) if isinstance(pid, str) else []
+                k = bisect_right(positions, issue.index)
+                if k < len(positions):
                     issue = TreeIssue(FORWARD, issue.entry_id, issue.index,
-                                      f"parentId {pid} is defined later, at {first}")
+                                      f"parentId {pid} is defined later, at {positions[k]}")
             fixed.append(issue)
         self.issues = fixed
-
-    def _first_definition_after(self, entry_id: str, index: int) -> int | None:
-        for j in range(index + 1, len(self.entries)):
-            if self.entries[j]["id"] == entry_id:
-                return j
-        return None
 
     # lookups
 

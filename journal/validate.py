@@ -34,7 +34,7 @@ from typing import Any
 
 from .errors import JournalError
 
-_TEXT_ROLES = frozenset({"user", "custom", "assistant"})
+_TEXT_ROLES = ("user", "custom", "assistant")
 
 
 class InvalidPairing(JournalError, AssertionError):
@@ -159,7 +159,7 @@ def _check_result(
             f"{where}: tool result {call_id!r} does not follow an assistant message with tool "
             "calls (or another message came in between)"
         )
-    elif call_id not in run.answered:
+    elif not isinstance(call_id, str) or call_id not in run.answered:
         elsewhere = f" (its call is at messages[{first_use[call_id]}])" if isinstance(
             call_id, str) and call_id in first_use else ""
         problems.append(
@@ -292,7 +292,7 @@ def _check_api_result(
     problems: list[str],
 ) -> None:
     use_id = block.get("tool_use_id")
-    if answering is None or use_id not in answering.answered:
+    if answering is None or not isinstance(use_id, str) or use_id not in answering.answered:
         if isinstance(use_id, str) and use_id in first_use:
             problems.append(
                 f"{at}: tool_result {use_id!r} is not in the message right after its tool_use "
