@@ -3,7 +3,7 @@
 Invariant 3: nothing is lost silently. Before any byte range leaves a session file (a torn
 tail on open, a bad line in repair), it is appended here with its offset and the reason.
 The side file is JSON lines; `bytes` holds the exact bytes in base64, `text` a readable copy
-when they are valid UTF-8.
+when they are valid UTF-8 (for ranges up to `TEXT_LIMIT`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from .snapshot import last_newline_end
 log = logging.getLogger(__name__)
 
 SUFFIX = ".quarantine"
+# a readable copy (`text`) is kept for ranges up to this size; `bytes` always holds them all
+TEXT_LIMIT = 1 << 20
+B64_BLOCK = 3 << 20  # a multiple of 3: the blocks' encodings join into one base64 string
 KEY_FIELD = re.compile(rb'\{"key":"([0-9a-f]{32})"')
 KEY_HEAD = 64
 
@@ -46,7 +49,8 @@ class Quarantined:
     reason: str
     detail: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def _fields(self) -> dict[str, Any]:
+        """Every field of the record but `bytes`."""
         record: dict[str, Any] = {
             "time": now_iso(),
             "source": os.path.basename(self.source),
@@ -54,13 +58,23 @@ class Quarantined:
             "length": len(self.data),
             "reason": self.reason,
             "detail": self.detail,
-            "bytes": base64.b64encode(self.data).decode("ascii"),
         }
-        try:
-            record["text"] = self.data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
+        if len(self.data) <= TEXT_LIMIT:
+            try:
+                record["text"] = self.data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
         return record
+
+    def encoded(self, key: str) -> Iterator[bytes]:
+        """The record as one JSON line, in pieces: `bytes` is base64-encoded a block at a
+        time (base64 needs no JSON escaping), so a huge range is never held encoded whole."""
+        head = orjson.dumps({"key": key, **self._fields()})
+        yield head[:-1] + b',"bytes":"'
+        view = memoryview(self.data)
+        for start in range(0, len(view), B64_BLOCK):
+            yield base64.b64encode(view[start:start + B64_BLOCK])
+        yield b'"}\n'
 
 
 def quarantine(session_path: str, items: list[Quarantined]) -> str:
@@ -83,15 +97,14 @@ def quarantine(session_path: str, items: list[Quarantined]) -> str:
     try:
         start = _drop_torn_record(fd)
         known = _keys_in(fd, start)
-        records = []
-        for q in items:
-            record = {"key": _key(q, source), **q.to_json()}
-            if record["key"] not in known:
-                known.add(record["key"])
-                records.append(record)
-        data = b"".join(orjson.dumps(r) + b"\n" for r in records)
         try:
-            write_all(fd, data, target)
+            for q in items:
+                key = _key(q, source)
+                if key in known:
+                    continue
+                known.add(key)
+                for piece in q.encoded(key):
+                    write_all(fd, piece, target)
             os.fsync(fd)
         except (OSError, NoSpace) as e:
             os.ftruncate(fd, start)

@@ -588,3 +588,21 @@ def test_temps_left_under_the_fixed_names_of_earlier_versions_are_removed(
         s.append_message(user("after the crash"))
     assert not backup_temp.exists() and not gz_temp.exists()
     assert linked.is_symlink() and outside.read_text() == "keep me"
+
+
+def test_a_huge_quarantined_range_is_written_whole_and_read_back_exactly(tmp_path: Path) -> None:
+    """A range past the text limit keeps only its exact bytes (base64, written a block at a
+    time); a small one keeps a readable copy too."""
+    from journal.quarantine import B64_BLOCK, TEXT_LIMIT, Quarantined, quarantine
+
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(b"")
+    huge = random.Random(3).randbytes(2 * B64_BLOCK + 7)
+    small = "a small r\u00e9sum\u00e9".encode()
+    quarantine(str(session), [Quarantined(str(session), 10, huge, "invalid_json"),
+                              Quarantined(str(session), 20, small, "torn_tail")])
+    records = list(read_quarantine(str(session) + ".quarantine"))
+    assert [r["data"] for r in records] == [huge, small]
+    assert "text" not in records[0] and len(huge) > TEXT_LIMIT
+    assert records[1]["text"] == small.decode()
+    assert [r["length"] for r in records] == [len(huge), len(small)]
