@@ -277,7 +277,7 @@ def _unresolved_v1_compaction(path: Path) -> bool:
 
 def _plan(path: Path) -> Any:
     plan = importlib.import_module("journal.repair").plan  # the module, not journal.repair()
-    return plan(str(path))[0]
+    return plan(str(path))
 
 
 GENERATED_SEEDS = (0, 2, 4)  # small sessions from bench/gen_session.py, 40-95 KB each
