@@ -257,8 +257,10 @@ def lineage(path: str) -> list[str]:
     while True:  # ends: every hop goes to a file not visited yet
         header = read_header(current)
         if header is None:
-            # a rotation may have moved it into the archive since it was found
-            moved = next((a for a in archived_copies(current) if os.path.isfile(a)), None)
+            # a rotation may have moved it into the archive, or compressed it, since it was
+            # found
+            later = [*archived_copies(current), *_variants(current)[1:]]
+            moved = next((a for a in later if os.path.isfile(a)), None)
             if moved is not None and moved not in seen:
                 chain[-1] = current = moved
                 seen.add(moved)
@@ -274,6 +276,18 @@ def lineage(path: str) -> list[str]:
         current = found
     chain.reverse()
     return chain
+
+
+def parent_of(path: str, header: Entry | None = None) -> str | None:
+    """The file `path` continues (its archived predecessor, where it is now), if any.
+    `header` saves reading it again when the caller has it."""
+    if header is None:
+        header = read_header(path)
+    parent = header.get("parentSession") if header else None
+    if not isinstance(parent, str) or not parent:
+        return None
+    return _parent_file(parent, header.get("id") if header else None, path,
+                        os.path.dirname(path))
 
 
 def _variants(path: str) -> list[str]:
