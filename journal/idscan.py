@@ -1,4 +1,5 @@
-"""Every entry id in a file, gathered in the background after a fast resume.
+"""Every entry id in a file, gathered in the background: after a fast resume, and in the
+archived file a session continues.
 
 A resumed session has read only the tail of its file, so a fresh id checked against what was
 read could repeat an id further back. This scans the whole file once, in a thread, for
@@ -9,8 +10,10 @@ messages: that only means a few ids are avoided that need not be.
 
 from __future__ import annotations
 
+import gzip
 import re
 import threading
+from typing import BinaryIO
 
 from .errors import JournalError
 from .files import read_regular
@@ -35,12 +38,12 @@ class IdScan:
         found: set[int] = set()
         carry = b""
         try:
-            with read_regular(path) as f:
+            with read_regular(path) as raw, _decompressed(raw, path) as f:
                 while block := f.read(BLOCK):
                     data = carry + block
                     found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
                     carry = data[-(FIELD_LENGTH - 1):]
-        except (OSError, JournalError):
+        except (OSError, EOFError, JournalError):
             return
         self._ids = found
 
@@ -60,3 +63,10 @@ class IdScan:
             return int(entry_id, 16) in ids
         except ValueError:
             return False
+
+
+def _decompressed(raw: BinaryIO, path: str) -> BinaryIO:
+    """`raw` itself, or a reader of its decompressed bytes for an archive (`.gz`)."""
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw

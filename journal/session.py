@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -28,7 +29,7 @@ from .errors import (
 from .files import make_private_dir, remove_leftovers, write_new_file
 from .identity import real_path
 from .idscan import IdScan
-from .lineage import ARCHIVE_DIR, release_after_move
+from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog
@@ -71,6 +72,10 @@ class Session:
         self._context: Context | None = None
         self._info: tuple[Entry | None] | None = None
         self._older_ids: IdScan | None = None if snap.complete else IdScan(path)
+        # ids of the file this one continues: a new entry avoids them too, so an id never
+        # names two entries across a rotation (a follower tells copied entries by id)
+        parent = parent_of(path, self.header)
+        self._previous_ids: Container[str] | None = None if parent is None else IdScan(parent)
 
     # opening
 
@@ -176,6 +181,7 @@ class Session:
                    entries: list[Entry]) -> None:
         """Carry on in a successor file (called by rotation, under both locks)."""
         durability = self._log.durability
+        previous = self._taken()
         self._log.close()
         old_lock, old_path = self._lock, self.path
         self.path = path
@@ -186,6 +192,8 @@ class Session:
         self.diagnostics = []
         self._context = None
         self._info = None
+        self._older_ids = None
+        self._previous_ids = previous
         release_after_move(old_lock, old_path)
 
     def _abandon(self) -> None:
@@ -448,12 +456,16 @@ class Session:
         self._indexed(entry)
         return entry["id"]
 
-    def _taken(self) -> Any:
-        """Ids a new entry must avoid: those read, plus the whole file's once scanned."""
+    def _taken(self) -> Container[str]:
+        """Ids a new entry must avoid: those read, the whole file's once scanned, and those of
+        the file this one continues."""
+        taken: Container[str] = self.tree.ids
         older = self._older_ids
-        if older is None or self.tree.complete:
-            return self.tree.ids
-        return _Either(self.tree.ids, older)
+        if older is not None and not self.tree.complete:
+            taken = _Either(taken, older)
+        if self._previous_ids is not None:
+            taken = _Either(taken, self._previous_ids)
+        return taken
 
     def _commit(self, entries: list[Entry]) -> None:
         for entry in entries:
@@ -472,7 +484,7 @@ class Session:
 class _Either:
     """Membership in either of two containers, without building their union."""
 
-    def __init__(self, a: Any, b: Any) -> None:
+    def __init__(self, a: Container[Any], b: Container[Any]) -> None:
         self.a, self.b = a, b
 
     def __contains__(self, item: object) -> bool:

@@ -274,6 +274,8 @@ class Follower(SourceReader):
         else:
             return
         self._retire(src)
+        if name != src.path:  # a successor (not this file replaced, then archived)
+            src.delivered.moved_on()
         src.path = name
         src.fd, src.ident = opened
         src.marker, src.announced, src.gone_since = None, False, None

@@ -72,13 +72,13 @@ class Delivered:
     """What a lineage (a file and its successors) has delivered, by entry id.
 
     The follower's one notion of "delivered", kept exactly rather than inferred by re-reading
-    a file: `ids` holds the id of every entry yielded to the caller, plus the ids of the
-    entries the start mode placed before the start (the *baseline*: with the default start,
-    everything already in the file; with `last=N`, all but the last N; with `since_id`,
-    everything up to that id), gathered once when following begins. Then:
+    a file. `ids` holds the id of every entry read from the file being followed: those
+    yielded to the caller, those skipped as repeats, and those the start mode placed before
+    the start (the *baseline*: with the default start, everything already in the file; with
+    `last=N`, all but the last N; with `since_id`, everything up to that id), gathered once
+    when following begins. `before` holds the ids of the file the followed one continues. Then:
 
-    - an entry read from any file of the lineage is delivered if and only if its id is not in
-      `ids`, and its id joins `ids` as it is yielded: each id at most once per lineage;
+    - an entry is delivered if and only if its id is in neither set: each id at most once;
     - after a truncation or an in-place rewrite, the file is read again from its start: the
       entries appended since (whether or not the follower woke up in between) are delivered,
       the ones already delivered are not repeated, and the ones cut away before the follower
@@ -86,17 +86,31 @@ class Delivered:
     - after a replacement (a new inode under the same name, as after a repair), likewise: an
       entry whose id was delivered is not delivered again even if its line changed; an entry
       with a new id is delivered;
-    - after a rotation, the successor and any files between (archived, even compressed, when
-      several rotations happened between two reads) are read from their start the same way:
-      the kept entries they repeat are skipped, everything else is delivered.
+    - after a rotation (`moved_on`), the successor and any files between (archived, even
+      compressed, when several rotations happened between two reads) are read from their
+      start, each against the ids of the file before it: the kept entries rotation copied
+      from that file are skipped, everything else is delivered. Only the file before counts,
+      since rotation copies from it alone, and a writer's new ids avoid that file's ids, so
+      ids reused from files further back never hide a new entry.
 
     Entries without an id (version 1 files) cannot be told apart: they are delivered as read.
     """
 
-    __slots__ = ("ids",)
+    __slots__ = ("before", "ids")
 
     def __init__(self) -> None:
         self.ids: set[str] = set()
+        self.before: set[str] = set()
+
+    def first_time(self, entry_id: str) -> bool:
+        """Record `entry_id` as read from the followed file; whether it is to be delivered."""
+        new = entry_id not in self.ids and entry_id not in self.before
+        self.ids.add(entry_id)
+        return new
+
+    def moved_on(self) -> None:
+        """The lineage goes on in the file that continues the one read so far."""
+        self.before, self.ids = self.ids, set()
 
 
 @dataclass(eq=False)
@@ -323,11 +337,8 @@ class SourceReader:
         if is_seal(entry):
             src.marker = entry
         entry_id = entry.get("id")
-        if isinstance(entry_id, str):
-            ids = src.delivered.ids
-            if entry_id in ids:
-                return None
-            ids.add(entry_id)
+        if isinstance(entry_id, str) and not src.delivered.first_time(entry_id):
+            return None
         return entry
 
     @staticmethod

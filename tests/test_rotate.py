@@ -257,3 +257,34 @@ def test_lineage_and_resolve_live_have_no_hop_limit(tmp_path):
     assert len(chain) == rotations + 1
     assert os.path.basename(chain[0]) == os.path.basename(first)
     assert resolve_live(first)[0] == live
+
+
+def _rotated_pair(tmp_path):
+    """A session rotated once (by itself): (an id left behind in the archive, the session)."""
+    s = Session.create(tmp_path, cwd=str(tmp_path))
+    early = s.append_message({"role": "user", "content": "early " + "x" * 3000, "timestamp": 0})
+    kept = s.append_message({"role": "user", "content": "kept", "timestamp": 0})
+    s.append_compaction("summary", kept, 100)
+    assert s.rotate().rotated and early not in s.tree.ids
+    return early, s
+
+
+def test_after_rotating_itself_a_session_never_reuses_an_archived_id(tmp_path, monkeypatch):
+    """Ids are unique per file in the format; across a rotation they must be too, or a
+    follower that skips the entries rotation copied (same id) would skip a new entry."""
+    early, s = _rotated_pair(tmp_path)
+    with s:
+        draws = iter([int(early, 16), 0xABCDEF12])
+        monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
+        assert s.append_message({"role": "user", "content": "new"}) == "abcdef12"
+
+
+def test_a_session_opened_on_a_successor_never_reuses_an_archived_id(tmp_path, monkeypatch):
+    early, s = _rotated_pair(tmp_path)
+    s.close()
+    with Session.open(s.path) as again:
+        assert again._previous_ids is not None
+        assert again._previous_ids.wait(10)  # the archive is read in the background
+        draws = iter([int(early, 16), 0xABCDEF12])
+        monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
+        assert again.append_message({"role": "user", "content": "new"}) == "abcdef12"

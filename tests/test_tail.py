@@ -856,6 +856,35 @@ def test_a_seal_never_leads_the_tail_out_of_the_session_folder(tmp_path):
             follower.close()
 
 
+def test_an_id_reused_two_rotations_later_is_still_delivered(tmp_path):
+    """Ids are unique per file. Rotation copies kept entries from the file it seals only, so
+    a follower skips repeats of that file's ids alone: a new entry that happens to reuse the
+    id of an entry two files back is a new entry, and is delivered."""
+    from journal.tail import Follower
+
+    first = chain("a", 3)  # a0000000..a0000002; only the last is kept by the first rotation
+    middle_new = chain("b", 2, first[-1]["id"])
+    last_new = [{**chain("c", 1, middle_new[-1]["id"])[0], "id": first[0]["id"]}]
+    q, p, live = tmp_path / "q.jsonl", tmp_path / "p.jsonl", tmp_path / "s.jsonl"
+    q.write_bytes(lines([header("s-q"), *first]))
+    follower = Follower(q, from_start=True, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == ids(first)
+        kept_in_p = [{**first[-1], "parentId": None}, *middle_new]
+        p.write_bytes(lines([header("s-p", "q.jsonl"), *kept_in_p]))
+        append(q, [marker("p.jsonl", "s-p", first[-1]["id"])])
+        seal_p = {**marker("s.jsonl", "s-s", middle_new[-1]["id"]), "id": "feedf00e"}
+        append(p, [seal_p])
+        kept_in_s = [{**middle_new[-1], "parentId": None}]
+        live.write_bytes(lines([header("s-s", "p.jsonl"), *kept_in_s,
+                                {**last_new[0], "parentId": middle_new[-1]["id"]}]))
+        delivered = step(follower)
+        assert delivered == ["feedf00d", *ids(middle_new), "feedf00e", first[0]["id"]]
+    finally:
+        follower.close()
+
+
 def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
     """The link is resolved once, at start: the successor a seal names relative to the
     session's folder is looked for beside the real file, not beside the link."""
