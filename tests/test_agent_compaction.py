@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from third_party import pi_path
 
 import journal
 from agent.compaction import (
@@ -49,8 +50,6 @@ from agent.summarize import (
 )
 from agent.tokens import Estimator
 from agent.window import prompt_budget
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
 
 SMALL = ContextSettings(context_window=16_000)
 MID = ContextSettings(context_window=64_000, keep_recent_tokens=1_200)
@@ -737,7 +736,7 @@ def problems_by_message(messages):
 
 @pytest.mark.parametrize("name", ["large-session.jsonl", "before-compaction.jsonl"])
 def test_compacting_real_pi_sessions(name, tmp_path):
-    session = copy_to_v3(FIXTURES / name, tmp_path)
+    session = copy_to_v3(pi_path(name), tmp_path)
     try:
         settings = ContextSettings(context_window=64_000)
         before = session.context(raw=True).messages
@@ -776,7 +775,7 @@ def test_compacting_real_pi_sessions(name, tmp_path):
 
 
 def test_before_compaction_fixture_resumes_from_its_last_compaction(tmp_path):
-    session = copy_to_v3(FIXTURES / "before-compaction.jsonl", tmp_path)
+    session = copy_to_v3(pi_path("before-compaction.jsonl"), tmp_path)
     try:
         branch = session.get_branch()
         last = max(i for i, e in enumerate(branch) if e["type"] == "compaction")
