@@ -15,9 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
-from corruption import generated_bytes
+from corruption import context_of, generated_bytes, nul_line, split_lines, torn_tail
 
+import journal
 from journal import UnsupportedVersion
+from journal.cli import main as cli_main
 from journal.context import Context, build_context
 from journal.session import Session
 from journal.snapshot import load
@@ -144,3 +146,29 @@ def test_legacy_files_are_not_appended_to(v1_file: Path) -> None:
     with pytest.raises(UnsupportedVersion, match="--migrate"):
         Session.open(v1_file)
     assert v1_file.read_bytes() == before
+
+
+def test_repair_keeps_version_1_without_migrate(v1_file: Path) -> None:
+    v1_file.write_bytes(nul_line(torn_tail(v1_file.read_bytes(), 10), 3))
+    report = journal.repair(v1_file)
+    assert report.changed and report.version == 1
+    header, *entries = (orjson.loads(line) for line in split_lines(v1_file.read_bytes()))
+    assert "version" not in header
+    assert all("id" not in e and "parentId" not in e for e in entries)
+    assert load(v1_file).version == 1
+
+
+def test_repair_migrate_keeps_the_context(v1_file: Path, tmp_path: Path, capsys: Any) -> None:
+    original = v1_file.read_bytes()
+    kept, migrated = tmp_path / "kept.jsonl", tmp_path / "migrated.jsonl"
+    kept.write_bytes(original)
+    migrated.write_bytes(original)
+    assert cli_main(["repair", "--json", str(kept)]) == 0
+    assert cli_main(["repair", "--json", "--migrate", str(migrated)]) == 0
+    first, second = (orjson.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert not first["changed"] and second["counts"].get("migrated") == 1
+    assert kept.read_bytes() == original
+    assert load(migrated).version == 3
+    assert all("id" in orjson.loads(line) for line in split_lines(migrated.read_bytes()))
+    assert context_of(kept)[2] == context_of(migrated)[2]
+    assert (tmp_path / "migrated.jsonl.bak").read_bytes() == original
