@@ -15,6 +15,7 @@ import pytest
 from third_party import pi_path
 
 import journal
+import journal.validate
 from agent.compaction import (
     MERGE_INSTRUCTIONS,
     SPLIT_TURN_HEADING,
@@ -297,7 +298,7 @@ def test_compact_records_the_entry_and_the_settings_after_it(session):
     assert res.tokens_after < res.tokens_before
     context = session.context(raw=True)
     assert context.messages[0]["role"] == "compactionSummary"
-    assert journal.pairing_problems(context.messages) == []
+    assert journal.validate.pairing_problems(context.messages) == []
 
 
 def test_chained_compaction_summarizes_from_the_previous_kept_boundary(session):
@@ -728,7 +729,7 @@ def copy_to_v3(source: Path, directory: Path) -> journal.Session:
 
 def problems_by_message(messages):
     out = set()
-    for problem in journal.pairing_problems(messages):
+    for problem in journal.validate.pairing_problems(messages):
         where, _, what = problem.partition(": ")
         out.add((id(messages[int(where[len("messages["):-1])]), what))
     return out
@@ -757,8 +758,8 @@ def test_compacting_real_pi_sessions(name, tmp_path):
 
         assert estimate_session_context(session).tokens == res.tokens_after
         after = session.context(raw=True).messages
-        assert journal.pairing_problems(journal.sanitize(after)[0]) == []
-        assert journal.pairing_problems(session.context().messages) == []
+        assert journal.validate.pairing_problems(journal.sanitize(after)[0]) == []
+        assert journal.validate.pairing_problems(session.context().messages) == []
         # the raw projection gains no pairing problem: any left come from kept messages
         assert problems_by_message(after) <= problems_by_message(before)
 

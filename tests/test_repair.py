@@ -64,6 +64,7 @@ from corruption import (
 )
 
 import journal
+import journal.validate
 from journal.cli import main as cli_main
 from journal.cli_repair import repair_main
 from journal.pairing import INTERRUPTED_TEXT
@@ -1216,7 +1217,7 @@ def test_cli_directory(src: Sources, tmp_path: Path, capsys: Any) -> None:
 def assert_valid_file(path: Path) -> None:
     snap, tree, messages = context_of(path)
     assert snap.diagnostics == [] and tree.issues == []
-    assert journal.pairing_problems(messages) == []
+    assert journal.validate.pairing_problems(messages) == []
 
 
 def test_cli_migrate(src: Sources, tmp_path: Path, capsys: Any) -> None:
