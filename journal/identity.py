@@ -48,3 +48,15 @@ def plain_name(value: object) -> str | None:
     if os.sep in value or (os.altsep and os.altsep in value) or "\0" in value:
         return None
     return value
+
+
+def other_names(path: str) -> int:
+    """How many names the session file at `path` has besides its own and its `.bak` (which a
+    repair makes a second name of the file until the swap, or for good if it crashed)."""
+    try:
+        links = os.stat(path).st_nlink
+    except OSError:
+        return 0
+    if links > 1 and same_file(path + ".bak", path):
+        links -= 1
+    return links - 1

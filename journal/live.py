@@ -13,7 +13,7 @@ import stat
 
 from .errors import JournalError, NotASession
 from .files import describe_kind
-from .identity import real_path
+from .identity import other_names, real_path
 from .lineage import (
     MAX_HOPS,
     recover_pending,
@@ -89,3 +89,14 @@ def _moved_on(target: str, follow_seals: bool) -> tuple[str, list[str]] | None:
             raise NotASession(target, "no such file, and no successor of it was found")
         return None
     return live, hops
+
+
+def check_single_name(path: str) -> None:
+    """Refuse to write a session file that has other hard links: the writer lock sits beside
+    one name, so a writer through another name would take another lock and both would write.
+    Called under the lock, once crash leftovers (which may be such names) are removed."""
+    extra = other_names(path)
+    if extra > 0:
+        raise JournalError(f"{path}: has {extra} other name(s) (hard links); a writer "
+                           "through another name would take another lock, so nothing was "
+                           "written. Keep one name (copy the file if you need two)")

@@ -35,7 +35,7 @@ from .files import (
 )
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
-from .live import lock_live
+from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .pairing import sanitize, synthetic_result
@@ -716,6 +716,7 @@ def repair(
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
         remove_leftovers(path)
+        check_single_name(path)
         p = plan(path, migrate=migrate)
         report = _report(p, path, dry_run=False)
         if not report.changed:

@@ -57,7 +57,7 @@ from .lineage import (
     seal_pointers,
     write_intent,
 )
-from .live import lock_live
+from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog
 from .model import Entry
@@ -289,6 +289,7 @@ def rotate(
     try:
         if session is None and not dry_run:
             remove_leftovers(path, os.path.join(os.path.dirname(path), ARCHIVE_DIR))
+            check_single_name(path)
             cut_torn_tail(path)
         result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
                                          early_info)

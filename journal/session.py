@@ -30,7 +30,7 @@ from .files import make_private_dir, remove_leftovers, write_new_file
 from .identity import real_path
 from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
-from .live import lock_live
+from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog
 from .model import Entry
@@ -143,6 +143,7 @@ class Session:
         try:
             _preflight(target)
             remove_leftovers(target, os.path.join(os.path.dirname(target), ARCHIVE_DIR))
+            check_single_name(target)
             recovered = cut_torn_tail(target)
             snap = resume(target)
             _check_writable(target, snap)

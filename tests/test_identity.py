@@ -571,3 +571,49 @@ def test_rotate_searches_again_when_the_file_was_replaced_while_it_waited(
     names = [e.get("name") for e in load(result.successor).entries
              if e["type"] == "session_info"]
     assert names == ["name-B"]
+
+
+# a hard link is a second name the writer lock cannot cover
+
+
+def test_a_hard_linked_session_is_never_written_through_either_name(tmp_path: Path) -> None:
+    path = compacted(tmp_path)
+    hard = tmp_path / "hard.jsonl"
+    os.link(path, hard)
+    before = snapshot_bytes(tmp_path)
+    for name in (path, str(hard)):
+        with pytest.raises(JournalError, match="other name"):
+            Session.open(name, lock_timeout=1)
+        with pytest.raises(JournalError, match="other name"):
+            rotate(name, lock_timeout=1)
+        with pytest.raises(JournalError, match="other name"):
+            repair(name, lock_timeout=1)
+    assert main(["append", str(hard)]) == 2
+    after = snapshot_bytes(tmp_path)
+    assert {k: v for k, v in after.items() if not k.endswith(".lock")} == {
+        k: v for k, v in before.items() if not k.endswith(".lock")}
+
+
+def test_a_link_made_while_a_writer_holds_the_session_cannot_rotate_it_away(
+        tmp_path: Path) -> None:
+    """The reproduction: a writer holds the session, another process rotates it through a
+    hard link it made; the writer's acknowledged turn must stay in the live session."""
+    path = compacted(tmp_path)
+    with Session.open(path) as writer:
+        os.link(path, tmp_path / "hard.jsonl")
+        with pytest.raises(JournalError, match="other name"):
+            rotate(str(tmp_path / "hard.jsonl"), lock_timeout=1)
+        writer.append_message(user("ACKED TURN"))
+    live = resolve_live(path)[0]
+    assert live == path and "ACKED TURN" in texts(live)
+
+
+def test_a_backup_left_as_a_second_name_by_a_crashed_repair_is_not_another_writer(
+        tmp_path: Path) -> None:
+    """Repair makes `<file>.bak` a second name of the file until it swaps the new one in; a
+    crash in between leaves both names on one file, which must stay writable."""
+    path = compacted(tmp_path)
+    os.link(path, path + ".bak")
+    with Session.open(path) as s:
+        s.append_message(user("after the crash"))
+    assert rotate(path).rotated
