@@ -33,19 +33,10 @@ class IdScan:
         self._thread.start()
 
     def _scan(self, path: str) -> None:
-        """Read in blocks (memory stays small), carrying a block's last bytes into the next
-        so an id field split between blocks is still found."""
-        found: set[int] = set()
-        carry = b""
         try:
-            with read_regular(path) as raw, _decompressed(raw, path) as f:
-                while block := f.read(BLOCK):
-                    data = carry + block
-                    found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
-                    carry = data[-(FIELD_LENGTH - 1):]
+            self._ids = scan_ids(path)
         except (OSError, EOFError, JournalError):
             return
-        self._ids = found
 
     @property
     def done(self) -> bool:
@@ -70,3 +61,17 @@ def _decompressed(raw: BinaryIO, path: str) -> BinaryIO:
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw
+
+
+def scan_ids(path: str) -> set[int]:
+    """The 8-hex ids in a session file (gzip-compressed or not), as integers. Reads in blocks
+    (memory stays small), carrying a block's last bytes into the next so an id field split
+    between blocks is still found."""
+    found: set[int] = set()
+    carry = b""
+    with read_regular(path) as raw, _decompressed(raw, path) as f:
+        while block := f.read(BLOCK):
+            data = carry + block
+            found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
+            carry = data[-(FIELD_LENGTH - 1):]
+    return found

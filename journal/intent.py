@@ -5,8 +5,9 @@ writer deletes a temp file, seals the session and moves it into the archive on t
 word. Anyone who can write the sessions folder can plant an intent, so an intent is only
 believed when every path in it is one this session's own rotation could have written: the
 successor and the temp file sit beside the session under their fixed names, and the archive
-is the session's own name inside the session's folder (or, for an archive folder elsewhere,
-the one the published successor's header names). Paths are stored relative to the session's
+is the session's own name, and a published successor must name that archive as its parent and
+hold entries of this session (see `lineage.read_intent`); a recovery archives only inside the
+session's folder. Paths are stored relative to the session's
 folder, so a copied or moved folder keeps working; absolute paths written by older versions
 are accepted when they name the same places.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from .identity import inside, plain_name, real_path
+from .identity import plain_name, real_path
 
 MAX_INTENT_BYTES = 1 << 16
 
@@ -75,18 +76,6 @@ def parse_intent(session: str, data: bytes) -> Intent:
     return Intent(os.path.join(folder, name),
                   None if temp is None else os.path.join(folder, temp_name(name)),
                   archive, session_id)
-
-
-def archive_allowed(session: str, archive: str, named_by_successor: str | None) -> bool:
-    """Whether `session` may be moved to `archive`: inside its folder, or where the published
-    successor's header says its parent went (an archive folder configured elsewhere)."""
-    if inside(os.path.dirname(archive), os.path.dirname(session)):
-        return True
-    if named_by_successor is None:
-        return False
-    directory, name = os.path.split(os.path.normpath(named_by_successor))
-    # the header names the compressed archive when rotation meant to compress it
-    return os.path.join(real_path(directory), name) in (archive, archive + ".gz")
 
 
 def _name_in(folder: str, value: object) -> str | None:

@@ -36,11 +36,12 @@ from .files import (
     read_regular,
     remove_if_regular,
 )
-from .identity import file_key, plain_name, real_path, same_file
-from .intent import MAX_INTENT_BYTES, BadIntent, Intent, archive_allowed, parse_intent
+from .identity import file_key, inside, plain_name, real_path, same_file
+from .idscan import scan_ids
+from .intent import MAX_INTENT_BYTES, BadIntent, Intent, parse_intent
 from .lock import WriterLock, lock_path_for
 from .model import Entry
-from .snapshot import last_newline_end
+from .snapshot import last_newline_end, load
 
 log = logging.getLogger(__name__)
 
@@ -382,12 +383,45 @@ def read_intent(path: str) -> Intent | None:
         if header is None or header.get("id") != intent.session_id:
             raise BadIntent(f"successor {intent.successor} is not session {intent.session_id}")
         parent = header.get("parentSession")
-        named = (os.path.join(os.path.dirname(path), parent) if isinstance(parent, str)
-                 else None)
-        if intent.archive is not None and not archive_allowed(path, intent.archive, named):
-            raise BadIntent(f"archive {intent.archive} lies outside the session's folder and "
-                            "is not where the successor says its parent went")
+        if not isinstance(parent, str) or not _names_archive(path, parent, intent.archive):
+            raise BadIntent(f"successor {intent.successor} does not name this session's "
+                            "archive as its parent")
+        if not _copied_from(path, intent.successor):
+            raise BadIntent(f"successor {intent.successor} holds no entries of this session")
     return intent  # unpublished: only the temp file is acted on (removed), never the archive
+
+
+def _names_archive(path: str, parent: str, archive: str | None) -> bool:
+    """Whether a successor's `parentSession` names the archive its intent gives (compressed or
+    not), or, for an intent without one, a file carrying this session's name."""
+    named = os.path.normpath(os.path.join(os.path.dirname(path), parent)).removesuffix(".gz")
+    if archive is None:
+        return os.path.basename(named).startswith(os.path.basename(path))
+    directory, name = os.path.split(named)
+    return os.path.join(real_path(directory), name) == archive
+
+
+def _copied_from(path: str, successor: str) -> bool:
+    """Whether `successor` continues `path`: rotation copies the kept entries with their ids
+    (a `model_change` it makes from an assistant message is new), so a planted file that only
+    names itself the successor fails."""
+    try:
+        copied = load(successor).entries
+        if not os.path.exists(path):
+            return True  # already archived: nothing of this file is left to protect
+        known = scan_ids(path)
+    except (OSError, EOFError, JournalError):
+        return False
+    ids = [e.get("id") for e in copied if e.get("type") != "model_change"]
+    return bool(ids) and all(isinstance(i, str) and len(i) == 8 and _hex_in(i, known)
+                             for i in ids)
+
+
+def _hex_in(entry_id: str, known: set[int]) -> bool:
+    try:
+        return int(entry_id, 16) in known
+    except ValueError:
+        return False
 
 
 def recover_rotation(path: str) -> str | None:
@@ -417,13 +451,19 @@ def recover_rotation(path: str) -> str | None:
     if not published:
         action = "undone: the old file stays authoritative"
     else:
+        archive = intent.archive
+        if archive is not None and not inside(os.path.dirname(archive), os.path.dirname(path)):
+            # a recovery never moves a file out of its folder (an intent may be planted): an
+            # archive folder elsewhere is replaced by the default one, which lineage also reads
+            archive = os.path.join(os.path.dirname(path), ARCHIVE_DIR,
+                                   os.path.basename(archive))
         if os.path.exists(path) and seal_of(path) is None:
-            seal_file(path, intent.successor, intent.session_id, intent.archive)
-        if os.path.exists(path) and intent.archive is not None:
-            if os.path.lexists(intent.archive):
-                log.warning("%s: not archived: %s already exists", path, intent.archive)
+            seal_file(path, intent.successor, intent.session_id, archive)
+        if os.path.exists(path) and archive is not None:
+            if os.path.lexists(archive):
+                log.warning("%s: not archived: %s already exists", path, archive)
             else:
-                move_into_archive(path, intent.archive)
+                move_into_archive(path, archive)
         action = "finished: the successor is live and the old file is archived"
     fsync_directory(os.path.dirname(path))
     remove_intent(path)

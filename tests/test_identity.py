@@ -334,7 +334,7 @@ def crash_after_publishing(path: str, monkeypatch: pytest.MonkeyPatch, at: str =
 
 
 @pytest.mark.parametrize("at", ["temp", "published"])
-def test_an_interrupted_rotation_into_an_archive_folder_elsewhere_is_recovered(
+def test_an_interrupted_rotation_into_an_archive_folder_elsewhere_is_recovered_inside(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
     folder, elsewhere = tmp_path / "sessions", tmp_path / "kept"
     real = compacted(folder)
@@ -345,8 +345,12 @@ def test_an_interrupted_rotation_into_an_archive_folder_elsewhere_is_recovered(
     if at == "temp":
         assert live == real and seal_of(real) is None
     else:
-        assert live != real and seal_of(str(elsewhere / "s.jsonl")) is not None
-        assert lineage(live) == [str(elsewhere / "s.jsonl"), live]
+        # a recovery never moves a file out of its folder (the intent may have been
+        # planted): it archives into the default folder, which lineage reads as well
+        archived = str(folder / ARCHIVE_DIR / "s.jsonl")
+        assert live != real and seal_of(archived) is not None
+        assert not elsewhere.exists() or not any(elsewhere.iterdir())
+        assert lineage(live) == [archived, live]
 
 
 def test_an_interrupted_rotation_is_still_finished_from_its_relative_intent(
@@ -617,3 +621,46 @@ def test_a_backup_left_as_a_second_name_by_a_crashed_repair_is_not_another_write
     with Session.open(path) as s:
         s.append_message(user("after the crash"))
     assert rotate(path).rotated
+
+
+# planted intents that name a real-looking successor
+
+
+def _plant(real: str, successor: Path, session_id: str, archive: str) -> None:
+    Path(real + INTENT_SUFFIX).write_bytes(orjson.dumps(
+        {"successor": successor.name, "sessionId": session_id, "archive": archive}))
+
+
+def test_a_planted_intent_and_successor_never_move_the_session_out(tmp_path: Path) -> None:
+    """The reviewer's reproduction: a planted successor whose header names an outside
+    archive as its parent, and an intent naming both."""
+    folder, outside = tmp_path / "sessions", tmp_path / "attacker"
+    real = compacted(folder)
+    outside.mkdir()
+    header = orjson.loads(Path(real).read_bytes().splitlines()[0])
+    fid = "01a00000-0000-7000-8000-00000000beef"
+    planted = folder / f"2099-01-01T00-00-00-000Z_{fid}.jsonl"
+    planted.write_bytes(orjson.dumps({**header, "id": fid,
+                                      "parentSession": str(outside / "s.jsonl.gz")}) + b"\n")
+    _plant(real, planted, fid, str(outside / "s.jsonl"))
+    with Session.open(real) as s:
+        assert s.path == real
+        s.append_message(user("private turn"))
+    assert list(outside.iterdir()) == []
+    assert "private turn" in texts(real) and "private turn" not in planted.read_text()
+    assert not Path(real + INTENT_SUFFIX).exists()
+
+
+def test_a_planted_intent_naming_another_session_changes_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    a = compacted(folder, "a.jsonl")
+    b = compacted(folder, "b.jsonl")
+    b_id = orjson.loads(Path(b).read_bytes().splitlines()[0])["id"]
+    before = Path(b).read_bytes()
+    _plant(a, Path(b), b_id, "archive/a.jsonl")
+    assert resolve_live(a)[0] == a, "a reader followed the planted intent"
+    with Session.open(a) as s:
+        assert s.path == a
+        s.append_message(user("turn for a"))
+    assert Path(b).read_bytes() == before and seal_of(a) is None
+    assert "turn for a" in texts(a)
