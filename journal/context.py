@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Entry
 from .tree import Tree
+
+if TYPE_CHECKING:
+    from .pairing import PairingReport
 
 Message = dict[str, Any]
 
@@ -34,7 +37,8 @@ class Context:
     model: dict[str, Any] | None = None
     leaf_id: str | None = None
     compaction_id: str | None = None
-    pairing: Any = None
+    pairing: PairingReport | None = None
+    """What the sanitizer changed, on a context made by `for_model` (None otherwise)."""
     entry_ids: list[str | None] = field(default_factory=list)
     fresh_from: int = 0
     """Index of the first message written after the applied compaction (0 without one):

@@ -482,8 +482,8 @@ def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None
                 log.warning("pairing changed a %s entry; kept as is", item.entry.get("type"))
         placed_at[source] = len(order)
         order.append(owner)
-    dropped = [owners[i] for i in range(len(messages))
-               if owners[i] is not None and i not in placed_at]
+    dropped = [owner for i, owner in enumerate(owners)
+               if owner is not None and i not in placed_at]
     if p.version < 2:
         for owner in dropped:
             item = p.items[owner]
