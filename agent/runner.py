@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -408,7 +408,7 @@ def _call_ids(messages: list[dict[str, Any]]) -> list[str]:
             and b.get("type") == "toolCall" and isinstance(b.get("id"), str)]
 
 
-def _result_chars(messages: list[dict[str, Any]]) -> int:
+def _result_chars(messages: Sequence[Mapping[str, Any]]) -> int:
     total = 0
     for m in messages:
         if m.get("role") == "toolResult":

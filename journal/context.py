@@ -15,6 +15,7 @@ Follows pi's `buildSessionContext` exactly on well-formed files:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -229,7 +230,7 @@ BRANCH_INTRO = (
 SUMMARY_OUTRO = "\n</summary>"
 
 
-def bash_execution_text(message: Message) -> str:
+def bash_execution_text(message: Mapping[str, Any]) -> str:
     """A shell command the user ran, with its output, as text for the model."""
     lines = [f"The user ran a shell command: `{message.get('command', '')}`"]
     output = message.get("output") or ""
@@ -243,13 +244,13 @@ def bash_execution_text(message: Message) -> str:
     return "\n".join(lines)
 
 
-def to_model_messages(messages: list[Message]) -> list[Message]:
+def to_model_messages(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Turn summaries, custom and shell messages into user-role text a model accepts.
 
     User, assistant and tool-result messages pass through unchanged; a shell execution marked
     `excludeFromContext` is left out, as pi does.
     """
-    out: list[Message] = []
+    out: list[Mapping[str, Any]] = []
     for m in messages:
         role = m.get("role")
         if role in ("user", "assistant", "toolResult"):
