@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import journal
+
+if TYPE_CHECKING:
+    from agent.models import ModelRequest
 
 Block = dict[str, Any]
 
@@ -217,7 +220,7 @@ def thinking_config(
 
 
 def build_params(
-    request: Any,
+    request: ModelRequest,
     model_id: str,
     *,
     prompt_cache: bool = True,
