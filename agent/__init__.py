@@ -1,0 +1,126 @@
+"""agent: run an LLM agent on a journal session, with its context kept inside the window.
+
+Every turn is committed to the session as it happens; when the context grows past its budget
+the older part of the branch is compacted into a summary (nothing is deleted), and a request
+that still overflows is recovered by truncating tool results on a new branch. A complete run,
+offline, with the scripted model replaying a scenario shipped with the package:
+
+    from pathlib import Path
+
+    from agent import DEFAULT_SETTINGS, ExtractiveSummarizer, Runner, ScriptedModel, scenario_path
+    from journal import Session
+    from tools import default_tools
+
+    workspace = Path("workspace")
+    workspace.mkdir(exist_ok=True)
+    model = ScriptedModel.from_file(scenario_path("short.json"))
+    with Session.create("sessions", cwd=str(workspace)) as session:
+        session.append_model_change(model.provider, model.model_id)
+        runner = Runner(session, model, default_tools(workspace), settings=DEFAULT_SETTINGS,
+                        summarizer=ExtractiveSummarizer(), workspace=str(workspace))
+        result = runner.run(model.prompt)
+    print(result.stop_reason, result.turns, result.final_text)
+
+With a key in `ANTHROPIC_API_KEY`, `AnthropicModel("claude-sonnet-4-5")` takes the scripted
+model's place and `default_summarizer()` picks `AnthropicSummarizer`. What is here:
+
+Running
+    `Runner` (the run loop), `RunResult`, `RunnerEvent` (what `on_event` observers get).
+
+Models
+    `Model` (the interface), `ModelRequest`, `ModelEvent`, `ScriptedModel` (replays a
+    scenario; `scenario_path` and `SCENARIOS` are the shipped ones), `AnthropicModel`
+    (imported on first use, so `import agent` does not load the SDK), and the errors a model
+    raises: `ModelError`, `ContextOverflow`, `Overloaded`, `RateLimited`, `AuthError`,
+    `ModelTimeout`, `ModelAborted`.
+
+Settings
+    `ContextSettings` (every tunable number) and `DEFAULT_SETTINGS`.
+
+Compaction
+    `compact` (summarize the older part of the branch into a compaction entry),
+    `CompactionResult`, `CompactionHooks`.
+
+Summarizers
+    `Summarizer` (the protocol), `ExtractiveSummarizer` (offline), `AnthropicSummarizer`,
+    `default_summarizer` (Anthropic when a key is set, else extractive), `SummarizerError`.
+
+This wing needs the `agent` extra (`pip install 'journal[agent]'`); the store, `journal`,
+does not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agent.compaction import CompactionHooks, CompactionResult, compact
+from agent.models import (
+    AuthError,
+    ContextOverflow,
+    Model,
+    ModelAborted,
+    ModelError,
+    ModelEvent,
+    ModelRequest,
+    ModelTimeout,
+    Overloaded,
+    RateLimited,
+)
+from agent.runner import Runner, RunnerEvent, RunResult
+from agent.scenarios import SCENARIOS, scenario_path
+from agent.scripted import ScriptedModel
+from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.summarize import (
+    AnthropicSummarizer,
+    ExtractiveSummarizer,
+    Summarizer,
+    SummarizerError,
+    default_summarizer,
+)
+
+if TYPE_CHECKING:
+    from agent.anthropic_model import AnthropicModel
+
+__all__ = [
+    # running
+    "Runner",
+    "RunResult",
+    "RunnerEvent",
+    # models
+    "Model",
+    "ModelRequest",
+    "ModelEvent",
+    "ScriptedModel",
+    "scenario_path",
+    "SCENARIOS",
+    "AnthropicModel",
+    "ModelError",
+    "ContextOverflow",
+    "Overloaded",
+    "RateLimited",
+    "AuthError",
+    "ModelTimeout",
+    "ModelAborted",
+    # settings
+    "ContextSettings",
+    "DEFAULT_SETTINGS",
+    # compaction
+    "compact",
+    "CompactionResult",
+    "CompactionHooks",
+    # summarizers
+    "Summarizer",
+    "ExtractiveSummarizer",
+    "AnthropicSummarizer",
+    "default_summarizer",
+    "SummarizerError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """`AnthropicModel` on first use: its module imports the Anthropic SDK, which is slow."""
+    if name == "AnthropicModel":
+        from agent.anthropic_model import AnthropicModel
+
+        return AnthropicModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,12 +16,12 @@ from typing import IO, Any
 
 from agent.models import Model, ModelError
 from agent.runner import Runner, RunnerEvent, RunResult
+from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall
 from journal import JournalError, Session
 
 EXIT_USAGE = 2
-SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
 
 
 def default_sessions_root() -> Path:
@@ -59,8 +59,8 @@ def make_model(spec: str | None, window: int | None) -> Model:
         from agent.scripted import ScriptedModel
 
         path = Path(rest)
-        if not path.exists() and (SCENARIOS / rest).exists():
-            path = SCENARIOS / rest
+        if not path.exists() and scenario_path(rest).exists():
+            path = scenario_path(rest)
         if not path.is_file():
             raise JournalError(f"scenario file not found: {rest}")
         return ScriptedModel.from_file(path, context_window=window)

@@ -22,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.cli import SCENARIOS, continue_scripted, print_event
+from agent.cli import continue_scripted, print_event
 from agent.runner import Runner
+from agent.scenarios import scenario_path
 from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS
 from agent.summarize import ExtractiveSummarizer
@@ -61,7 +62,7 @@ def _prepare(directory: Path) -> tuple[Path, Path]:
 
 
 def _phase_one(workspace: Path, sessions: Path) -> str:
-    model = ScriptedModel.from_file(SCENARIOS / "demo.json")
+    model = ScriptedModel.from_file(scenario_path("demo.json"))
     with Session.create(str(sessions), cwd=str(workspace)) as session:
         session.rotation_policy = ROTATE
         session.append_model_change(model.provider, model.model_id)
@@ -76,7 +77,7 @@ def _phase_one(workspace: Path, sessions: Path) -> str:
 
 def _child_command(session: str, workspace: Path, scenario: str, task: str) -> list[str]:
     return [sys.executable, "-m", "agent.cli", "run", task, "--session", session,
-            "--model", f"scripted:{SCENARIOS / scenario}", "--workspace", str(workspace),
+            "--model", f"scripted:{scenario_path(scenario)}", "--workspace", str(workspace),
             "--window", str(WINDOW), "--quiet"]
 
 
@@ -124,7 +125,7 @@ def _phase_three(live: str) -> None:
 
 
 def _phase_four(live: str, workspace: Path) -> str:
-    model = ScriptedModel.from_file(SCENARIOS / "resume.json", call_id_prefix="resume_call_")
+    model = ScriptedModel.from_file(scenario_path("resume.json"), call_id_prefix="resume_call_")
     with Session.open(live) as session:
         continue_scripted(model, session)
         model.turn = 0  # a different scenario: start at its first turn

@@ -7,8 +7,8 @@ periodic ``compaction`` entries (optionally followed by the current settings), a
 branches (optionally with a ``branch_summary``), labels, one ``session_info`` and a
 sprinkling of ``custom`` / ``custom_message`` / ``bashExecution`` entries.
 
-Every entry uses pi's key order (see ``fixtures/pi/all-types.jsonl``).  Output is
-deterministic for a given seed: all randomness comes from one ``random.Random(seed)`` and
+Every entry uses pi's key order (see pi's ``all-types.jsonl``, in ``../shared/fixtures/pi``).
+Output is deterministic for a given seed: all randomness comes from one ``random.Random(seed)`` and
 timestamps advance from a fixed start time.
 
 Invariants of the generated file:

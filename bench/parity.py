@@ -7,7 +7,9 @@ version 3 files, ``leafId`` (pi gives version 1 entries random ids on every load
 
 The files checked:
 
-* the pi fixtures (``fixtures/pi``, copies of the shared ones);
+* the real pi fixtures, which this repository does not hold: ``../shared/fixtures/pi`` beside
+  the clone, or ``$JOURNAL_SHARED_FIXTURES/pi`` (see ``bench/shared_fixtures.py``); without
+  them the other files are still checked, and a note says what was left out;
 * synthetic sessions from ``bench/gen_session.py`` (several seeds and sizes, with branches,
   branch summaries, labels and several compactions);
 * hand-built edge files (see ``EDGE_CASES``).
@@ -53,9 +55,6 @@ ROOT = BENCH.parent
 PI_CONTEXT = BENCH / "pi_context.mjs"
 DEFAULT_PI_DIR = "/tmp/pi/node_modules/@mariozechner/pi-coding-agent"
 DEFAULT_NODE = "/usr/bin/node"
-SHARED_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
-LOCAL_FIXTURES = ROOT / "fixtures" / "pi"
-FIXTURE_NAMES = ("all-types.jsonl", "before-compaction.jsonl", "large-session.jsonl")
 
 KB = 1024
 MB = 1024 * KB
@@ -91,25 +90,39 @@ def pi_missing(node: str | None, pi_dir: str) -> str | None:
     return None
 
 
-def fixture_dir() -> Path:
-    return SHARED_FIXTURES if SHARED_FIXTURES.is_dir() else LOCAL_FIXTURES
-
-
-def fixture_files() -> list[Path]:
-    base = fixture_dir()
-    return [base / name for name in FIXTURE_NAMES if (base / name).is_file()]
-
-
-def _gen_session_module() -> Any:
-    name = "bench_gen_session"
+def _bench_module(name: str, file: str) -> Any:
+    """A sibling script of this one, loaded once by path (bench/ is not a package)."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / "gen_session.py")
+    spec = importlib.util.spec_from_file_location(name, BENCH / file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _gen_session_module() -> Any:
+    return _bench_module("bench_gen_session", "gen_session.py")
+
+
+def _shared_fixtures_module() -> Any:
+    return _bench_module("bench_shared_fixtures", "shared_fixtures.py")
+
+
+def fixtures_missing() -> str | None:
+    """Why the real pi fixtures cannot be checked, or None when all of them are there."""
+    sf = _shared_fixtures_module()
+    reason: str | None = sf.missing(sf.PI, sf.PI_FILES)
+    return reason
+
+
+def fixture_files() -> list[Path]:
+    """The real pi fixtures, or none when they are not all available (see `fixtures_missing`)."""
+    if fixtures_missing() is not None:
+        return []
+    sf = _shared_fixtures_module()
+    return [sf.fixture_dir(sf.PI) / name for name in sf.PI_FILES]
 
 
 # ---------------------------------------------------------------------------------------
@@ -650,10 +663,13 @@ def check_files(files: list[Path], node: str, pi_dir: str,
     return results
 
 
-def build_file_set(directory: Path, quick: bool = False, malformed: bool = False) -> list[Path]:
-    """Fixtures plus generated and edge files (and malformed ones) written into `directory`."""
+def build_file_set(directory: Path, quick: bool = False, malformed: bool = False,
+                   fixtures: bool = True) -> list[Path]:
+    """Fixtures (when `fixtures` and available) plus generated and edge files (and malformed
+    ones) written into `directory`."""
     gen_names = QUICK_GENERATED if quick else None
-    files = fixture_files() + write_generated(directory, gen_names) + write_edge_files(directory)
+    files = fixture_files() if fixtures else []
+    files += write_generated(directory, gen_names) + write_edge_files(directory)
     if malformed:
         files += write_edge_files(directory, MALFORMED_CASES)
     return files
@@ -712,6 +728,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parity: cannot run pi: {missing}", file=sys.stderr)
         return 2
     assert node is not None
+
+    if not a.only and (reason := fixtures_missing()) is not None:
+        print(f"parity: not checking the real pi files: {reason}", file=sys.stderr)
 
     tmp = None
     if a.dir:

@@ -1,4 +1,48 @@
-"""journal: an event-sourced session store for long-running LLM agents (pi format v3)."""
+"""journal: an event-sourced session store for long-running LLM agents (pi format v3).
+
+A session is an append-only JSONL file: a header line, then one entry per line, each naming
+its parent, so the file holds a tree and the current branch is the path from the last entry
+(the leaf) back to the root. These names are the store's front door, grouped by what a caller
+does with them:
+
+Writing a session
+    `Session` (create, open, append, branch, compact, rotate; one writer per file),
+    `Durability` (when commits are synced), `RotationPolicy` (when a long session continues
+    in a short successor), `current_holder` (who holds a session's writer lock).
+
+Reading a session (never locks)
+    `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
+    they return), `Diagnostic` (an unreadable byte range), `Entry`, `CURRENT_VERSION`,
+    `View` (a read-only session), `Tree`, `TreeNode`, `TreeIssue` (the entry tree),
+    `inspect` and `SessionInfo` (a summary, as `journal info` prints it).
+
+What the model sees
+    `build_context` and `Context` (the projection of a branch: messages, model, thinking
+    level), `to_model_messages`, `entry_message`, `compaction_summary_message`,
+    `iso_to_millis`, and `sanitize` with `PairingReport` and `Fix` (tool calls and results
+    paired, and what was changed to pair them).
+
+Keeping files healthy
+    `repair` with `RepairReport` and `Problem`; `rotate` with `RotationResult` and
+    `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
+    live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
+
+Following sessions live
+    `follow`, `follow_events`, and their asyncio twins `afollow`, `afollow_events`, yielding
+    entries or `TailEvent`s.
+
+Errors
+    `JournalError` (every expected failure; its message names the path and what to do),
+    `LockTimeout`, `NotASession`, `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
+    `WriteFailed`.
+
+Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
+rules: `pairing_problems`, `api_pairing_problems`, `assert_valid_pairing`, `InvalidPairing`)
+and `journal.pairing.synthetic_result`.
+
+Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or watchfiles
+(the live tail imports those when it starts waiting).
+"""
 
 from .codec import Diagnostic
 from .context import (
@@ -23,7 +67,7 @@ from .info import SessionInfo, inspect
 from .lineage import lineage, resolve_live
 from .lock import current_holder
 from .model import CURRENT_VERSION, Entry
-from .pairing import Fix, PairingReport, sanitize, synthetic_result
+from .pairing import Fix, PairingReport, sanitize
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
 from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
@@ -31,60 +75,60 @@ from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tail import TailEvent, afollow, afollow_events, follow, follow_events
 from .tree import Tree, TreeIssue, TreeNode
-from .validate import InvalidPairing, api_pairing_problems, assert_valid_pairing, pairing_problems
 from .view import View
 
 __all__ = [
-    "CURRENT_VERSION",
-    "Context",
-    "Diagnostic",
+    # writing a session
+    "Session",
     "Durability",
+    "RotationPolicy",
+    "current_holder",
+    # reading a session
+    "load",
+    "resume",
+    "Snapshot",
+    "Diagnostic",
     "Entry",
+    "CURRENT_VERSION",
+    "View",
+    "Tree",
+    "TreeNode",
+    "TreeIssue",
+    "inspect",
+    "SessionInfo",
+    # what the model sees
+    "build_context",
+    "Context",
+    "to_model_messages",
+    "entry_message",
+    "compaction_summary_message",
+    "iso_to_millis",
+    "sanitize",
+    "PairingReport",
     "Fix",
-    "InvalidPairing",
+    # keeping files healthy
+    "repair",
+    "RepairReport",
+    "Problem",
+    "rotate",
+    "RotationResult",
+    "RotationAborted",
+    "lineage",
+    "resolve_live",
+    "read_quarantine",
+    "Quarantined",
+    # following sessions live
+    "follow",
+    "follow_events",
+    "afollow",
+    "afollow_events",
+    "TailEvent",
+    # errors
     "JournalError",
     "LockTimeout",
     "NotASession",
-    "PairingReport",
-    "Problem",
-    "Quarantined",
-    "RepairReport",
-    "RotationAborted",
-    "RotationPolicy",
-    "RotationResult",
-    "Session",
-    "SessionInfo",
-    "Snapshot",
-    "TailEvent",
-    "Tree",
-    "TreeIssue",
-    "TreeNode",
     "UnknownEntry",
     "UnsafeLockFile",
     "UnsupportedVersion",
-    "View",
     "WriteFailed",
-    "afollow",
-    "afollow_events",
-    "api_pairing_problems",
-    "assert_valid_pairing",
-    "build_context",
-    "compaction_summary_message",
-    "current_holder",
-    "entry_message",
-    "follow",
-    "follow_events",
-    "inspect",
-    "iso_to_millis",
-    "lineage",
-    "load",
-    "pairing_problems",
-    "read_quarantine",
-    "repair",
-    "resolve_live",
-    "resume",
-    "rotate",
-    "sanitize",
-    "synthetic_result",
-    "to_model_messages",
 ]

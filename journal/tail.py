@@ -36,7 +36,6 @@ mode); `tail_chain` finds where a file goes on (seals, archives, `parentSession`
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncGenerator, Generator
 from contextlib import closing
@@ -196,6 +195,8 @@ async def afollow_events(
         >>> async for event in afollow_events("sessions/a.jsonl"):  # doctest: +SKIP
         ...     print(event.kind, event.entry)
     """
+    import asyncio  # only the asyncio twins need it; `import journal` stays light
+
     flag = Stop(stop)
     follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
     waker = AsyncWaker(flag, timeout, poll, follower.wants)

@@ -16,8 +16,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-
-import watchfiles
+from typing import TYPE_CHECKING
 
 from .errors import NotASession, UnknownEntry
 from .lineage import MAX_HOPS, archived_copies
@@ -44,6 +43,9 @@ from .tail_source import (
     first_line_header,
     open_regular,
 )
+
+if TYPE_CHECKING:
+    import watchfiles
 
 __all__ = ["Follower", "is_session_name"]
 
@@ -354,8 +356,13 @@ class Follower(SourceReader):
         return tuple(sorted(d for d in dirs if os.path.isdir(d)))
 
     def wants(self, change: watchfiles.Change, path: str) -> bool:
-        """Whether a watchfiles change deserves a wake-up (other files' writes do not)."""
-        if change != watchfiles.Change.modified:
+        """Whether a watchfiles change deserves a wake-up (other files' writes do not).
+
+        Only a watcher calls this, so watchfiles is already loaded when it is imported here.
+        """
+        from watchfiles import Change
+
+        if change != Change.modified:
             return True
         if self.root is not None and os.path.dirname(path) == self.root:
             return is_session_name(os.path.basename(path))

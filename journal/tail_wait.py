@@ -9,16 +9,16 @@ itself (`journal.tail_follow`) never waits.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Protocol, runtime_checkable
-
-import watchfiles
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import JournalError
+
+if TYPE_CHECKING:
+    import watchfiles
 
 # logged under the public module's name, which is what callers configure
 log = logging.getLogger("journal.tail")
@@ -148,6 +148,8 @@ class Waker(_WakerBase):
         while not self.timer_only and dirs:
             try:
                 if self._gen is None:
+                    import watchfiles  # only a live follow needs it; `import journal` stays light
+
                     self._gen = watchfiles.watch(*dirs, raise_interrupt=True, **self.options())
                     self.fresh = True
                 changes = next(self._gen)
@@ -178,6 +180,8 @@ class AsyncWaker(_WakerBase):
     _gen: AsyncIterator[set[tuple[watchfiles.Change, str]]] | None = None
 
     async def wait(self, dirs: tuple[str, ...]) -> bool:
+        import asyncio  # loaded by the running event loop already; not at `import journal`
+
         if self.stop.is_set():
             return False
         if dirs != self.dirs:
@@ -187,6 +191,8 @@ class AsyncWaker(_WakerBase):
         while not self.timer_only and dirs:
             try:
                 if self._gen is None:
+                    import watchfiles  # only a live follow needs it; `import journal` stays light
+
                     self._gen = watchfiles.awatch(*dirs, **self.options())
                     self.fresh = True
                 changes = await self._gen.__anext__()

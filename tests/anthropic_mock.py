@@ -12,6 +12,7 @@ import anthropic
 import httpx2
 
 import journal
+import journal.validate
 from agent.anthropic_model import AnthropicModel
 
 MODEL = "claude-sonnet-4-5"
@@ -35,7 +36,7 @@ class MockAPI:
     def handler(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         self.bodies.append(body)
-        problems = journal.api_pairing_problems(body["messages"])
+        problems = journal.validate.api_pairing_problems(body["messages"])
         self.problems.extend(problems)
         assert problems == [], problems
         assert self.replies, "the model sent more requests than the test expected"

@@ -1,25 +1,24 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-# Copies of the real pi session files from the shared fixtures, kept in the repo.
-PI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
-
-
-def pi_fixture_dir() -> Path:
-    return PI_FIXTURES
+from third_party import pi_path
 
 
 @pytest.fixture
-def pi_fixture(tmp_path: Path):
-    """Copy one of the real pi session files into tmp_path and return the copy's path."""
+def pi_fixture(tmp_path: Path) -> Callable[[str], Path]:
+    """Copy one of the real pi session files into tmp_path and return the copy's path.
+
+    The files are not part of this repository (see bench/shared_fixtures.py): the test that
+    asks for one is skipped, with the reason, when it is absent.
+    """
 
     def copy(name: str) -> Path:
         target = tmp_path / name
-        shutil.copyfile(pi_fixture_dir() / name, target)
+        shutil.copyfile(pi_path(name), target)
         return target
 
     return copy

@@ -2,7 +2,8 @@
 
 Three parts:
 
-* sources: the real pi fixtures, sessions from ``bench/gen_session.py``, and a small builder
+* sources: the real pi fixtures (outside the repository: a test that reads one skips when it is
+  absent, see ``third_party.py``), sessions from ``bench/gen_session.py``, and a small builder
   (`Session`) for hand-made version 3 sessions whose tool calls and results are easy to break;
 * damage: functions that take the bytes of a session and return damaged bytes (each one kind
   of damage, so that a test knows exactly what repair has to find);
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from third_party import pi_bytes
 
 import journal
 from journal.context import to_model_messages
@@ -28,7 +30,6 @@ from journal.repair import RepairReport
 from journal.validate import api_pairing_problems, pairing_problems
 
 ROOT = Path(__file__).resolve().parents[1]
-PI_FIXTURES = ROOT / "fixtures" / "pi"  # copies of the real pi files (as in conftest.py)
 
 V1_FIXTURES = ("large-session.jsonl", "before-compaction.jsonl")
 V3_FIXTURE = "all-types.jsonl"
@@ -43,7 +44,8 @@ PI_NAME_TIME = "2026-01-15T09:00:00.000Z"
 
 
 def fixture_bytes(name: str) -> bytes:
-    return (PI_FIXTURES / name).read_bytes()
+    """One of the real pi session files; the calling test skips when it is not available."""
+    return pi_bytes(name)
 
 
 def _bench_module(name: str, file: str) -> Any:

@@ -52,13 +52,13 @@ from journal import (
     View,
     lineage,
     load,
-    pairing_problems,
     repair,
     resolve_live,
     rotate,
     rotation,
 )
 from journal.tree import Tree
+from journal.validate import pairing_problems
 
 FILLER = "".join(random.Random(11).choice("abcdefghij klmnop") for _ in range(8192))
 # Seconds between compactions on average: every compaction lets the next rotation succeed, and

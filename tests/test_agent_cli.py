@@ -15,10 +15,11 @@ import journal
 from agent.cli import build_runner, main, make_model, workspace_folder
 from agent.settings import DEFAULT_SETTINGS
 from agent.summarize import ExtractiveSummarizer
-from journal import Session, load, pairing_problems
+from journal import Session, load
+from journal.validate import pairing_problems
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ROOT / "fixtures" / "scenarios"
+SCENARIOS = ROOT / "agent" / "scenarios"
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from third_party import pi_path
 
 import journal
+import journal.validate
 from agent.compaction import (
     MERGE_INSTRUCTIONS,
     SPLIT_TURN_HEADING,
@@ -49,8 +51,6 @@ from agent.summarize import (
 )
 from agent.tokens import Estimator
 from agent.window import prompt_budget
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pi"
 
 SMALL = ContextSettings(context_window=16_000)
 MID = ContextSettings(context_window=64_000, keep_recent_tokens=1_200)
@@ -298,7 +298,7 @@ def test_compact_records_the_entry_and_the_settings_after_it(session):
     assert res.tokens_after < res.tokens_before
     context = session.context(raw=True)
     assert context.messages[0]["role"] == "compactionSummary"
-    assert journal.pairing_problems(context.messages) == []
+    assert journal.validate.pairing_problems(context.messages) == []
 
 
 def test_chained_compaction_summarizes_from_the_previous_kept_boundary(session):
@@ -729,7 +729,7 @@ def copy_to_v3(source: Path, directory: Path) -> journal.Session:
 
 def problems_by_message(messages):
     out = set()
-    for problem in journal.pairing_problems(messages):
+    for problem in journal.validate.pairing_problems(messages):
         where, _, what = problem.partition(": ")
         out.add((id(messages[int(where[len("messages["):-1])]), what))
     return out
@@ -737,7 +737,7 @@ def problems_by_message(messages):
 
 @pytest.mark.parametrize("name", ["large-session.jsonl", "before-compaction.jsonl"])
 def test_compacting_real_pi_sessions(name, tmp_path):
-    session = copy_to_v3(FIXTURES / name, tmp_path)
+    session = copy_to_v3(pi_path(name), tmp_path)
     try:
         settings = ContextSettings(context_window=64_000)
         before = session.context(raw=True).messages
@@ -758,8 +758,8 @@ def test_compacting_real_pi_sessions(name, tmp_path):
 
         assert estimate_session_context(session).tokens == res.tokens_after
         after = session.context(raw=True).messages
-        assert journal.pairing_problems(journal.sanitize(after)[0]) == []
-        assert journal.pairing_problems(session.context().messages) == []
+        assert journal.validate.pairing_problems(journal.sanitize(after)[0]) == []
+        assert journal.validate.pairing_problems(session.context().messages) == []
         # the raw projection gains no pairing problem: any left come from kept messages
         assert problems_by_message(after) <= problems_by_message(before)
 
@@ -776,7 +776,7 @@ def test_compacting_real_pi_sessions(name, tmp_path):
 
 
 def test_before_compaction_fixture_resumes_from_its_last_compaction(tmp_path):
-    session = copy_to_v3(FIXTURES / "before-compaction.jsonl", tmp_path)
+    session = copy_to_v3(pi_path("before-compaction.jsonl"), tmp_path)
     try:
         branch = session.get_branch()
         last = max(i for i, e in enumerate(branch) if e["type"] == "compaction")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import journal
+import journal.validate
 from agent.overflow import MARKER_TYPE, plan_truncation, truncate_session_tool_results
 from agent.settings import ContextSettings
 from agent.truncate import max_result_chars, result_text
@@ -81,7 +82,7 @@ def test_oversized_result_is_copied_truncated_on_a_new_branch(session):
     assert report.chars_cut == len(HUGE) - len(new_text)
     assert [m for i, m in enumerate(after) if i != 2] == [m for i, m in enumerate(before)
                                                           if i != 2]
-    assert journal.pairing_problems(after) == []
+    assert journal.validate.pairing_problems(after) == []
 
     marker = session.get_branch()[-1]
     assert marker["type"] == "custom" and marker["customType"] == MARKER_TYPE
@@ -141,7 +142,7 @@ def test_compaction_among_the_copies_keeps_its_kept_part(session):
     assert len(after) == len(before) and after[0]["summary"] == "SUMMARY"
     assert len(result_text(after[2])) <= CAP
     assert after[3:] == before[3:]
-    assert journal.pairing_problems(after) == []
+    assert journal.validate.pairing_problems(after) == []
 
 
 def test_results_before_the_kept_boundary_are_left_alone(session):

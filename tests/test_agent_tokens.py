@@ -1,10 +1,10 @@
 import json
 import math
 import socket
-from pathlib import Path
 
 import pytest
 import tiktoken.load
+from third_party import pi_path
 
 from agent import tokens
 from agent.settings import ContextSettings
@@ -309,7 +309,7 @@ def test_context_estimate_uses_entry_id_cache():
 
 
 def test_real_fixture_messages_estimate():
-    path = Path(__file__).resolve().parents[1] / "fixtures" / "pi" / "all-types.jsonl"
+    path = pi_path("all-types.jsonl")
     with open(path) as fh:
         entries = [json.loads(line) for line in fh if line.strip()]
     msgs = [e["message"] for e in entries if e.get("type") == "message"]

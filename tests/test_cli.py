@@ -105,6 +105,34 @@ def test_context_and_tree(tmp_path, capsys, pi_fixture):
     assert code == 0 and "← leaf" in out.splitlines()[-1]
 
 
+def test_context_and_tree_of_a_generated_session(tmp_path, capsys):
+    """`context` and `tree` on a session with branches, labels and compactions, made here."""
+    from corruption import generated_bytes
+
+    path = tmp_path / "gen.jsonl"
+    path.write_bytes(generated_bytes(tmp_path, 0, 200_000))
+    snap = load(path)
+    leaf = snap.entries[-1]["id"]
+    code, out, _ = run(capsys, "context", str(path), "--json")
+    data = orjson.loads(out)
+    assert code == 0 and data["leafId"] == leaf
+    assert data["messages"][0]["role"] == "compactionSummary"
+    assert "branchSummary" in {m["role"] for m in data["messages"]}
+
+    before_compaction = next(e["parentId"] for e in snap.entries if e["type"] == "compaction")
+    code, out, _ = run(capsys, "context", str(path), "--leaf", before_compaction, "--json")
+    earlier = orjson.loads(out)
+    assert code == 0 and earlier["leafId"] == before_compaction
+    assert "compactionSummary" not in {m["role"] for m in earlier["messages"]}
+
+    labelled = next(e for e in snap.entries if e["type"] == "label" and e.get("label"))
+    code, out, _ = run(capsys, "tree", str(path))
+    lines = out.splitlines()
+    assert code == 0 and lines[-1].lstrip().startswith(leaf) and "← leaf" in lines[-1]
+    assert any(line.lstrip().startswith(f"{labelled['targetId']} [") for line in lines)
+    assert len(lines) == len(snap.entries)
+
+
 def test_every_command_has_help(capsys):
     from journal.cli import build_parser
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from third_party import pi_path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "fixtures" / "pi" / "all-types.jsonl"
 
 
 def _load_module():
@@ -245,7 +245,7 @@ def _key_orders(entry: dict) -> list[tuple[str, tuple[str, ...]]]:
 
 def test_key_order_matches_pi(small):
     _, _, header, entries = small
-    ref_header, ref_entries = _read(FIXTURE)
+    ref_header, ref_entries = _read(pi_path("all-types.jsonl"))
     assert tuple(header) == tuple(ref_header)
     ref: dict[str, tuple[str, ...]] = {}
     for e in ref_entries:

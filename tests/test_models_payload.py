@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import journal
+import journal.validate
 from agent.anthropic_payload import build_params, thinking_config, to_api_messages
 from agent.models import ModelRequest
 
@@ -51,7 +52,7 @@ def test_real_sessions_convert_to_valid_payloads(name: str, pi_fixture: Any) -> 
     api_messages = to_api_messages(clean)
     assert clean == before
     assert api_messages and api_messages[0]["role"] == "user"
-    assert journal.api_pairing_problems(api_messages) == []
+    assert journal.validate.api_pairing_problems(api_messages) == []
     assert alternates(api_messages)
 
 
@@ -85,7 +86,7 @@ def test_images_become_base64_sources() -> None:
     source = {"type": "base64", "media_type": "image/jpeg", "data": "aGVsbG8="}
     assert api_messages[0]["content"][1] == {"type": "image", "source": source}
     assert api_messages[2]["content"][0]["content"][1] == {"type": "image", "source": source}
-    assert journal.api_pairing_problems(api_messages) == []
+    assert journal.validate.api_pairing_problems(api_messages) == []
 
 
 def test_tool_results_group_into_one_user_message_before_other_blocks() -> None:
@@ -101,7 +102,7 @@ def test_tool_results_group_into_one_user_message_before_other_blocks() -> None:
     blocks = api_messages[2]["content"]
     assert [b["type"] for b in blocks] == ["tool_result", "tool_result", "text"]
     assert blocks[1] == {"type": "tool_result", "tool_use_id": "b", "is_error": True}
-    assert journal.api_pairing_problems(api_messages) == []
+    assert journal.validate.api_pairing_problems(api_messages) == []
 
 
 def test_thinking_rules() -> None:
@@ -145,7 +146,7 @@ def test_tool_ids_are_made_safe_consistently() -> None:
     assert len(set(uses)) == 2
     assert all(set(u) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
                for u in uses)
-    assert journal.api_pairing_problems(api_messages) == []
+    assert journal.validate.api_pairing_problems(api_messages) == []
 
 
 def test_blank_messages_are_left_out_and_neighbours_merged() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import journal
+import journal.validate
 from agent.anthropic_payload import to_api_messages
 from agent.models import (
     AuthError,
@@ -28,7 +29,7 @@ from agent.models import (
 from agent.scripted import FAILURES, FINISHED_TEXT, ScenarioError, ScriptedModel
 from agent.tokens import Estimator
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[1] / "agent" / "scenarios"
 TOOL_ARGS = {
     "read": ({"path"}, {"offset", "limit"}),
     "write": ({"path", "content"}, set()),
@@ -266,7 +267,7 @@ def play(model: ScriptedModel, prompt: str, max_turns: int = 200) -> list[dict[s
         if model.finished:
             break
         clean, _ = journal.sanitize(history)
-        assert journal.api_pairing_problems(to_api_messages(clean)) == []
+        assert journal.validate.api_pairing_problems(to_api_messages(clean)) == []
         try:
             message = model.complete(ModelRequest(clean, tools=TOOLS))
         except ModelError:
@@ -284,7 +285,7 @@ def test_demo_scenario_replays_into_a_valid_history() -> None:
     assert 40 <= len(model.turns) <= 60
     assert model.prompt
     history = play(model, model.prompt)
-    assert journal.pairing_problems(history) == []
+    assert journal.validate.pairing_problems(history) == []
     ids = [c["id"] for m in history if m["role"] == "assistant" for c in tool_calls(m)]
     assert len(ids) == len(set(ids)) > 40
     kinds = {c["name"] for m in history if m["role"] == "assistant" for c in tool_calls(m)}
@@ -295,7 +296,7 @@ def test_failures_scenario_recovers_on_retry() -> None:
     model = ScriptedModel.from_file(SCENARIOS / "failures.json")
     history = play(model, model.prompt or "go")
     assert model.calls == 2 * len(model.turns)
-    assert journal.pairing_problems(history) == []
+    assert journal.validate.pairing_problems(history) == []
 
 
 def test_demo_tool_calls_work_against_the_real_tools(tmp_path: Path) -> None:

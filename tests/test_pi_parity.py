@@ -38,17 +38,29 @@ def pi():
     return node, pi_dir
 
 
-def test_parity_with_pi(pi, tmp_path: Path) -> None:
-    node, pi_dir = pi
-    files = parity.build_file_set(tmp_path, quick=True)
-    assert len(parity.fixture_files()) == 3, "pi fixtures not found"
-    assert len(files) == 3 + len(parity.QUICK_GENERATED) + len(parity.EDGE_CASES)
+def _assert_same_as_pi(files: list[Path], node: str, pi_dir: str) -> None:
     results = parity.check_files(files, node, pi_dir)
     failed = [r for r in results if not r.equal]
     assert not failed, (
         "journal's context differs from pi's:\n"
         + parity.format_table(results) + "\n" + parity.format_problems(results)
     )
+
+
+def test_parity_with_pi(pi, tmp_path: Path) -> None:
+    """Generated sessions and hand-built edge files: needs no third-party session file."""
+    files = parity.build_file_set(tmp_path, quick=True, fixtures=False)
+    assert len(files) == len(parity.QUICK_GENERATED) + len(parity.EDGE_CASES)
+    _assert_same_as_pi(files, *pi)
+
+
+def test_parity_with_pi_on_the_real_pi_files(pi) -> None:
+    missing = parity.fixtures_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    files = parity.fixture_files()
+    assert len(files) == 3
+    _assert_same_as_pi(files, *pi)
 
 
 def test_generated_sessions_exercise_the_tree(tmp_path: Path) -> None:

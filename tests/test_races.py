@@ -55,7 +55,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from journal import Entry, Session, Tree, lineage, load, pairing_problems, resolve_live, rotation
+from journal import Entry, Session, Tree, lineage, load, resolve_live, rotation
+from journal.validate import pairing_problems
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().parent / "race_worker.py"

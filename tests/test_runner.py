@@ -31,11 +31,12 @@ from agent.runner import Runner, RunnerEvent
 from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS
 from agent.summarize import ExtractiveSummarizer, SummaryOverflow
-from journal import RotationPolicy, Session, load, pairing_problems
+from journal import RotationPolicy, Session, load
+from journal.validate import pairing_problems
 from tools import Tool, ToolResult, Workspace, default_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ROOT / "fixtures" / "scenarios"
+SCENARIOS = ROOT / "agent" / "scenarios"
 
 # A small window as in agent/demo.py: window pressure is resolved by compaction.
 SMALL = replace(DEFAULT_SETTINGS, context_window=16_000, keep_recent_tokens=2_000,

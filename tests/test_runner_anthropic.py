@@ -32,7 +32,8 @@ from agent.models import ModelEvent
 from agent.runner import DEFAULT_SYSTEM_PROMPT, Runner, RunnerEvent
 from agent.settings import DEFAULT_SETTINGS
 from agent.summarize import ExtractiveSummarizer
-from journal import Session, load, pairing_problems
+from journal import Session, load
+from journal.validate import pairing_problems
 from tools import default_tools
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
