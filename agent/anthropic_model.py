@@ -397,9 +397,11 @@ def _as_model_error(
 def _status_error(exc: anthropic.APIStatusError, turn: _Turn) -> ModelError:
     status = exc.status_code
     body = exc.body if isinstance(exc.body, Mapping) else {}
-    error = body.get("error") if isinstance(body.get("error"), Mapping) else {}
+    raw_error = body.get("error")
+    error: Mapping[str, Any] = raw_error if isinstance(raw_error, Mapping) else {}
     etype = getattr(exc, "type", None) or error.get("type") or ""
-    detail = getattr(exc, "api_message", None) or error.get("message") or str(exc)
+    # a proxy may send a structured message: the patterns below need text
+    detail = str(getattr(exc, "api_message", None) or error.get("message") or exc)
     label = f"{status} {etype}".strip() if status and status != 200 else (etype or "error")
     text = f"{label}: {detail}"
     partial = turn.partial(False, text)

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agent.models import Model, ModelError
 from agent.runner import Runner, RunnerEvent, RunResult
@@ -96,7 +96,7 @@ def _text(message: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
-def print_event(event: RunnerEvent, *, stream: Any = None) -> None:
+def print_event(event: RunnerEvent, *, stream: IO[str] | None = None) -> None:
     """One readable line per runner event."""
     out = stream or sys.stdout
     d = event.data

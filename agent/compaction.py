@@ -62,6 +62,7 @@ from agent.staged import (
     summary_max_tokens,
 )
 from agent.summarize import (
+    Summarizer,
     SummaryAborted,
     extract_facts,
     extract_identifiers,
@@ -345,7 +346,7 @@ class CompactionResult:
 
 def compact(
     session: Session,
-    summarizer: Any,
+    summarizer: Summarizer,
     settings: ContextSettings = DEFAULT_SETTINGS,
     *,
     estimator: Estimator | None = None,

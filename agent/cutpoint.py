@@ -393,7 +393,7 @@ class CompactionPreparation:
 
 
 def _between(branch: Sequence[Entry], start: int, end: int) -> list[tuple[Message, Entry]]:
-    out = []
+    out: list[tuple[Message, Entry]] = []
     for entry in branch[start:end]:
         message = entry_message(entry)
         if message is not None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -52,7 +52,7 @@ EVENT_KINDS = ("message_start", "text_delta", "thinking_delta", "tool_call", "me
 class ModelRequest:
     """Everything one model call needs."""
 
-    messages: list[Message]
+    messages: list[Mapping[str, Any]]
     """pi-shaped projection, already passed through ``journal.sanitize``."""
     tools: list[dict[str, Any]] = field(default_factory=list)
     """Tool schemas ``{name, description, input_schema}``."""

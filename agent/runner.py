@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.compaction import compact
+from agent.compaction import CompactionHooks, CompactionResult, compact
 from agent.models import (
     ContextOverflow,
     Model,
@@ -42,7 +42,7 @@ from agent.prune import prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.summarize import Summarizer, SummaryAborted, default_summarizer
-from agent.tokens import Estimator, estimate_context
+from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
     cuttable_tool_result_tokens,
     max_result_chars,
@@ -131,7 +131,7 @@ class Runner:
         on_model_event: Callable[[ModelEvent], None] | None = None,
         estimator: Estimator | None = None,
         max_turns: int = 200,
-        compaction_hooks: Any = None,
+        compaction_hooks: CompactionHooks | None = None,
     ) -> None:
         self.session = session
         self.model = model
@@ -287,7 +287,7 @@ class Runner:
     def _estimate(self) -> int:
         return self._estimate_of(self.session.live_context()).tokens
 
-    def _estimate_of(self, context: Any) -> Any:
+    def _estimate_of(self, context: Context) -> ContextEstimate:
         return estimate_context(context.messages, self.estimator, context.entry_ids,
                                 safety_margin=self.settings.estimate_safety_margin,
                                 usage_from=context.fresh_from)
@@ -313,9 +313,9 @@ class Runner:
                                      self.settings, self.estimator)
         if decision.route != Route.FITS:
             messages, _ = truncate_tool_results(messages, self.budget.window, self.settings)
-            over = estimate.tokens - self.budget.prompt
-            if over > 0:
-                chars = _result_chars(messages) - over * self.settings.chars_per_token
+            excess = estimate.tokens - self.budget.prompt
+            if excess > 0:
+                chars = _result_chars(messages) - excess * self.settings.chars_per_token
                 messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
         if messages is raw.messages:
             messages = list(messages)  # the request must not share the session's live list
@@ -327,11 +327,12 @@ class Runner:
             thinking_level=raw.thinking_level or "off",
         )
 
-    def compact_now(self, focus: str | None = None) -> Any:
+    def compact_now(self, focus: str | None = None) -> CompactionResult | None:
         """A compaction the user asked for (`/compact [focus]`)."""
         return self._compact("manual", will_retry=False, focus=focus)
 
-    def _compact(self, reason: str, *, will_retry: bool, focus: str | None = None) -> Any:
+    def _compact(self, reason: str, *, will_retry: bool, focus: str | None = None,
+                 ) -> CompactionResult | None:
         before = self._estimate()
         self._emit("compaction_start", reason=reason, tokens_before=before)
         try:
@@ -408,7 +409,7 @@ def _call_ids(messages: list[dict[str, Any]]) -> list[str]:
             and b.get("type") == "toolCall" and isinstance(b.get("id"), str)]
 
 
-def _result_chars(messages: list[dict[str, Any]]) -> int:
+def _result_chars(messages: Sequence[Mapping[str, Any]]) -> int:
     total = 0
     for m in messages:
         if m.get("role") == "toolResult":

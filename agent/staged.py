@@ -31,7 +31,7 @@ from typing import Any
 
 from agent.cutpoint import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import SummarizerError, SummaryAborted, message_text
+from agent.summarize import Summarizer, SummarizerError, SummaryAborted, message_text
 from agent.tokens import Estimator
 from agent.window import clamp_reserve, prompt_budget, resolve_window
 
@@ -169,7 +169,7 @@ class SummaryOutcome:
 
 @dataclass
 class _Pipeline:
-    summarizer: Any
+    summarizer: Summarizer
     settings: ContextSettings
     window: int
     estimator: Estimator
@@ -315,7 +315,7 @@ def plain_summary(messages: int, oversized: int, previous: str | None = None) ->
 
 def summarize_messages(
     messages: Sequence[Message],
-    summarizer: Any,
+    summarizer: Summarizer,
     settings: ContextSettings = DEFAULT_SETTINGS,
     *,
     window: int | None = None,

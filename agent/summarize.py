@@ -30,9 +30,12 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.truncate import result_text, truncate_text
+
+if TYPE_CHECKING:
+    import anthropic
 
 log = logging.getLogger(__name__)
 
@@ -697,7 +700,7 @@ class AnthropicSummarizer:
 
     def __init__(
         self,
-        client: Any = None,
+        client: anthropic.Anthropic | None = None,
         *,
         model: str = DEFAULT_MODEL,
         timeout: float = 120.0,
@@ -736,7 +739,7 @@ class AnthropicSummarizer:
         except anthropic.AnthropicError as e:
             raise classify_api_error(e) from e
         text = "\n".join(
-            block.text for block in response.content if getattr(block, "type", None) == "text"
+            block.text for block in response.content if block.type == "text"
         ).strip()
         if not text:
             raise SummarizerError(f"the model returned no text (stop: {response.stop_reason})")

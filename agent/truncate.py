@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 
@@ -151,9 +151,12 @@ def truncate_text(
     return text[:head_end] + marker_for(cut), cut
 
 
+_M = TypeVar("_M", bound=Message)
+
+
 def truncate_tool_result(
-    msg: Message, max_chars: int, settings: ContextSettings = DEFAULT_SETTINGS
-) -> tuple[Message, int]:
+    msg: _M, max_chars: int, settings: ContextSettings = DEFAULT_SETTINGS
+) -> tuple[_M | dict[str, Any], int]:
     """``msg`` with its text cut to ``max_chars`` (the same object if it already fits)."""
     text = result_text(msg)
     new_text, cut = truncate_text(text, max_chars, settings)

@@ -10,7 +10,7 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -53,7 +53,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_entries_from(stream: Any) -> list[dict[str, Any]]:
+def read_entries_from(stream: Iterable[bytes | str]) -> list[dict[str, Any]]:
     """Entries (objects with a `type`) or bare messages (with a `role`), one JSON per line.
 
     Every line is checked before anything is written; a bad one raises with its line number.
@@ -167,10 +167,11 @@ def cmd_context(args: argparse.Namespace) -> int:
         context: Context = view.context(args.leaf or None, raw=not args.for_model)
     except UnknownEntry as e:
         raise JournalError(f"{args.path}: no entry with id {args.leaf!r}") from e
+    report = context.pairing if args.for_model else None
     if args.json:
         data = context.to_json()
-        if args.for_model:
-            data["pairingFixes"] = [vars(f) for f in context.pairing.fixes]
+        if report is not None:
+            data["pairingFixes"] = [vars(f) for f in report.fixes]
         _emit_json(data)
         return 0
     model = context.model or {}
@@ -178,8 +179,8 @@ def cmd_context(args: argparse.Namespace) -> int:
           f"{context.thinking_level}, leaf {context.leaf_id}, {len(context.messages)} messages")
     for message in context.messages:
         print(f"  {message.get('role')!s:<17} {describe_message(message)}")
-    if args.for_model and context.pairing.changed:
-        print(f"pairing fixes applied for the model: {context.pairing.counts}")
+    if report is not None and report.changed:
+        print(f"pairing fixes applied for the model: {report.counts}")
     return 0
 
 
@@ -194,7 +195,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
-def _walk_nested(roots: list[TreeNode]) -> Any:
+def _walk_nested(roots: list[TreeNode]) -> Iterator[tuple[int, TreeNode]]:
     """Depth-first, indenting only where a node has several children (a chain stays flat)."""
     stack: list[tuple[int, TreeNode]] = [(0, r) for r in reversed(roots)]
     while stack:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import orjson
 
@@ -40,7 +39,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_repair)
 
 
-def add_repair_parser(sub: Any) -> None:
+def add_repair_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     configure(sub.add_parser("repair", help="fix corrupted session files (see --help)",
                              description=DESCRIPTION))
 
@@ -117,7 +116,7 @@ def _print_report(report: RepairReport) -> None:
         print(f"  quarantine: {report.quarantine}")
 
 
-def _progress(items: list[str], enabled: bool) -> Any:
+def _progress(items: list[str], enabled: bool) -> Iterable[str]:
     if not enabled:
         return items
     from rich.progress import track

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import closing
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import codec
 from .errors import JournalError
@@ -44,6 +44,9 @@ from .tail import (
     follow_events,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 EXIT_GONE = 1
 EXIT_USAGE = 2
 DEFAULT_LINES = 10
@@ -53,7 +56,9 @@ Segments = list[tuple[str, str]]
 """A line as (text, rich style) pieces; joined without styles when colour is off."""
 
 
-def add_tail_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_tail_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """Add the `tail` command to the `journal` command's subparsers."""
     p = subparsers.add_parser(
         "tail", help="print the last entries, or follow a session (-f)",
@@ -152,7 +157,7 @@ class TailPrinter:
         self.gone = False
         if color is None:
             color = not as_json and _is_terminal(out) and not os.environ.get("NO_COLOR")
-        self.console: Any = None
+        self.console: Console | None = None
         if color:
             from rich.console import Console
 

@@ -15,12 +15,16 @@ Follows pi's `buildSessionContext` exactly on well-formed files:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Entry
 from .tree import Tree
+
+if TYPE_CHECKING:
+    from .pairing import PairingReport
 
 Message = dict[str, Any]
 
@@ -34,7 +38,8 @@ class Context:
     model: dict[str, Any] | None = None
     leaf_id: str | None = None
     compaction_id: str | None = None
-    pairing: Any = None
+    pairing: PairingReport | None = None
+    """What the sanitizer changed, on a context made by `for_model` (None otherwise)."""
     entry_ids: list[str | None] = field(default_factory=list)
     fresh_from: int = 0
     """Index of the first message written after the applied compaction (0 without one):
@@ -225,7 +230,7 @@ BRANCH_INTRO = (
 SUMMARY_OUTRO = "\n</summary>"
 
 
-def bash_execution_text(message: Message) -> str:
+def bash_execution_text(message: Mapping[str, Any]) -> str:
     """A shell command the user ran, with its output, as text for the model."""
     lines = [f"The user ran a shell command: `{message.get('command', '')}`"]
     output = message.get("output") or ""
@@ -239,13 +244,13 @@ def bash_execution_text(message: Message) -> str:
     return "\n".join(lines)
 
 
-def to_model_messages(messages: list[Message]) -> list[Message]:
+def to_model_messages(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Turn summaries, custom and shell messages into user-role text a model accepts.
 
     User, assistant and tool-result messages pass through unchanged; a shell execution marked
     `excludeFromContext` is left out, as pi does.
     """
-    out: list[Message] = []
+    out: list[Mapping[str, Any]] = []
     for m in messages:
         role = m.get("role")
         if role in ("user", "assistant", "toolResult"):

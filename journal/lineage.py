@@ -23,7 +23,7 @@ import gzip
 import logging
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -56,7 +56,7 @@ def is_seal(entry: Entry | None) -> bool:
         "customType") == SUCCESSOR_TYPE and isinstance(entry.get("data"), dict)
 
 
-def _open(path: str) -> Any:
+def _open(path: str) -> BinaryIO | gzip.GzipFile:
     """A reader of a (possibly gzip-compressed) session file; only a regular file is opened."""
     f = read_regular(path)
     return gzip.GzipFile(fileobj=f, mode="rb") if path.endswith(".gz") else f

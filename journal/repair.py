@@ -38,7 +38,7 @@ from .lineage import MAX_HOPS, resolve_live
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
-from .pairing import sanitize, synthetic_result
+from .pairing import PairingReport, sanitize, synthetic_result
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import open_for_reading
@@ -452,7 +452,7 @@ def _fix_pairing(p: _Plan) -> None:
 
 def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None],
                anchors: list[tuple[int, int]], fixed: list[dict[str, Any]],
-               report: Any) -> list[int]:
+               report: PairingReport) -> list[int]:
     """The region's entries in their repaired path order (item indices; new items appended)."""
     for fix in report.fixes:
         owner = owners[fix.index] if fix.index is not None and fix.index < len(owners) else None
@@ -482,8 +482,8 @@ def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None
                 log.warning("pairing changed a %s entry; kept as is", item.entry.get("type"))
         placed_at[source] = len(order)
         order.append(owner)
-    dropped = [owners[i] for i in range(len(messages))
-               if owners[i] is not None and i not in placed_at]
+    dropped = [owner for i, owner in enumerate(owners)
+               if owner is not None and i not in placed_at]
     if p.version < 2:
         for owner in dropped:
             item = p.items[owner]
@@ -628,7 +628,7 @@ def _renumber_first_kept(p: _Plan) -> None:
                           detail=f"was {raw_index}")
 
 
-def _original_first_kept_index(item: _Item) -> Any:
+def _original_first_kept_index(item: _Item) -> object:
     original = bytes(item.raw if item.raw is not None else item.original or b"{}")
     try:
         value = orjson.loads(original.decode("utf-8", errors="replace").encode())

@@ -22,7 +22,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import codec, model
 from .context import Context, build_context
@@ -64,6 +64,9 @@ from .model import Entry
 from .quarantine import cut_torn_tail
 from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
 from .tree import Tree
+
+if TYPE_CHECKING:
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +250,7 @@ def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
 
 
 def rotate(
-    target: Any,
+    target: Session | str | os.PathLike[str],
     *,
     archive_dir: str | None = None,
     keep: int | None = None,
@@ -270,9 +273,12 @@ def rotate(
     from .session import Session
 
     started = time.perf_counter()
-    session = target if isinstance(target, Session) else None
+    session: Session | None = None
     early_info: tuple[int, Entry | None] | None = None
-    if session is None:
+    if isinstance(target, Session):
+        session = target
+        path, lock = session.path, None
+    else:
         path = real_path(os.fspath(target))
         if not dry_run:
             recover_pending(path, lock_timeout)
@@ -283,8 +289,6 @@ def rotate(
         locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
         if locked != path or file_key(locked) != searched:
             path, early_info = locked, None  # another file now: search it under the lock
-    else:
-        path, lock = session.path, None
     locked_at = time.perf_counter()
     try:
         if session is None and not dry_run:
@@ -308,7 +312,7 @@ def rotate(
     return result
 
 
-def _rotate_locked(path: str, session: Any, archive_dir: str | None, compress: bool,
+def _rotate_locked(path: str, session: Session | None, archive_dir: str | None, compress: bool,
                    dry_run: bool, early_info: tuple[int, Entry | None] | None,
                    ) -> tuple[RotationResult, tuple[str, str] | None]:
     if session is None and dry_run and os.path.exists(intent_path(path)):
@@ -413,7 +417,7 @@ def _verify(temp: str, build: _Build) -> None:
         )
 
 
-def _seal(path: str, session: Any, tree: Tree, pointers: dict[str, Any]) -> None:
+def _seal(path: str, session: Session | None, tree: Tree, pointers: dict[str, Any]) -> None:
     marker = model.custom_entry(model.new_id(tree.ids), tree.leaf_id, SUCCESSOR_TYPE, pointers)
     if session is not None:
         session._log.commit(codec.encode(marker))

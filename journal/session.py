@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -357,10 +357,11 @@ class Session:
     # appending
 
     def append_message(self, message: dict[str, Any]) -> str:
-        entry = model.message_entry(model.new_id(self._taken()), self.leaf_id, message)
+        entry_id = model.new_id(self._taken())
+        entry = model.message_entry(entry_id, self.leaf_id, message)
         self._log.commit(codec.encode(entry))
         self._indexed(entry)
-        return entry["id"]
+        return entry_id
 
     def append_thinking_level_change(self, thinking_level: str) -> str:
         return self._append(lambda i, p: model.thinking_level_entry(i, p, thinking_level))
@@ -450,12 +451,13 @@ class Session:
         self._commit(stamped)
         return [e["id"] for e in stamped]
 
-    def _append(self, build: Any) -> str:
+    def _append(self, build: Callable[[str, str | None], Entry]) -> str:
         """Commit one entry made by a model helper (trusted shape: no re-validation)."""
-        entry = build(model.new_id(self._taken()), self.leaf_id)
+        entry_id = model.new_id(self._taken())
+        entry = build(entry_id, self.leaf_id)
         self._log.commit(codec.encode(entry))
         self._indexed(entry)
-        return entry["id"]
+        return entry_id
 
     def _taken(self) -> Container[str]:
         """Ids a new entry must avoid: those read, the whole file's once scanned, and those of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, BinaryIO
 
 from . import codec
 from .codec import Diagnostic, Line
@@ -77,7 +77,7 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
         return read_stream(path, f)
 
 
-def read_stream(path: str, f: Any, start: int = 0, version: int | None = None) -> Snapshot:
+def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = None) -> Snapshot:
     """Read entries from byte `start`. Given `version`, the stream is a continuation (no
     header expected, entries of a version 3 file as they are); otherwise it is a whole file."""
     continuation = version is not None
@@ -140,7 +140,7 @@ def _note_bad_fields(entry: Entry, line: Line, issues: list[Diagnostic]) -> None
                                       line.number or None, problem))
 
 
-def last_newline_end(f: Any, size: int, block: int = 1 << 16) -> int:
+def last_newline_end(f: IO[bytes], size: int, block: int = 1 << 16) -> int:
     """The offset just past the file's last newline (0 if it has none)."""
     pos = size
     while pos > 0:
@@ -268,11 +268,12 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic],
         )
         return None
     _note_bad_fields(value, line, field_issues)
-    return value
+    entry: Entry = value
+    return entry
 
 
 def find_last_of_type(
-    f: Any, end: int, kind: str, start_at: int = 0, block: int = 1 << 20
+    f: IO[bytes], end: int, kind: str, start_at: int = 0, block: int = 1 << 20
 ) -> Entry | None:
     """The last complete entry of a type in [start_at, end), found by a byte search backwards.
 
@@ -304,7 +305,7 @@ def find_last_of_type(
     return None
 
 
-def _line_start(f: Any, offset: int, block: int = 1 << 16) -> int:
+def _line_start(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
     pos = offset
     while pos > 0:
         start = max(0, pos - block)

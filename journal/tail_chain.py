@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from .lineage import MAX_HOPS, archived_copies, read_header, successor_named_by
 from .model import Entry
@@ -158,7 +157,7 @@ def is_source(hop: Hop, src: Source) -> bool:
     return _names(hop.pointer, src.path)
 
 
-def _names(parent: Any, path: str) -> bool:
+def _names(parent: object, path: str) -> bool:
     """Whether a header's `parentSession` names `path`, where it is now or once archived."""
     if not isinstance(parent, str) or not parent:
         return False

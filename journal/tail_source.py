@@ -19,7 +19,7 @@ import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import codec
 from .codec import Diagnostic, Line
@@ -211,7 +211,7 @@ class SourceReader:
         self._place(src, end if src.header_done else 0)
         return False
 
-    def _baseline(self, src: Source, f: Any, body: int, start: int) -> None:
+    def _baseline(self, src: Source, f: BinaryIO, body: int, start: int) -> None:
         """Count the entries before the start as delivered (see `Delivered`); a seal among
         them still leads on to the successor.
 
@@ -369,7 +369,7 @@ def open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
     return fd, (st.st_dev, st.st_ino)
 
 
-def _file(src: Source) -> Any:
+def _file(src: Source) -> BinaryIO:
     """A buffered file object over the source's descriptor, for the codec's line readers."""
     assert src.fd is not None
     return open(src.fd, "rb", closefd=False)  # noqa: SIM115 - closed by the caller's `with`

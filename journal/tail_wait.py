@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import JournalError
 
@@ -35,7 +35,16 @@ POLL_INTERVAL = 0.05
 # re-read once right after a watcher starts (appends made while it started sent no event).
 _TICK_MS = 50
 
-StopSignal = Any
+
+
+@runtime_checkable
+class Settable(Protocol):
+    """Anything with `is_set()`: a `threading.Event`, an `asyncio.Event`."""
+
+    def is_set(self) -> bool: ...
+
+
+StopSignal = Settable | Callable[[], bool] | None
 """A `threading.Event` / `asyncio.Event` (anything with `is_set()`), or a callable -> bool."""
 
 
@@ -43,7 +52,7 @@ class Stop:
     """The caller's `stop` as watchfiles wants it: `is_set()`, plus the `set()` awatch calls."""
 
     def __init__(self, stop: StopSignal) -> None:
-        if stop is not None and not hasattr(stop, "is_set") and not callable(stop):
+        if stop is not None and not isinstance(stop, Settable) and not callable(stop):
             raise TypeError("stop must be an Event (with is_set()) or a callable returning bool")
         self._stop = stop
         self._set = False
@@ -54,8 +63,9 @@ class Stop:
         stop = self._stop
         if stop is None:
             return False
-        check = getattr(stop, "is_set", None)
-        return bool(check() if check is not None else stop())
+        if isinstance(stop, Settable):
+            return bool(stop.is_set())
+        return bool(stop())
 
     def set(self) -> None:
         self._set = True

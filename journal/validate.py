@@ -80,14 +80,16 @@ def pairing_problems(messages: list[dict[str, Any]]) -> list[str]:
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            run = _close(run, problems)
+            _close(run, problems)
+            run = None
             problems.append(f"{where}: not a message object")
             continue
         role = message.get("role")
         if role == "toolResult":
             _check_result(where, message, run, first_use, problems)
             continue
-        run = _close(run, problems)
+        _close(run, problems)
+        run = None
         if role in _TEXT_ROLES:
             content = message.get("content")
             _check_text(where, content, problems)
@@ -115,7 +117,6 @@ def _close(run: _Run | None, problems: list[str], noun: str = "tool call") -> No
                     f"messages[{run.index}]: {noun} {call_id!r} has no result right after "
                     "its message"
                 )
-    return None
 
 
 def _check_calls(
@@ -213,7 +214,8 @@ def api_pairing_problems(api_messages: list[dict[str, Any]]) -> list[str]:
     for i, message in enumerate(api_messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            pending = _close(pending, problems, "tool_use")
+            _close(pending, problems, "tool_use")
+            pending = None
             problems.append(f"{where}: not a message object")
             continue
         role = message.get("role")
@@ -226,7 +228,8 @@ def api_pairing_problems(api_messages: list[dict[str, Any]]) -> list[str]:
         blocks = content if isinstance(content, list) else []
         answering = pending if role == "user" else None
         if role != "user" and pending is not None:
-            pending = _close(pending, problems, "tool_use")
+            _close(pending, problems, "tool_use")
+            pending = None
         seen_other = False
         uses = _Run(i)
         for k, block in enumerate(blocks):
@@ -250,7 +253,8 @@ def api_pairing_problems(api_messages: list[dict[str, Any]]) -> list[str]:
                     continue
                 _check_api_use(at, i, block, uses, first_use, problems)
         if role == "user":
-            pending = _close(pending, problems, "tool_use")
+            _close(pending, problems, "tool_use")
+            pending = None
         if role == "assistant" and uses.answered:
             pending = uses
     _close(pending, problems, "tool_use")

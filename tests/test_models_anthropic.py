@@ -295,6 +295,18 @@ def test_other_bad_request_is_plain_model_error(api: MockAPI) -> None:
     assert info.value.kind == "invalid_request_error"
 
 
+def test_bad_request_whose_message_is_not_text_is_a_model_error(api: MockAPI) -> None:
+    # a proxy may answer with a structured message; classifying it must not raise TypeError
+    body = {"type": "error", "error": {"type": "invalid_request_error",
+                                       "message": {"field": "tools.0.name", "code": 7}}}
+    api.queue(httpx2.Response(400, json=body))
+    with pytest.raises(ModelError) as info:
+        api.model().complete(request(user("x")))
+    assert type(info.value) is ModelError
+    assert info.value.kind == "invalid_request_error"
+    assert "tools.0.name" in str(info.value)
+
+
 def test_overloaded_is_retried_by_the_sdk(api: MockAPI) -> None:
     overloaded = error_response(529, "overloaded_error", "Overloaded", **FAST_RETRY)
     api.queue(overloaded, overloaded, text_reply("finally"))
