@@ -184,7 +184,9 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
 
 
 def _child_by_header(path: str) -> str | None:
-    """A session beside `path` whose header names `path` (or its archive) as parent."""
+    """A session beside `path` whose header names the archive of `path` as parent: its
+    rotation successor. A fork names `path` itself (pi writes the parent's own path), and
+    is not a successor."""
     directory, name = os.path.split(path)
     try:
         names = sorted(os.listdir(directory or "."))
@@ -195,7 +197,9 @@ def _child_by_header(path: str) -> str | None:
             continue
         header = read_header(os.path.join(directory, candidate))
         parent = header.get("parentSession") if header else None
-        if isinstance(parent, str) and os.path.basename(parent) in (name, name + ".gz"):
+        if not isinstance(parent, str) or os.path.basename(parent) not in (name, name + ".gz"):
+            continue
+        if os.path.normpath(os.path.join(directory, parent)) != path:
             return os.path.join(directory, candidate)
     return None
 

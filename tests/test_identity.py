@@ -664,3 +664,19 @@ def test_a_planted_intent_naming_another_session_changes_nothing(tmp_path: Path)
         s.append_message(user("turn for a"))
     assert Path(b).read_bytes() == before and seal_of(a) is None
     assert "turn for a" in texts(a)
+
+
+def test_a_fork_is_never_taken_for_the_successor_of_a_rotated_file(tmp_path: Path) -> None:
+    """With the archive gone (pruned), the old name is followed by the header of its
+    successor; a fork of the old file (whose header names the file itself, as pi writes it)
+    sorting first must not be taken for it."""
+    folder = tmp_path / "sessions"
+    real = compacted(folder, "m.jsonl")
+    with Session.create(folder / "0-fork.jsonl", cwd="/proj", parent_session=real) as fork:
+        fork.append_message(user("in the fork"))
+    successor = rotate(real).successor
+    assert successor is not None
+    shutil.rmtree(folder / ARCHIVE_DIR)
+    assert resolve_live(real)[0] == successor
+    with Session.open(real) as s:
+        assert s.path == successor
