@@ -10,8 +10,8 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -53,17 +53,27 @@ def cmd_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_entries_from(stream: Iterable[bytes | str]) -> list[dict[str, Any]]:
+MAX_INPUT_LINE = 256 << 20
+
+
+def read_entries_from(stream: BinaryIO) -> list[dict[str, Any]]:
     """Entries (objects with a `type`) or bare messages (with a `role`), one JSON per line.
 
     Every line is checked before anything is written; a bad one raises with its line number.
+    Lines are read as JSON.parse reads them (lone surrogate escapes kept), and one longer than
+    `MAX_INPUT_LINE` is refused before it is held whole (`/dev/zero` as input, say).
     """
     entries: list[dict[str, Any]] = []
-    for number, raw in enumerate(stream, start=1):
+    number = 0
+    while raw := stream.readline(MAX_INPUT_LINE + 1):
+        number += 1
+        if len(raw) > MAX_INPUT_LINE:
+            raise JournalError(f"stdin line {number}: longer than {MAX_INPUT_LINE:,} bytes; "
+                               "nothing was appended")
         if not raw.strip():
             continue
         try:
-            value = orjson.loads(raw)
+            value = codec.loads(raw)
         except orjson.JSONDecodeError as e:
             raise JournalError(f"stdin line {number}: not valid JSON ({e})") from e
         if isinstance(value, dict) and isinstance(value.get("type"), str):

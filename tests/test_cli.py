@@ -60,6 +60,28 @@ def test_append_rejects_bad_input_and_writes_nothing(tmp_path, capsys, monkeypat
     assert open(path, "rb").read() == before
 
 
+def test_append_keeps_a_lone_surrogate_as_pi_writes_it(tmp_path, capsys, monkeypatch):
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        path = s.path
+    line = b'{"role":"user","content":"cut \\ud83d","timestamp":3}\n'
+    code, _, err = run(capsys, "append", path, stdin=line, monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert open(path, "rb").read().splitlines()[-1].count(b"\\ud83d") == 1
+    assert load(path).entries[-1]["message"]["content"] == "cut \ud83d"
+
+
+def test_append_refuses_an_endless_line_without_holding_it(tmp_path, capsys, monkeypatch):
+    import journal.cli
+
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        path = s.path
+    before = open(path, "rb").read()
+    monkeypatch.setattr(journal.cli, "MAX_INPUT_LINE", 1000)
+    code, _, err = run(capsys, "append", path, stdin=b"\0" * 5000, monkeypatch=monkeypatch)
+    assert code == 2 and "stdin line 1: longer than 1,000 bytes" in err
+    assert open(path, "rb").read() == before
+
+
 @pytest.mark.parametrize("command", ["show", "info", "context", "tree", "append"])
 def test_missing_file_directory_and_non_session(tmp_path, capsys, monkeypatch, command):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"role":"user"}\n')))
