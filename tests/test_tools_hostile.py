@@ -327,3 +327,32 @@ def test_a_symlink_loop_is_an_error_result(ws: Workspace) -> None:
     ]:
         result = tool.run(args)
         assert result.is_error and "symbolic links" in result.content, result.content
+
+
+def test_edit_and_write_on_a_full_disk_leave_the_file_as_it_was(tmp_path: Path) -> None:
+    """A real 512k tmpfs: a change that does not fit fails before a byte of the file changes."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        original = b"".join(b"line %06d\n" % i for i in range(10_000))  # about 110 KB
+        (mnt / "f.txt").write_bytes(original)
+        with open(mnt / "filler", "wb") as f:
+            free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+            f.write(b"x" * max(0, free - 60_000))
+        tools = Workspace(mnt)
+        grown = "line 000000\n" + "y" * 200_000 + "\n"
+        edit = EditTool(tools).run({"path": "f.txt", "old_text": "line 000000\n",
+                                    "new_text": grown})
+        assert edit.is_error and "f.txt" in edit.content, edit.content
+        assert (mnt / "f.txt").read_bytes() == original
+        write = WriteTool(tools).run({"path": "f.txt", "content": "z" * 300_000})
+        assert write.is_error
+        assert (mnt / "f.txt").read_bytes() == original
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)

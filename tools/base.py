@@ -63,6 +63,8 @@ class Tool(ABC):
         except WorkspaceEscape as exc:
             return ToolResult.error(f"{self.name}: {exc}", {"path": exc.path})
         except OSError as exc:
+            if exc.filename is None and isinstance((args or {}).get("path"), str):
+                exc.filename = (args or {})["path"]  # a descriptor's error names no file
             return ToolResult.error(f"{self.name}: {_describe_os_error(self.workspace, exc)}")
 
     @abstractmethod

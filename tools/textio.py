@@ -7,6 +7,7 @@ are therefore read with a byte cap and the rest of an overlong line is skipped i
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -53,6 +54,14 @@ def replace_content(fd: int, data: bytes) -> None:
     The file is changed in place (not replaced by another), so its other attributes stay;
     callers refuse hard-linked files first.
     """
+    if len(data) > os.fstat(fd).st_size:
+        # take the space first: a full disk then fails before a byte changes, instead of
+        # leaving the new start glued to a cut-off old end
+        try:
+            os.posix_fallocate(fd, 0, len(data))
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
     view = memoryview(data)
     offset = 0
     while offset < len(view):
