@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -215,12 +216,46 @@ def test_sandboxed_shell_writes_only_the_workspace(ws: Workspace, outside: Path)
 @needs_bwrap
 def test_sandboxed_shell_timeout_still_kills_the_process_group(ws: Workspace) -> None:
     started = time.monotonic()
+    marker = "31.4159"  # a sleep nothing else runs: found by its command line on the host
     result = BashTool(ws, sandbox=True).run(
-        {"command": "sleep 30 & echo $!; sleep 30; wait", "timeout": 1}
+        {"command": f"setsid sleep {marker} & sleep {marker}; wait", "timeout": 1}
     )
     assert time.monotonic() - started < 5
     assert result.details["timed_out"] is True
-    assert _wait_gone(int(result.content.splitlines()[0]))
+    deadline = time.monotonic() + 3
+    while _running_with(f"sleep\0{marker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running_with(f"sleep\0{marker}"), "a sandboxed process outlived the timeout"
+
+
+def _running_with(cmdline: str) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if cmdline.encode() in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
+@needs_bwrap
+def test_sandboxed_shell_sees_no_host_process_no_secret_and_no_host_socket(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECRET_API_KEY", "sk-do-not-leak")
+    outside = subprocess.Popen(["sleep", "30"])
+    try:
+        result = BashTool(ws, sandbox=True).run({
+            "command": f"echo key=${{SECRET_API_KEY:-none}}; kill {outside.pid} "
+                       "&& echo killed; ls /run | wc -l",
+            "timeout": 20})
+        assert "key=none" in result.content, result.content
+        assert "killed" not in result.content and outside.poll() is None, result.content
+        assert result.content.splitlines()[-1].strip() == "0", result.content
+    finally:
+        outside.kill()
+        outside.wait()
 
 
 def test_asking_for_a_missing_sandbox_is_a_clear_error(

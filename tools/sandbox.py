@@ -1,15 +1,19 @@
 """An optional sandbox for the bash tool: bubblewrap with only the workspace writable.
 
 Without it, a command runs with the user's full rights. With it, the whole file system is
-mounted read-only, the workspace is mounted back writable, and /tmp is a private, empty
-tmpfs for each call. Processes keep the host's process ids (no pid namespace), so the
-tool's timeout can kill the whole process group as it does without the sandbox. The
-network is not cut off.
+mounted read-only, the workspace is mounted back writable, and /tmp and /run are private,
+empty tmpfs mounts for each call (so the host's Unix sockets under /run are out of reach).
+The command gets its own process and IPC namespaces (host processes are invisible and cannot
+be signalled; when the tool kills the sandbox, everything in it dies, detached children
+included), a new session (no terminal to inject input into), and a cleared environment that
+keeps only PATH, HOME, LANG and TERM (no API keys). The network is not cut off: services
+listening on the host's network ports stay reachable.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,18 +52,29 @@ def require_sandbox() -> None:
         )
 
 
+KEPT_ENVIRONMENT = ("PATH", "HOME", "LANG", "TERM")
+
+
 def sandboxed(argv: list[str], workspace: Path) -> list[str]:
     """`argv` wrapped to run under bubblewrap with only `workspace` writable."""
     root = str(workspace)
+    kept = [part for name in KEPT_ENVIRONMENT if (value := os.environ.get(name)) is not None
+            for part in ("--setenv", name, value)]
     return [
         BWRAP,
         "--ro-bind", "/", "/",
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
+        "--tmpfs", "/run",
         "--bind", root, root,
         "--chdir", root,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--new-session",
         "--die-with-parent",
+        "--clearenv",
+        *kept,
         "--",
         *argv,
     ]  # fmt: skip

@@ -38,7 +38,9 @@ _UNCONFINED = (
 )
 _SANDBOXED = (
     "The command runs in a sandbox: only the workspace is writable, the rest of the "
-    "file system is read-only, and /tmp is private and empty at the start of each call."
+    "file system is read-only, /tmp is private and empty at the start of each call, other "
+    "processes are invisible, and the environment holds only PATH, HOME, LANG and TERM. "
+    "The network is reachable."
 )
 
 
