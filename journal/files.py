@@ -60,13 +60,16 @@ def describe_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str, flags: int = os.O_RDONLY) -> int:
+def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None) -> int:
     """Open `path` (following links, as a session path may be one) only if it is a regular file.
 
     Raises OSError as `os.open` does, and NotASession for a FIFO, device, socket or directory
-    (checked on the opened descriptor, so a swap after a check cannot slip one in).
+    (checked on the opened descriptor, so a swap after a check cannot slip one in). With
+    `dir_fd`, `path` is a name in that folder and a link there is not followed.
     """
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    if dir_fd is not None:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -169,20 +172,25 @@ class NewFile:
     """
 
     def __init__(self, final: str, tag: str, mode: int = 0o600, *,
-                 name: str | None = None) -> None:
+                 name: str | None = None, dir_fd: int | None = None) -> None:
         """Create the temp beside `final`: `.<final>.<random>.<tag>.tmp`, or exactly `name`
         (a name nobody can guess in advance, recorded elsewhere, such as a rotation's temp
-        in its intent); an existing file of that name is never reused (UnsafeFile)."""
+        in its intent); an existing file of that name is never reused (UnsafeFile).
+
+        With `dir_fd` (an open descriptor of `final`'s folder, see `open_folder`) every step
+        works in that folder itself, whatever its path comes to name meanwhile.
+        """
         self.final = final
         self.published = False
         self.fd: int | None = None
+        self.dir_fd = dir_fd
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         candidates = [name] if name is not None else [temp_path_for(final, tag)
                                                       for _ in range(16)]
         for candidate in candidates:
             self.path = candidate
             try:
-                self.fd = os.open(candidate, flags, 0o600)
+                self.fd = os.open(self._in_folder(candidate), flags, 0o600, dir_fd=dir_fd)
             except FileExistsError:
                 continue
             break
@@ -216,11 +224,19 @@ class NewFile:
         """Sync, then rename over the final name (or `final`) and sync the directory."""
         target = final or self.final
         self.sync()
-        os.rename(self.path, target)
+        os.rename(self._in_folder(self.path), self._in_folder(target),
+                  src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         self.published = True
-        fsync_directory(os.path.dirname(target))
+        if self.dir_fd is None:
+            fsync_directory(os.path.dirname(target))
+        else:
+            os.fsync(self.dir_fd)
         self.close()
         return target
+
+    def _in_folder(self, path: str) -> str:
+        """`path` as given, or its name in the folder when working through `dir_fd`."""
+        return path if self.dir_fd is None else os.path.basename(path)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -230,10 +246,11 @@ class NewFile:
     def discard(self) -> None:
         """Remove the temp (if it is still ours) and close it."""
         if not self.published:
+            here = self._in_folder(self.path)
             try:
-                if self.fd is not None and os.path.samestat(os.lstat(self.path),
-                                                            os.fstat(self.fd)):
-                    os.unlink(self.path)
+                if self.fd is not None and os.path.samestat(
+                        os.lstat(here, dir_fd=self.dir_fd), os.fstat(self.fd)):
+                    os.unlink(here, dir_fd=self.dir_fd)
             except FileNotFoundError:
                 pass
         self.close()
@@ -268,6 +285,20 @@ def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
         raise
     os.close(fd)
     fsync_directory(os.path.dirname(path))
+
+
+def open_folder(path: str, *, follow: bool) -> int:
+    """A descriptor of the folder `path`, for work that must stay in that very folder (see
+    `NewFile`'s `dir_fd`). With `follow=False` a symbolic link there is refused (UnsafeFile):
+    a folder swapped for a link later changes nothing, since the descriptor stays."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        return os.open(path, flags)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeFile(path, "is a symbolic link (or no folder), not the store's own "
+                             "folder") from e
+        raise
 
 
 def make_private_dir(path: str, *, follow: bool = True) -> None:

@@ -33,6 +33,7 @@ from .files import (
     NewFile,
     fsync_directory,
     make_private_dir,
+    open_folder,
     read_regular,
     remove_if_regular,
 )
@@ -515,20 +516,25 @@ def move_into_archive(path: str, archive: str) -> None:
     Its backup and quarantine go along as `<archive>.bak` and `<archive>.quarantine`; its
     lock file goes when the lock is released (see `release_after_move`).
     """
-    directory = os.path.dirname(archive)
+    directory, name = os.path.split(archive)
     ensure_archive_folder(path, directory)
+    # the moves go into the folder just checked, even if its name is swapped for a link
+    folder = open_folder(directory, follow=not is_default_archive(path, directory))
     try:
-        os.rename(path, archive)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        _copy_across(path, archive)
-        os.unlink(path)
-    for suffix in (".bak", ".quarantine"):
-        side = path + suffix
-        if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
-            os.rename(side, archive + suffix)
-    fsync_directory(directory)
+        try:
+            os.rename(path, name, dst_dir_fd=folder)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            _copy_across(path, archive, folder)
+            os.unlink(path)
+        for suffix in (".bak", ".quarantine"):
+            side = path + suffix
+            if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
+                os.rename(side, name + suffix, dst_dir_fd=folder)
+        os.fsync(folder)
+    finally:
+        os.close(folder)
     fsync_directory(os.path.dirname(path))
 
 
@@ -536,8 +542,14 @@ def ensure_archive_folder(path: str, folder: str) -> None:
     """Create the archive folder of `path` (0700) if needed. The default one, `archive/`
     beside the file, must be a real folder: a link planted there would carry the session
     out of its folder (UnsafeFile). A folder the caller chose may be a link."""
-    default = os.path.join(os.path.dirname(os.path.abspath(path)), ARCHIVE_DIR)
-    make_private_dir(folder, follow=os.path.abspath(folder) != default)
+    make_private_dir(folder, follow=not is_default_archive(path, folder))
+
+
+def is_default_archive(path: str, folder: str) -> bool:
+    """Whether `folder` is the default archive folder of the session `path` (which the store
+    owns, so a link there is refused) rather than one the caller chose."""
+    return os.path.abspath(folder) == os.path.join(os.path.dirname(os.path.abspath(path)),
+                                                   ARCHIVE_DIR)
 
 
 def release_after_move(lock: WriterLock, path: str) -> None:
@@ -554,11 +566,11 @@ def release_after_move(lock: WriterLock, path: str) -> None:
         lock.release()
 
 
-def _copy_across(path: str, archive: str) -> None:
+def _copy_across(path: str, archive: str, folder: int) -> None:
     """Copy to another file system: a new file (never through a link), same permissions."""
     with read_regular(path) as src, NewFile(archive, "archive",
-                                            mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode)
-                                            ) as new:
+                                            mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode),
+                                            dir_fd=folder) as new:
         while chunk := src.read(1 << 22):
             new.write(chunk)
         new.publish()

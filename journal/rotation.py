@@ -33,7 +33,7 @@ from .files import (
     NewFile,
     file_mode,
     free_bytes,
-    fsync_directory,
+    open_folder,
     open_regular,
     remove_if_regular,
     remove_leftovers,
@@ -437,27 +437,35 @@ def _compress(stored: str, final: str) -> None:
     keeps the archive's permissions and replaces `final` only once it is whole and synced;
     on failure the temp is removed and the uncompressed archive stays.
     """
+    directory = os.path.dirname(final)
+    # the default archive folder is worked in through one descriptor, opened refusing a
+    # link: swapping it for a link meanwhile sends nothing out of the sessions folder
+    folder = open_folder(directory, follow=os.path.basename(directory) != ARCHIVE_DIR)
     try:
-        src = os.fdopen(open_regular(stored), "rb")
-    except FileNotFoundError:
-        return
-    with src, NewFile(final, COMPRESS_TAG, mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode)
-                      ) as new:
         try:
-            with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
-                                                    compresslevel=1, mtime=0) as gz:
-                shutil.copyfileobj(src, gz, 1 << 22)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                size = os.fstat(src.fileno()).st_size
-                raise NoSpace(new.path, size, free_bytes(os.path.dirname(final))) from e
-            raise
-        new.publish()
-    try:
-        os.unlink(stored)
-    except FileNotFoundError:
-        return
-    fsync_directory(os.path.dirname(stored))
+            src = os.fdopen(open_regular(os.path.basename(stored), dir_fd=folder), "rb")
+        except FileNotFoundError:
+            return
+        with src, NewFile(final, COMPRESS_TAG,
+                          mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode),
+                          dir_fd=folder) as new:
+            try:
+                with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                        compresslevel=1, mtime=0) as gz:
+                    shutil.copyfileobj(src, gz, 1 << 22)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    size = os.fstat(src.fileno()).st_size
+                    raise NoSpace(new.path, size, free_bytes(directory)) from e
+                raise
+            new.publish()
+        try:
+            os.unlink(os.path.basename(stored), dir_fd=folder)
+        except FileNotFoundError:
+            return
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _retry_compression(live: str) -> None:

@@ -606,3 +606,49 @@ def test_a_huge_quarantined_range_is_written_whole_and_read_back_exactly(tmp_pat
     assert "text" not in records[0] and len(huge) > TEXT_LIMIT
     assert records[1]["text"] == small.decode()
     assert [r["length"] for r in records] == [len(huge), len(small)]
+
+
+def test_archive_folder_swapped_for_a_link_before_compression_sends_nothing_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compression runs after the lock is released; `archive/` swapped for a link to another
+    folder by then must not receive (or send out) anything."""
+    import journal.rotation as rotation
+
+    path = make_rotatable(tmp_path / "sessions")
+    archive = tmp_path / "sessions" / "archive"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def swap(step: str) -> None:
+        if step == "done":
+            archive.rename(tmp_path / "sessions" / "kept")
+            archive.symlink_to(outside)
+
+    monkeypatch.setattr(rotation, "step_hook", swap)
+    result = rotate(path)
+    assert result.rotated and result.warnings, result
+    assert list(outside.iterdir()) == []
+    assert [p.name for p in (tmp_path / "sessions" / "kept").iterdir()
+            if p.name.endswith(".jsonl")] == [os.path.basename(path)]
+
+
+def test_archive_folder_swapped_for_a_link_while_archiving_sends_nothing_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    lineage_module = importlib.import_module("journal.lineage")  # not the function
+    path = make_rotatable(tmp_path / "sessions")
+    archive = tmp_path / "sessions" / "archive"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    checked = lineage_module.ensure_archive_folder
+
+    def check_then_swap(session: str, folder: str) -> None:
+        checked(session, folder)  # the folder is fine when checked, then swapped
+        archive.rename(tmp_path / "sessions" / "kept")
+        archive.symlink_to(outside)
+
+    monkeypatch.setattr(lineage_module, "ensure_archive_folder", check_then_swap)
+    with pytest.raises(UnsafeFile):
+        rotate(path, compress=False)
+    assert list(outside.iterdir()) == []
