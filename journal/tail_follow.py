@@ -182,7 +182,7 @@ class Follower(SourceReader):
         if size >= src.offset and self._unchanged(src, pending=False):
             detail = (f"an incomplete last line ({src.pending_len:,} bytes) was cut away; "
                       "it was never delivered")
-            src.pending, src.pending_len = [], 0
+            src.pending_head, src.pending_len = b"", 0
         else:
             detail = (f"rewritten in place or truncated (from {src.position:,} to {size:,} "
                       "bytes); re-read, delivering only entries not delivered yet")

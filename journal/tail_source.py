@@ -18,7 +18,7 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from . import codec
@@ -41,6 +41,7 @@ ENDED = "ended"
 _CHUNK = 1 << 20
 _CHECK = 64
 _HEAD = 128
+MAX_LINE = 256 << 20  # longer lines are skipped: a line that never ends costs no memory
 _HEAD_SEARCH = 1 << 16
 # an entry line that starts with its type and id, neither holding a quote or backslash
 _ID_FIRST = re.compile(rb'\{"type":"([^"\\]*)","id":"([^"\\]*)"')
@@ -126,7 +127,9 @@ class Source:
     fd: int | None = None
     ident: tuple[int, int] = (0, 0)
     offset: int = 0  # just past the last complete line consumed
-    pending: list[bytes] = field(default_factory=list)  # an incomplete line read after offset
+    # an incomplete line after offset: its length and first bytes (the rest stays on disk
+    # until its newline arrives, so a line that never ends costs no memory)
+    pending_head: bytes = b""
     pending_len: int = 0
     check: bytes = b""  # the bytes just before offset, to notice a rewrite in place
     head: bytes = b""  # the start of the last complete line before offset, at head_at
@@ -264,26 +267,41 @@ class SourceReader:
             return False
         if src.head and os.pread(src.fd, len(src.head), src.head_at) != src.head:
             return False
-        if pending and src.pending:
-            return os.pread(src.fd, src.pending_len, src.offset) == b"".join(src.pending)
+        if pending and src.pending_head:
+            return os.pread(src.fd, len(src.pending_head), src.offset) == src.pending_head
         return True
 
     def _drain(self, src: Source) -> Iterator[TailEvent]:
-        """Deliver the complete lines after the offset; keep an incomplete last line pending."""
+        """Deliver the complete lines after the offset; keep an incomplete last line pending.
+
+        A pending line is not held in memory: when its newline arrives it is read back from
+        the file, unless it is longer than `MAX_LINE`, in which case it is skipped with a
+        warning (`journal show` still reports it).
+        """
         while src.fd is not None:
             chunk = os.pread(src.fd, _CHUNK, src.position)
             if not chunk:
                 return
             cut = chunk.rfind(b"\n") + 1
             if not cut:
-                src.pending.append(chunk)
+                src.pending_head = (src.pending_head + chunk)[:_HEAD]
                 src.pending_len += len(chunk)
                 continue
-            block = b"".join((*src.pending, chunk[:cut])) if src.pending else chunk[:cut]
-            rest = chunk[cut:]
-            events: list[TailEvent] = []
             start = src.offset
+            if not src.pending_len:
+                block = chunk[:cut]
+            elif src.pending_len + chunk.find(b"\n") + 1 > MAX_LINE:
+                skipped = src.pending_len + chunk.find(b"\n") + 1
+                log.warning("%s: byte %s: a line of %s bytes is longer than the tail reads "
+                            "(%s); skipped", src.path, f"{start:,}", f"{skipped:,}",
+                            f"{MAX_LINE:,}")
+                start += skipped
+                block = chunk[chunk.find(b"\n") + 1:cut]
+            else:
+                block = os.pread(src.fd, src.pending_len, src.offset) + chunk[:cut]
+            events: list[TailEvent] = []
             raws = block.split(b"\n")[:-1]
+            begin = start
             for raw in raws:
                 entry = self._entry(src, start, raw)
                 if entry is not None:
@@ -291,10 +309,13 @@ class SourceReader:
                 start += len(raw) + 1
             src.offset = start
             src.check = (src.check + block)[-_CHECK:] if len(block) < _CHECK else block[-_CHECK:]
-            src.head_at = start - len(raws[-1]) - 1
-            src.head = raws[-1][:_HEAD]
-            src.pending = [rest] if rest else []
-            src.pending_len = len(rest)
+            if raws:
+                src.head_at = start - len(raws[-1]) - 1
+                src.head = raws[-1][:_HEAD]
+            else:
+                src.head, src.head_at = b"", begin
+            rest = chunk[cut:]
+            src.pending_head, src.pending_len = rest[:_HEAD], len(rest)
             yield from events
 
     def _read_compressed(self, src: Source) -> Iterator[TailEvent]:
@@ -313,7 +334,7 @@ class SourceReader:
             except (OSError, EOFError) as e:
                 log.warning("%s: compressed archive unreadable at byte %s of its data (%s)",
                             src.path, f"{offset:,}", e)
-        src.offset, src.pending, src.pending_len = size, [], 0
+        src.offset, src.pending_head, src.pending_len = size, b"", 0
         src.check, src.head, src.head_at = b"", b"", 0
 
     def _entry(self, src: Source, offset: int, raw: bytes) -> Entry | None:
@@ -349,7 +370,7 @@ class SourceReader:
 
     def _restart(self, src: Source) -> None:
         """Read the file again from its start (entries already delivered are skipped)."""
-        src.offset, src.pending, src.pending_len = 0, [], 0
+        src.offset, src.pending_head, src.pending_len = 0, b"", 0
         src.check, src.head, src.head_at = b"", b"", 0
         src.header, src.header_done, src.version = None, False, CURRENT_VERSION
 

@@ -927,3 +927,54 @@ def test_a_fifo_named_like_a_session_never_blocks_the_follower(tmp_path):
     worker.start()
     worker.join(3)
     assert results == [None, (False, None)]
+
+
+def test_a_line_that_never_ends_costs_the_follower_no_memory(tmp_path):
+    """A writer that appends a huge line without its newline (or `cat /dev/zero >> file`):
+    the follower keeps only the line's length, not its bytes."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines([header(), *chain("e", 2)]))
+    with open(path, "ab") as f:
+        block = b"x" * (1 << 24)
+        for _ in range(16):  # 256 MiB, no newline
+            f.write(block)
+    code = f"""
+import resource
+from journal.tail import Follower
+follower = Follower({str(path)!r}, from_start=True, grace=0.0)
+follower.open()
+delivered = [e for e in follower.poll() if e.kind == "entry"]
+follower.close()
+print(len(delivered), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, peak_mb = map(int, done.stdout.split())
+    assert count == 2
+    assert peak_mb < 120, f"peak RSS {peak_mb} MB while a 256 MiB line was pending"
+
+
+def test_a_line_longer_than_the_tail_reads_is_skipped_and_the_rest_delivered(
+        tmp_path, monkeypatch, caplog):
+    import journal.tail_source
+    from journal.tail import Follower
+
+    monkeypatch.setattr(journal.tail_source, "MAX_LINE", 10_000)
+    path = tmp_path / "s.jsonl"
+    first = chain("e", 1)
+    path.write_bytes(lines([header(), *first]))
+    follower = Follower(path, from_start=True, grace=0.0)
+    follower.open()
+    try:
+        assert step(follower) == ids(first)
+        with open(path, "ab") as f:
+            f.write(b"y" * 50_000)
+        assert step(follower) == []
+        later = chain("n", 2, first[-1]["id"])
+        with caplog.at_level(logging.WARNING):
+            append(path, b"\n" + lines(later))
+            assert step(follower) == ids(later)
+        assert "longer than the tail reads" in caplog.text
+    finally:
+        follower.close()
