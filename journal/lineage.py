@@ -22,6 +22,7 @@ import errno
 import gzip
 import logging
 import os
+import re
 import stat
 from typing import Any, BinaryIO
 
@@ -198,7 +199,9 @@ def _child_by_header(path: str) -> str | None:
             continue
         header = read_header(os.path.join(directory, candidate))
         parent = header.get("parentSession") if header else None
-        if not isinstance(parent, str) or os.path.basename(parent) not in (name, name + ".gz"):
+        # an archive takes the file's name, or `<name>.N` when that name was taken
+        if not isinstance(parent, str) or not re.fullmatch(
+                re.escape(name) + r"(\.[0-9]+)?(\.gz)?", os.path.basename(parent)):
             continue
         if os.path.normpath(os.path.join(directory, parent)) != path:
             return os.path.join(directory, candidate)

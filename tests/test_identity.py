@@ -680,3 +680,17 @@ def test_a_fork_is_never_taken_for_the_successor_of_a_rotated_file(tmp_path: Pat
     assert resolve_live(real)[0] == successor
     with Session.open(real) as s:
         assert s.path == successor
+
+
+def test_a_file_planted_at_the_archive_name_leaves_the_old_name_usable(tmp_path: Path) -> None:
+    """Rotation archives under `<name>.2` when `archive/<name>` is taken (here by a planted
+    file); the old name must still lead to the successor."""
+    folder = tmp_path / "sessions"
+    real = compacted(folder)
+    (folder / ARCHIVE_DIR).mkdir(mode=0o700)
+    (folder / ARCHIVE_DIR / "s.jsonl").write_text("planted\n")
+    result = rotate(real)
+    assert result.rotated and result.archive is not None and ".2" in result.archive
+    assert resolve_live(real)[0] == result.successor
+    with Session.open(real) as s:
+        assert s.path == result.successor
