@@ -17,7 +17,7 @@ import orjson
 
 from . import codec
 from .context import Context
-from .errors import JournalError, NotASession, UnknownEntry
+from .errors import JournalError, NotASession, UnknownEntry, describe_os_error
 from .info import inspect, require_session
 from .render import describe_entry, describe_message
 from .session import Session
@@ -369,8 +369,7 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         print(f"Error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"Error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"Error: {describe_os_error(e)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 0

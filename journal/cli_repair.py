@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
-from .errors import JournalError
+from .errors import JournalError, describe_os_error
 from .repair import RepairReport, repair, session_files
 
 EXIT_OK, EXIT_NEEDS_REPAIR, EXIT_ERROR = 0, 1, 2
@@ -67,8 +67,9 @@ def run_repair(args: argparse.Namespace) -> int:
             report = repair(path, dry_run=dry, migrate=args.migrate,
                             lock_timeout=args.lock_timeout)
         except (JournalError, OSError) as e:
-            errors.append((path, str(e)))
-            print(f"Error: {e}", file=sys.stderr)
+            message = describe_os_error(e) if isinstance(e, OSError) else str(e)
+            errors.append((path, message))
+            print(f"Error: {message}", file=sys.stderr)
             continue
         reports.append(report)
         if args.json:

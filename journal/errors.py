@@ -122,3 +122,9 @@ def describe_holder(holder: dict[str, Any] | None) -> str:
     if holder.get("since"):
         parts.append(f"since {holder['since']}")
     return " ".join(parts)
+
+
+def describe_os_error(e: OSError) -> str:
+    """An OS error as one line naming its file: `path: reason`."""
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}"

@@ -652,3 +652,26 @@ def test_archive_folder_swapped_for_a_link_while_archiving_sends_nothing_out(
     with pytest.raises(UnsafeFile):
         rotate(path, compress=False)
     assert list(outside.iterdir()) == []
+
+
+def test_commands_on_a_read_only_file_system_name_the_file_in_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        path = damaged(mnt)
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        script = "import sys; from journal.cli import main; sys.exit(main(sys.argv[1:]))"
+        for command in ("repair", "rotate"):
+            result = child(script, command, path, timeout=20)
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.startswith(f"Error: {path}.lock: Read-only file system"), (
+                command, result.stderr)
+            assert "Errno" not in result.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
