@@ -81,9 +81,13 @@ class NoSpace(JournalError):
         self.needed = needed
         self.available = available
         free = f"{available:,} bytes free" if available is not None else "free space unknown"
+        why = ""
+        if available is not None and available >= needed:
+            why = " (files take whole blocks, and the rest of the operation needs room too)"
         super().__init__(
             f"{path}: no space left on the device: needs {needed:,} bytes, {free} in "
-            f"{os.path.dirname(path) or '.'}; nothing was changed. Free some space and retry"
+            f"{os.path.dirname(path) or '.'}{why}; nothing was changed. Free some space and "
+            "retry"
         )
 
 

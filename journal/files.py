@@ -125,6 +125,8 @@ def write_all(fd: int, data: bytes | memoryview, path: str) -> None:
     """Write every byte of `data` to `fd`; a full disk raises NoSpace naming `path`."""
     view = memoryview(data)
     total = len(view)
+    # measured before writing: after a partial write the disk reads as full
+    available = free_bytes(os.path.dirname(path))
     try:
         while view:
             written = os.write(fd, view)
@@ -133,7 +135,7 @@ def write_all(fd: int, data: bytes | memoryview, path: str) -> None:
             view = view[written:]
     except OSError as e:
         if e.errno in _NO_SPACE:
-            raise NoSpace(path, total, free_bytes(os.path.dirname(path))) from e
+            raise NoSpace(path, total, available) from e
         raise
 
 
