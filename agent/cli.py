@@ -20,6 +20,7 @@ from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall
 from journal import JournalError, Session
+from tools import SandboxUnavailable, require_sandbox
 
 EXIT_USAGE = 2
 
@@ -127,14 +128,14 @@ def _short(arguments: Any, width: int = 70) -> str:
 
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
-                 quiet: bool = False) -> Runner:
+                 quiet: bool = False, sandbox: bool = False) -> Runner:
     from agent.scripted import ScriptedModel
     from agent.summarize import ExtractiveSummarizer
     from tools import default_tools
 
     # a replayed scenario stays offline: its compactions never call Anthropic, key or not
     summarizer = ExtractiveSummarizer() if isinstance(model, ScriptedModel) else None
-    return Runner(session, model, default_tools(workspace), settings=settings,
+    return Runner(session, model, default_tools(workspace, sandbox=sandbox), settings=settings,
                   summarizer=summarizer, workspace=workspace,
                   on_event=None if quiet else print_event)
 
@@ -156,6 +157,8 @@ def _open_session(args: argparse.Namespace, workspace: str) -> Session:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.quiet:
         logging.getLogger().setLevel(logging.ERROR)
+    if args.sandbox:
+        require_sandbox()  # before anything is created
     workspace = os.path.abspath(args.workspace or os.getcwd())
     os.makedirs(workspace, exist_ok=True)
     model = make_model(args.model, args.window)
@@ -163,7 +166,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         continue_scripted(model, session)
         if not args.quiet:
             print(f"session {session.path}")
-        runner = build_runner(session, model, workspace, _settings(args), args.quiet)
+        runner = build_runner(session, model, workspace, _settings(args), args.quiet,
+                              sandbox=args.sandbox)
         result = runner.run(args.task)
         path = session.path
     return _report(result, path, args.quiet)
@@ -184,6 +188,8 @@ CHAT_HELP = """commands: /compact [focus]  /compact on|off  /new  /status  /resu
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    if args.sandbox:
+        require_sandbox()  # before anything is created
     workspace = os.path.abspath(args.workspace or os.getcwd())
     os.makedirs(workspace, exist_ok=True)
     model = make_model(args.model, args.window)
@@ -192,7 +198,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     auto_compact = True
     print(f"session {session.path}\n{CHAT_HELP}")
     try:
-        runner = build_runner(session, model, workspace, settings)
+        runner = build_runner(session, model, workspace, settings, sandbox=args.sandbox)
         while True:
             try:
                 line = input("> ").strip()
@@ -215,7 +221,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     session.close()
                     directory = sessions_dir_for(workspace, args.sessions_dir)
                     session = Session.create(str(directory), cwd=workspace)
-                    runner = build_runner(session, model, workspace, settings)
+                    runner = build_runner(session, model, workspace, settings, sandbox=args.sandbox)
                     runner.auto_compact = auto_compact
                     print(f"new session {session.path}")
                 elif command == "/status":
@@ -265,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "(replays a scenario offline); default anthropic when a key is set")
         p.add_argument("--workspace", metavar="DIR", help="where the tools may work (default .)")
         p.add_argument("--window", type=int, metavar="N", help="context window in tokens")
+        p.add_argument("--sandbox", action="store_true",
+                       help="run the bash tool under bubblewrap: only the workspace writable, "
+                       "host processes and environment hidden (the shell otherwise runs with "
+                       "your rights)")
         p.add_argument("--sessions-dir", metavar="DIR",
                        help="where new sessions go (default $JOURNAL_AGENT_SESSIONS or "
                        "~/.journal-agent/sessions/<workspace>)")
@@ -297,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         return args.func(args)
-    except (JournalError, ModelError, ContextWindowTooSmall) as e:
+    except (JournalError, ModelError, ContextWindowTooSmall, SandboxUnavailable) as e:
         print(f"Error: {e}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -81,6 +81,49 @@ def test_run_creates_a_session_and_runs(tmp_path: Path,
     assert_session_ok(path)
 
 
+def test_run_with_sandbox_runs_the_shell_in_it(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import sandbox_available
+
+    if not sandbox_available():
+        pytest.skip("bubblewrap cannot run here")
+    monkeypatch.setenv("SECRET_FOR_THE_TEST", "leaked")
+    workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
+    code = main(["run", "Write hello.py that prints a greeting, and run it.",
+                 "--model", f"scripted:{SCENARIOS / 'short.json'}", "--sandbox",
+                 "--workspace", str(workspace), "--sessions-dir", str(sessions)])
+    assert code == 0, capsys.readouterr()
+    [path] = sessions_in(sessions)
+    assert (workspace / "hello.py").exists()
+    assert_session_ok(path)
+    results = [m for m in messages(path) if m["role"] == "toolResult"]
+    assert results and not any(m.get("isError") for m in results)
+
+
+def test_run_with_sandbox_where_it_cannot_run_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import sandbox_available
+
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    sandbox_available.cache_clear()
+    try:
+        workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
+        code = main(["run", "anything", "--model", f"scripted:{SCENARIOS / 'short.json'}",
+                     "--sandbox", "--workspace", str(workspace),
+                     "--sessions-dir", str(sessions)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("Error:") and "bubblewrap" in err
+        assert len(err.strip().splitlines()) == 1
+        assert not workspace.exists() and not sessions.exists()
+    finally:
+        monkeypatch.undo()
+        sandbox_available.cache_clear()
+
+
 def test_run_without_sessions_dir_uses_the_configured_root(
     tmp_path: Path, _env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

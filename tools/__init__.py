@@ -15,7 +15,7 @@ from tools.base import Tool, ToolResult
 from tools.errors import ToolError, WorkspaceEscape
 from tools.files import EditTool, LsTool, ReadTool, WriteTool
 from tools.registry import default_tools, run_tool, tool_schemas
-from tools.sandbox import SandboxUnavailable, sandbox_available
+from tools.sandbox import SandboxUnavailable, require_sandbox, sandbox_available
 from tools.search import GrepTool
 from tools.shell import BashTool
 from tools.workspace import Workspace
@@ -34,6 +34,7 @@ __all__ = [
     "WorkspaceEscape",
     "WriteTool",
     "default_tools",
+    "require_sandbox",
     "run_tool",
     "sandbox_available",
     "tool_schemas",
