@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from third_party import pi_path
 
+from tools import Workspace
+
 
 @pytest.fixture
 def pi_fixture(tmp_path: Path) -> Callable[[str], Path]:
@@ -22,3 +24,20 @@ def pi_fixture(tmp_path: Path) -> Callable[[str], Path]:
         return target
 
     return copy
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """A workspace folder for the tools."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return Workspace(root)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory next to the workspace holding a file the tools must never reach."""
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "secret.txt").write_text("top secret\n")
+    return out

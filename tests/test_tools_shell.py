@@ -13,13 +13,6 @@ import pytest
 from tools import BashTool, SandboxUnavailable, Workspace, sandbox_available
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return Workspace(root)
-
-
 def _running(pid: int) -> bool:
     """Whether `pid` is a live process; a zombie waiting to be reaped counts as gone."""
     try:
@@ -181,14 +174,6 @@ def test_description_says_the_shell_runs_with_the_users_rights(ws: Workspace) ->
 needs_bwrap = pytest.mark.skipif(
     not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot run here"
 )
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    out = tmp_path / "outside"
-    out.mkdir()
-    (out / "secret.txt").write_text("top secret\n")
-    return out
 
 
 @needs_bwrap
