@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import re
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 from .errors import JournalError
@@ -26,15 +27,18 @@ BLOCK = 1 << 22
 class IdScan:
     """A background scan of a session file's entry ids; `__contains__` once it is done."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, source: str | Callable[[], str | None]) -> None:
+        """Scan the file `source` names; a callable is asked in the thread which file that is
+        (finding it may read files too), and None means there is nothing to scan."""
         self._ids: set[int] | None = None
-        self._thread = threading.Thread(target=self._scan, args=(path,), daemon=True,
+        self._thread = threading.Thread(target=self._scan, args=(source,), daemon=True,
                                         name="journal-id-scan")
         self._thread.start()
 
-    def _scan(self, path: str) -> None:
+    def _scan(self, source: str | Callable[[], str | None]) -> None:
         try:
-            self._ids = scan_ids(path)
+            path = source if isinstance(source, str) else source()
+            self._ids = set() if path is None else scan_ids(path)
         except (OSError, EOFError, JournalError):
             return
 

@@ -73,9 +73,9 @@ class Session:
         self._info: tuple[Entry | None] | None = None
         self._older_ids: IdScan | None = None if snap.complete else IdScan(path)
         # ids of the file this one continues: a new entry avoids them too, so an id never
-        # names two entries across a rotation (a follower tells copied entries by id)
-        parent = parent_of(path, self.header)
-        self._previous_ids: Container[str] | None = None if parent is None else IdScan(parent)
+        # names two entries across a rotation (a follower tells copied entries by id). Found
+        # and scanned in the background once the first entry is made, so opening stays fast.
+        self._previous_ids: Container[str] | None = None
 
     # opening
 
@@ -466,6 +466,9 @@ class Session:
         older = self._older_ids
         if older is not None and not self.tree.complete:
             taken = _Either(taken, older)
+        if self._previous_ids is None and "parentSession" in self.header:
+            path, header = self.path, self.header
+            self._previous_ids = IdScan(lambda: parent_of(path, header))
         if self._previous_ids is not None:
             taken = _Either(taken, self._previous_ids)
         return taken

@@ -10,6 +10,7 @@ import pytest
 
 from journal import Session, load
 from journal.context import build_context
+from journal.idscan import IdScan
 from journal.lineage import lineage, resolve_live, seal_of
 from journal.rotation import RotationPolicy, rotate
 from journal.tree import Tree
@@ -283,7 +284,8 @@ def test_a_session_opened_on_a_successor_never_reuses_an_archived_id(tmp_path, m
     early, s = _rotated_pair(tmp_path)
     s.close()
     with Session.open(s.path) as again:
-        assert again._previous_ids is not None
+        again.append_message({"role": "user", "content": "first"})  # starts the scan
+        assert isinstance(again._previous_ids, IdScan)
         assert again._previous_ids.wait(10)  # the archive is read in the background
         draws = iter([int(early, 16), 0xABCDEF12])
         monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
