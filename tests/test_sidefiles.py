@@ -653,3 +653,21 @@ def test_commands_on_a_read_only_file_system_name_the_file_in_one_line(tmp_path:
             assert result.stderr.startswith(f"Error: {path}.lock: Read-only file system"), (
                 command, result.stderr)
             assert "Errno" not in result.stderr
+
+
+def test_a_rotation_on_a_full_disk_reports_the_space_there_was(small_tmpfs: Path) -> None:
+    """Free space is measured before the write: after a partial write the disk reads as full,
+    and "0 bytes free" sent users looking for space that a smaller file would have fit in."""
+    sessions = small_tmpfs / "sessions"
+    with Session.create(sessions, cwd="/proj") as s:
+        for i in range(4):
+            s.append_message(user(f"old {i} " + noise(20_000, i)))
+        kept = s.append_message(user("kept " + noise(40_000, 9)))
+        s.append_compaction("summary", kept, 1000)
+        path = s.path
+    fill(small_tmpfs, 24 * 1024)
+    free_before = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
+    with pytest.raises(NoSpace) as caught:
+        rotate(path, lock_timeout=2)
+    assert caught.value.available is not None and caught.value.available > 0
+    assert caught.value.available <= free_before and caught.value.needed > 40_000
