@@ -292,7 +292,7 @@ def blocks_in(title: str) -> list[Block]:
 def test_numbers_stated_match_the_code() -> None:
     text = doc()
     assert public("MIN_GAIN_BYTES") == 1024 and "at least 1 KiB shorter" in text
-    assert "skips, with a report, a line longer than 256 MiB" in text
+    assert "skips, with a warning, a line longer than 256 MiB" in text
     assert public("MAX_LINE") == 256 << 20
     temp = os.path.basename(public("temp_path_for")("/s/a.jsonl", "repair"))
     assert re.fullmatch(r"\.a\.jsonl\.[0-9a-f]{12}\.repair\.tmp", temp)
@@ -368,3 +368,54 @@ def test_example_block(index: int, tmp_path: Path) -> None:
         tail = resume(path)
         tail_tree = Tree(tail.entries, complete=tail.complete)
         assert build_context(tail_tree, tail_tree.leaf).same_as(context)
+
+
+def _write(path: Path, values: list[dict[str, Any]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(v) + b"\n" for v in values))
+    return path
+
+
+@pytest.mark.parametrize("first_kept", ["absent", None, "ffffffff", "bb000006", "side0001"])
+def test_a_first_kept_id_not_before_the_compaction_keeps_nothing(first_kept: str | None,
+                                                                  tmp_path: Path) -> None:
+    """§ 7.2, step 2: absent, null, not in the file, after the compaction, on another branch."""
+    [example] = [b for b in blocks_in("7.2") if b.check and len(b.check["entryIds"]) == 4]
+    values = example.values
+    compaction = next(v for v in values if v.get("type") == "compaction")
+    if first_kept == "absent":
+        del compaction["firstKeptEntryId"]
+    else:
+        compaction["firstKeptEntryId"] = first_kept
+    side = {"type": "message", "id": "side0001", "parentId": "bb000001",
+            "timestamp": "2026-12-01T09:00:02.500Z",
+            "message": {"role": "user", "content": "aside", "timestamp": 1764579602500}}
+    values.insert(3, side)
+    snap = load(_write(tmp_path / "s.jsonl", values))
+    tree = Tree(snap.entries)
+    context = build_context(tree, tree.leaf)
+    assert snap.diagnostics == [] and tree.leaf_id == "bb000008"
+    assert context.entry_ids == [None, "bb000008"]
+    assert context.thinking_level == "off" and context.model == {
+        "provider": "anthropic", "modelId": "claude-sonnet-4-5"}
+
+
+@pytest.mark.parametrize(("index", "kept"), [
+    (1, ["c144a631", "4f25f008", "27d96d2b"]),  # an entry before it
+    (4, []),  # the compaction itself
+    (5, []),  # a later entry
+    (0, []),  # the header
+    (9, []),  # nothing
+    ("3", []),  # not a number: left as it is, so no firstKeptEntryId
+])
+def test_v1_first_kept_index_rules(index: object, kept: list[str], tmp_path: Path) -> None:
+    """§ 10.1: which entry a version 1 `firstKeptEntryIndex` names."""
+    [example] = [b for b in blocks_in("10.1") if b.kind == "jsonl"]
+    values = example.values
+    compaction = next(v for v in values if v.get("type") == "compaction")
+    compaction["firstKeptEntryIndex"] = index
+    snap = load(_write(tmp_path / "v1.jsonl", values))
+    migrated = next(e for e in snap.entries if e["type"] == "compaction")
+    assert ("firstKeptEntryIndex" in migrated) == (not isinstance(index, int))
+    assert ("firstKeptEntryId" in migrated) == (index in (1, 4))
+    tree = Tree(snap.entries)
+    assert build_context(tree, tree.leaf).entry_ids == [None, *kept, "f8e571ce"]
