@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import journal
-from agent.cli import continue_scripted
+from agent.replay import continue_scripted
 from agent.models import ModelEvent, ModelRequest
 from agent.runner import Runner, RunnerEvent
 from agent.scripted import ScriptedModel

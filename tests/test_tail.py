@@ -20,7 +20,8 @@ import pytest
 import watchfiles
 
 from journal import Durability, Session
-from journal.cli_tail import TailPrinter, format_entry, tail_main
+from journal.cli import TailPrinter, tail_main
+from journal.cli.tail import format_entry
 from journal.tail import TailEvent, afollow, follow, follow_events
 
 WRITER = """
@@ -662,7 +663,7 @@ def test_tail_command_plugs_into_the_journal_parser(session_file, capsys):
     import argparse
 
     from journal.cli import run
-    from journal.cli_tail import add_tail_parser
+    from journal.cli.tail import add_tail_parser
 
     parser = argparse.ArgumentParser(prog="journal")
     add_tail_parser(parser.add_subparsers(dest="command", required=True))
@@ -676,7 +677,7 @@ def test_tail_command_plugs_into_the_journal_parser(session_file, capsys):
 def test_cli_follow_then_ctrl_c_exits_0(session_file):
     path, entries = session_file
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from journal.cli_tail import tail_main; "
+        [sys.executable, "-c", "import sys; from journal.cli import tail_main; "
          "sys.exit(tail_main())", "-f", "-n", "1", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "NO_COLOR": "1"},
@@ -916,7 +917,7 @@ def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
 def test_a_fifo_named_like_a_session_never_blocks_the_follower(tmp_path):
     """A FIFO can be swapped in between a directory listing and the open; opening it must
     not wait for a writer that never comes."""
-    from journal.tail_source import first_line_header, open_regular
+    from journal.tail.source import first_line_header, open_regular
 
     fifo = tmp_path / "x.jsonl"
     os.mkfifo(fifo)
@@ -959,10 +960,10 @@ print(len(delivered), peak // 1024)
 
 def test_a_line_longer_than_the_tail_reads_is_skipped_and_the_rest_delivered(
         tmp_path, monkeypatch, caplog):
-    import journal.tail_source
+    import journal.tail.source
     from journal.tail import Follower
 
-    monkeypatch.setattr(journal.tail_source, "MAX_LINE", 10_000)
+    monkeypatch.setattr(journal.tail.source, "MAX_LINE", 10_000)
     path = tmp_path / "s.jsonl"
     first = chain("e", 1)
     path.write_bytes(lines([header(), *first]))
