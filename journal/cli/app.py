@@ -9,8 +9,9 @@ arguments, sets up logging, calls the command and turns what escapes it into an 
 - an expected error (a `JournalError`, an `OSError`, or one of the caller's `expected` types):
   one `Error: ...` line on stderr, exit 2, never a traceback;
 - Ctrl-C (`KeyboardInterrupt`): exit 130, as a shell reports a process ended by SIGINT;
-- the reader of stdout went away (`journal show big | head -1`): a quiet exit 0, without the
-  second traceback Python would print when it flushes stdout at exit.
+- the reader of stdout went away (`journal show big | head -1`): a quiet exit, without the
+  second traceback Python would print when it flushes stdout at exit; 0 when the command
+  was cut short, its own code when only the last flush failed.
 
 Argument errors are argparse's own: a usage line and exit 2.
 """
@@ -68,16 +69,8 @@ def run(
     func: Command = args.func
     try:
         code = func(args)
-        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
-        return code
     except BrokenPipeError as e:
-        if not reader_gone(sys.stdout):
-            return _failed(describe_os_error(e))
-        # stdout stays open (Python flushes it at exit), but its writes now go nowhere
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return EXIT_OK
+        return _stdout_closed(e, EXIT_OK)
     except JournalError as e:
         return _failed(str(e))
     except OSError as e:
@@ -86,6 +79,11 @@ def run(
         return EXIT_INTERRUPTED
     except expected as e:
         return _failed(str(e))
+    try:
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
+    except BrokenPipeError as e:
+        return _stdout_closed(e, code)
+    return code
 
 
 def print_error(message: str) -> None:
@@ -96,6 +94,20 @@ def print_error(message: str) -> None:
 def _failed(message: str) -> int:
     print_error(message)
     return EXIT_ERROR
+
+
+def _stdout_closed(e: BrokenPipeError, code: int) -> int:
+    """A broken pipe: quietly `code` if it is stdout's reader that went away, else an error.
+
+    stdout stays open (Python flushes it at exit) but from now on writes to /dev/null, so
+    no second error is printed as the interpreter exits.
+    """
+    if not reader_gone(sys.stdout):
+        return _failed(describe_os_error(e))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return code
 
 
 def reader_gone(stream: TextIO) -> bool:
