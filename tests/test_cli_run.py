@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import array
 import fcntl
+import io
 import os
 import signal
 import subprocess
@@ -238,3 +239,20 @@ def test_ctrl_c_in_a_command_is_exit_130_without_a_traceback(
         proc.kill()
         proc.wait()
     assert path.read_bytes() == before
+
+
+def test_progress_goes_to_stderr_and_only_on_a_terminal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    paths = [str(session_with(tmp_path / f"{n}.jsonl", 2)) for n in range(3)]
+    for stderr in (Terminal(), io.StringIO()):
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", stderr)
+        monkeypatch.setenv("NO_COLOR", "1")
+        assert repair_main([*paths, "--check"]) == 0
+        assert "repairing" not in out.getvalue() and "all 3 files clean" in out.getvalue()
+        assert ("repairing" in stderr.getvalue()) == isinstance(stderr, Terminal)
