@@ -8,7 +8,8 @@ arguments, sets up logging, calls the command and turns what escapes it into an 
   file went away, an agent run that did not finish);
 - an expected error (a `JournalError`, an `OSError`, or one of the caller's `expected` types):
   one `Error: ...` line on stderr, exit 2, never a traceback;
-- Ctrl-C (`KeyboardInterrupt`): exit 130, as a shell reports a process ended by SIGINT;
+- Ctrl-C (`KeyboardInterrupt`): exit 130, as a shell reports a process ended by SIGINT (a
+  command whose normal end is Ctrl-C, `tail -f` or `chat`, catches it and exits 0);
 - the reader of stdout went away (`journal show big | head -1`): a quiet exit, without the
   second traceback Python would print when it flushes stdout at exit; 0 when the command
   was cut short, its own code when only the last flush failed.
