@@ -981,3 +981,27 @@ def test_a_line_longer_than_the_tail_reads_is_skipped_and_the_rest_delivered(
         assert "longer than the tail reads" in caplog.text
     finally:
         follower.close()
+
+
+def test_the_tail_modules_share_no_private_names():
+    """Within journal/tail/, what a module uses of a sibling (inherited methods included) is
+    public: no `_name` defined in one module is used in another."""
+    import ast
+
+    folder = Path(__file__).resolve().parents[1] / "journal" / "tail"
+    trees = {path.name: ast.parse(path.read_text()) for path in sorted(folder.glob("*.py"))}
+    defined: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        defined[name] = {node.name for node in ast.walk(tree)
+                         if isinstance(node, ast.FunctionDef | ast.ClassDef)
+                         and node.name.startswith("_") and not node.name.startswith("__")}
+    shared = []
+    for name, tree in trees.items():
+        used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 for alias in node.names}
+        for other, private in defined.items():
+            if other != name:
+                shared += [f"{name} uses {other}'s {p}" for p in sorted(used & private
+                                                                        - defined[name])]
+    assert len(trees) == 5 and shared == []
