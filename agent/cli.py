@@ -18,6 +18,7 @@ from agent.models import Model, ModelError
 from agent.replay import continue_scripted
 from agent.runner import Runner, RunResult
 from agent.scenarios import SCENARIOS, scenario_path
+from agent.scripted import ScenarioError
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall
 from journal import JournalError, Session
@@ -243,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `journal-agent` command."""
     return run(build_parser(), argv,
-               expected=(ModelError, ContextWindowTooSmall, SandboxUnavailable))
+               expected=(ModelError, ContextWindowTooSmall, SandboxUnavailable, ScenarioError))
 
 
 if __name__ == "__main__":

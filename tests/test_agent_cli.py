@@ -196,6 +196,22 @@ def test_run_with_a_bad_model_spec_is_a_usage_error(
     assert not (tmp_path / "sessions").exists()
 
 
+@pytest.mark.parametrize(("text", "says"), [
+    ("{not json", "not valid JSON"), ('{"turns": 5}', "'turns' must be a list")])
+def test_run_with_a_broken_scenario_file_is_an_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, says: str
+) -> None:
+    scenario = tmp_path / "broken.json"
+    scenario.write_text(text)
+    code = main(["run", "hello", "--model", f"scripted:{scenario}", "--workspace",
+                 str(tmp_path / "ws"), "--sessions-dir", str(tmp_path / "sessions")])
+    err = capsys.readouterr().err
+
+    assert code == 2
+    assert err.startswith(f"Error: {scenario}: {says}") and err.count("\n") == 1
+    assert not (tmp_path / "sessions").exists()
+
+
 def test_run_with_a_workspace_that_cannot_be_made_is_an_error_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
