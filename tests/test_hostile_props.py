@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import Session, View, load
-from journal.cli_tail import format_entry
+from journal.cli.tail import format_entry
 from journal.context import build_context, for_model, to_model_messages
 from journal.errors import JournalError
 from journal.info import inspect

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .lineage import MAX_HOPS, archived_copies, read_header, successor_named_by
-from .model import Entry
-from .tail_source import Source, first_line_header
+from ..lineage import MAX_HOPS, archived_copies, read_header, successor_named_by
+from ..model import Entry
+from .source import Source, first_line_header
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~")
 

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from . import codec
-from .codec import Diagnostic, Line
-from .lineage import is_seal
-from .model import CURRENT_VERSION, Entry, header_version, migrate
-from .snapshot import last_newline_end
+from .. import codec
+from ..codec import Diagnostic, Line
+from ..lineage import is_seal
+from ..model import CURRENT_VERSION, Entry, header_version, migrate
+from ..snapshot import last_newline_end
 
 # logged under the public module's name, which is what callers configure
 log = logging.getLogger("journal.tail")
@@ -152,7 +152,13 @@ class Source:
 
 
 class SourceReader:
-    """The follower's reading of one `Source`: placing its offset, and reading from it."""
+    """The follower's reading of one `Source`: placing its offset, and reading from it.
+
+    What the follower calls: `seek_start`, `seek_end`, `seek_last` and `seek_since` place the
+    offset where a start mode says; `drain` (and `read_compressed` for a gzip archive) reads
+    what was appended; `unchanged` tells whether the bytes already read are still in place;
+    `restart` makes the next read start from the top of the file.
+    """
 
     since_id: str | None
 
@@ -170,7 +176,8 @@ class SourceReader:
             return first.offset + len(first.raw) + 1
         return 0
 
-    def _seek_end(self, src: Source) -> None:
+    def seek_end(self, src: Source) -> None:
+        """Place the offset at the end: only entries appended from now on are delivered."""
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -178,7 +185,8 @@ class SourceReader:
             self._baseline(src, f, body, start)
         self._place(src, start)
 
-    def _seek_last(self, src: Source, count: int) -> None:
+    def seek_last(self, src: Source, count: int) -> None:
+        """Place the offset before the last `count` entries."""
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -196,7 +204,8 @@ class SourceReader:
             self._baseline(src, f, body, start)
         self._place(src, start)
 
-    def _seek_since(self, src: Source) -> bool:
+    def seek_since(self, src: Source) -> bool:
+        """Place the offset just after the entry `since_id`; False (at the end) if absent."""
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -213,6 +222,11 @@ class SourceReader:
                         return True
         self._place(src, end if src.header_done else 0)
         return False
+
+    def seek_start(self, src: Source) -> None:
+        """Place the offset at the first entry: everything in the file is to be delivered."""
+        body = self._read_header(src)
+        self._place(src, body if src.header_done else 0)
 
     def _baseline(self, src: Source, f: BinaryIO, body: int, start: int) -> None:
         """Count the entries before the start as delivered (see `Delivered`); a seal among
@@ -253,7 +267,7 @@ class SourceReader:
                 src.head_at = offset - len(before) + cut
                 src.head = before[cut:cut + _HEAD]
 
-    def _unchanged(self, src: Source, *, pending: bool = True) -> bool:
+    def unchanged(self, src: Source, *, pending: bool = True) -> bool:
         """Whether the bytes before the offset (and the pending line) are still in place.
 
         Both ends of the last complete line are compared: its start holds the entry's id, so
@@ -271,7 +285,7 @@ class SourceReader:
             return os.pread(src.fd, len(src.pending_head), src.offset) == src.pending_head
         return True
 
-    def _drain(self, src: Source) -> Iterator[TailEvent]:
+    def drain(self, src: Source) -> Iterator[TailEvent]:
         """Deliver the complete lines after the offset; keep an incomplete last line pending.
 
         A pending line is not held in memory: when its newline arrives it is read back from
@@ -318,7 +332,7 @@ class SourceReader:
             src.pending_head, src.pending_len = rest[:_HEAD], len(rest)
             yield from events
 
-    def _read_compressed(self, src: Source) -> Iterator[TailEvent]:
+    def read_compressed(self, src: Source) -> Iterator[TailEvent]:
         """Deliver the entries of a compressed archive (sealed: it no longer changes)."""
         assert src.fd is not None
         size = os.fstat(src.fd).st_size
@@ -368,7 +382,7 @@ class SourceReader:
             return migrate(src.header, [entry])[0]
         return entry
 
-    def _restart(self, src: Source) -> None:
+    def restart(self, src: Source) -> None:
         """Read the file again from its start (entries already delivered are skipped)."""
         src.offset, src.pending_head, src.pending_len = 0, b"", 0
         src.check, src.head, src.head_at = b"", b"", 0
