@@ -87,6 +87,8 @@ def row(text: str, name: str) -> str:
 def journal_modules() -> list[Any]:
     mods = [journal]
     for info in pkgutil.walk_packages(journal.__path__, "journal."):
+        if info.name.endswith(".__main__"):
+            continue
         mods.append(importlib.import_module(info.name))
     return mods
 
