@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import IO, BinaryIO
 
 from . import codec
+from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line
 from .errors import NotASession
 from .files import read_regular
@@ -140,9 +141,13 @@ def _note_bad_fields(entry: Entry, line: Line, issues: list[Diagnostic]) -> None
                                       line.number or None, problem))
 
 
-def last_newline_end(f: IO[bytes], size: int, block: int = 1 << 16) -> int:
-    """The offset just past the file's last newline (0 if it has none)."""
-    pos = size
+def last_newline_end(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
+    """The offset just past the last newline before `offset` (0 if there is none).
+
+    Given the file's size, the end of its last complete line; given an offset inside a line,
+    where that line starts.
+    """
+    pos = offset
     while pos > 0:
         start = max(0, pos - block)
         f.seek(start)
@@ -156,7 +161,11 @@ def last_newline_end(f: IO[bytes], size: int, block: int = 1 << 16) -> int:
 
 @dataclass
 class _PathState:
-    """What the reverse scan has found on the leaf's branch so far."""
+    """What the reverse scan has found on the leaf's branch so far.
+
+    The first compaction met walking back is the latest; the kept entry is the nearest one
+    before it that `is_first_kept` accepts (the rule of `journal.boundary`).
+    """
 
     wanted: str | None = None
     compaction: Entry | None = None
@@ -173,9 +182,9 @@ class _PathState:
             kind == "message" and entry["message"].get("role") == "assistant"
         ):
             self.model_found = True
-        if self.compaction is not None and entry["id"] == self.compaction.get("firstKeptEntryId"):
+        if self.compaction is not None and is_first_kept(self.compaction, entry):
             self.kept_found = True
-        if kind == "compaction" and self.compaction is None:
+        if self.compaction is None and is_compaction(entry):
             self.compaction = entry
         self.wanted = entry.get("parentId")
         self.at_root = self.wanted is None
@@ -289,7 +298,7 @@ def find_last_of_type(
         hit = buf.rfind(needle)
         while hit >= 0:
             at = start + hit
-            line_start = _line_start(f, at)
+            line_start = last_newline_end(f, at)
             if line_start < start_at:
                 return None
             f.seek(line_start)
@@ -303,16 +312,3 @@ def find_last_of_type(
             hit = buf.rfind(needle, 0, hit)
         pos = start
     return None
-
-
-def _line_start(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
-    pos = offset
-    while pos > 0:
-        start = max(0, pos - block)
-        f.seek(start)
-        buf = f.read(pos - start)
-        nl = buf.rfind(b"\n")
-        if nl >= 0:
-            return start + nl + 1
-        pos = start
-    return 0
