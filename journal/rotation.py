@@ -40,6 +40,7 @@ from .files import (
     remove_leftovers,
     remove_stale_temps,
 )
+from .header import read_header
 from .identity import file_key, real_path
 from .intent import intent_record, temp_name
 from .lineage import (
@@ -49,7 +50,6 @@ from .lineage import (
     intent_path,
     lineage,
     move_into_archive,
-    read_header,
     recover_pending,
     release_after_move,
     remove_intent,

@@ -12,8 +12,6 @@ import os
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from . import codec, model
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
@@ -27,6 +25,7 @@ from .errors import (
     WriteFailed,
 )
 from .files import make_private_dir, remove_leftovers, write_new_file
+from .header import first_line
 from .identity import real_path
 from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
@@ -523,15 +522,9 @@ def _preflight(path: str) -> None:
     if path.endswith(".gz"):
         raise NotASession(path, "a compressed archive is read-only; open its live successor")
     with open_for_reading(path) as f:
-        first = f.readline(1 << 20)
-    if not first:
-        raise NotASession(path, "empty file, not a session (no header)")
-    header = None
-    try:
-        value = codec.loads(first.removeprefix(codec.BOM))
-        header = value if isinstance(value, dict) and value.get("type") == "session" else None
-    except orjson.JSONDecodeError:
-        pass
+        if os.fstat(f.fileno()).st_size == 0:
+            raise NotASession(path, "empty file, not a session (no header)")
+        header = first_line(f.fileno()).header
     if header is None:
         raise NotASession(
             path, "not a session file: no session header on line 1 (if it is a damaged "

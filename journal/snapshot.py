@@ -11,6 +11,7 @@ from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line
 from .errors import NotASession
 from .files import read_regular
+from .header import first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 
 
@@ -214,12 +215,10 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
     with open_for_reading(path) as f:
         size = os.fstat(f.fileno()).st_size
         end = last_newline_end(f, size)
-        header_line = next(iter(codec.iter_lines(f, 0, end)), None)
-        header = _header_of(header_line)
-        if header is None or header_version(header) < CURRENT_VERSION:
+        first = first_line(f.fileno())
+        header, body_start = first.header, first.end
+        if header is None or body_start > end or header_version(header) < CURRENT_VERSION:
             return read_stream(path, f)
-        assert isinstance(header_line, codec.Line)
-        body_start = header_line.offset + len(header_line.raw) + 1
         diagnostics: list[Diagnostic] = []
         if end < size:
             diagnostics.append(
@@ -249,15 +248,6 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
         snap.complete = reached_start
         snap.lines = [0] * len(reversed_entries)
         return snap
-
-
-def _header_of(line: Line | Diagnostic | None) -> Entry | None:
-    if not isinstance(line, Line):
-        return None
-    value = codec.parse_line(line)
-    if isinstance(value, dict) and value.get("type") == "session":
-        return value
-    return None
 
 
 def _parse_entry(line: Line, diagnostics: list[Diagnostic],
