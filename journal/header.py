@@ -13,6 +13,7 @@ import gzip
 import os
 import zlib
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from . import codec
 from .codec import Line
@@ -75,6 +76,11 @@ def peek(path: str, limit: int = HEADER_LIMIT) -> FirstLine:
         os.close(fd)
 
 
+def is_header(value: object) -> TypeGuard[Entry]:
+    """Whether a parsed line is a session header (wherever in a file it stands)."""
+    return isinstance(value, dict) and value.get("type") == "session"
+
+
 def read_header(path: str) -> Entry | None:
     """The session header of the file at `path`, or None."""
     return peek(path).header
@@ -82,6 +88,6 @@ def read_header(path: str) -> Entry | None:
 
 def _decide(raw: bytes) -> FirstLine:
     value = codec.parse_line(Line(0, 1, raw))
-    if isinstance(value, dict) and value.get("type") == "session":
+    if is_header(value):
         return FirstLine(True, value, len(raw) + 1)
     return FirstLine(True)

@@ -34,6 +34,7 @@ from .files import (
     require_space,
     temp_path_for,
 )
+from .header import is_header
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .live import check_single_name, lock_live
@@ -206,7 +207,7 @@ def _salvage(path: str, data: bytes) -> _Plan:
             if not piece.exact:
                 problems.append(Problem(codec.INVALID_UTF8, "replaced invalid bytes",
                                         salvaged.line, piece.offset, detail=piece.note))
-    header_at = next((i for i, (pc, _) in enumerate(pieces) if _is_header(pc.value)), None)
+    header_at = next((i for i, (pc, _) in enumerate(pieces) if is_header(pc.value)), None)
     header_item: _Item | None = None
     if header_at is not None:
         pc, line = pieces[header_at]
@@ -244,7 +245,7 @@ def _salvage(path: str, data: bytes) -> _Plan:
     for index, (pc, line) in enumerate(pieces):
         if index == header_at:
             continue
-        if _is_header(pc.value):
+        if is_header(pc.value):
             plan_.dropped.append(Quarantined(path, pc.offset, bytes(pc.raw), codec.EXTRA_HEADER))
             plan_.problem(codec.EXTRA_HEADER, "quarantined; its entries join this session",
                           line=line, offset=pc.offset)
@@ -277,10 +278,6 @@ def _has_tree_ids(pieces: list[tuple[Piece, int]]) -> bool:
                and pc.value.get("type") != "session"]
     return bool(entries) and all(
         isinstance(e.get("id"), str) and "parentId" in e for e in entries)
-
-
-def _is_header(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") == "session"
 
 
 def _synthesize_header(path: str, pieces: list[tuple[Piece, int]], version: int) -> _Item:

@@ -11,7 +11,7 @@ from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line
 from .errors import NotASession
 from .files import read_regular
-from .header import first_line
+from .header import first_line, is_header
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 
 
@@ -105,14 +105,14 @@ def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = N
             continue
         parsed_count += 1
         if parsed_count == 1:
-            if isinstance(value, dict) and value.get("type") == "session":
+            if is_header(value):
                 header = value
                 version = header_version(header)
                 continue
             diagnostics.append(
                 Diagnostic(0, 0, codec.MISSING_HEADER, 1, "first line is not a session header")
             )
-        if isinstance(value, dict) and value.get("type") == "session":
+        if is_header(value):
             diagnostics.append(
                 Diagnostic(item.offset, len(item.raw), codec.EXTRA_HEADER, item.number,
                            "a session header after the first line")
@@ -259,7 +259,7 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic],
         diagnostics.append(value)
         return None
     problem = codec.check_entry(value, CURRENT_VERSION)
-    if problem is None and value.get("type") == "session":
+    if problem is None and is_header(value):
         problem = codec.EXTRA_HEADER
     if problem is not None:
         diagnostics.append(
