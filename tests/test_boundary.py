@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import journal
 from agent.cutpoint import estimate_branch_context, estimate_session_context, projection
+from agent.overflow import plan_truncation
 from journal import (
     Boundary,
     Session,
@@ -261,3 +262,20 @@ def test_session_and_view_project_the_same_leaf_by_id(tmp_path):
     view = journal.View.open(path)
     assert view.context("c", raw=True) == by_session
     assert shown(by_session) == ["summary k", "b", "c"]
+
+
+def test_overflow_recovery_only_truncates_results_the_context_shows():
+    result = {"type": "message", "id": "r", "parentId": "b", "timestamp": T,
+              "message": {"role": "toolResult", "toolCallId": "t1", "toolName": "bash",
+                          "content": [{"type": "text", "text": "x" * 5000}], "isError": False,
+                          "timestamp": 1}}
+    entries = [message("a", None), message("b", "a", "assistant"), result,
+               *repeated_id_branch()[2:]]
+    entries[3] = message("a", "r", text="three")
+    tree = Tree(entries)
+    branch = [tree.entries[i] for i in tree.path(tree.leaf)]
+    shown_ids = set(build_context(tree, tree.leaf_id).entry_ids)
+    assert "r" not in shown_ids
+    plan = plan_truncation(branch, 200_000, max_chars=100)
+    assert all(branch[i]["id"] in shown_ids for i in plan)
+    assert plan_truncation(branch[:3], 200_000, max_chars=100), "a shown result is cut"
