@@ -350,7 +350,7 @@ def test_example_block(index: int, tmp_path: Path) -> None:
     tree = Tree(snap.entries)
     tree.finish_forward_check()
     assert tree.issues == []
-    context = build_context(tree, tree.leaf)
+    context = build_context(tree, tree.leaf_id)
     expected = block.check or {}
     actual: dict[str, Any] = {
         "version": snap.version,
@@ -369,7 +369,7 @@ def test_example_block(index: int, tmp_path: Path) -> None:
     if snap.version == 3:  # reading only the tail gives the same projection (§ 7.3)
         tail = resume(path)
         tail_tree = Tree(tail.entries, complete=tail.complete)
-        assert build_context(tail_tree, tail_tree.leaf).same_as(context)
+        assert build_context(tail_tree, tail_tree.leaf_id).same_as(context)
 
 
 def _write(path: Path, values: list[dict[str, Any]]) -> Path:
@@ -394,7 +394,7 @@ def test_a_first_kept_id_not_before_the_compaction_keeps_nothing(first_kept: str
     values.insert(3, side)
     snap = load(_write(tmp_path / "s.jsonl", values))
     tree = Tree(snap.entries)
-    context = build_context(tree, tree.leaf)
+    context = build_context(tree, tree.leaf_id)
     assert snap.diagnostics == [] and tree.leaf_id == "bb000008"
     assert context.entry_ids == [None, "bb000008"]
     assert context.thinking_level == "off" and context.model == {
@@ -420,4 +420,4 @@ def test_v1_first_kept_index_rules(index: object, kept: list[str], tmp_path: Pat
     assert ("firstKeptEntryIndex" in migrated) == (not isinstance(index, int))
     assert ("firstKeptEntryId" in migrated) == (index in (1, 4))
     tree = Tree(snap.entries)
-    assert build_context(tree, tree.leaf).entry_ids == [None, *kept, "f8e571ce"]
+    assert build_context(tree, tree.leaf_id).entry_ids == [None, *kept, "f8e571ce"]

@@ -164,7 +164,7 @@ def exercise(path: Path) -> None:
     tree.nested()
     _ = tree.labels, tree.name
     for leaf in {tree.leaf, 0, len(tree) // 2} if len(tree) else {None}:
-        context = build_context(tree, leaf)
+        context = build_context(tree, None if leaf is None else tree.entries[leaf]["id"])
         for message in context.messages:
             describe_message(message)
         model_context = for_model(context)

@@ -917,17 +917,18 @@ def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
 def test_a_fifo_named_like_a_session_never_blocks_the_follower(tmp_path):
     """A FIFO can be swapped in between a directory listing and the open; opening it must
     not wait for a writer that never comes."""
-    from journal.tail.source import first_line_header, open_regular
+    from journal.header import FirstLine, peek
+    from journal.tail.source import open_regular
 
     fifo = tmp_path / "x.jsonl"
     os.mkfifo(fifo)
     results: list[Any] = []
     worker = threading.Thread(
-        target=lambda: results.extend([open_regular(str(fifo)), first_line_header(str(fifo))]),
+        target=lambda: results.extend([open_regular(str(fifo)), peek(str(fifo))]),
         daemon=True)
     worker.start()
     worker.join(3)
-    assert results == [None, (False, None)]
+    assert results == [None, FirstLine(False, None)]
 
 
 def test_a_line_that_never_ends_costs_the_follower_no_memory(tmp_path):

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import NotASession, UnknownEntry
+from ..header import peek, read_header
 from ..lineage import MAX_HOPS, archived_copies
 from .chain import (
     ancestors,
     find_successor,
-    header_of,
     is_session_name,
     is_source,
     marker_successor,
@@ -40,7 +40,6 @@ from .source import (
     Source,
     SourceReader,
     TailEvent,
-    first_line_header,
     open_regular,
 )
 
@@ -136,7 +135,7 @@ class Follower(SourceReader):
         return src
 
     def _created(self, path: str) -> tuple[str, str]:
-        header = header_of(path) or {}
+        header = read_header(path) or {}
         created = header.get("timestamp")
         return (created if isinstance(created, str) else "", path)
 
@@ -325,7 +324,7 @@ class Follower(SourceReader):
             except OSError:
                 continue
             ident = (st.st_dev, st.st_ino)
-            if self.retired.get(path) == ident or not first_line_header(path)[0]:
+            if self.retired.get(path) == ident or not peek(path).complete:
                 continue
             ancestor = self._tracked_ancestor(path)
             if ancestor is not None:
@@ -338,7 +337,7 @@ class Follower(SourceReader):
             if src is None:
                 continue
             if ancestor is None:
-                header = header_of(path) or {}
+                header = read_header(path) or {}
                 yield TailEvent(NEW_SESSION, path, None, f"session {header.get('id')}")
             yield from self.drain(src)
 

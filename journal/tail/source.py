@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 from .. import codec
 from ..codec import Diagnostic, Line
+from ..header import first_line
 from ..lineage import is_seal
 from ..model import CURRENT_VERSION, Entry, header_version, migrate
 from ..snapshot import last_newline_end
@@ -165,16 +166,12 @@ class SourceReader:
     def _read_header(self, src: Source) -> int:
         """Parse the header line; return where the body starts (0 if no header)."""
         assert src.fd is not None
-        first = _first_line(src.fd)
-        src.header_done = first is not None
-        if first is None:
-            return 0
-        value = codec.parse_line(first)
-        if isinstance(value, dict) and value.get("type") == "session":
-            src.header = value
-            src.version = header_version(value)
-            return first.offset + len(first.raw) + 1
-        return 0
+        first = first_line(src.fd)
+        src.header_done = first.complete
+        if first.header is not None:
+            src.header = first.header
+            src.version = header_version(first.header)
+        return first.end
 
     def seek_end(self, src: Source) -> None:
         """Place the offset at the end: only entries appended from now on are delivered."""
@@ -417,35 +414,3 @@ def _usable(value: Any, version: int) -> Entry | None:
     if isinstance(value, dict) and value.get("type") == "session":
         return None
     return value if codec.check_entry(value, version) is None else None
-
-
-def _first_line(fd: int) -> Line | None:
-    """The file's first line if it is complete (has its newline), else None."""
-    pieces: list[bytes] = []
-    pos, size = 0, 4096
-    while chunk := os.pread(fd, size, pos):
-        cut = chunk.find(b"\n")
-        if cut >= 0:
-            pieces.append(chunk[:cut])
-            return Line(0, 1, b"".join(pieces))
-        pieces.append(chunk)
-        pos += len(chunk)
-        size = min(size * 2, _CHUNK)
-    return None
-
-
-def first_line_header(path: str) -> tuple[bool, Entry | None]:
-    """(whether the first line is complete, the header on it if it is one)."""
-    opened = open_regular(path)
-    if opened is None:
-        return False, None
-    try:
-        first = _first_line(opened[0])
-    finally:
-        os.close(opened[0])
-    if first is None:
-        return False, None
-    value = codec.parse_line(first)
-    if isinstance(value, dict) and value.get("type") == "session":
-        return True, value
-    return True, None
