@@ -16,14 +16,15 @@ import gzip
 import logging
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .. import codec
 from ..codec import Diagnostic, Line
-from ..header import first_line
+from ..errors import NotASession
+from ..files import open_regular as open_regular_file
+from ..header import first_line, is_header
 from ..lineage import is_seal
 from ..model import CURRENT_VERSION, Entry, header_version, migrate
 from ..snapshot import last_newline_end
@@ -358,7 +359,7 @@ class SourceReader:
             return None
         if not src.header_done:
             src.header_done = True
-            if isinstance(value, dict) and value.get("type") == "session":
+            if is_header(value):
                 src.header = value
                 src.version = header_version(value)
                 return None
@@ -390,14 +391,12 @@ class SourceReader:
 
 
 def open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
+    """A descriptor and identity of `path` if it is a regular file now, else None (not yet)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block
-    except OSError:
+        fd = open_regular_file(path)
+    except (OSError, NotASession):
         return None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
     return fd, (st.st_dev, st.st_ino)
 
 
@@ -411,6 +410,6 @@ def _usable(value: Any, version: int) -> Entry | None:
     """The value if it is an entry of this format version (not a header), else None."""
     if isinstance(value, Diagnostic) or value is None:
         return None
-    if isinstance(value, dict) and value.get("type") == "session":
+    if is_header(value):
         return None
     return value if codec.check_entry(value, version) is None else None
