@@ -53,7 +53,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent.compaction import CompactionHooks, CompactionResult, compact
+from agent.compaction import (
+    AnthropicSummarizer,
+    CompactionHooks,
+    CompactionResult,
+    ExtractiveSummarizer,
+    Summarizer,
+    SummarizerError,
+    compact,
+    default_summarizer,
+)
 from agent.models import (
     AuthError,
     ContextOverflow,
@@ -65,21 +74,14 @@ from agent.models import (
     ModelTimeout,
     Overloaded,
     RateLimited,
+    ScriptedModel,
 )
 from agent.runner import Runner, RunnerEvent, RunResult
 from agent.scenarios import SCENARIOS, scenario_path
-from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import (
-    AnthropicSummarizer,
-    ExtractiveSummarizer,
-    Summarizer,
-    SummarizerError,
-    default_summarizer,
-)
 
 if TYPE_CHECKING:
-    from agent.anthropic_model import AnthropicModel
+    from agent.models.anthropic import AnthropicModel
 
 __all__ = [
     # running
@@ -120,7 +122,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """`AnthropicModel` on first use: its module imports the Anthropic SDK, which is slow."""
     if name == "AnthropicModel":
-        from agent.anthropic_model import AnthropicModel
+        from agent.models.anthropic import AnthropicModel
 
         return AnthropicModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,11 +53,11 @@ def make_model(spec: str | None, window: int | None) -> Model:
         spec = "anthropic:claude-sonnet-4-5"
     kind, _, rest = spec.partition(":")
     if kind == "anthropic":
-        from agent.anthropic_model import AnthropicModel
+        from agent.models.anthropic import AnthropicModel
 
         return AnthropicModel(rest or "claude-sonnet-4-5", context_window=window)
     if kind == "scripted":
-        from agent.scripted import ScriptedModel
+        from agent.models import ScriptedModel
 
         path = Path(rest)
         if not path.exists() and scenario_path(rest).exists():
@@ -129,8 +129,8 @@ def _short(arguments: Any, width: int = 70) -> str:
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
                  quiet: bool = False, sandbox: bool = False) -> Runner:
-    from agent.scripted import ScriptedModel
-    from agent.summarize import ExtractiveSummarizer
+    from agent.compaction import ExtractiveSummarizer
+    from agent.models import ScriptedModel
     from tools import default_tools
 
     # a replayed scenario stays offline: its compactions never call Anthropic, key or not

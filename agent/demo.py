@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.cli import continue_scripted, print_event
+from agent.compaction import ExtractiveSummarizer
+from agent.models import ScriptedModel
 from agent.runner import Runner
 from agent.scenarios import scenario_path
-from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer
 from journal import JournalError, RotationPolicy, Session, lineage, load, repair, resolve_live
 from tools import default_tools
 

@@ -13,7 +13,7 @@ import httpx2
 
 import journal
 import journal.validate
-from agent.anthropic_model import AnthropicModel
+from agent.models.anthropic import AnthropicModel
 
 MODEL = "claude-sonnet-4-5"
 FAST_RETRY = {"retry-after-ms": "1"}

@@ -39,8 +39,7 @@ from agent.compaction import (
     run_hook,
     summarize_messages,
 )
-from agent.settings import ContextSettings
-from agent.summarize import (
+from agent.compaction.summarize import (
     ExtractiveSummarizer,
     SummarizerError,
     SummaryAborted,
@@ -49,6 +48,7 @@ from agent.summarize import (
     SummaryTimeout,
     message_text,
 )
+from agent.settings import ContextSettings
 from agent.tokens import Estimator
 from agent.window import prompt_budget
 

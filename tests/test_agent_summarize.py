@@ -9,8 +9,7 @@ import httpx2
 import pytest
 
 from agent.compaction import FallbackLevel, summarize_messages
-from agent.settings import ContextSettings
-from agent.summarize import (
+from agent.compaction.summarize import (
     EXTRACTIVE_MARK,
     IDENTIFIER_INSTRUCTIONS,
     SYSTEM_PROMPT,
@@ -28,6 +27,7 @@ from agent.summarize import (
     message_text,
     serialize_conversation,
 )
+from agent.settings import ContextSettings
 
 SMALL = ContextSettings(context_window=16_000)
 

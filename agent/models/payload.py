@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import journal
-
-if TYPE_CHECKING:
-    from agent.models import ModelRequest
+from agent.models.base import ModelRequest
 
 Block = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """A :class:`~agent.models.Model` on the Anthropic Messages API, streamed through the SDK.
 
-The request body comes from :mod:`agent.anthropic_payload`. The reply is read as raw stream
+The request body comes from :mod:`agent.models.payload`. The reply is read as raw stream
 events (``messages.create(stream=True)``) and assembled into a pi assistant message.
 
 Errors: the SDK retries 408, 409, 429, 5xx (529 included) and connection failures
@@ -36,12 +36,11 @@ from typing import Any
 import anthropic
 import httpx2
 
-from agent.anthropic_payload import API, build_params
-from agent.models import (
+from agent.models.base import (
+    AssistantMessage,
     AuthError,
     ContextOverflow,
     EventSink,
-    Message,
     ModelAborted,
     ModelError,
     ModelEvent,
@@ -53,6 +52,7 @@ from agent.models import (
     assistant_message,
     make_usage,
 )
+from agent.models.payload import API, build_params
 
 PROVIDER = "anthropic"
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -146,7 +146,7 @@ class AnthropicModel:
         *,
         on_event: EventSink | None = None,
         abort: threading.Event | None = None,
-    ) -> Message:
+    ) -> AssistantMessage:
         turn = _Turn(self.model_id, self.price, on_event)
         if abort is not None and abort.is_set():
             raise ModelAborted("aborted before the request was sent", partial=turn.partial(True))
@@ -338,7 +338,9 @@ class _Turn:
             out.append(block)
         return out
 
-    def message(self, content: list[dict[str, Any]], stop: str, error: str | None) -> Message:
+    def message(
+        self, content: list[dict[str, Any]], stop: str, error: str | None
+    ) -> AssistantMessage:
         u = self.usage
         return assistant_message(
             content,
@@ -350,12 +352,12 @@ class _Turn:
             error_message=error,
         )
 
-    def partial(self, aborted: bool, error: str | None = None) -> Message:
+    def partial(self, aborted: bool, error: str | None = None) -> AssistantMessage:
         stop = "aborted" if aborted else "error"
         reason = error or ("Request was aborted" if aborted else "The model call failed")
         return self.message(self.content(), stop, reason)
 
-    def final(self) -> Message:
+    def final(self) -> AssistantMessage:
         content = self.content()
         stop = _STOP_REASONS.get(self.stop_reason or "end_turn", "stop")
         error = None

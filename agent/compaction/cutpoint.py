@@ -41,8 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.compaction.summarize import file_operations
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import file_operations
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.window import prompt_budget, resolve_window
 from journal import Session, compaction_summary_message, entry_message, iso_to_millis
