@@ -37,6 +37,8 @@ from agent.truncate import result_text, truncate_text
 if TYPE_CHECKING:
     import anthropic
 
+    from agent.models.errors import APIFailure
+
 log = logging.getLogger(__name__)
 
 Message = Mapping[str, Any]
@@ -640,47 +642,38 @@ def build_prompt(
     return "\n\n".join(parts)
 
 
-_OVERFLOW_TEXT = re.compile(
-    r"prompt is too long|too many (?:input )?tokens|context (?:length|window)|"
-    r"maximum context|exceeds? the (?:model's )?(?:context|maximum)|request too large",
-    re.IGNORECASE,
-)
-_RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 529})
-_TIMEOUT_STATUS = frozenset({408, 504})
+def summarizer_error(failure: APIFailure) -> SummarizerError:
+    """The `SummarizerError` for a classified API failure (see `agent.models.errors`).
+
+    Overflow asks for less (`SummaryOverflow`), a timeout is not retried (`SummaryTimeout`),
+    credentials and malformed requests never succeed (`SummaryRejected`); every other failure
+    is a retryable `SummarizerError`, with the wait the API asked for.
+    """
+    from agent.models.errors import Failure
+
+    text = failure.text
+    match failure.kind:
+        case Failure.OVERFLOW:
+            return SummaryOverflow(f"summarization request too large: {text}",
+                                   status=failure.status)
+        case Failure.TIMEOUT:
+            return SummaryTimeout(f"summarization request timed out: {text}",
+                                  status=failure.status)
+        case Failure.AUTH | Failure.REQUEST:
+            return SummaryRejected(f"API refused the request: {text}", status=failure.status)
+        case Failure.CONNECTION:
+            return SummarizerError(f"could not reach the API: {text}")
+    return SummarizerError(f"summarization failed: {text}", status=failure.status,
+                           retry_after=failure.retry_after)
 
 
-def _retry_after(response: Any) -> float | None:
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    value = headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+def classify_api_error(error: BaseException) -> SummarizerError | None:
+    """The `SummarizerError` for an exception from the `anthropic` SDK or its transport (None
+    for any other exception)."""
+    from agent.models.errors import classify
 
-
-def classify_api_error(error: BaseException) -> SummarizerError:
-    """Turn an `anthropic` SDK exception into the matching `SummarizerError`."""
-    import anthropic
-
-    if isinstance(error, anthropic.APITimeoutError):
-        return SummaryTimeout(f"summarization request timed out: {error}")
-    if isinstance(error, anthropic.APIConnectionError):
-        return SummarizerError(f"could not reach the API: {error}")
-    if isinstance(error, anthropic.APIStatusError):
-        status = error.status_code
-        message = str(error)
-        after = _retry_after(getattr(error, "response", None))
-        if status == 413 or (status == 400 and _OVERFLOW_TEXT.search(message)):
-            return SummaryOverflow(f"summarization request too large: {message}", status=status)
-        if status in _TIMEOUT_STATUS:
-            return SummaryTimeout(f"summarization request timed out ({status})", status=status)
-        if status in _RETRYABLE_STATUS or status >= 500:
-            return SummarizerError(f"API unavailable ({status}): {message}", status=status,
-                                   retry_after=after)
-        return SummaryRejected(f"API refused the request ({status}): {message}", status=status)
-    return SummarizerError(f"summarization failed: {error}")
+    failure = classify(error)
+    return summarizer_error(failure) if failure is not None else None
 
 
 class AnthropicSummarizer:
@@ -725,7 +718,6 @@ class AnthropicSummarizer:
         focus: str | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> str:
-        import anthropic
 
         prompt = build_prompt(messages, previous_summary, focus, self.tool_result_chars)
         client = self.client.with_options(max_retries=0, timeout=self.timeout)
@@ -736,8 +728,11 @@ class AnthropicSummarizer:
                 system=self.system_prompt,
                 messages=[{"role": "user", "content": [{"type": "text", "text": prompt}]}],
             )
-        except anthropic.AnthropicError as e:
-            raise classify_api_error(e) from e
+        except Exception as e:
+            mapped = classify_api_error(e)
+            if mapped is None:
+                raise
+            raise mapped from e
         text = "\n".join(
             block.text for block in response.content if block.type == "text"
         ).strip()

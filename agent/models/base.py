@@ -123,7 +123,8 @@ class ContextOverflow(ModelError):
     ) -> None:
         super().__init__(message, partial=partial, status=status)
         self.tokens = tokens
-        """Prompt size the provider reported, when its message says so."""
+        """The size the provider counted against the window (the prompt, plus the output
+        budget when its message adds them), when its message says so."""
         self.limit = limit
         """The window the provider reported, when its message says so."""
 
