@@ -31,7 +31,6 @@ from typing import Any
 
 from agent.compaction.cutpoint import (
     CompactionPreparation,
-    Message,
     estimate_branch_context,
     prepare_compaction,
 )
@@ -49,6 +48,7 @@ from agent.compaction.summarize import (
     message_identifiers,
     tool_failures,
 )
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import Estimator
 from journal import Session

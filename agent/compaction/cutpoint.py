@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.compaction.summarize import file_operations
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.window import prompt_budget, resolve_window
@@ -50,7 +51,6 @@ from journal import Session, compaction_summary_message, entry_message, iso_to_m
 log = logging.getLogger(__name__)
 
 Entry = dict[str, Any]
-Message = Mapping[str, Any]
 
 CUT_ROLES = frozenset({"user", "assistant", "bashExecution", "custom", "branchSummary"})
 TURN_START_ROLES = frozenset({"user", "bashExecution", "custom", "branchSummary"})

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from agent.messages import Message
 
 AssistantMessage = dict[str, Any]
 """What a model returns: a pi assistant message, a fresh dict the caller owns (and may edit)."""
@@ -49,7 +51,7 @@ EVENT_KINDS = ("message_start", "text_delta", "thinking_delta", "tool_call", "me
 class ModelRequest:
     """Everything one model call needs."""
 
-    messages: list[Mapping[str, Any]]
+    messages: list[Message]
     """pi-shaped projection, already passed through ``journal.sanitize``."""
     tools: list[dict[str, Any]] = field(default_factory=list)
     """Tool schemas ``{name, description, input_schema}``."""
