@@ -46,8 +46,8 @@ from agent.compaction.summarize import (
     SummaryOverflow,
     SummaryRejected,
     SummaryTimeout,
-    message_text,
 )
+from agent.compaction.transcript import message_text
 from agent.settings import ContextSettings
 from agent.tokens import Estimator
 from agent.window import prompt_budget

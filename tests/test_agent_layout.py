@@ -14,7 +14,9 @@ AGENT = ROOT / "agent"
 # lower layers first: a module may import from its own package only what is in a lower layer
 LAYERS = {
     "agent.models": [{"base", "errors"}, {"payload", "scripted"}, {"anthropic"}, {"__init__"}],
-    "agent.compaction": [{"summarize"}, {"cutpoint", "staged"}, {"compact"}, {"__init__"}],
+    "agent.compaction": [
+        {"transcript"}, {"facts"}, {"summarize"}, {"cutpoint", "staged"}, {"compact"}, {"__init__"}
+    ],
 }
 
 

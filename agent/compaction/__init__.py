@@ -3,8 +3,10 @@
 Nothing is deleted: the summary is appended to the journal with the id of the first entry kept
 verbatim. The package's modules, each one step, lower ones never importing higher ones:
 
+- `transcript`: messages as the labelled text a summarizer reads;
+- `facts`: identifiers, files, tool failures and decisions taken from messages, no model;
 - `summarize`: the `Summarizer` protocol, its typed errors, the offline `ExtractiveSummarizer`
-  and the `AnthropicSummarizer`, and the facts and identifiers taken from messages;
+  and the `AnthropicSummarizer`;
 - `cutpoint`: the projection of a branch, the cut point and `prepare_compaction` (read only);
 - `staged`: `summarize_messages`, chunked and staged calls to a summarizer with retries and
   fallback levels;

@@ -34,20 +34,19 @@ from agent.compaction.cutpoint import (
     estimate_branch_context,
     prepare_compaction,
 )
+from agent.compaction.facts import (
+    extract_facts,
+    extract_identifiers,
+    message_identifiers,
+    tool_failures,
+)
 from agent.compaction.staged import (
     FallbackLevel,
     SummaryOutcome,
     summarize_messages,
     summary_max_tokens,
 )
-from agent.compaction.summarize import (
-    Summarizer,
-    SummaryAborted,
-    extract_facts,
-    extract_identifiers,
-    message_identifiers,
-    tool_failures,
-)
+from agent.compaction.summarize import Summarizer, SummaryAborted
 from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import Estimator

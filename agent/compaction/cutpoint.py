@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compaction.summarize import file_operations
+from agent.compaction.facts import file_operations
 from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import ContextEstimate, Estimator, estimate_context

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from agent.compaction.summarize import Summarizer, SummarizerError, SummaryAborted, message_text
+from agent.compaction.summarize import Summarizer, SummarizerError, SummaryAborted
+from agent.compaction.transcript import message_text
 from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import Estimator

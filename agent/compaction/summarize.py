@@ -15,6 +15,9 @@ large (`SummaryOverflow`: the next fallback level sends less) and from a stop (`
   failures and every identifier it finds, verbatim.
 - `default_summarizer()` picks the extractive one when `ANTHROPIC_API_KEY` is unset.
 
+The transcript a model reads is `agent.compaction.transcript`'s; what the extractive summarizer
+lists is found by `agent.compaction.facts`.
+
 Example:
     >>> s = ExtractiveSummarizer()
     >>> text = s.summarize([{"role": "user", "content": "Fix the crash in src/app.py"}])
@@ -24,16 +27,15 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from agent.compaction.facts import extract_facts
+from agent.compaction.transcript import serialize_conversation
 from agent.messages import Message
-from agent.truncate import result_text, truncate_text
 
 if TYPE_CHECKING:
     import anthropic
@@ -45,8 +47,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_MAX_TOKENS = 4_096
-THINKING_CHARS = 4_000
-"""Thinking blocks are cut to this many characters in the text sent to a summarizer."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -116,332 +116,6 @@ class Summarizer(Protocol):
         SummarizerError.
         """
         ...
-
-
-# ---------------------------------------------------------------------------------------
-# messages as labelled text
-
-
-def _text_blocks(content: Any) -> list[str]:
-    if isinstance(content, str):
-        return [content]
-    if not isinstance(content, list):
-        return []
-    return [
-        str(b.get("text", ""))
-        for b in content
-        if isinstance(b, Mapping) and b.get("type") == "text" and b.get("text")
-    ]
-
-
-def _images(content: Any) -> int:
-    if not isinstance(content, list):
-        return 0
-    return sum(1 for b in content if isinstance(b, Mapping) and b.get("type") == "image")
-
-
-def _cut(text: str, limit: int) -> str:
-    return truncate_text(text, limit)[0] if limit > 0 else text
-
-
-def tool_call_text(block: Mapping[str, Any]) -> str:
-    """`name(key=value, ...)` with JSON values, as a summarizer reads a tool call."""
-    args = block.get("arguments")
-    if isinstance(args, Mapping):
-        shown = ", ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()
-        )
-    else:
-        shown = json.dumps(args, ensure_ascii=False) if args is not None else ""
-    return f"{block.get('name', '?')}({shown})"
-
-
-def message_text(message: Message, tool_result_chars: int = 2_000) -> str:
-    """One message as labelled text (empty when it says nothing a summary could use).
-
-    Tool results are cut to `tool_result_chars` (keeping an important tail, see
-    `agent.truncate`), thinking to `THINKING_CHARS`.
-    """
-    role = message.get("role")
-    content = message.get("content")
-    parts: list[str] = []
-    if role == "user":
-        text = "\n".join(_text_blocks(content))
-        images = _images(content)
-        if images:
-            text += f"{chr(10) if text else ''}[{images} image(s) attached]"
-        if text:
-            parts.append(f"[User]: {text}")
-    elif role == "assistant":
-        blocks = content if isinstance(content, list) else _as_blocks(content)
-        thinking = [str(b.get("thinking", "")) for b in blocks
-                    if isinstance(b, Mapping) and b.get("type") == "thinking" and b.get("thinking")]
-        texts = _text_blocks(blocks)
-        calls = [tool_call_text(b) for b in blocks
-                 if isinstance(b, Mapping) and b.get("type") == "toolCall"]
-        if thinking:
-            parts.append(f"[Assistant thinking]: {_cut(chr(10).join(thinking), THINKING_CHARS)}")
-        if texts:
-            parts.append(f"[Assistant]: {chr(10).join(texts)}")
-        for call in calls:
-            parts.append(f"[Assistant called a tool]: {call}")
-        if message.get("stopReason") in ("error", "aborted"):
-            why = message.get("errorMessage") or message.get("stopReason")
-            parts.append(f"[Assistant turn ended early]: {why}")
-    elif role == "toolResult":
-        label = "Tool error" if message.get("isError") else "Tool result"
-        text = _cut(result_text(message), tool_result_chars)
-        images = _images(content)
-        if images:
-            text += f"\n[{images} image(s)]"
-        parts.append(f"[{label} from {message.get('toolName', 'tool')}]: {text or '(empty)'}")
-    elif role == "bashExecution":
-        line = f"[User ran a shell command]: {message.get('command', '')}"
-        code = message.get("exitCode")
-        if message.get("cancelled"):
-            line += " (cancelled)"
-        elif code not in (None, 0):
-            line += f" (exit code {code})"
-        output = _cut(str(message.get("output") or ""), tool_result_chars)
-        parts.append(f"{line}\n{output}" if output else line)
-    elif role == "custom":
-        text = "\n".join(_text_blocks(content))
-        if text:
-            parts.append(f"[Note ({message.get('customType', 'custom')})]: {text}")
-    elif role == "branchSummary":
-        parts.append(f"[Summary of a path explored and abandoned]: {message.get('summary', '')}")
-    elif role == "compactionSummary":
-        parts.append(f"[Summary of earlier conversation]: {message.get('summary', '')}")
-    return "\n".join(parts)
-
-
-def _as_blocks(content: Any) -> list[Any]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return []
-
-
-def serialize_conversation(messages: Iterable[Message], tool_result_chars: int = 2_000) -> str:
-    """Messages as labelled text blocks separated by blank lines."""
-    texts = (message_text(m, tool_result_chars) for m in messages)
-    return "\n\n".join(t for t in texts if t)
-
-
-# ---------------------------------------------------------------------------------------
-# identifiers
-
-_FILE_EXTENSIONS = (
-    "py|pyi|ipynb|js|mjs|cjs|ts|tsx|jsx|json|jsonl|md|rst|txt|toml|yaml|yml|ini|cfg|conf|env|"
-    "sh|bash|zsh|ps1|rs|go|java|kt|c|h|cc|cpp|hpp|cs|rb|php|swift|scala|html|css|scss|sql|"
-    "lock|log|csv|tsv|xml|proto|gradle|mk|dockerfile|tf|lua|pl|r|jl|dart|vue|svelte|patch|diff"
-)
-_IDENTIFIER = re.compile(
-    r"""
-    (?<!\w)  # every identifier starts after a non-word character: fail fast inside words
-    (?:
-      https?://[^\s<>"'`)\]]+                                   # URL
-    | (?<![\w\\])[A-Za-z]:\\[\w.\-]+(?:\\[\w.\-]+)*            # Windows path
-    | (?<![\w./~-])(?:~|\.{1,2})?/[\w.@+\-]+(?:/[\w.@+\-]+)+/?  # absolute path, 2+ parts
-    | (?<![\w./-])[\w.\-]+(?:/[\w.@+\-]+)*/[\w.\-]+\.(?i:EXT)\b  # relative path with extension
-    | (?<![\w.-])(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*(?:\.[\w-]+)+):\d{2,5}\b
-    | (?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])                # IPv4
-    | \b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b  # UUID
-    | \b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b       # hash (lowercase hex)
-    | (?<![\w.-])[\w\-]+\.(?i:EXT)\b                           # bare file name
-    | \b[A-Za-z][A-Za-z0-9]*[_\-][A-Za-z0-9_\-]*\d[A-Za-z0-9_\-]*\b  # prefixed id (toolu_01x)
-    )
-    """.replace("EXT", _FILE_EXTENSIONS),
-    re.VERBOSE,
-)
-_TRAILING = ".,;:!?'\")]}>"
-_WRAPPING = _TRAILING + "([{<`"
-_CANDIDATE = re.compile(r"[/\\:.\d_-]")  # every identifier has one of these
-_MIN_IDENTIFIER_CHARS = 6
-
-
-def extract_identifiers(text: str) -> list[str]:
-    """Ids, hashes, URLs, paths, host:port pairs and ports in `text`, in order, deduplicated.
-
-    Meant to be over-inclusive: a word taken for an identifier only costs a few tokens when a
-    summary lists it, while a shortened hash or path is an error the agent can't undo.
-
-    Example:
-        >>> extract_identifiers("see https://x.io/a?b=1, commit 3f9a2c1d and /srv/app/main.py:")
-        ['https://x.io/a?b=1', '3f9a2c1d', '/srv/app/main.py']
-    """
-    seen: dict[str, None] = {}
-    after_port = False
-    # The pattern only runs on words that could hold an identifier: plain words (most of any
-    # text) are skipped with cheap tests, which makes this several times faster than one scan.
-    for word in text.split():
-        bare = word.strip(_WRAPPING)
-        if after_port and bare.isdigit() and 2 <= len(bare) <= 5:
-            seen.setdefault(bare, None)
-        after_port = len(bare) == 4 and bare.lower() == "port"
-        if len(bare) < 4 or bare.isalpha() or not _CANDIDATE.search(bare):
-            continue
-        for match in _IDENTIFIER.finditer(word):
-            value = match.group(0).rstrip(_TRAILING)
-            if len(value) < _MIN_IDENTIFIER_CHARS and "." not in value and "/" not in value:
-                continue
-            seen.setdefault(value, None)
-    return list(seen)
-
-
-def _strings(value: Any) -> Iterable[str]:
-    """The string values inside tool-call arguments, unescaped (newlines stay newlines)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
-def identifier_text(message: Message) -> str:
-    """The parts of a message identifiers are taken from.
-
-    User text, assistant text and tool-call arguments, failed tool results, shell commands and
-    summaries; not the body of a successful tool result (a file listing would flood the list).
-    """
-    role = message.get("role")
-    if role in ("user", "custom"):
-        return "\n".join(_text_blocks(message.get("content")))
-    if role == "assistant":
-        content = message.get("content")
-        blocks = content if isinstance(content, list) else _as_blocks(content)
-        out = _text_blocks(blocks)
-        for block in blocks:
-            if isinstance(block, Mapping) and block.get("type") == "toolCall":
-                out.extend(_strings(block.get("arguments")))
-        return "\n".join(out)
-    if role == "toolResult" and message.get("isError"):
-        return result_text(message)[:4_000]
-    if role == "bashExecution":
-        return str(message.get("command", ""))
-    if role in ("branchSummary", "compactionSummary"):
-        return str(message.get("summary", ""))
-    return ""
-
-
-def message_identifiers(messages: Iterable[Message], limit: int | None = None) -> list[str]:
-    """Identifiers of several messages, in order of first appearance (at most `limit`)."""
-    seen: dict[str, None] = {}
-    for message in messages:
-        for value in extract_identifiers(identifier_text(message)):
-            seen.setdefault(value, None)
-            if limit is not None and len(seen) >= limit:
-                return list(seen)
-    return list(seen)
-
-
-# ---------------------------------------------------------------------------------------
-# facts (used by the extractive summarizer and the memory flush)
-
-_DECISION = re.compile(
-    r"\b(?:decid\w*|chose|choos\w*|going with|will use|we'll|i'll|instead of|because|so that|"
-    r"conclu\w*|root cause|the (?:bug|issue|problem|fix) (?:is|was)|turns out|fixed|resolved|"
-    r"implemented|done|works now|all tests pass\w*|must|should not|don't|never|always|"
-    r"todo|next step\w*|remaining|blocked|plan)\b",
-    re.IGNORECASE,
-)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*\-])|\n+")
-FILE_TOOLS_READ = frozenset({"read"})
-FILE_TOOLS_MODIFY = frozenset({"write", "edit"})
-
-
-@dataclass
-class Facts:
-    """What the extractive summarizer and the memory flush take from messages."""
-
-    first_request: str | None = None
-    latest_request: str | None = None
-    requests: int = 0
-    decisions: list[str] = field(default_factory=list)
-    last_conclusion: str | None = None
-    read_files: list[str] = field(default_factory=list)
-    modified_files: list[str] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    identifiers: list[str] = field(default_factory=list)
-
-
-def _one_line(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
-
-
-def file_operations(messages: Iterable[Message]) -> tuple[dict[str, None], dict[str, None]]:
-    """Paths read and modified by `read`, `write` and `edit` tool calls, in call order."""
-    read: dict[str, None] = {}
-    modified: dict[str, None] = {}
-    for message in messages:
-        if message.get("role") != "assistant" or not isinstance(message.get("content"), list):
-            continue
-        for block in message["content"]:
-            # dict, not Mapping: this runs on every block of a long session (abc checks cost)
-            if type(block) is not dict or block.get("type") != "toolCall":
-                continue
-            args = block.get("arguments")
-            path = args.get("path") if isinstance(args, dict) else None
-            if not isinstance(path, str) or not path:
-                continue
-            if block.get("name") in FILE_TOOLS_READ:
-                read.setdefault(path, None)
-            elif block.get("name") in FILE_TOOLS_MODIFY:
-                modified.setdefault(path, None)
-    return read, modified
-
-
-def tool_failures(messages: Iterable[Message], line_chars: int = 160) -> list[str]:
-    """One short line per failed tool result, deduplicated, oldest first."""
-    seen_calls: set[str] = set()
-    lines: dict[str, None] = {}
-    for message in messages:
-        if message.get("role") != "toolResult" or not message.get("isError"):
-            continue
-        call_id = message.get("toolCallId")
-        if isinstance(call_id, str) and call_id:
-            if call_id in seen_calls:
-                continue
-            seen_calls.add(call_id)
-        text = _one_line(result_text(message), line_chars) or "failed (no output)"
-        lines.setdefault(f"{message.get('toolName') or 'tool'}: {text}", None)
-    return list(lines)
-
-
-def extract_facts(messages: Sequence[Message], line_chars: int = 300) -> Facts:
-    """Requests, decisions, files, failures and identifiers found in `messages`."""
-    facts = Facts()
-    decisions: dict[str, None] = {}
-    for message in messages:
-        role = message.get("role")
-        if role == "user":
-            text = "\n".join(_text_blocks(message.get("content"))).strip()
-            if text:
-                facts.requests += 1
-                if facts.first_request is None:
-                    facts.first_request = _one_line(text, line_chars)
-                facts.latest_request = _one_line(text, line_chars)
-        elif role == "assistant":
-            text = "\n".join(_text_blocks(message.get("content"))).strip()
-            if not text:
-                continue
-            facts.last_conclusion = _one_line(text, line_chars)
-            for sentence in _SENTENCE.split(text):
-                if sentence.lstrip().startswith(("|", "```")):
-                    continue  # table rows and code fences are not conclusions
-                sentence = sentence.strip(" -*#>\t")
-                if len(sentence) >= 12 and _DECISION.search(sentence):
-                    decisions.setdefault(_one_line(sentence, line_chars), None)
-    facts.decisions = list(decisions)
-    read, modified = file_operations(messages)
-    facts.modified_files = list(modified)
-    facts.read_files = [p for p in read if p not in modified]
-    facts.failures = tool_failures(messages)
-    facts.identifiers = message_identifiers(messages)
-    return facts
 
 
 # ---------------------------------------------------------------------------------------
