@@ -32,14 +32,15 @@ Models
     scenario; `scenario_path` and `SCENARIOS` are the shipped ones), `AnthropicModel`
     (imported on first use, so `import agent` does not load the SDK), and the errors a model
     raises: `ModelError`, `ContextOverflow`, `Overloaded`, `RateLimited`, `AuthError`,
-    `ModelTimeout`, `ModelAborted`.
+    `ModelTimeout`, `ModelAborted`. The rest is in the `agent.models` package.
 
 Settings
     `ContextSettings` (every tunable number) and `DEFAULT_SETTINGS`.
 
 Compaction
     `compact` (summarize the older part of the branch into a compaction entry),
-    `CompactionResult`, `CompactionHooks`.
+    `CompactionResult`, `CompactionHooks`; the steps it runs (cut point, staged
+    summarization, record) are in the `agent.compaction` package.
 
 Summarizers
     `Summarizer` (the protocol), `ExtractiveSummarizer` (offline), `AnthropicSummarizer`,
