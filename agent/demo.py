@@ -22,9 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.cli import continue_scripted, print_event
 from agent.compaction import ExtractiveSummarizer
+from agent.console import print_event
 from agent.models import ScriptedModel
+from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import scenario_path
 from agent.settings import DEFAULT_SETTINGS
@@ -141,7 +142,7 @@ def _phase_five(live: str, directory: Path) -> None:
     from contextlib import closing
 
     from journal import follow_events
-    from journal.cli_tail import TailPrinter
+    from journal.cli import TailPrinter
 
     _say(f"  journal tail -n 8 {os.path.relpath(live)}")
     printer = TailPrinter(sys.stdout, sys.stderr)

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 import journal
-from agent.cli import continue_scripted
 from agent.compaction.summarize import ExtractiveSummarizer, SummaryOverflow
 from agent.models import ModelEvent, ModelRequest
 from agent.models.scripted import ScriptedModel
+from agent.replay import continue_scripted
 from agent.runner import Runner, RunnerEvent
 from agent.settings import DEFAULT_SETTINGS
 from journal import RotationPolicy, Session, load
