@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.console import print_event
-from agent.models import Model, ModelError
+from agent.models import Model, ModelError, ScenarioError
 from agent.replay import continue_scripted
 from agent.runner import Runner, RunResult
 from agent.scenarios import SCENARIOS, scenario_path
-from agent.scripted import ScenarioError
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall
 from journal import JournalError, Session
@@ -54,11 +53,11 @@ def make_model(spec: str | None, window: int | None) -> Model:
         spec = "anthropic:claude-sonnet-4-5"
     kind, _, rest = spec.partition(":")
     if kind == "anthropic":
-        from agent.anthropic_model import AnthropicModel
+        from agent.models.anthropic import AnthropicModel
 
         return AnthropicModel(rest or "claude-sonnet-4-5", context_window=window)
     if kind == "scripted":
-        from agent.scripted import ScriptedModel
+        from agent.models import ScriptedModel
 
         path = Path(rest)
         if not path.exists() and scenario_path(rest).exists():
@@ -71,8 +70,8 @@ def make_model(spec: str | None, window: int | None) -> Model:
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
                  quiet: bool = False, sandbox: bool = False) -> Runner:
-    from agent.scripted import ScriptedModel
-    from agent.summarize import ExtractiveSummarizer
+    from agent.compaction import ExtractiveSummarizer
+    from agent.models import ScriptedModel
     from tools import default_tools
 
     # a replayed scenario stays offline: its compactions never call Anthropic, key or not

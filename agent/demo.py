@@ -22,13 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent.compaction import ExtractiveSummarizer
 from agent.console import print_event
+from agent.models import ScriptedModel
 from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import scenario_path
-from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer
 from journal import JournalError, RotationPolicy, Session, lineage, load, repair, resolve_live
 from tools import default_tools
 

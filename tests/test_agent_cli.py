@@ -13,8 +13,8 @@ import pytest
 
 import journal
 from agent.cli import build_runner, main, make_model, workspace_folder
+from agent.compaction.summarize import ExtractiveSummarizer
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer
 from journal import Session, load
 from journal.validate import pairing_problems
 

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 import journal
+from agent.compaction.summarize import ExtractiveSummarizer, SummaryOverflow
 from agent.models import ModelEvent, ModelRequest
+from agent.models.scripted import ScriptedModel
 from agent.replay import continue_scripted
 from agent.runner import Runner, RunnerEvent
-from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer, SummaryOverflow
 from journal import RotationPolicy, Session, load
 from journal.validate import pairing_problems
 from tools import Tool, ToolResult, Workspace, default_tools
