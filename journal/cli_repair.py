@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import orjson
@@ -31,6 +32,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="report what would change; write nothing")
     mode.add_argument("--check", action="store_true",
                       help="write nothing; exit 1 if anything needs repair, 0 if clean")
+    p.add_argument("--strict", action="store_true",
+                   help="also fix notes: states pi handles itself when it sends a request "
+                        "(default: leave them in the file)")
     p.add_argument("--migrate", action="store_true",
                    help="write version 1/2 files as version 3 (default: keep their version)")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
@@ -64,7 +68,7 @@ def run_repair(args: argparse.Namespace) -> int:
     show_progress = len(targets) > 1 and sys.stderr.isatty() and not args.json
     for path in _progress(targets, show_progress):
         try:
-            report = repair(path, dry_run=dry, migrate=args.migrate,
+            report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
                             lock_timeout=args.lock_timeout)
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
@@ -85,6 +89,9 @@ def run_repair(args: argparse.Namespace) -> int:
         if not args.json:
             for r in dirty:
                 print(f"{r.path}: needs repair ({_kinds(r)})")
+            for r in reports:
+                if r.notes and not r.changed:
+                    print(f"{r.path}: {_notes(r)}")
             if not dirty:
                 print("clean" if len(reports) == 1 else f"all {len(reports)} files clean")
         return EXIT_NEEDS_REPAIR if dirty else EXIT_OK
@@ -92,15 +99,26 @@ def run_repair(args: argparse.Namespace) -> int:
 
 
 def _kinds(report: RepairReport) -> str:
-    return ", ".join(f"{k} {n}" for k, n in sorted(report.counts.items()))
+    counts = report.counts
+    if report.strict:
+        counts = dict(Counter(counts) + Counter(report.note_counts))
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
+def _notes(report: RepairReport) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.note_counts.items()))
+    return f"notes ({kinds}): states pi handles itself; left as they are (--strict fixes them)"
 
 
 def _print_report(report: RepairReport) -> None:
     if not report.changed:
         print(f"{report.path}: clean")
+        if report.notes:
+            print(f"  {_notes(report)}")
         return
     verb = "would fix" if report.dry_run else "fixed"
-    print(f"{report.path}: {verb} {len(report.problems)} problem(s): {_kinds(report)}")
+    found = len(report.problems) + (len(report.notes) if report.strict else 0)
+    print(f"{report.path}: {verb} {found} problem(s): {_kinds(report)}")
     for p in report.problems[:20]:
         where = f"line {p.line}" if p.line else (f"entry {p.entry_id}" if p.entry_id else "")
         detail = f" ({p.detail})" if p.detail else ""
