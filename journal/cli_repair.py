@@ -18,7 +18,9 @@ EXIT_OK, EXIT_NEEDS_REPAIR, EXIT_ERROR = 0, 1, 2
 DESCRIPTION = (
     "Repair damaged session files without losing a byte: torn or glued lines, NUL runs, "
     "invalid UTF-8, missing or extra headers, duplicate ids, broken parent links, and tool "
-    "calls without results (or results without calls) on the active branch. The fixed file "
+    "results without calls, answered twice or out of place on the active branch. States pi "
+    "writes and handles itself when it sends a request (aborted turns, calls whose result "
+    "was never written) are notes: left as they are unless --strict. The fixed file "
     "replaces the old one atomically under the writer lock; the old one is kept as "
     "<file>.bak and every dropped or rewritten byte range goes to <file>.quarantine."
 )

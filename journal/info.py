@@ -79,14 +79,23 @@ def require_session(snap: Snapshot) -> None:
 
 
 def inspect(path: str | os.PathLike[str]) -> SessionInfo:
-    """Read a session without locking it and summarise it."""
+    """Read a session without locking it and summarise it.
+
+    The file is read twice, once as a session and once by repair's planner; the first
+    reading is summarised and let go before the second, so the peak is one reading's.
+    """
+    info = _summary(path)
+    found = assess(info.path)
+    info.problems, info.notes = found.problems, found.notes
+    return info
+
+
+def _summary(path: str | os.PathLike[str]) -> SessionInfo:
     snap = load(path)
     require_session(snap)
     with bulk_parsing():  # many small objects, no cycles: see codec.bulk_parsing
         tree = Tree(snap.entries)
         tree.finish_forward_check()
-    holder = current_holder(snap.path)
-    found = assess(snap.path)
     return SessionInfo(
         path=snap.path,
         header=snap.header,
@@ -99,7 +108,5 @@ def inspect(path: str | os.PathLike[str]) -> SessionInfo:
         labels=tree.labels,
         diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
-        lock_holder=holder,
-        problems=found.problems,
-        notes=found.notes,
+        lock_holder=current_holder(snap.path),
     )
