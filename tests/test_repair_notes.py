@@ -314,10 +314,13 @@ def test_twenty_nul_runs_are_twenty_problems(pi_like: bytes, tmp_path: Path,
     assert assess(str(path)).counts == {"nul_run": 20}
     outcome = check_repair(path)  # every byte accounted for, each range listed
     assert outcome.counts == {"nul_run": 20}
-    assert outcome.reasons()["nul_run"] == 20
-    assert all(r["data"].count("\x00") == 5 if isinstance(r["data"], str) else True
-               for r in outcome.records if r["reason"] == "nul_run")
-    assert {c.kind for c in outcome.report.consequences} <= {"missing_parent", "orphan_result"}
+    runs = [r for r in outcome.records if r["reason"] == "nul_run"]
+    lines = split_lines(outcome.original)
+    assert len(runs) == 20, "one quarantine record per damaged line, not one per piece"
+    assert [r["data"] for r in runs] == lines[1:21]
+    assert all(r["data"].count(b"\x00") == 5 for r in runs)
+    # the first entry after the lost ones lost its parent: a consequence, not a 21st problem
+    assert [(c.kind, c.line) for c in outcome.report.consequences] == [("missing_parent", 22)]
 
 
 def test_touching_dropped_ranges_join_and_others_stay_apart() -> None:
@@ -344,3 +347,22 @@ def test_classify_follows_what_pi_sends() -> None:
     assert sorted(f.rule for f in notes) == [
         "empty_message", "missing_result", "non_executable_call", "unexecuted_call"]
     assert [f.rule for f in damage] == ["orphan_result"]
+
+
+def test_a_result_whose_call_was_lost_is_a_consequence_not_a_second_problem(
+        pi_like: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _last_result(pi_like)
+    path_ = active_path(pi_like)
+    lines = split_lines(pi_like)
+    call_line = next(i for i in reversed(path_[:path_.index(result)])
+                     if is_role("assistant")(entry_of(lines[i])))
+    at = lines[call_line].find(b'"timestamp":"') + len(b'"timestamp":"') + 4
+    lines[call_line] = lines[call_line][:at] + b"\x00" * 5 + lines[call_line][at + 5:]
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(join_lines(lines))
+    assert _info(capsys, path)["counts"] == {"nul_run": 1}
+    outcome = check_repair(path)
+    assert outcome.counts == {"nul_run": 1}
+    result_id = entry_of(lines[result])["id"]
+    assert ("orphan_result", result_id) in [
+        (c.kind, c.entry_id) for c in outcome.report.consequences]
