@@ -109,7 +109,9 @@ def _kinds(report: RepairReport) -> str:
 
 def _notes(report: RepairReport) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.note_counts.items()))
-    return f"notes ({kinds}): states pi handles itself; left as they are (--strict fixes them)"
+    if report.notes_left:
+        return f"notes ({kinds}): states pi handles itself; left as they are (--strict fixes them)"
+    return f"notes ({kinds}): states pi handles itself; settled with the damage on their branch"
 
 
 def _print_report(report: RepairReport) -> None:
@@ -127,6 +129,8 @@ def _print_report(report: RepairReport) -> None:
         print(f"  {where:>12}  {p.kind}: {p.action}{detail}")
     if len(report.problems) > 20:
         print(f"  ... and {len(report.problems) - 20} more (use --json for all)")
+    if report.notes and not report.strict:
+        print(f"  {_notes(report)}")
     collateral = [r for r in report.rewritten if r.kind in ("reparented", "pairing",
                                                               "duplicate_id", "renumbered")]
     if collateral:

@@ -59,6 +59,7 @@ from .tree import Tree
 log = logging.getLogger(__name__)
 
 BACKUP_SUFFIX = ".bak"
+NOTE_LEFT = "left as is: pi handles it when it sends a request"
 REPAIR_TAG = "repair"
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
@@ -114,6 +115,11 @@ class RepairReport:
     @property
     def note_counts(self) -> dict[str, int]:
         return dict(Counter(p.kind for p in self.notes))
+
+    @property
+    def notes_left(self) -> bool:
+        """True when the notes stay in the file (false when repair settled them)."""
+        return all(n.action == NOTE_LEFT for n in self.notes)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "changed": self.changed, "dryRun": self.dry_run,
@@ -492,7 +498,7 @@ def _fix_pairing(p: _Plan) -> None:
     if not damage and not p.strict:
         for fix in notes:
             _record_fix(p, fix, owners, note=True,
-                        action="left as is: pi handles it when it sends a request")
+                        action=NOTE_LEFT)
         return
     _record_fixes(p, notes, damage, owners)
     order = _new_order(p, messages, owners, anchors, fixed)

@@ -256,6 +256,7 @@ def test_real_damage_still_fails_check_and_is_repaired(
     assert code == 1 and "needs repair" in out
     outcome = check_repair(path)
     assert outcome.counts == counts
+    assert outcome.report.notes_left == (notes_left is not None)
     assert _cli(capsys, "repair", "--check", str(path))[0] == 0
     # byte damage alone leaves the notes in the file; pairing damage on the active branch
     # makes repair rebuild it, and the notes on it are settled with it
