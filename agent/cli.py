@@ -12,17 +12,18 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
 
+from agent.console import print_event
 from agent.models import Model, ModelError
-from agent.runner import Runner, RunnerEvent, RunResult
+from agent.replay import continue_scripted
+from agent.runner import Runner, RunResult
 from agent.scenarios import SCENARIOS, scenario_path
+from agent.scripted import ScenarioError
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall
 from journal import JournalError, Session
+from journal.cli import entry_parser, run
 from tools import SandboxUnavailable, require_sandbox
-
-EXIT_USAGE = 2
 
 
 def default_sessions_root() -> Path:
@@ -66,65 +67,6 @@ def make_model(spec: str | None, window: int | None) -> Model:
             raise JournalError(f"scenario file not found: {rest}")
         return ScriptedModel.from_file(path, context_window=window)
     raise JournalError(f"unknown model {spec!r}: use anthropic:NAME or scripted:FILE")
-
-
-def continue_scripted(model: Model, session: Session) -> None:
-    """A replayed scenario resumes after the turns it already played in this session.
-
-    Its turns are counted from the latest user message that is the scenario's prompt; a
-    session that never saw that prompt starts the scenario at its first turn.
-    """
-    prompt = getattr(model, "prompt", None)
-    if getattr(model, "provider", "") != "scripted" or not prompt:
-        return
-    played = 0
-    for entry in reversed(session.get_branch()):
-        message = entry.get("message") if entry.get("type") == "message" else None
-        if not message:
-            continue
-        if message.get("role") == "user" and _text(message) == prompt:
-            model.turn = played  # type: ignore[attr-defined]
-            return
-        if message.get("role") == "assistant" and message.get("stopReason") not in (
-                "aborted", "error"):
-            played += 1
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
-
-
-def print_event(event: RunnerEvent, *, stream: IO[str] | None = None) -> None:
-    """One readable line per runner event."""
-    out = stream or sys.stdout
-    d = event.data
-    if event.kind == "turn_end":
-        print(f"  turn {d['turn']}: assistant ({d['stop_reason']})", file=out)
-    elif event.kind == "tool_start":
-        print(f"    → {d['name']} {_short(d.get('arguments'))}", file=out)
-    elif event.kind == "tool_end":
-        status = "error" if d["is_error"] else "ok"
-        print(f"    ← {d['name']} {status}, {d['chars']:,} chars", file=out)
-    elif event.kind == "compaction_start":
-        print(f"  ⟳ compaction ({d['reason']}): {d['tokens_before']:,} tokens", file=out)
-    elif event.kind == "compaction_end":
-        retry = ", retrying" if d["will_retry"] else ""
-        print(f"  ⟳ compacted: {d['tokens_before']:,} → {d['tokens_after']:,} tokens{retry}; "
-              f"session {os.path.basename(d['session'])}", file=out)
-    elif event.kind == "session_truncated":
-        print("  ✂ truncated oversized tool results on a new branch", file=out)
-
-
-def _short(arguments: Any, width: int = 70) -> str:
-    if isinstance(arguments, dict):
-        for key in ("path", "command", "pattern"):
-            if isinstance(arguments.get(key), str):
-                text = arguments[key].splitlines()[0] if arguments[key] else ""
-                return text if len(text) <= width else text[: width - 1] + "…"
-    return ""
 
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
@@ -256,10 +198,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="journal-agent",
-        description="Run a coding agent whose every turn is persisted in a journal session.",
-    )
+    parser = entry_parser(
+        "journal-agent", "Run a coding agent whose every turn is persisted in a journal session.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -302,14 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    try:
-        return args.func(args)
-    except (JournalError, ModelError, ContextWindowTooSmall, SandboxUnavailable) as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    """Entry point of the `journal-agent` command."""
+    return run(build_parser(), argv,
+               expected=(ModelError, ContextWindowTooSmall, SandboxUnavailable, ScenarioError))
 
 
 if __name__ == "__main__":

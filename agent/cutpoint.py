@@ -45,7 +45,7 @@ from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.summarize import file_operations
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.window import prompt_budget, resolve_window
-from journal import Session, compaction_summary_message, entry_message, iso_to_millis
+from journal import Session, boundary, branch_context, entry_message, iso_to_millis
 
 log = logging.getLogger(__name__)
 
@@ -73,51 +73,18 @@ def entry_role(entry: Entry) -> str | None:
     return None
 
 
-def _latest_compaction(branch: Sequence[Entry]) -> int | None:
-    for i in range(len(branch) - 1, -1, -1):
-        if branch[i].get("type") == "compaction":
-            return i
-    return None
-
-
-def _kept_start(branch: Sequence[Entry], compaction_at: int) -> int:
-    """Where the kept part of the compaction at `compaction_at` starts (itself if not found)."""
-    first_kept = branch[compaction_at].get("firstKeptEntryId")
-    for i in range(compaction_at - 1, -1, -1):  # ids are unique on a path; it is usually near
-        if branch[i].get("id") == first_kept:
-            return i
-    return compaction_at
-
-
 def projection(branch: Sequence[Entry]) -> tuple[list[Message], list[str | None], int]:
     """The context messages of a branch, the entry id of each, and where the live part starts.
 
-    Follows `journal.build_context`: the latest compaction's summary (keyed by the compaction's
-    id), the entries it kept, then everything after it. The third value is the index of the
-    first message after the compaction entry (0 without one): usage figures reported before it
-    are stale.
+    `journal.branch_context` of the branch, with the summary keyed by the compaction's id. The
+    third value is the index of the first message after the compaction entry (0 without
+    one): usage figures reported before it are stale.
     """
-    messages: list[Message] = []
-    ids: list[str | None] = []
-
-    def emit(entries: Sequence[Entry]) -> None:
-        for entry in entries:
-            message = entry_message(entry)
-            if message is not None:
-                messages.append(message)
-                ids.append(entry.get("id"))
-
-    at = _latest_compaction(branch)
-    if at is None:
-        emit(branch)
-        return messages, ids, 0
-    compaction = branch[at]
-    messages.append(compaction_summary_message(compaction))
-    ids.append(compaction.get("id"))
-    emit(branch[_kept_start(branch, at):at])
-    live = len(messages)
-    emit(branch[at + 1:])
-    return messages, ids, live
+    context = branch_context(branch)
+    ids = context.entry_ids
+    if context.compaction_id is not None:
+        ids[0] = context.compaction_id
+    return list(context.messages), ids, context.fresh_from
 
 
 def estimate_branch_context(
@@ -149,28 +116,7 @@ def estimate_session_context(
     before it, which would count the summarized messages again.
     """
     context = session.context(raw=True)
-    ids = context.entry_ids if len(context.entry_ids) == len(context.messages) else None
-    live = 0
-    if context.compaction_id is not None:
-        compaction = session.get_entry(context.compaction_id) or {}
-        first_kept = compaction.get("firstKeptEntryId")
-        kept: set[str] = set()
-        parent = compaction.get("parentId")
-        while first_kept is not None and parent is not None:
-            kept.add(parent)
-            if parent == first_kept:
-                break
-            entry = session.get_entry(parent)
-            parent = entry.get("parentId") if entry else None
-        else:
-            kept.clear()  # the kept entry is not on the path: nothing before it is shown
-        if ids is None:
-            live = len(context.messages)  # cannot tell kept from new: trust no usage
-        else:
-            live = 1
-            while live < len(ids) and ids[live] in kept:
-                live += 1
-    return _estimate_live(context.messages, ids or [None] * len(context.messages), live,
+    return _estimate_live(context.messages, context.entry_ids, context.fresh_from,
                           estimator or Estimator.from_settings(settings), settings)
 
 
@@ -438,8 +384,7 @@ def prepare_compaction(
     if not branch or branch[-1].get("type") == "compaction":
         return None
     estimator = estimator or Estimator.from_settings(settings)
-    previous_at = _latest_compaction(branch)
-    start = 0 if previous_at is None else _kept_start(branch, previous_at)
+    previous_at, start = boundary(branch)
     if previous_at is not None and start == previous_at:
         start = previous_at + 1
     model = _model_id(branch)

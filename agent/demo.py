@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.cli import continue_scripted, print_event
+from agent.console import print_event
+from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import scenario_path
 from agent.scripted import ScriptedModel
@@ -143,7 +144,7 @@ def _phase_five(live: str, directory: Path) -> None:
     from contextlib import closing
 
     from journal import follow_events
-    from journal.cli_tail import TailPrinter
+    from journal.cli import TailPrinter
 
     _say(f"  journal tail -n 8 {os.path.relpath(live)}")
     printer = TailPrinter(sys.stdout, sys.stderr)

@@ -43,7 +43,7 @@ from agent.truncate import (
     truncate_tool_result,
 )
 from agent.window import resolve_window
-from journal import Session
+from journal import Session, boundary
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,6 @@ class SessionTruncationReport:
         return self.truncated > 0
 
 
-def _live_start(branch: Sequence[Entry]) -> int:
-    """Index of the first entry whose message the projection of `branch` shows."""
-    for at in range(len(branch) - 1, -1, -1):
-        if branch[at].get("type") == "compaction":
-            first_kept = branch[at].get("firstKeptEntryId")
-            for i in range(at):
-                if branch[i].get("id") == first_kept:
-                    return i
-            return at + 1
-    return 0
-
-
 def _tool_result(entry: Entry) -> Mapping[str, Any] | None:
     if entry.get("type") != "message":
         return None
@@ -103,7 +91,7 @@ def plan_truncation(
     budget_chars: int | None = None,
 ) -> dict[int, tuple[Mapping[str, Any], int]]:
     """Branch index -> (truncated tool result, chars cut), for the live context of `branch`."""
-    start = _live_start(branch)
+    start = boundary(branch).kept_start  # where the live context starts
     positions: list[int] = []
     messages: list[Mapping[str, Any]] = []
     for i in range(start, len(branch)):

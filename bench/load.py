@@ -105,11 +105,11 @@ def child(mode: str, path: str) -> dict[str, Any]:
     if mode == "full":
         snap = load(path)
         tree = Tree(snap.entries)
-        ctx = build_context(tree, tree.leaf)
+        ctx = build_context(tree, tree.leaf_id)
     elif mode == "resume":
         snap = resume(path)
         tree = Tree(snap.entries, complete=snap.complete)
-        ctx = build_context(tree, tree.leaf)
+        ctx = build_context(tree, tree.leaf_id)
     elif mode == "session":
         session = Session.open(path)
         ctx = session.context()

@@ -541,7 +541,7 @@ def run_ours(path: Path) -> tuple[dict[str, Any], int, int, bool]:
     """
     snap = load(path)
     tree = Tree(snap.entries)
-    ctx = build_context(tree, tree.leaf).to_json()
+    ctx = build_context(tree, tree.leaf_id).to_json()
     try:
         ctx = orjson.loads(orjson.dumps(ctx))
     except TypeError:

@@ -325,7 +325,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 def full_load(path: Path) -> None:
     snap = load(path)
     tree = Tree(snap.entries)
-    build_context(tree, tree.leaf)
+    build_context(tree, tree.leaf_id)
 
 
 def _fresh_copy(source: Path, target: Path) -> None:

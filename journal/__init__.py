@@ -17,8 +17,10 @@ Reading a session (never locks)
     `inspect` and `SessionInfo` (a summary, as `journal info` prints it).
 
 What the model sees
-    `build_context` and `Context` (the projection of a branch: messages, model, thinking
-    level), `to_model_messages`, `entry_message`, `compaction_summary_message`,
+    `build_context` and `Context` (the projection of the branch ending at a leaf id:
+    messages, model, thinking level), `branch_context` (the same for a branch given as its
+    entries), `boundary` and `Boundary` (which entries a branch's latest compaction keeps),
+    `Message`, `to_model_messages`, `entry_message`, `compaction_summary_message`,
     `iso_to_millis`, and `sanitize` with `PairingReport` and `Fix` (tool calls and results
     paired, and what was changed to pair them).
 
@@ -44,9 +46,11 @@ Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or wa
 (the live tail imports those when it starts waiting).
 """
 
+from .boundary import Boundary, boundary
 from .codec import Diagnostic
 from .context import (
     Context,
+    branch_context,
     build_context,
     compaction_summary_message,
     entry_message,
@@ -66,7 +70,7 @@ from .errors import (
 from .info import SessionInfo, inspect
 from .lineage import lineage, resolve_live
 from .lock import current_holder
-from .model import CURRENT_VERSION, Entry
+from .model import CURRENT_VERSION, Entry, Message
 from .pairing import Fix, PairingReport, sanitize
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
@@ -98,7 +102,11 @@ __all__ = [
     "SessionInfo",
     # what the model sees
     "build_context",
+    "branch_context",
+    "boundary",
+    "Boundary",
     "Context",
+    "Message",
     "to_model_messages",
     "entry_message",
     "compaction_summary_message",

@@ -5,9 +5,8 @@ Follows pi's `buildSessionContext` exactly on well-formed files:
   the last `model_change` or assistant message sets the model (an assistant message counts as
   a model change, so a model_change before it is overridden);
 - if compactions are on the path, only the latest applies: its summary comes first, then the
-  path entries from its `firstKeptEntryId` up to the compaction, then everything after it. When
-  `firstKeptEntryId` is not on the path before the compaction, pi keeps nothing before it, and
-  so do we;
+  entries it keeps up to the compaction, then everything after it (`journal.boundary` owns
+  which entries a compaction keeps);
 - `message` entries contribute their message, `custom_message` entries a `custom` message,
   `branch_summary` entries a `branchSummary` message only when their summary is non-empty;
   every other entry (including earlier compactions) contributes nothing.
@@ -15,19 +14,18 @@ Follows pi's `buildSessionContext` exactly on well-formed files:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .model import Entry
+from .boundary import boundary
+from .errors import UnknownEntry
+from .model import Entry, Message
 from .tree import Tree
 
 if TYPE_CHECKING:
     from .pairing import PairingReport
-
-Message = dict[str, Any]
-
 
 @dataclass
 class Context:
@@ -136,15 +134,27 @@ def entry_message(entry: Entry) -> Message | None:
     return None
 
 
-def build_context(tree: Tree, leaf: int | None) -> Context:
-    """Project the branch ending at position `leaf` (None: nothing, as pi's null leaf)."""
-    if leaf is None:
+def build_context(tree: Tree, leaf_id: str | None) -> Context:
+    """Project the branch ending at the entry `leaf_id`, as pi's `buildSessionContext` does.
+
+    None projects nothing (pi's null leaf). An id the tree does not hold raises UnknownEntry;
+    a duplicated id names its latest definition, as a lookup by id does everywhere.
+    """
+    if leaf_id is None:
         return Context()
-    path = [tree.entries[i] for i in tree.path(leaf)]
+    position = tree.index_of(leaf_id)
+    if position is None:
+        raise UnknownEntry(leaf_id)
+    return branch_context([tree.entries[i] for i in tree.path(position)])
+
+
+def branch_context(branch: Sequence[Entry]) -> Context:
+    """Project a branch given as its entries, root first (empty: nothing)."""
+    if not branch:
+        return Context()
     thinking_level: str = "off"
     model: dict[str, Any] | None = None
-    compaction_at: int | None = None
-    for position, entry in enumerate(path):
+    for entry in branch:
         kind = entry.get("type")
         if kind == "thinking_level_change":
             thinking_level = entry.get("thinkingLevel")  # type: ignore[assignment]
@@ -152,28 +162,23 @@ def build_context(tree: Tree, leaf: int | None) -> Context:
             model = _model(entry, "provider", "modelId")
         elif kind == "message" and entry["message"].get("role") == "assistant":
             model = _model(entry["message"], "provider", "model")
-        elif kind == "compaction":
-            compaction_at = position
 
     messages: list[Message] = []
     ids: list[str | None] = []
     compaction_id = None
+    compaction_at, kept_from = boundary(branch)
     if compaction_at is None:
         emit_from = 0
     else:
-        compaction = path[compaction_at]
+        compaction = branch[compaction_at]
         compaction_id = compaction["id"]
         messages.append(compaction_summary_message(compaction))
         ids.append(None)
-        first_kept = compaction.get("firstKeptEntryId")
-        kept_start = next(
-            (i for i in range(compaction_at) if path[i]["id"] == first_kept), compaction_at
-        )
-        _emit(path[kept_start:compaction_at], messages, ids)
+        _emit(branch[kept_from:compaction_at], messages, ids)
         emit_from = compaction_at + 1
     fresh_from = len(messages) if compaction_at is not None else 0
-    _emit(path[emit_from:], messages, ids)
-    return Context(messages, thinking_level, model, path[-1]["id"], compaction_id,
+    _emit(branch[emit_from:], messages, ids)
+    return Context(messages, thinking_level, model, branch[-1]["id"], compaction_id,
                    entry_ids=ids, fresh_from=fresh_from)
 
 
@@ -211,7 +216,7 @@ def _model(source: dict[str, Any], provider_key: str, model_key: str) -> dict[st
     return model
 
 
-def _emit(entries: list[Entry], out: list[Message], ids: list[str | None]) -> None:
+def _emit(entries: Sequence[Entry], out: list[Message], ids: list[str | None]) -> None:
     for entry in entries:
         message = entry_message(entry)
         if message is not None:

@@ -38,6 +38,7 @@ from .files import (
     read_regular,
     remove_if_regular,
 )
+from .header import read_header
 from .identity import file_key, inside, plain_name, real_path, same_file
 from .idscan import scan_ids
 from .intent import MAX_INTENT_BYTES, BadIntent, Intent, parse_intent
@@ -62,19 +63,6 @@ def _open(path: str) -> BinaryIO | gzip.GzipFile:
     """A reader of a (possibly gzip-compressed) session file; only a regular file is opened."""
     f = read_regular(path)
     return gzip.GzipFile(fileobj=f, mode="rb") if path.endswith(".gz") else f
-
-
-def read_header(path: str) -> Entry | None:
-    try:
-        with _open(path) as f:
-            first = f.readline(1 << 20)
-    except (OSError, EOFError, JournalError):
-        return None
-    try:
-        value = codec.loads(first)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) and value.get("type") == "session" else None
 
 
 def last_entry(path: str) -> Entry | None:

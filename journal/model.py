@@ -17,6 +17,8 @@ from typing import Any
 CURRENT_VERSION = 3
 
 Entry = dict[str, Any]
+Message = dict[str, Any]
+"""A message as pi holds it in a context (`role`, `content`, ...), a plain dict like Entry."""
 
 ENTRY_TYPES = (
     "message",
@@ -115,6 +117,16 @@ def new_id(taken: Container[str]) -> str:
         candidate = f"{random.getrandbits(32):08x}"
         if candidate not in taken:
             return candidate
+
+
+class Either:
+    """Membership in either of two containers, without building their union (ids taken)."""
+
+    def __init__(self, a: Container[Any], b: Container[Any]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.a or item in self.b
 
 
 def new_session_id() -> str:
@@ -291,7 +303,8 @@ def legacy_id(seed: str, index: int, taken: Container[str]) -> str:
     """A deterministic 8-hex id for a version 1 entry, so two reads of one file agree."""
     attempt = 0
     while True:
-        digest = hashlib.blake2b(f"{seed}:{index}:{attempt}".encode(), digest_size=4).hexdigest()
+        raw = f"{seed}:{index}:{attempt}".encode("utf-8", "surrogatepass")  # ids may be lone halves
+        digest = hashlib.blake2b(raw, digest_size=4).hexdigest()
         if digest not in taken:
             return digest
         attempt += 1

@@ -77,7 +77,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-Message = dict[str, Any]
+from .model import Message
 
 NON_EXECUTABLE_CALL = "non_executable_call"
 NON_EXECUTABLE_RESULT = "non_executable_result"

@@ -33,8 +33,9 @@ from typing import Any
 import orjson
 
 from . import codec, model
+from .boundary import boundary
 from .codec import Line
-from .context import compaction_summary_message, entry_message
+from .context import build_context, compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
 from .fieldfix import repair_fields
 from .files import (
@@ -45,6 +46,7 @@ from .files import (
     require_space,
     temp_path_for,
 )
+from .header import is_header
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .live import check_single_name, lock_live
@@ -260,7 +262,7 @@ def _salvage(path: str, data: bytes) -> _Plan:
             if not piece.exact:
                 problems.append(Problem(codec.INVALID_UTF8, "replaced invalid bytes",
                                         salvaged.line, piece.offset, detail=piece.note))
-    header_at = next((i for i, (pc, _) in enumerate(pieces) if _is_header(pc.value)), None)
+    header_at = next((i for i, (pc, _) in enumerate(pieces) if is_header(pc.value)), None)
     header_item: _Item | None = None
     if header_at is not None:
         pc, line = pieces[header_at]
@@ -298,7 +300,7 @@ def _salvage(path: str, data: bytes) -> _Plan:
     for index, (pc, line) in enumerate(pieces):
         if index == header_at:
             continue
-        if _is_header(pc.value):
+        if is_header(pc.value):
             plan_.dropped.append(Quarantined(path, pc.offset, bytes(pc.raw), codec.EXTRA_HEADER))
             plan_.problem(codec.EXTRA_HEADER, "quarantined; its entries join this session",
                           line=line, offset=pc.offset)
@@ -331,10 +333,6 @@ def _has_tree_ids(pieces: list[tuple[Piece, int]]) -> bool:
                and pc.value.get("type") != "session"]
     return bool(entries) and all(
         isinstance(e.get("id"), str) and "parentId" in e for e in entries)
-
-
-def _is_header(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") == "session"
 
 
 def _synthesize_header(path: str, pieces: list[tuple[Piece, int]], version: int) -> _Item:
@@ -428,7 +426,7 @@ def _fix_structure(p: _Plan) -> None:
                 item.edit("duplicate_id")[key] = alias[value]
         entry = item.entry
         if entry["id"] in seen:
-            fresh = model.new_id(_Union(seen, all_ids))
+            fresh = model.new_id(model.Either(seen, all_ids))
             p.problem(tree_kind := "duplicate_id", f"renamed to {fresh}", item,
                       detail="later references follow the rename")
             alias[entry["id"]] = fresh
@@ -450,14 +448,6 @@ def _fix_structure(p: _Plan) -> None:
         prev = item.entry["id"]
 
 
-class _Union:
-    def __init__(self, a: set[str], b: set[str]) -> None:
-        self.a, self.b = a, b
-
-    def __contains__(self, value: object) -> bool:
-        return value in self.a or value in self.b
-
-
 # pairing on the active branch
 
 
@@ -466,17 +456,8 @@ def _fix_pairing(p: _Plan) -> None:
         return
     tree = Tree(it.entry for it in p.items)
     path = tree.path(tree.leaf)
-    compaction_at = None
-    for k, index in enumerate(path):
-        if p.items[index].entry.get("type") == "compaction":
-            compaction_at = k
-    region_start = 0
-    compaction = None
-    if compaction_at is not None:
-        compaction = p.items[path[compaction_at]]
-        first_kept = compaction.entry.get("firstKeptEntryId")
-        region_start = next((k for k in range(compaction_at)
-                             if p.items[path[k]].entry["id"] == first_kept), compaction_at)
+    compaction_at, region_start = boundary([p.items[index].entry for index in path])
+    compaction = None if compaction_at is None else p.items[path[compaction_at]]
     region = path[region_start:]
     messages: list[dict[str, Any]] = []
     owners: list[int | None] = []
@@ -900,9 +881,7 @@ def _verify(p: _Plan) -> None:
     tree.finish_forward_check()
     if tree.issues:
         raise JournalError(f"repair left a broken tree ({tree.issues[0]}); nothing changed")
-    from .context import build_context
-
-    messages = build_context(tree, tree.leaf).messages
+    messages = build_context(tree, tree.leaf_id).messages
     report = sanitize(messages)[1]
     if (p.strict and report.changed) or classify(messages, report)[1]:
         raise JournalError("repair left invalid tool pairing; nothing was changed")

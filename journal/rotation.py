@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import codec, model
-from .context import Context, build_context
+from .boundary import boundary
+from .context import Context, branch_context, build_context
 from .durability import Durability
 from .errors import JournalError, NoSpace, NotASession, UnsupportedVersion
 from .files import (
@@ -39,6 +40,7 @@ from .files import (
     remove_leftovers,
     remove_stale_temps,
 )
+from .header import read_header
 from .identity import file_key, real_path
 from .intent import intent_record, temp_name
 from .lineage import (
@@ -48,7 +50,6 @@ from .lineage import (
     intent_path,
     lineage,
     move_into_archive,
-    read_header,
     recover_pending,
     release_after_move,
     remove_intent,
@@ -149,16 +150,11 @@ def _plan(tree: Tree, header: Entry, archive: str, info: Entry | None) -> _Build
         return "the session has no entries"
     path_ix = tree.path(tree.leaf)
     entries = tree.entries
-    compaction_at = None
-    for k, index in enumerate(path_ix):
-        if entries[index].get("type") == "compaction":
-            compaction_at = k
+    branch = [entries[i] for i in path_ix]
+    compaction_at, kept_start = boundary(branch)
     if compaction_at is None:
         return "no compaction on the active branch"
-    first_kept = entries[path_ix[compaction_at]].get("firstKeptEntryId")
-    kept_start = next((k for k in range(compaction_at)
-                       if entries[path_ix[k]]["id"] == first_kept), compaction_at)
-    copied = [entries[i] for i in path_ix[kept_start:]]
+    copied = branch[kept_start:]
     copied_ids = {e["id"] for e in copied}
     settings = _settings_before(entries, path_ix[:kept_start], copied_ids, tree)
     if info is not None and info["id"] not in copied_ids:
@@ -171,7 +167,7 @@ def _plan(tree: Tree, header: Entry, archive: str, info: Entry | None) -> _Build
         linked.append({**entry, "parentId": parent} if entry.get("parentId") != parent else entry)
         parent = entry["id"]
     new_header = model.make_header(str(header.get("cwd", "")), parent_session=archive)
-    old_context = build_context(tree, tree.leaf)
+    old_context = branch_context(branch)
     return _Build(new_header, linked, old_context, linked[-1]["id"] if linked else None)
 
 
@@ -408,7 +404,7 @@ def _verify(temp: str, build: _Build) -> None:
     snap = load(temp)
     tree = Tree(snap.entries)
     tree.finish_forward_check()
-    new_context = build_context(tree, tree.leaf)
+    new_context = build_context(tree, tree.leaf_id)
     if snap.diagnostics or tree.issues or not new_context.same_as(build.old_context):
         os.unlink(temp)
         raise RotationAborted(

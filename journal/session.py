@@ -12,8 +12,6 @@ import os
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from . import codec, model
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
@@ -27,6 +25,7 @@ from .errors import (
     WriteFailed,
 )
 from .files import make_private_dir, remove_leftovers, write_new_file
+from .header import first_line
 from .identity import real_path
 from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
@@ -257,7 +256,8 @@ class Session:
         if leaf_id is None:
             context = self._live_context()
         else:
-            context = build_context(self.tree, self._position(leaf_id))
+            self._position(leaf_id)  # loads the whole file if the id is not in the tail
+            context = build_context(self.tree, leaf_id)
         return context if raw else for_model(context)
 
     def live_context(self) -> Context:
@@ -265,7 +265,7 @@ class Session:
         modify it. For loops that ask every turn; `context()` returns a copy."""
         cached = self._context
         if cached is None or cached.leaf_id != self.leaf_id:
-            cached = self._context = build_context(self.tree, self.tree.leaf)
+            cached = self._context = build_context(self.tree, self.tree.leaf_id)
         return cached
 
     def _live_context(self) -> Context:
@@ -444,7 +444,7 @@ class Session:
         stamped: list[Entry] = []
         parent = self.leaf_id
         for entry in entries:
-            entry_id = model.new_id(_Either(self._taken(), taken))
+            entry_id = model.new_id(model.Either(self._taken(), taken))
             taken.add(entry_id)
             stamped.append(model.stamp(entry, entry_id, parent))
             parent = entry_id
@@ -465,12 +465,12 @@ class Session:
         taken: Container[str] = self.tree.ids
         older = self._older_ids
         if older is not None and not self.tree.complete:
-            taken = _Either(taken, older)
+            taken = model.Either(taken, older)
         if self._previous_ids is None and "parentSession" in self.header:
             path, header = self.path, self.header
             self._previous_ids = IdScan(lambda: parent_of(path, header))
         if self._previous_ids is not None:
-            taken = _Either(taken, self._previous_ids)
+            taken = model.Either(taken, self._previous_ids)
         return taken
 
     def _commit(self, entries: list[Entry]) -> None:
@@ -485,16 +485,6 @@ class Session:
     def sync(self) -> None:
         """Force pending commits to stable storage now, whatever the policy."""
         self._log.sync()
-
-
-class _Either:
-    """Membership in either of two containers, without building their union."""
-
-    def __init__(self, a: Container[Any], b: Container[Any]) -> None:
-        self.a, self.b = a, b
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.a or item in self.b
 
 
 def _write_new_file(path: str, data: bytes) -> None:
@@ -532,15 +522,9 @@ def _preflight(path: str) -> None:
     if path.endswith(".gz"):
         raise NotASession(path, "a compressed archive is read-only; open its live successor")
     with open_for_reading(path) as f:
-        first = f.readline(1 << 20)
-    if not first:
-        raise NotASession(path, "empty file, not a session (no header)")
-    header = None
-    try:
-        value = codec.loads(first.removeprefix(codec.BOM))
-        header = value if isinstance(value, dict) and value.get("type") == "session" else None
-    except orjson.JSONDecodeError:
-        pass
+        if os.fstat(f.fileno()).st_size == 0:
+            raise NotASession(path, "empty file, not a session (no header)")
+        header = first_line(f.fileno()).header
     if header is None:
         raise NotASession(
             path, "not a session file: no session header on line 1 (if it is a damaged "

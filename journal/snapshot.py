@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import IO, BinaryIO
 
 from . import codec
+from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line
 from .errors import NotASession
 from .files import read_regular
+from .header import first_line, is_header
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 
 
@@ -103,14 +105,14 @@ def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = N
             continue
         parsed_count += 1
         if parsed_count == 1:
-            if isinstance(value, dict) and value.get("type") == "session":
+            if is_header(value):
                 header = value
                 version = header_version(header)
                 continue
             diagnostics.append(
                 Diagnostic(0, 0, codec.MISSING_HEADER, 1, "first line is not a session header")
             )
-        if isinstance(value, dict) and value.get("type") == "session":
+        if is_header(value):
             diagnostics.append(
                 Diagnostic(item.offset, len(item.raw), codec.EXTRA_HEADER, item.number,
                            "a session header after the first line")
@@ -140,9 +142,13 @@ def _note_bad_fields(entry: Entry, line: Line, issues: list[Diagnostic]) -> None
                                       line.number or None, problem))
 
 
-def last_newline_end(f: IO[bytes], size: int, block: int = 1 << 16) -> int:
-    """The offset just past the file's last newline (0 if it has none)."""
-    pos = size
+def last_newline_end(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
+    """The offset just past the last newline before `offset` (0 if there is none).
+
+    Given the file's size, the end of its last complete line; given an offset inside a line,
+    where that line starts.
+    """
+    pos = offset
     while pos > 0:
         start = max(0, pos - block)
         f.seek(start)
@@ -156,7 +162,11 @@ def last_newline_end(f: IO[bytes], size: int, block: int = 1 << 16) -> int:
 
 @dataclass
 class _PathState:
-    """What the reverse scan has found on the leaf's branch so far."""
+    """What the reverse scan has found on the leaf's branch so far.
+
+    The first compaction met walking back is the latest; the kept entry is the nearest one
+    before it that `is_first_kept` accepts (the rule of `journal.boundary`).
+    """
 
     wanted: str | None = None
     compaction: Entry | None = None
@@ -173,9 +183,9 @@ class _PathState:
             kind == "message" and entry["message"].get("role") == "assistant"
         ):
             self.model_found = True
-        if self.compaction is not None and entry["id"] == self.compaction.get("firstKeptEntryId"):
+        if self.compaction is not None and is_first_kept(self.compaction, entry):
             self.kept_found = True
-        if kind == "compaction" and self.compaction is None:
+        if self.compaction is None and is_compaction(entry):
             self.compaction = entry
         self.wanted = entry.get("parentId")
         self.at_root = self.wanted is None
@@ -205,12 +215,10 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
     with open_for_reading(path) as f:
         size = os.fstat(f.fileno()).st_size
         end = last_newline_end(f, size)
-        header_line = next(iter(codec.iter_lines(f, 0, end)), None)
-        header = _header_of(header_line)
-        if header is None or header_version(header) < CURRENT_VERSION:
+        first = first_line(f.fileno())
+        header, body_start = first.header, first.end
+        if header is None or body_start > end or header_version(header) < CURRENT_VERSION:
             return read_stream(path, f)
-        assert isinstance(header_line, codec.Line)
-        body_start = header_line.offset + len(header_line.raw) + 1
         diagnostics: list[Diagnostic] = []
         if end < size:
             diagnostics.append(
@@ -242,15 +250,6 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
         return snap
 
 
-def _header_of(line: Line | Diagnostic | None) -> Entry | None:
-    if not isinstance(line, Line):
-        return None
-    value = codec.parse_line(line)
-    if isinstance(value, dict) and value.get("type") == "session":
-        return value
-    return None
-
-
 def _parse_entry(line: Line, diagnostics: list[Diagnostic],
                  field_issues: list[Diagnostic]) -> Entry | None:
     value = codec.parse_line(line)
@@ -260,7 +259,7 @@ def _parse_entry(line: Line, diagnostics: list[Diagnostic],
         diagnostics.append(value)
         return None
     problem = codec.check_entry(value, CURRENT_VERSION)
-    if problem is None and value.get("type") == "session":
+    if problem is None and is_header(value):
         problem = codec.EXTRA_HEADER
     if problem is not None:
         diagnostics.append(
@@ -289,7 +288,7 @@ def find_last_of_type(
         hit = buf.rfind(needle)
         while hit >= 0:
             at = start + hit
-            line_start = _line_start(f, at)
+            line_start = last_newline_end(f, at)
             if line_start < start_at:
                 return None
             f.seek(line_start)
@@ -303,16 +302,3 @@ def find_last_of_type(
             hit = buf.rfind(needle, 0, hit)
         pos = start
     return None
-
-
-def _line_start(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
-    pos = offset
-    while pos > 0:
-        start = max(0, pos - block)
-        f.seek(start)
-        buf = f.read(pos - start)
-        nl = buf.rfind(b"\n")
-        if nl >= 0:
-            return start + nl + 1
-        pos = start
-    return 0

@@ -11,7 +11,7 @@ import os
 
 from .codec import Diagnostic
 from .context import Context, build_context, for_model
-from .errors import NotASession, UnknownEntry
+from .errors import NotASession
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .model import CURRENT_VERSION, Entry
@@ -27,6 +27,10 @@ class View:
 
     def __init__(self, path: str, snap: Snapshot, inode: int) -> None:
         self.path = path
+        self._take(snap, inode)
+
+    def _take(self, snap: Snapshot, inode: int) -> None:
+        """Hold what `snap` read from the file with inode `inode`."""
         self.header: Entry | None = snap.header
         self.diagnostics: list[Diagnostic] = list(snap.diagnostics)
         self.tree = Tree(snap.entries, complete=snap.complete)
@@ -40,26 +44,7 @@ class View:
         Links are resolved first. A file that a concurrent rotation moved away is followed
         to the file that continues it; one replaced while it was read is read again.
         """
-        target = real_path(path)
-        for _ in range(MAX_HOPS):
-            try:
-                before = os.stat(target)
-                snap = load(target) if full else resume(target)
-                after = os.stat(target)
-            except (FileNotFoundError, NotASession):
-                if os.path.exists(target):
-                    raise
-                live, _ = resolve_live(target)
-                if live == target:
-                    raise NotASession(target, "no such file") from None
-                target = live
-                continue
-            if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino):
-                continue
-            if snap.header is None and not snap.entries:
-                raise NotASession(target, "not a session file (no session header, no entries)")
-            return cls(target, snap, after.st_ino)
-        raise NotASession(target, "kept moving while it was read; try again")
+        return cls(*read_live(path, full=full))
 
     @property
     def leaf_id(self) -> str | None:
@@ -67,20 +52,12 @@ class View:
 
     def context(self, leaf_id: str | None = None, *, raw: bool = False) -> Context:
         """The projection for the leaf (or `leaf_id`), sanitized for a model unless `raw`."""
-        position = self.tree.leaf
-        if leaf_id is not None:
-            if not self.tree.complete:
-                self._reload_full()
-            position = self.tree.index_of(leaf_id)
-            if position is None:
-                raise UnknownEntry(leaf_id)
-        context = build_context(self.tree, position)
+        if leaf_id is None:
+            leaf_id = self.tree.leaf_id
+        elif not self.tree.complete:
+            self._take(*read_live(self.path, full=True)[1:])
+        context = build_context(self.tree, leaf_id)
         return context if raw else for_model(context)
-
-    def _reload_full(self) -> None:
-        fresh = View.open(self.path, full=True)
-        self.header, self.diagnostics, self.tree = fresh.header, fresh.diagnostics, fresh.tree
-        self._end, self._inode = fresh._end, fresh._inode
 
     def refresh(self) -> list[Entry]:
         """Take in entries appended since the last read; return them (all, after a reload)."""
@@ -110,7 +87,35 @@ class View:
         return version if isinstance(version, int) else CURRENT_VERSION
 
     def _reload(self) -> list[Entry]:
-        fresh = View.open(self.path, full=self.tree.complete)
-        self.header, self.diagnostics, self.tree = fresh.header, fresh.diagnostics, fresh.tree
-        self._end, self._inode = fresh._end, fresh._inode
+        self._take(*read_live(self.path, full=self.tree.complete)[1:])
         return list(self.tree.entries)
+
+
+def read_live(path: str | os.PathLike[str], *, full: bool) -> tuple[str, Snapshot, int]:
+    """(the file read, what was read, its inode) for a session, following it if it moved.
+
+    Links are resolved first. A file that a concurrent rotation moved away is followed to the
+    file that continues it; one replaced while it was read is read again. `full=False` reads
+    only the tail the context needs.
+    """
+    target = real_path(path)
+    for _ in range(MAX_HOPS):
+        try:
+            before = os.stat(target)
+            snap = load(target) if full else resume(target)
+            after = os.stat(target)
+        except (FileNotFoundError, NotASession):
+            if os.path.exists(target):
+                raise
+            live, _ = resolve_live(target)
+            if live == target:
+                raise NotASession(target, "no such file") from None
+            target = live
+            continue
+        if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino):
+            continue
+        if snap.header is None and not snap.entries:
+            raise NotASession(target, "not a session file (no session header, no entries)")
+        return target, snap, after.st_ino
+    raise NotASession(target, "kept moving while it was read; try again")
+

@@ -393,7 +393,7 @@ def context_of(path: Path | str) -> tuple[journal.Snapshot, journal.Tree, list[d
     snap = journal.load(path)
     tree = journal.Tree(snap.entries)
     tree.finish_forward_check()
-    return snap, tree, journal.build_context(tree, tree.leaf).messages
+    return snap, tree, journal.build_context(tree, tree.leaf_id).messages
 
 
 def assert_valid(path: Path | str, *, strict: bool = False) -> None:

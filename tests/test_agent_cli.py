@@ -196,6 +196,37 @@ def test_run_with_a_bad_model_spec_is_a_usage_error(
     assert not (tmp_path / "sessions").exists()
 
 
+@pytest.mark.parametrize(("text", "says"), [
+    ("{not json", "not valid JSON"), ('{"turns": 5}', "'turns' must be a list")])
+def test_run_with_a_broken_scenario_file_is_an_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, says: str
+) -> None:
+    scenario = tmp_path / "broken.json"
+    scenario.write_text(text)
+    code = main(["run", "hello", "--model", f"scripted:{scenario}", "--workspace",
+                 str(tmp_path / "ws"), "--sessions-dir", str(tmp_path / "sessions")])
+    err = capsys.readouterr().err
+
+    assert code == 2
+    assert err.startswith(f"Error: {scenario}: {says}") and err.count("\n") == 1
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_run_with_a_workspace_that_cannot_be_made_is_an_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An OSError (here ENOTDIR) is one `Error:` line and exit 2, as in the other commands."""
+    (tmp_path / "plain.txt").write_text("a file, not a folder\n")
+    workspace = tmp_path / "plain.txt" / "ws"
+    code = main(["run", "hello", "--model", f"scripted:{SCENARIOS / 'short.json'}",
+                 "--workspace", str(workspace), "--sessions-dir", str(tmp_path / "sessions")])
+    captured = capsys.readouterr()
+
+    assert code == 2
+    assert (captured.out, captured.err) == ("", f"Error: {workspace}: Not a directory\n")
+    assert not (tmp_path / "sessions").exists()
+
+
 def test_scripted_runs_summarize_offline_even_with_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

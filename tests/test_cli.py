@@ -71,12 +71,12 @@ def test_append_keeps_a_lone_surrogate_as_pi_writes_it(tmp_path, capsys, monkeyp
 
 
 def test_append_refuses_an_endless_line_without_holding_it(tmp_path, capsys, monkeypatch):
-    import journal.cli
+    import journal.cli.commands
 
     with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
         path = s.path
     before = open(path, "rb").read()
-    monkeypatch.setattr(journal.cli, "MAX_INPUT_LINE", 1000)
+    monkeypatch.setattr(journal.cli.commands, "MAX_INPUT_LINE", 1000)
     code, _, err = run(capsys, "append", path, stdin=b"\0" * 5000, monkeypatch=monkeypatch)
     assert code == 2 and "stdin line 1: longer than 1,000 bytes" in err
     assert open(path, "rb").read() == before
@@ -156,7 +156,7 @@ def test_context_and_tree_of_a_generated_session(tmp_path, capsys):
 
 
 def test_every_command_has_help(capsys):
-    from journal.cli import build_parser
+    from journal.cli.commands import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

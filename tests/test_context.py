@@ -19,7 +19,7 @@ def msg(entry_id, parent, role="user", text=None, **extra):
 
 def ctx(entries, leaf=None):
     t = Tree(entries)
-    return build_context(t, t.leaf if leaf is None else t.index_of(leaf))
+    return build_context(t, t.leaf_id if leaf is None else leaf)
 
 
 def contents(c):

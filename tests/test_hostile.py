@@ -60,7 +60,7 @@ def project(path: Path) -> tuple[Tree, Any]:
     snap = load(path)
     tree = Tree(snap.entries)
     tree.finish_forward_check()
-    return tree, build_context(tree, tree.leaf)
+    return tree, build_context(tree, tree.leaf_id)
 
 
 def quarantined(path: Path) -> list[dict[str, Any]]:
@@ -395,8 +395,8 @@ def test_session_appends_and_rotates_lone_surrogates(tmp_path, capsys):
     data = Path(result.successor).read_bytes()
     data.decode("utf-8")
     assert b"\\ud83d" in data and b"\\udc00" in data
-    messages = build_context(Tree(load(result.successor).entries),
-                             len(load(result.successor).entries) - 1).messages
+    successor = Tree(load(result.successor).entries)
+    messages = build_context(successor, successor.leaf_id).messages
     assert messages[0]["summary"] == "summary \udc00"
     assert messages[1]["content"] == "cut \ud83d"
     assert os.path.exists(result.archive or "")

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import Session, View, load
-from journal.cli_tail import format_entry
+from journal.cli.tail import format_entry
 from journal.context import build_context, for_model, to_model_messages
 from journal.errors import JournalError
 from journal.info import inspect
@@ -164,7 +164,7 @@ def exercise(path: Path) -> None:
     tree.nested()
     _ = tree.labels, tree.name
     for leaf in {tree.leaf, 0, len(tree) // 2} if len(tree) else {None}:
-        context = build_context(tree, leaf)
+        context = build_context(tree, None if leaf is None else tree.entries[leaf]["id"])
         for message in context.messages:
             describe_message(message)
         model_context = for_model(context)

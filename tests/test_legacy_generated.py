@@ -61,7 +61,7 @@ def as_version_1(data: bytes) -> bytes:
 
 def _context(path: Path) -> Context:
     tree = Tree(load(path).entries)
-    return build_context(tree, tree.leaf)
+    return build_context(tree, tree.leaf_id)
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ def alternates(api_messages: list[dict[str, Any]]) -> bool:
 def test_real_sessions_convert_to_valid_payloads(name: str, pi_fixture: Any) -> None:
     snapshot = journal.load(pi_fixture(name))
     tree = journal.Tree(snapshot.entries)
-    context = journal.build_context(tree, tree.leaf)
+    context = journal.build_context(tree, tree.leaf_id)
     clean, _ = journal.sanitize(context.messages)
     before = copy.deepcopy(clean)
     api_messages = to_api_messages(clean)

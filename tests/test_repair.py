@@ -66,7 +66,7 @@ from corruption import (
 import journal
 import journal.validate
 from journal.cli import main as cli_main
-from journal.cli_repair import repair_main
+from journal.cli import repair_main
 from journal.pairing import INTERRUPTED_TEXT, classify, sanitize
 
 # ---------------------------------------------------------------------------------------

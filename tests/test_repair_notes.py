@@ -179,7 +179,7 @@ def _assert_strict_rewrites(capsys: pytest.CaptureFixture[str], path: Path,
     assert (path.parent / (path.name + ".bak")).read_bytes() == original
     assert _cli(capsys, "repair", "--check", "--strict", str(path))[0] == 0
     tree = journal.Tree(journal.load(path).entries)
-    assert pairing_problems(journal.build_context(tree, tree.leaf).messages) == []
+    assert pairing_problems(journal.build_context(tree, tree.leaf_id).messages) == []
 
 
 def test_pi_files_pass_check_and_repair_leaves_them_as_they_are(

@@ -263,7 +263,7 @@ def _check(work: Path, damaged: bytes, migrate: bool = False,
 def _nothing_valid_left(path: Path) -> bool:
     """Whether the active branch, as repair plans it, holds messages but none that can stay."""
     tree = journal.Tree(item.entry for item in _plan(path).items)
-    messages = journal.build_context(tree, tree.leaf).messages
+    messages = journal.build_context(tree, tree.leaf_id).messages
     return bool(messages) and journal.sanitize(messages)[0] == []
 
 

@@ -26,7 +26,7 @@ def context_of(path):
         path = plain
     snap = load(path)
     tree = Tree(snap.entries)
-    return build_context(tree, tree.leaf)
+    return build_context(tree, tree.leaf_id)
 
 
 def user(text):

@@ -113,7 +113,7 @@ def make_session(directory: Path) -> str:
 def context_of(path: str) -> Context:
     snap = load(path)
     tree = Tree(snap.entries)
-    return build_context(tree, tree.leaf)
+    return build_context(tree, tree.leaf_id)
 
 
 def read_bytes(path: str) -> bytes:

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 import journal
-from agent.cli import continue_scripted
 from agent.models import ModelEvent, ModelRequest
+from agent.replay import continue_scripted
 from agent.runner import Runner, RunnerEvent
 from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS

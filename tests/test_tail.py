@@ -20,7 +20,8 @@ import pytest
 import watchfiles
 
 from journal import Durability, Session
-from journal.cli_tail import TailPrinter, format_entry, tail_main
+from journal.cli import TailPrinter, tail_main
+from journal.cli.tail import format_entry
 from journal.tail import TailEvent, afollow, follow, follow_events
 
 WRITER = """
@@ -662,7 +663,7 @@ def test_tail_command_plugs_into_the_journal_parser(session_file, capsys):
     import argparse
 
     from journal.cli import run
-    from journal.cli_tail import add_tail_parser
+    from journal.cli.tail import add_tail_parser
 
     parser = argparse.ArgumentParser(prog="journal")
     add_tail_parser(parser.add_subparsers(dest="command", required=True))
@@ -676,7 +677,7 @@ def test_tail_command_plugs_into_the_journal_parser(session_file, capsys):
 def test_cli_follow_then_ctrl_c_exits_0(session_file):
     path, entries = session_file
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from journal.cli_tail import tail_main; "
+        [sys.executable, "-c", "import sys; from journal.cli import tail_main; "
          "sys.exit(tail_main())", "-f", "-n", "1", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "NO_COLOR": "1"},
@@ -916,17 +917,18 @@ def test_a_symlinked_session_is_followed_beside_its_real_file(tmp_path):
 def test_a_fifo_named_like_a_session_never_blocks_the_follower(tmp_path):
     """A FIFO can be swapped in between a directory listing and the open; opening it must
     not wait for a writer that never comes."""
-    from journal.tail_source import first_line_header, open_regular
+    from journal.header import FirstLine, peek
+    from journal.tail.source import open_regular
 
     fifo = tmp_path / "x.jsonl"
     os.mkfifo(fifo)
     results: list[Any] = []
     worker = threading.Thread(
-        target=lambda: results.extend([open_regular(str(fifo)), first_line_header(str(fifo))]),
+        target=lambda: results.extend([open_regular(str(fifo)), peek(str(fifo))]),
         daemon=True)
     worker.start()
     worker.join(3)
-    assert results == [None, (False, None)]
+    assert results == [None, FirstLine(False, None)]
 
 
 def test_a_line_that_never_ends_costs_the_follower_no_memory(tmp_path):
@@ -959,10 +961,10 @@ print(len(delivered), peak // 1024)
 
 def test_a_line_longer_than_the_tail_reads_is_skipped_and_the_rest_delivered(
         tmp_path, monkeypatch, caplog):
-    import journal.tail_source
+    import journal.tail.source
     from journal.tail import Follower
 
-    monkeypatch.setattr(journal.tail_source, "MAX_LINE", 10_000)
+    monkeypatch.setattr(journal.tail.source, "MAX_LINE", 10_000)
     path = tmp_path / "s.jsonl"
     first = chain("e", 1)
     path.write_bytes(lines([header(), *first]))
@@ -980,3 +982,27 @@ def test_a_line_longer_than_the_tail_reads_is_skipped_and_the_rest_delivered(
         assert "longer than the tail reads" in caplog.text
     finally:
         follower.close()
+
+
+def test_the_tail_modules_share_no_private_names():
+    """Within journal/tail/, what a module uses of a sibling (inherited methods included) is
+    public: no `_name` defined in one module is used in another."""
+    import ast
+
+    folder = Path(__file__).resolve().parents[1] / "journal" / "tail"
+    trees = {path.name: ast.parse(path.read_text()) for path in sorted(folder.glob("*.py"))}
+    defined: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        defined[name] = {node.name for node in ast.walk(tree)
+                         if isinstance(node, ast.FunctionDef | ast.ClassDef)
+                         and node.name.startswith("_") and not node.name.startswith("__")}
+    shared = []
+    for name, tree in trees.items():
+        used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 for alias in node.names}
+        for other, private in defined.items():
+            if other != name:
+                shared += [f"{name} uses {other}'s {p}" for p in sorted(used & private
+                                                                        - defined[name])]
+    assert len(trees) == 5 and shared == []

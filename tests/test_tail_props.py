@@ -6,7 +6,7 @@ through `Session`, truncations with `os.truncate`, replacements with `os.replace
 some lines changed, as a repair does), rotations with `journal.rotate` after real compaction
 entries (compressed archives or not).
 
-What must be delivered (the definition in `journal.tail_source.Delivered`):
+What must be delivered (the definition in `journal.tail.source.Delivered`):
 - every entry present in the final lineage (the live file and every archived file it
   continues), except the entries placed before the start, exactly once;
 - nothing else but entries that existed at some moment (cut away or replaced later), and

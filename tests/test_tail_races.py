@@ -21,7 +21,7 @@ import pytest
 from journal import Durability, Session
 from journal.lineage import lineage
 
-TAIL = "import sys; from journal.cli_tail import tail_main; sys.exit(tail_main())"
+TAIL = "import sys; from journal.cli import tail_main; sys.exit(tail_main())"
 
 TRUNCATE_THEN_APPEND = """
 import os, sys

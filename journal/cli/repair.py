@@ -6,14 +6,13 @@ import argparse
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import orjson
 
-from .errors import JournalError, describe_os_error
-from .repair import RepairReport, repair, session_files
-
-EXIT_OK, EXIT_NEEDS_REPAIR, EXIT_ERROR = 0, 1, 2
+from ..errors import JournalError, describe_os_error
+from ..repair import RepairReport, repair, session_files
+from .app import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, entry_parser, print_error, progress, run
 
 DESCRIPTION = (
     "Repair damaged session files without losing a byte: torn or glued lines, NUL runs, "
@@ -67,15 +66,14 @@ def run_repair(args: argparse.Namespace) -> int:
     reports: list[RepairReport] = []
     errors: list[tuple[str, str]] = []
     dry = args.dry_run or args.check
-    show_progress = len(targets) > 1 and sys.stderr.isatty() and not args.json
-    for path in _progress(targets, show_progress):
+    for path in progress(targets, "repairing", enabled=not args.json):
         try:
             report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
                             lock_timeout=args.lock_timeout)
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
             errors.append((path, message))
-            print(f"Error: {message}", file=sys.stderr)
+            print_error(message)
             continue
         reports.append(report)
         if args.json:
@@ -96,7 +94,7 @@ def run_repair(args: argparse.Namespace) -> int:
                     print(f"{r.path}: {_notes(r)}")
             if not dirty:
                 print("clean" if len(reports) == 1 else f"all {len(reports)} files clean")
-        return EXIT_NEEDS_REPAIR if dirty else EXIT_OK
+        return EXIT_FINDINGS if dirty else EXIT_OK
     return EXIT_OK
 
 
@@ -141,14 +139,6 @@ def _print_report(report: RepairReport) -> None:
         print(f"  quarantine: {report.quarantine}")
 
 
-def _progress(items: list[str], enabled: bool) -> Iterable[str]:
-    if not enabled:
-        return items
-    from rich.progress import track
-
-    return track(items, description="repairing", transient=True)
-
-
 def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -167,8 +157,6 @@ def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]]) -
 
 def repair_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `journal-repair` command (same options as `journal repair`)."""
-    from .cli import run
-
-    parser = argparse.ArgumentParser(prog="journal-repair", description=DESCRIPTION)
+    parser = entry_parser("journal-repair", DESCRIPTION)
     configure(parser)
     return run(parser, argv)

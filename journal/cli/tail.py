@@ -13,14 +13,14 @@ compactions with the tokens before, model changes, rotations). Colour only on a 
 never with NO_COLOR set. `--json` prints the entries themselves as JSON lines, for jq; following
 a directory, each line is `{"path": <file>, "entry": <entry>}`.
 
-Exit status: 0 (also on Ctrl-C), 1 when a followed file went away for good, 2 on errors
-(`Error: ...` on stderr).
+Exit status: 0 (also when Ctrl-C ends a follow, its normal end), 1 when a followed file went
+away for good, 2 on errors (`Error: ...` on stderr), 130 when Ctrl-C cuts short a tail without
+`-f`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -28,12 +28,11 @@ from contextlib import closing
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
-from . import codec
-from .errors import JournalError
-from .lineage import is_seal
-from .model import Entry
-from .render import content_size, content_text, first_line, summarize_arguments
-from .tail import (
+from .. import codec
+from ..lineage import is_seal
+from ..model import Entry
+from ..render import content_size, content_text, first_line, summarize_arguments
+from ..tail import (
     DELETED,
     ENDED,
     ENTRY,
@@ -43,12 +42,11 @@ from .tail import (
     TailEvent,
     follow_events,
 )
+from .app import EXIT_FINDINGS, EXIT_OK, entry_parser, run
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-EXIT_GONE = 1
-EXIT_USAGE = 2
 DEFAULT_LINES = 10
 LABEL_WIDTH = 10
 
@@ -73,28 +71,12 @@ def add_tail_parser(
 
 def tail_main(argv: Sequence[str] | None = None) -> int:
     """The `journal-tail` console script: the same options and meaning as `journal tail`."""
-    parser = argparse.ArgumentParser(
-        prog="journal-tail",
-        description="Print the last entries of an agent session (pi format v3); with -f, "
-        "follow it.",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    parser = entry_parser(
+        "journal-tail",
+        "Print the last entries of an agent session (pi format v3); with -f, follow it.")
     _add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s: %(message)s",
-    )
-    try:
-        return cmd_tail(args)
-    except JournalError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 0
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    parser.set_defaults(func=cmd_tail)
+    return run(parser, argv)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -110,10 +92,15 @@ def cmd_tail(args: argparse.Namespace) -> int:
         sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(args.path),
         flush=args.follow,
     )
-    with closing(events):
-        for event in events:
-            printer.show(event)
-    return EXIT_GONE if printer.gone and not os.path.isdir(args.path) else 0
+    try:
+        with closing(events):
+            for event in events:
+                printer.show(event)
+    except KeyboardInterrupt:
+        if not args.follow:
+            raise
+        return EXIT_OK  # Ctrl-C is how a follow is meant to end
+    return EXIT_FINDINGS if printer.gone and not os.path.isdir(args.path) else EXIT_OK
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .lineage import MAX_HOPS, archived_copies, read_header, successor_named_by
-from .model import Entry
-from .tail_source import Source, first_line_header
+from ..header import read_header
+from ..lineage import MAX_HOPS, archived_copies, successor_named_by
+from ..model import Entry
+from .source import Source
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~")
 
@@ -46,11 +47,6 @@ def session_files(directory: str) -> list[str]:
     return [os.path.join(directory, name) for name in sorted(names)]
 
 
-def header_of(path: str) -> Entry | None:
-    """The header on the first line of a session file, if it is complete and one."""
-    return first_line_header(path)[1]
-
-
 def find_successor(src: Source) -> tuple[str, str] | None:
     """(its name in the folder, where it is now) of the file that continues `src`.
 
@@ -75,7 +71,7 @@ def find_successor(src: Source) -> tuple[str, str] | None:
         for path in session_files(directory):
             if path == src.path:
                 continue
-            header = header_of(path)
+            header = read_header(path)
             if header is None or (own_id is not None and header.get("id") == own_id):
                 continue
             chain = [Hop(path, path, header.get("id"), path), *ancestors(path)]

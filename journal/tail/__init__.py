@@ -18,7 +18,7 @@ checks the file itself:
   whose chain of `parentSession` headers leads back to the old file), then end.
 
 What "delivered" means is exact, not inferred by re-reading a file (see
-`tail_source.Delivered`): each lineage (a file and its successors) keeps the ids it has
+`journal.tail.source.Delivered`): each lineage (a file and its successors) keeps the ids it has
 delivered, plus the ids of the entries the start mode placed before the start. An entry is
 delivered when it is read from a file of the lineage and its id is not among them: every id
 at most once, and every entry that stays in the lineage's files exactly once, whatever was
@@ -27,11 +27,12 @@ never delivered; an entry whose line changed after it was delivered is not deliv
 A sealed file is followed to its successor as long as a chain of seals and archives leads to
 one. Readers never lock.
 
-This module is the public API (import from here). The machinery behind it: `tail_source` reads
-one file (offsets, incomplete last lines, entries, what was delivered) and defines `TailEvent`;
-`tail_follow` is the state machine over every followed file (re-sync, rotation, directory
-mode); `tail_chain` finds where a file goes on (seals, archives, `parentSession` chains);
-`tail_wait` decides when to read again (inotify, polling or a timer).
+This package's `__init__` is the public API (import from here). The machinery behind it:
+`source` reads one file (offsets, incomplete last lines, entries, what was delivered) and
+defines `TailEvent`; `follow` is the state machine over every followed file (re-sync, rotation,
+directory mode); `chain` finds where a file goes on (seals, archives, `parentSession` chains);
+`wait` decides when to read again (inotify, polling or a timer). Nothing outside the package
+imports those modules.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ import os
 from collections.abc import AsyncGenerator, Generator
 from contextlib import closing
 
-from .model import Entry
-from .tail_follow import Follower, is_session_name
-from .tail_source import (
+from ..model import Entry
+from .follow import Follower, is_session_name
+from .source import (
     DELETED,
     ENDED,
     ENTRY,
@@ -52,7 +53,7 @@ from .tail_source import (
     TRUNCATED,
     TailEvent,
 )
-from .tail_wait import (
+from .wait import (
     DEBOUNCE_MS,
     POLL_DELAY_MS,
     POLL_INTERVAL,

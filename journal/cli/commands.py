@@ -1,31 +1,31 @@
-"""The `journal` command line: a thin layer that parses flags, calls the library, prints.
+"""The `journal` command: its sub-commands, each a thin layer that calls the library and prints.
 
-Expected failures print one `Error: ...` line and exit 2; nothing prints a traceback for them.
+`journal repair` and `journal tail` live in their own modules (shared with `journal-repair` and
+`journal-tail`); errors become exit codes in `app.run`.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 import orjson
 
-from . import codec
-from .context import Context
-from .errors import JournalError, NotASession, UnknownEntry, describe_os_error
-from .info import inspect, require_session
-from .render import describe_entry, describe_message
-from .session import Session
-from .snapshot import load, open_for_reading
-from .tree import TreeNode
-from .view import View
-
-EXIT_USAGE = 2
+from .. import codec
+from ..context import Context
+from ..errors import JournalError, NotASession, UnknownEntry
+from ..info import inspect, require_session
+from ..render import describe_entry, describe_message
+from ..session import Session
+from ..snapshot import load, open_for_reading
+from ..tree import TreeNode
+from ..view import View
+from .app import entry_parser, run
+from .repair import add_repair_parser
+from .tail import add_tail_parser
 
 
 def _default_sessions_dir() -> str:
@@ -88,7 +88,7 @@ def read_entries_from(stream: BinaryIO) -> list[dict[str, Any]]:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    from .lineage import resolve_live
+    from ..lineage import resolve_live
 
     open_for_reading(resolve_live(args.path)[0]).close()
     entries = read_entries_from(sys.stdin.buffer)
@@ -220,7 +220,7 @@ def _walk_nested(roots: list[TreeNode]) -> Iterator[tuple[int, TreeNode]]:
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
-    from .rotation import rotate
+    from ..rotation import rotate
 
     if args.keep is not None and args.keep < 0:
         raise JournalError("--keep takes a number of archives, 0 or more")
@@ -248,7 +248,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from .lineage import lineage
+    from ..lineage import lineage
 
     chain = lineage(args.path)
     if not os.path.exists(chain[-1]):
@@ -270,11 +270,8 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="journal",
-        description="Inspect and maintain agent session logs (pi session format v3, JSONL).",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    parser = entry_parser(
+        "journal", "Inspect and maintain agent session logs (pi session format v3, JSONL).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("new", help="create an empty session file",
@@ -348,41 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_lineage)
 
-    from .cli_repair import add_repair_parser
-    from .cli_tail import add_tail_parser
-
     add_repair_parser(sub)
     add_tail_parser(sub)
     return parser
 
 
-def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    """Parse, configure logging, call the command; expected errors become one line and exit 2."""
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(levelname)s: %(message)s",
-    )
-    func: Callable[[argparse.Namespace], int] = args.func
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="backslashreplace")  # a lone surrogate prints escaped
-    try:
-        return func(args)
-    except JournalError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as e:
-        print(f"Error: {describe_os_error(e)}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 0
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `journal` command."""
     return run(build_parser(), argv)
 
 

@@ -3,7 +3,7 @@
 `Follower.poll()` does one wake-up's reading (see `journal.tail` for what it does when a file
 is truncated, replaced, rotated or deleted). On top of `SourceReader`'s per-file reading it
 holds what spans files: the start modes, re-sync after truncation and replacement, rotation
-(following the chain `tail_chain` finds to the live file, however many rotations happened
+(following the chain `journal.tail.chain` finds to the live file, however many rotations happened
 between two reads), deletion, directory mode (new sessions, joined to the lineage of a
 followed file they continue, and the directory's own deletion), and what the waker needs (the
 directories to watch, the changes worth a read).
@@ -18,18 +18,18 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .errors import NotASession, UnknownEntry
-from .lineage import MAX_HOPS, archived_copies
-from .tail_chain import (
+from ..errors import NotASession, UnknownEntry
+from ..header import peek, read_header
+from ..lineage import MAX_HOPS, archived_copies
+from .chain import (
     ancestors,
     find_successor,
-    header_of,
     is_session_name,
     is_source,
     marker_successor,
     session_files,
 )
-from .tail_source import (
+from .source import (
     DELETED,
     ENDED,
     NEW_SESSION,
@@ -40,7 +40,6 @@ from .tail_source import (
     Source,
     SourceReader,
     TailEvent,
-    first_line_header,
     open_regular,
 )
 
@@ -107,16 +106,15 @@ class Follower(SourceReader):
                     raise NotASession(path, "no such file")
                 continue
             if self.since_id is not None and not found:
-                found = self._seek_since(src)
+                found = self.seek_since(src)
             elif self.since_id is not None:
-                self._seek_end(src)
+                self.seek_end(src)
             elif self.from_start:
-                body = self._read_header(src)
-                self._place(src, body if src.header_done else 0)
+                self.seek_start(src)
             elif self.last:
-                self._seek_last(src, self.last)
+                self.seek_last(src, self.last)
             else:
-                self._seek_end(src)
+                self.seek_end(src)
         if self.since_id is not None and not found:
             error = UnknownEntry(self.since_id)
             error.args = (f"{self.path}: no entry with id {self.since_id!r}",)
@@ -137,7 +135,7 @@ class Follower(SourceReader):
         return src
 
     def _created(self, path: str) -> tuple[str, str]:
-        header = header_of(path) or {}
+        header = read_header(path) or {}
         created = header.get("timestamp")
         return (created if isinstance(created, str) else "", path)
 
@@ -162,9 +160,9 @@ class Follower(SourceReader):
         except OSError:
             st = None
         size = os.fstat(src.fd).st_size
-        if size < src.position or not self._unchanged(src):
+        if size < src.position or not self.unchanged(src):
             yield from self._truncated(src, size)
-        yield from self._drain(src)
+        yield from self.drain(src)
         if src.marker is not None:
             yield from self._follow_seals(src)
         elif st is None or not stat.S_ISREG(st.st_mode):
@@ -179,14 +177,14 @@ class Follower(SourceReader):
     # what happened to a file
 
     def _truncated(self, src: Source, size: int) -> Iterator[TailEvent]:
-        if size >= src.offset and self._unchanged(src, pending=False):
+        if size >= src.offset and self.unchanged(src, pending=False):
             detail = (f"an incomplete last line ({src.pending_len:,} bytes) was cut away; "
                       "it was never delivered")
             src.pending_head, src.pending_len = b"", 0
         else:
             detail = (f"rewritten in place or truncated (from {src.position:,} to {size:,} "
                       "bytes); re-read, delivering only entries not delivered yet")
-            self._restart(src)
+            self.restart(src)
         log.warning("%s: %s", src.path, detail)
         yield TailEvent(TRUNCATED, src.path, None, detail)
 
@@ -196,12 +194,12 @@ class Follower(SourceReader):
             return
         src.close()
         src.fd, src.ident = opened
-        self._restart(src)
+        self.restart(src)
         src.gone_since, src.announced = None, False
         detail = f"{why}; re-read, delivering only entries not delivered yet"
         log.info("%s: %s", src.path, detail)
         yield TailEvent(REPLACED, src.path, None, detail)
-        yield from self._drain(src)
+        yield from self.drain(src)
 
     def _gone(self, src: Source) -> Iterator[TailEvent]:
         now = time.monotonic()
@@ -281,12 +279,12 @@ class Follower(SourceReader):
         src.path = name
         src.fd, src.ident = opened
         src.marker, src.announced, src.gone_since = None, False, None
-        self._restart(src)
+        self.restart(src)
         self.sources.append(src)
         if where.endswith(".gz"):
-            yield from self._read_compressed(src)
+            yield from self.read_compressed(src)
         else:
-            yield from self._drain(src)
+            yield from self.drain(src)
 
     def _retire(self, src: Source) -> None:
         self.retired[src.path] = src.ident
@@ -326,7 +324,7 @@ class Follower(SourceReader):
             except OSError:
                 continue
             ident = (st.st_dev, st.st_ino)
-            if self.retired.get(path) == ident or not first_line_header(path)[0]:
+            if self.retired.get(path) == ident or not peek(path).complete:
                 continue
             ancestor = self._tracked_ancestor(path)
             if ancestor is not None:
@@ -339,9 +337,9 @@ class Follower(SourceReader):
             if src is None:
                 continue
             if ancestor is None:
-                header = header_of(path) or {}
+                header = read_header(path) or {}
                 yield TailEvent(NEW_SESSION, path, None, f"session {header.get('id')}")
-            yield from self._drain(src)
+            yield from self.drain(src)
 
     # for the waker
 

@@ -4,7 +4,7 @@ A waker blocks until `watchfiles` reports a change in a watched directory that c
 followed file, or until the re-read interval passes, or until the caller's `stop` is set.
 It picks inotify, falls back to watchfiles polling, and, if no watcher works at all, to a
 plain timer. `Waker` blocks a thread; `AsyncWaker` awaits on the event loop. The follower
-itself (`journal.tail_follow`) never waits.
+itself (`journal.tail.follow`) never waits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .errors import JournalError
+from ..errors import JournalError
 
 if TYPE_CHECKING:
     import watchfiles

@@ -16,16 +16,18 @@ import gzip
 import logging
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from . import codec
-from .codec import Diagnostic, Line
-from .lineage import is_seal
-from .model import CURRENT_VERSION, Entry, header_version, migrate
-from .snapshot import last_newline_end
+from .. import codec
+from ..codec import Diagnostic, Line
+from ..errors import NotASession
+from ..files import open_regular as open_regular_file
+from ..header import first_line, is_header
+from ..lineage import is_seal
+from ..model import CURRENT_VERSION, Entry, header_version, migrate
+from ..snapshot import last_newline_end
 
 # logged under the public module's name, which is what callers configure
 log = logging.getLogger("journal.tail")
@@ -152,25 +154,28 @@ class Source:
 
 
 class SourceReader:
-    """The follower's reading of one `Source`: placing its offset, and reading from it."""
+    """The follower's reading of one `Source`: placing its offset, and reading from it.
+
+    What the follower calls: `seek_start`, `seek_end`, `seek_last` and `seek_since` place the
+    offset where a start mode says; `drain` (and `read_compressed` for a gzip archive) reads
+    what was appended; `unchanged` tells whether the bytes already read are still in place;
+    `restart` makes the next read start from the top of the file.
+    """
 
     since_id: str | None
 
     def _read_header(self, src: Source) -> int:
         """Parse the header line; return where the body starts (0 if no header)."""
         assert src.fd is not None
-        first = _first_line(src.fd)
-        src.header_done = first is not None
-        if first is None:
-            return 0
-        value = codec.parse_line(first)
-        if isinstance(value, dict) and value.get("type") == "session":
-            src.header = value
-            src.version = header_version(value)
-            return first.offset + len(first.raw) + 1
-        return 0
+        first = first_line(src.fd)
+        src.header_done = first.complete
+        if first.header is not None:
+            src.header = first.header
+            src.version = header_version(first.header)
+        return first.end
 
-    def _seek_end(self, src: Source) -> None:
+    def seek_end(self, src: Source) -> None:
+        """Place the offset at the end: only entries appended from now on are delivered."""
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -178,7 +183,8 @@ class SourceReader:
             self._baseline(src, f, body, start)
         self._place(src, start)
 
-    def _seek_last(self, src: Source, count: int) -> None:
+    def seek_last(self, src: Source, count: int) -> None:
+        """Place the offset before the last `count` entries."""
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -196,7 +202,8 @@ class SourceReader:
             self._baseline(src, f, body, start)
         self._place(src, start)
 
-    def _seek_since(self, src: Source) -> bool:
+    def seek_since(self, src: Source) -> bool:
+        """Place the offset just after the entry `since_id`; False (at the end) if absent."""
         with _file(src) as f:
             end = last_newline_end(f, os.fstat(f.fileno()).st_size)
             body = self._read_header(src)
@@ -213,6 +220,11 @@ class SourceReader:
                         return True
         self._place(src, end if src.header_done else 0)
         return False
+
+    def seek_start(self, src: Source) -> None:
+        """Place the offset at the first entry: everything in the file is to be delivered."""
+        body = self._read_header(src)
+        self._place(src, body if src.header_done else 0)
 
     def _baseline(self, src: Source, f: BinaryIO, body: int, start: int) -> None:
         """Count the entries before the start as delivered (see `Delivered`); a seal among
@@ -253,7 +265,7 @@ class SourceReader:
                 src.head_at = offset - len(before) + cut
                 src.head = before[cut:cut + _HEAD]
 
-    def _unchanged(self, src: Source, *, pending: bool = True) -> bool:
+    def unchanged(self, src: Source, *, pending: bool = True) -> bool:
         """Whether the bytes before the offset (and the pending line) are still in place.
 
         Both ends of the last complete line are compared: its start holds the entry's id, so
@@ -271,7 +283,7 @@ class SourceReader:
             return os.pread(src.fd, len(src.pending_head), src.offset) == src.pending_head
         return True
 
-    def _drain(self, src: Source) -> Iterator[TailEvent]:
+    def drain(self, src: Source) -> Iterator[TailEvent]:
         """Deliver the complete lines after the offset; keep an incomplete last line pending.
 
         A pending line is not held in memory: when its newline arrives it is read back from
@@ -318,7 +330,7 @@ class SourceReader:
             src.pending_head, src.pending_len = rest[:_HEAD], len(rest)
             yield from events
 
-    def _read_compressed(self, src: Source) -> Iterator[TailEvent]:
+    def read_compressed(self, src: Source) -> Iterator[TailEvent]:
         """Deliver the entries of a compressed archive (sealed: it no longer changes)."""
         assert src.fd is not None
         size = os.fstat(src.fd).st_size
@@ -347,7 +359,7 @@ class SourceReader:
             return None
         if not src.header_done:
             src.header_done = True
-            if isinstance(value, dict) and value.get("type") == "session":
+            if is_header(value):
                 src.header = value
                 src.version = header_version(value)
                 return None
@@ -368,7 +380,7 @@ class SourceReader:
             return migrate(src.header, [entry])[0]
         return entry
 
-    def _restart(self, src: Source) -> None:
+    def restart(self, src: Source) -> None:
         """Read the file again from its start (entries already delivered are skipped)."""
         src.offset, src.pending_head, src.pending_len = 0, b"", 0
         src.check, src.head, src.head_at = b"", b"", 0
@@ -379,14 +391,12 @@ class SourceReader:
 
 
 def open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
+    """A descriptor and identity of `path` if it is a regular file now, else None (not yet)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block
-    except OSError:
+        fd = open_regular_file(path)
+    except (OSError, NotASession):
         return None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
     return fd, (st.st_dev, st.st_ino)
 
 
@@ -400,38 +410,6 @@ def _usable(value: Any, version: int) -> Entry | None:
     """The value if it is an entry of this format version (not a header), else None."""
     if isinstance(value, Diagnostic) or value is None:
         return None
-    if isinstance(value, dict) and value.get("type") == "session":
+    if is_header(value):
         return None
     return value if codec.check_entry(value, version) is None else None
-
-
-def _first_line(fd: int) -> Line | None:
-    """The file's first line if it is complete (has its newline), else None."""
-    pieces: list[bytes] = []
-    pos, size = 0, 4096
-    while chunk := os.pread(fd, size, pos):
-        cut = chunk.find(b"\n")
-        if cut >= 0:
-            pieces.append(chunk[:cut])
-            return Line(0, 1, b"".join(pieces))
-        pieces.append(chunk)
-        pos += len(chunk)
-        size = min(size * 2, _CHUNK)
-    return None
-
-
-def first_line_header(path: str) -> tuple[bool, Entry | None]:
-    """(whether the first line is complete, the header on it if it is one)."""
-    opened = open_regular(path)
-    if opened is None:
-        return False, None
-    try:
-        first = _first_line(opened[0])
-    finally:
-        os.close(opened[0])
-    if first is None:
-        return False, None
-    value = codec.parse_line(first)
-    if isinstance(value, dict) and value.get("type") == "session":
-        return True, value
-    return True, None

@@ -1,0 +1,133 @@
+"""What every command line entry point shares: `run()` and the exit codes.
+
+`journal`, `journal-repair`, `journal-tail` and `journal-agent` each build an argparse parser
+(with `entry_parser`) whose sub-commands set `func`, and hand it to `run()`, which parses the
+arguments, sets up logging, calls the command and turns what escapes it into an exit code:
+
+- the command's own return value: 0, or 1 for findings (`--check` found damage, a followed
+  file went away, an agent run that did not finish);
+- an expected error (a `JournalError`, an `OSError`, or one of the caller's `expected` types):
+  one `Error: ...` line on stderr, exit 2, never a traceback;
+- Ctrl-C (`KeyboardInterrupt`): exit 130, as a shell reports a process ended by SIGINT (a
+  command whose normal end is Ctrl-C, `tail -f` or `chat`, catches it and exits 0);
+- the reader of stdout went away (`journal show big | head -1`): a quiet exit, without the
+  second traceback Python would print when it flushes stdout at exit; 0 when the command
+  was cut short, its own code when only the last flush failed.
+
+Argument errors are argparse's own: a usage line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import select
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import TextIO, TypeVar
+
+from ..errors import JournalError, describe_os_error
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+T = TypeVar("T")
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def entry_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The parser of an entry point, with the `-v` every entry point takes."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what happens (INFO messages on stderr)")
+    return parser
+
+
+def run(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+    *,
+    expected: tuple[type[Exception], ...] = (),
+) -> int:
+    """Parse `argv`, set up logging, call the chosen command; return the exit code.
+
+    `expected` adds error types (beyond `JournalError` and `OSError`) that are reported as
+    one `Error: ...` line and exit 2: the agent's model and sandbox errors, say.
+    """
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s: %(message)s",
+    )
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")  # a lone surrogate prints escaped
+    func: Command = args.func
+    try:
+        code = func(args)
+    except BrokenPipeError as e:
+        return _stdout_closed(e, EXIT_OK)
+    except JournalError as e:
+        return _failed(str(e))
+    except OSError as e:
+        return _failed(describe_os_error(e))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except expected as e:
+        return _failed(str(e))
+    try:
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
+    except BrokenPipeError as e:
+        return _stdout_closed(e, code)
+    return code
+
+
+def print_error(message: str) -> None:
+    """Report an error the way every entry point does: one `Error: ...` line on stderr."""
+    print(f"Error: {message}", file=sys.stderr)
+
+
+def _failed(message: str) -> int:
+    print_error(message)
+    return EXIT_ERROR
+
+
+def _stdout_closed(e: BrokenPipeError, code: int) -> int:
+    """A broken pipe: quietly `code` if it is stdout's reader that went away, else an error.
+
+    stdout stays open (Python flushes it at exit) but from now on writes to /dev/null, so
+    no second error is printed as the interpreter exits.
+    """
+    if not reader_gone(sys.stdout):
+        return _failed(describe_os_error(e))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return code
+
+
+def reader_gone(stream: TextIO) -> bool:
+    """Whether `stream` is a pipe (or socket) whose reading end has been closed."""
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events)
+
+
+def progress(items: Sequence[T], description: str, *, enabled: bool = True) -> Iterable[T]:
+    """`items`, with a transient progress bar on stderr when it is a terminal and `enabled`."""
+    if not enabled or len(items) < 2 or not sys.stderr.isatty():
+        return items
+    from rich.console import Console
+    from rich.progress import track
+
+    return track(items, description=description, transient=True, console=Console(stderr=True))
