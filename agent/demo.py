@@ -4,7 +4,7 @@
    window, so it compacts several times and the session rotates into successor files.
 2. A second agent process continues the session and is killed with SIGKILL while one of its
    tool calls is running: the file now holds a tool call without a result.
-3. `journal repair` finds that and writes the missing result as an entry.
+3. `journal repair --strict` finds that and writes the missing result as an entry.
 4. A third agent resumes the repaired session and finishes.
 5. The tail of the session, its lineage and where every file lives are printed.
 """
@@ -117,10 +117,12 @@ def _phase_two(session: str, workspace: Path) -> str:
 
 
 def _phase_three(live: str) -> None:
-    check = repair(live, dry_run=True)
-    _say(f"  check: {'needs repair' if check.changed else 'clean'} {check.counts}")
-    report = repair(live)
-    for problem in report.problems:
+    # strict: a call without a result is a state pi answers itself when it sends a request
+    # (a note, not damage); the demo shows repair writing that answer into the file
+    check = repair(live, dry_run=True, strict=True)
+    _say(f"  check: {'needs repair' if check.changed else 'clean'} {check.note_counts}")
+    report = repair(live, strict=True)
+    for problem in [*report.problems, *report.notes]:
         _say(f"  fixed {problem.kind}: {problem.action}")
     _say(f"  backup {report.backup}")
 
