@@ -21,7 +21,7 @@ offline, with the scripted model replaying a scenario shipped with the package:
         result = runner.run(model.prompt)
     print(result.stop_reason, result.turns, result.final_text)
 
-With a key in `ANTHROPIC_API_KEY`, `AnthropicModel("claude-sonnet-4-5")` takes the scripted
+With a key in `ANTHROPIC_API_KEY`, `AnthropicModel("claude-sonnet-4-6")` takes the scripted
 model's place and `default_summarizer()` picks `AnthropicSummarizer`. What is here:
 
 Running

@@ -16,7 +16,7 @@ import journal.validate
 from agent.compaction.summarize import AnthropicSummarizer
 from agent.models.anthropic import AnthropicModel
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 FAST_RETRY = {"retry-after-ms": "1"}
 
 Reply = Callable[[dict[str, Any]], httpx2.Response] | httpx2.Response

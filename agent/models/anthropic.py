@@ -55,7 +55,7 @@ from agent.models.errors import Failure, classify
 from agent.models.payload import API, build_params
 
 PROVIDER = "anthropic"
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 
 PRICES: tuple[tuple[str, Price], ...] = (
     ("claude-opus-4-5", Price(5.0, 25.0, 0.5, 6.25)),
