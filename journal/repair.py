@@ -25,20 +25,14 @@ from .codec import Line
 from .context import compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
 from .fieldfix import repair_fields
-from .files import (
-    NewFile,
-    file_mode,
-    remove_if_regular,
-    remove_leftovers,
-    require_space,
-    temp_path_for,
-)
+from .files import file_mode, remove_leftovers, require_space
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .pairing import PairingReport, sanitize, synthetic_result
+from .publish import NewFile, link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import open_for_reading
@@ -781,14 +775,7 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
 
 def _keep_backup(path: str) -> None:
     """Make `<path>.bak` a second name of the current file (no copy, so no space needed)."""
-    backup = path + BACKUP_SUFFIX
-    link = temp_path_for(backup, "link")
-    os.link(path, link)
-    try:
-        os.replace(link, backup)
-    except BaseException:
-        remove_if_regular(link)
-        raise
+    link_as(path, path + BACKUP_SUFFIX)
 
 
 def _verify(p: _Plan) -> None:

@@ -26,11 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec, model
 from .context import Context, build_context
-from .durability import Durability
 from .errors import JournalError, NoSpace, NotASession, UnsupportedVersion
 from .files import (
     COMPRESS_TAG,
-    NewFile,
     file_mode,
     free_bytes,
     open_folder,
@@ -43,7 +41,6 @@ from .identity import file_key, real_path
 from .intent import intent_record, temp_name
 from .lineage import (
     ARCHIVE_DIR,
-    SUCCESSOR_TYPE,
     ensure_archive_folder,
     intent_path,
     lineage,
@@ -54,14 +51,14 @@ from .lineage import (
     remove_intent,
     resolve_live,
     seal_of,
-    seal_pointers,
     write_intent,
 )
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog
 from .model import Entry
+from .publish import NewFile
 from .quarantine import cut_torn_tail
+from .seal import SUCCESSOR_TYPE, seal_pointers, write_seal
 from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
 from .tree import Tree
 
@@ -423,11 +420,7 @@ def _seal(path: str, session: Session | None, tree: Tree, pointers: dict[str, An
         session._log.commit(codec.encode(marker))
         session._log.sync()
         return
-    appender = AppendLog(path, Durability.always())
-    try:
-        appender.commit(codec.encode(marker))
-    finally:
-        appender.close()
+    write_seal(path, marker)
 
 
 def _compress(stored: str, final: str) -> None:

@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedVersion,
     WriteFailed,
 )
-from .files import make_private_dir, remove_leftovers, write_new_file
+from .files import make_private_dir, remove_leftovers
 from .identity import real_path
 from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
@@ -34,6 +34,7 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog
 from .model import Entry
+from .publish import create_file
 from .quarantine import Quarantined, cut_torn_tail
 from .snapshot import (
     Snapshot,
@@ -500,7 +501,7 @@ class _Either:
 def _write_new_file(path: str, data: bytes) -> None:
     make_private_dir(os.path.dirname(path))
     try:
-        write_new_file(path, data)
+        create_file(path, data)
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
     except NoSpace:

@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 
 from . import codec
 from .codec import Diagnostic, Line
-from .lineage import is_seal
 from .model import CURRENT_VERSION, Entry, header_version, migrate
+from .seal import is_seal
 from .snapshot import last_newline_end
 
 # logged under the public module's name, which is what callers configure
