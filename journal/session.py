@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Container
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -36,6 +37,15 @@ from .log import AppendLog
 from .model import Entry
 from .publish import create_file
 from .quarantine import Quarantined, cut_torn_tail
+from .rotation import (
+    RotationPolicy,
+    RotationResult,
+    RotationSource,
+    Successor,
+    finish_rotation,
+    rotate_held,
+)
+from .seal import commit_seal
 from .snapshot import (
     Snapshot,
     find_last_of_type,
@@ -45,9 +55,6 @@ from .snapshot import (
     resume,
 )
 from .tree import Tree, TreeNode
-
-if TYPE_CHECKING:
-    from .rotation import RotationPolicy, RotationResult
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +171,25 @@ class Session:
             )
         return session
 
-    def rotate(self, **options: Any) -> RotationResult:
-        """Rotate into a successor now (see `journal.rotate`); this session follows it."""
-        from .rotation import rotate
+    def rotate(self, *, archive_dir: str | None = None, keep: int | None = None,
+               compress: bool = True, dry_run: bool = False) -> RotationResult:
+        """Rotate into a successor now (see `journal.rotate`); this session carries on
+        writing there (`path` changes), its lock taken before the old one is released."""
+        started = time.perf_counter()
+        source = RotationSource(self.path, self.tree, self.header, self.latest_session_info(),
+                                self._seal, keep_successor_lock=True, abandon=self._abandon)
+        rotation = rotate_held(source, archive_dir=archive_dir, compress=compress,
+                               dry_run=dry_run)
+        if rotation.successor is not None:
+            self._switch_to(rotation.successor)
+        rotation.started = started
+        rotation.result.lock_held_ms = (time.perf_counter() - started) * 1000
+        return finish_rotation(rotation, keep=keep)
 
-        return rotate(self, **options)
+    def _seal(self, seal: Entry) -> None:
+        """Commit a rotation's seal, synced whatever the durability policy."""
+        commit_seal(self._log.commit, seal)
+        self._log.sync()
 
     def maybe_rotate(self) -> RotationResult | None:
         """Rotate if the rotation policy wants it at the current size; None if not."""
@@ -179,9 +200,9 @@ class Session:
                              compress=policy.compress)
         return result if result.rotated else None
 
-    def _switch_to(self, path: str, lock: WriterLock | None, header: Entry,
-                   entries: list[Entry]) -> None:
-        """Carry on in a successor file (called by rotation, under both locks)."""
+    def _switch_to(self, successor: Successor) -> None:
+        """Carry on in a successor rotation published (holding both files' locks)."""
+        path, lock = successor.path, successor.lock
         durability = self._log.durability
         previous = self._taken()
         self._log.close()
@@ -189,8 +210,8 @@ class Session:
         self.path = path
         self._lock = lock or WriterLock(path)
         self._log = AppendLog(path, durability)
-        self.header = header
-        self.tree = Tree(entries)
+        self.header = successor.header
+        self.tree = Tree(successor.entries)
         self.diagnostics = []
         self._context = None
         self._info = None
