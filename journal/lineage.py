@@ -45,6 +45,7 @@ from .model import Entry
 from .publish import NewFile, publish_bytes, temp_path_for
 from .seal import is_seal, make_seal, write_seal
 from .snapshot import last_newline_end, load
+from .storage import Lock
 
 log = logging.getLogger(__name__)
 
@@ -530,7 +531,7 @@ def is_default_archive(path: str, folder: str) -> bool:
                                                    ARCHIVE_DIR)
 
 
-def release_after_move(lock: WriterLock, path: str) -> None:
+def release_after_move(lock: Lock, path: str) -> None:
     """Release the writer lock of `path`, removing its lock file if the file moved away.
 
     Called last, when nothing is left to do under the lock: whoever takes the lock after

@@ -60,7 +60,8 @@ from .model import Entry
 from .publish import NewFile
 from .quarantine import cut_torn_tail
 from .seal import make_seal, write_seal
-from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
+from .snapshot import find_last_of_type, last_newline_end, load, resume
+from .storage import as_storage
 from .tree import Tree
 
 log = logging.getLogger(__name__)
@@ -177,9 +178,9 @@ def _last_session_info(path: str, searched_to: int, found: Entry | None
     The first search runs before the lock is taken (it may read the whole file); under the
     lock only the bytes appended since are searched, which keeps the lock short.
     """
-    with open_for_reading(path) as f:
-        end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-        newer = find_last_of_type(f, end, "session_info", start_at=searched_to)
+    with as_storage(path).open_reader() as reader:
+        end = last_newline_end(reader.stream, reader.size)
+        newer = find_last_of_type(reader.stream, end, "session_info", start_at=searched_to)
     return end, newer or found
 
 
@@ -339,7 +340,7 @@ def rotate(
 
 def _file_source(path: str, early_info: tuple[int, Entry | None] | None) -> RotationSource:
     """A locked file read from disk, sealed by appending to it."""
-    snap = resume(path)
+    snap = resume(as_storage(path))
     if snap.version != model.CURRENT_VERSION:
         raise UnsupportedVersion(path, snap.version, "only version 3 files rotate; "
                                  f"run 'journal repair --migrate {path}' first")

@@ -32,10 +32,8 @@ from .identity import real_path
 from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import check_single_name, lock_live
-from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog
+from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
-from .publish import create_file
 from .quarantine import Quarantined, cut_torn_tail
 from .rotation import (
     RotationPolicy,
@@ -51,9 +49,9 @@ from .snapshot import (
     find_last_of_type,
     last_newline_end,
     load,
-    open_for_reading,
     resume,
 )
+from .storage import Appender, FileStorage, Lock, Storage
 from .tree import Tree, TreeNode
 
 log = logging.getLogger(__name__)
@@ -67,8 +65,10 @@ class Session:
         ...     s.append_message({"role": "user", "content": "hi", "timestamp": 0})
     """
 
-    def __init__(self, path: str, lock: WriterLock, appender: AppendLog, snap: Snapshot) -> None:
-        self.path = path
+    def __init__(self, storage: Storage, lock: Lock, appender: Appender,
+                 snap: Snapshot) -> None:
+        self._storage: Storage = storage
+        self.path = path = storage.locator
         self._lock = lock
         self._log = appender
         self.header: Entry = snap.header or {}
@@ -120,15 +120,15 @@ class Session:
         target = os.path.join(real_path(folder), name)
         if os.path.lexists(target):  # a link here would put the lock beside its target
             raise JournalError(f"{target}: already exists; open it instead of creating it")
-        lock = WriterLock(target, lock_timeout)
-        lock.acquire()
+        storage = FileStorage(target)
+        lock = storage.lock(lock_timeout)
         try:
-            _write_new_file(target, codec.encode(header))
-            appender = AppendLog(target, durability)
+            _create(storage, codec.encode(header))
+            appender = storage.open_appender(durability)
         except BaseException:
             lock.release()
             raise
-        return cls(target, lock, appender, Snapshot(target, header, [], size=0, end=0))
+        return cls(storage, lock, appender, Snapshot(target, header, [], size=0, end=0))
 
     @classmethod
     def open(
@@ -148,18 +148,19 @@ class Session:
         """
         requested = real_path(path)
         target, lock, followed = lock_live(requested, lock_timeout)
+        storage = FileStorage(target)
         try:
-            _preflight(target)
+            _preflight(storage)
             remove_leftovers(target, os.path.join(os.path.dirname(target), ARCHIVE_DIR))
             check_single_name(target)
             recovered = cut_torn_tail(target)
-            snap = resume(target)
+            snap = resume(storage)
             _check_writable(target, snap)
-            appender = AppendLog(target, durability)
+            appender = storage.open_appender(durability)
         except BaseException:
             lock.release()
             raise
-        session = cls(target, lock, appender, snap)
+        session = cls(storage, lock, appender, snap)
         session.recovered = recovered
         session.followed = followed
         if followed:
@@ -207,9 +208,10 @@ class Session:
         previous = self._taken()
         self._log.close()
         old_lock, old_path = self._lock, self.path
-        self.path = path
-        self._lock = lock or WriterLock(path)
-        self._log = AppendLog(path, durability)
+        storage = FileStorage(path)
+        self._storage, self.path = storage, path
+        self._lock = lock or storage.lock(0)
+        self._log = storage.open_appender(durability)
         self.header = successor.header
         self.tree = Tree(successor.entries)
         self.diagnostics = []
@@ -299,9 +301,9 @@ class Session:
     def latest_session_info(self) -> Entry | None:
         """The file's latest `session_info` entry (searched once, then kept current)."""
         if self._info is None:
-            with open_for_reading(self.path) as f:
-                end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-                self._info = (find_last_of_type(f, end, "session_info"),)
+            with self._storage.open_reader() as reader:
+                end = last_newline_end(reader.stream, reader.size)
+                self._info = (find_last_of_type(reader.stream, end, "session_info"),)
         return self._info[0]
 
     def _indexed(self, entry: Entry) -> None:
@@ -334,7 +336,7 @@ class Session:
         if self.tree.complete:
             return
         leaf = self.leaf_id
-        snap = load(self.path)
+        snap = load(self._storage)
         tree = Tree(snap.entries)
         tree.finish_forward_check()
         tree.leaf = None if leaf is None else tree.index_of(leaf)
@@ -519,10 +521,11 @@ class _Either:
         return item in self.a or item in self.b
 
 
-def _write_new_file(path: str, data: bytes) -> None:
+def _create(storage: Storage, data: bytes) -> None:
+    path = storage.locator
     make_private_dir(os.path.dirname(path))
     try:
-        create_file(path, data)
+        storage.create(data)
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
     except NoSpace:
@@ -549,12 +552,13 @@ def _check_writable(path: str, snap: Snapshot) -> None:
         raise UnsupportedVersion(path, version, "written by a newer program; not appending")
 
 
-def _preflight(path: str) -> None:
+def _preflight(storage: Storage) -> None:
     """Refuse what is not a writable version 3 session before anything is changed."""
+    path = storage.locator
     if path.endswith(".gz"):
         raise NotASession(path, "a compressed archive is read-only; open its live successor")
-    with open_for_reading(path) as f:
-        first = f.readline(1 << 20)
+    with storage.open_reader() as reader:
+        first = reader.stream.readline(1 << 20)
     if not first:
         raise NotASession(path, "empty file, not a session (no header)")
     header = None
