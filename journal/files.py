@@ -1,4 +1,5 @@
-"""Opening, creating and replacing files safely: only regular files, never through a link.
+"""Opening files safely: only regular files, never through a link (creating and replacing
+them is `journal.publish`'s job; removing the temps a crash left is this module's).
 
 Anyone who can write a sessions folder (a tool the agent runs, say) can plant a symbolic link,
 a FIFO or a device under a name the store is about to use. So:
@@ -7,11 +8,9 @@ a FIFO or a device under a name the store is about to use. So:
   regular file; it is opened with `O_NONBLOCK` so a FIFO cannot hang the open.
 - A side file the store appends to (the quarantine) is opened with `O_NOFOLLOW` and must have
   no other hard link.
-- A file the store creates (temps, intents, archives) is created with
-  `O_CREAT | O_EXCL | O_NOFOLLOW` under a fresh random name beside its final name, written
-  whole, synced, and renamed over the final name (a rename replaces a planted link, it never
-  writes through it). While it exists it is `flock`ed, so a cleaner can tell a temp a live
-  process is writing from one a crash left behind.
+- A file the store creates (temps, intents, archives) is published by `journal.publish`:
+  created under a fresh random name and `flock`ed while it exists, so `remove_stale_temps`
+  here can tell a temp a live process is writing from one a crash left behind.
 - Directories the store creates are private (0700).
 """
 
