@@ -177,9 +177,10 @@ def test_the_writer_lock_excludes_another_process(backend: Backend, storage: Sto
 
 
 def test_watch_sees_an_append_and_times_out_without_one(storage: Storage) -> None:
+    mark = storage.mark()
     size = storage.size()
     started = time.monotonic()
-    assert storage.watch(size, 0.3) is None
+    assert mark is not None and storage.watch(mark, 0.3) is None
     assert time.monotonic() - started >= 0.25
 
     def append_later() -> None:
@@ -194,10 +195,32 @@ def test_watch_sees_an_append_and_times_out_without_one(storage: Storage) -> Non
     writer.start()
     try:
         started = time.monotonic()
-        seen = storage.watch(size, 5)
+        seen = storage.watch(mark, 5)
         waited = time.monotonic() - started
     finally:
         writer.join()
-    assert seen == size + len(lines(1)[0])
+    assert seen is not None and seen.size == size + len(lines(1)[0])
+    assert seen.generation == mark.generation
     assert 0.1 <= waited < 2
-    assert storage.watch(size, 1) == seen  # already different: returns at once
+    assert storage.watch(mark, 1) == seen  # already different: returns at once
+
+
+def test_watch_sees_a_replacement_of_the_same_length(storage: Storage) -> None:
+    mark = storage.mark()
+    assert mark is not None
+    same_length = HEADER.replace(b'"cwd":"/"', b'"cwd":"~"')
+    assert len(same_length) == len(HEADER)
+
+    def replace_later() -> None:
+        time.sleep(0.2)
+        storage.publish(same_length, "contract")
+
+    replacer = threading.Thread(target=replace_later)
+    replacer.start()
+    try:
+        seen = storage.watch(mark, 5)
+    finally:
+        replacer.join()
+    assert seen is not None and seen.size == mark.size
+    assert seen.generation != mark.generation
+    assert storage.mark() == seen

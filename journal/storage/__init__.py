@@ -23,8 +23,9 @@ say) plugs in by implementing these few operations with the same guarantees:
 - `lock(timeout)` -> `Lock`: the exclusive writer lock, across processes and hosts sharing
   the store; raises `LockTimeout` naming the holder. Released by `Lock.release()`, and by the
   holder's death.
-- `watch(since, timeout)`: wait until the stored size differs from `since` (an append, a
-  replacement) and return the new size, or None when `timeout` seconds pass first.
+- `mark()` -> `Mark` and `watch(since, timeout)`: wait until the session's mark differs from
+  `since` (an append, a replacement) and return the new mark, or None when `timeout` seconds
+  pass first (a missing session has no mark: None).
 
 Offsets are byte offsets into the session's encoded lines; a backend that stores rows keeps
 an equivalent monotonic position. `FileStorage` (journal.storage.filesystem) is the first
@@ -41,8 +42,9 @@ from typing import BinaryIO, Protocol, runtime_checkable
 from ..codec import Diagnostic, Line
 from ..durability import Durability
 from .filesystem import FileStorage
+from .mark import Mark
 
-__all__ = ["Appender", "FileStorage", "Lock", "Reader", "Storage", "as_storage"]
+__all__ = ["Appender", "FileStorage", "Lock", "Mark", "Reader", "Storage", "as_storage"]
 
 
 class Lock(Protocol):
@@ -125,7 +127,9 @@ class Storage(Protocol):
 
     def lock(self, timeout: float) -> Lock: ...
 
-    def watch(self, since: int, timeout: float) -> int | None: ...
+    def mark(self) -> Mark | None: ...
+
+    def watch(self, since: Mark | None, timeout: float) -> Mark | None: ...
 
 
 def as_storage(target: str | os.PathLike[str] | Storage) -> Storage:

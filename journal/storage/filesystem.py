@@ -23,6 +23,7 @@ from ..files import file_mode, read_regular
 from ..lock import WriterLock
 from ..log import AppendLog
 from ..publish import NewFile, create_file
+from .mark import Mark
 
 __all__ = ["FileReader", "FileStorage"]
 
@@ -119,10 +120,18 @@ class FileStorage:
         lock.acquire()
         return lock
 
-    def watch(self, since: int, timeout: float) -> int | None:
-        """Wait for the file's size to differ from `since`: inotify (through watchfiles) on
-        its folder, re-checking at least every 50 ms, so a missed event costs a step, never
-        the change."""
+    def mark(self) -> Mark | None:
+        """The file's identity (device, inode) and size; None if it does not exist."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return Mark((st.st_dev, st.st_ino), st.st_size)
+
+    def watch(self, since: Mark | None, timeout: float) -> Mark | None:
+        """Wait for the file's mark to differ from `since` (an append, a replacement): inotify
+        (through watchfiles) on its folder, re-checking at least every 50 ms, so a missed
+        event costs a step, never the change. None on timeout."""
         deadline = time.monotonic() + timeout
         changed = self._changed(since)
         if changed is not None or timeout <= 0:
@@ -146,9 +155,6 @@ class FileStorage:
                 return changed
         return self._changed(since)
 
-    def _changed(self, since: int) -> int | None:
-        try:
-            size = os.path.getsize(self.path)
-        except FileNotFoundError:
-            return None
-        return size if size != since else None
+    def _changed(self, since: Mark | None) -> Mark | None:
+        now = self.mark()
+        return now if now is not None and now != since else None
