@@ -1,4 +1,5 @@
-"""Opening, creating and replacing files safely: only regular files, never through a link.
+"""Opening files safely: only regular files, never through a link (creating and replacing
+them is `journal.publish`'s job; removing the temps a crash left is this module's).
 
 Anyone who can write a sessions folder (a tool the agent runs, say) can plant a symbolic link,
 a FIFO or a device under a name the store is about to use. So:
@@ -7,11 +8,9 @@ a FIFO or a device under a name the store is about to use. So:
   regular file; it is opened with `O_NONBLOCK` so a FIFO cannot hang the open.
 - A side file the store appends to (the quarantine) is opened with `O_NOFOLLOW` and must have
   no other hard link.
-- A file the store creates (temps, intents, archives) is created with
-  `O_CREAT | O_EXCL | O_NOFOLLOW` under a fresh random name beside its final name, written
-  whole, synced, and renamed over the final name (a rename replaces a planted link, it never
-  writes through it). While it exists it is `flock`ed, so a cleaner can tell a temp a live
-  process is writing from one a crash left behind.
+- A file the store creates (temps, intents, archives) is published by `journal.publish`:
+  created under a fresh random name and `flock`ed while it exists, so `remove_stale_temps`
+  here can tell a temp a live process is writing from one a crash left behind.
 - Directories the store creates are private (0700).
 """
 
@@ -21,9 +20,7 @@ import errno
 import fcntl
 import logging
 import os
-import secrets
 import stat
-from types import TracebackType
 from typing import BinaryIO
 
 from .errors import NoSpace, NotASession, UnsafeFile
@@ -32,7 +29,7 @@ log = logging.getLogger(__name__)
 
 TEMP_SUFFIX = ".tmp"
 COMPRESS_TAG = "compress"
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def fsync_directory(path: str) -> None:
@@ -134,7 +131,7 @@ def write_all(fd: int, data: bytes | memoryview, path: str) -> None:
                 raise OSError(errno.ENOSPC, "short write")
             view = view[written:]
     except OSError as e:
-        if e.errno in _NO_SPACE:
+        if e.errno in NO_SPACE_ERRNOS:
             raise NoSpace(path, total, available) from e
         raise
 
@@ -153,140 +150,6 @@ def require_space(path: str, needed: int) -> None:
     available = free_bytes(os.path.dirname(path))
     if available is not None and available < needed:
         raise NoSpace(path, needed, available)
-
-
-def temp_path_for(final: str, tag: str) -> str:
-    """A fresh hidden name beside `final`: `.<name>.<random>.<tag>.tmp`."""
-    directory, name = os.path.split(final)
-    return os.path.join(directory, f".{name}.{secrets.token_hex(6)}.{tag}{TEMP_SUFFIX}")
-
-
-class NewFile:
-    """A file created under a fresh temp name and published under its final name.
-
-    Use as a context manager: unless `publish()` was called, the temp is removed on exit
-    (an error, a full disk). While open it is `flock`ed (see `remove_stale_temps`).
-
-    Example:
-        >>> with NewFile("dir/a.jsonl", "repair", mode=0o644) as new:  # doctest: +SKIP
-        ...     new.write(data)
-        ...     new.publish()
-    """
-
-    def __init__(self, final: str, tag: str, mode: int = 0o600, *,
-                 name: str | None = None, dir_fd: int | None = None) -> None:
-        """Create the temp beside `final`: `.<final>.<random>.<tag>.tmp`, or exactly `name`
-        (a name nobody can guess in advance, recorded elsewhere, such as a rotation's temp
-        in its intent); an existing file of that name is never reused (UnsafeFile).
-
-        With `dir_fd` (an open descriptor of `final`'s folder, see `open_folder`) every step
-        works in that folder itself, whatever its path comes to name meanwhile.
-        """
-        self.final = final
-        self.published = False
-        self.fd: int | None = None
-        self.dir_fd = dir_fd
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        candidates = [name] if name is not None else [temp_path_for(final, tag)
-                                                      for _ in range(16)]
-        for candidate in candidates:
-            self.path = candidate
-            try:
-                self.fd = os.open(self._in_folder(candidate), flags, 0o600, dir_fd=dir_fd)
-            except FileExistsError:
-                continue
-            break
-        if self.fd is None:
-            raise UnsafeFile(self.path, "already exists (it was not made by this operation)")
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.fchmod(self.fd, mode & 0o777)
-        except BaseException:
-            self.discard()
-            raise
-
-    def write(self, data: bytes | memoryview) -> None:
-        write_all(self._fd(), data, self.path)
-
-    def stream(self) -> BinaryIO:
-        """A buffered writer over the temp (closing it leaves the temp open)."""
-        return open(self._fd(), "wb", closefd=False)  # noqa: SIM115 - the caller closes it
-
-    def sync(self) -> None:
-        fd = self._fd()
-        try:
-            os.fsync(fd)
-        except OSError as e:
-            if e.errno in _NO_SPACE:
-                needed = os.fstat(fd).st_size
-                raise NoSpace(self.path, needed, free_bytes(os.path.dirname(self.path))) from e
-            raise
-
-    def publish(self, final: str | None = None) -> str:
-        """Sync, then rename over the final name (or `final`) and sync the directory."""
-        target = final or self.final
-        self.sync()
-        os.rename(self._in_folder(self.path), self._in_folder(target),
-                  src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        self.published = True
-        if self.dir_fd is None:
-            fsync_directory(os.path.dirname(target))
-        else:
-            os.fsync(self.dir_fd)
-        self.close()
-        return target
-
-    def _in_folder(self, path: str) -> str:
-        """`path` as given, or its name in the folder when working through `dir_fd`."""
-        return path if self.dir_fd is None else os.path.basename(path)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            os.close(fd)
-
-    def discard(self) -> None:
-        """Remove the temp (if it is still ours) and close it."""
-        if not self.published:
-            here = self._in_folder(self.path)
-            try:
-                if self.fd is not None and os.path.samestat(
-                        os.lstat(here, dir_fd=self.dir_fd), os.fstat(self.fd)):
-                    os.unlink(here, dir_fd=self.dir_fd)
-            except FileNotFoundError:
-                pass
-        self.close()
-
-    def _fd(self) -> int:
-        if self.fd is None:
-            raise ValueError(f"{self.path}: already closed")
-        return self.fd
-
-    def __enter__(self) -> NewFile:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.discard()
-
-
-def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Create `path` (which must not exist) holding `data`, synced, or leave nothing behind.
-
-    Raises FileExistsError if `path` exists (a link there included), NoSpace on a full disk.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)
-    try:
-        os.fchmod(fd, mode & 0o777)
-        write_all(fd, data, path)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
-    fsync_directory(os.path.dirname(path))
 
 
 def open_folder(path: str, *, follow: bool) -> int:

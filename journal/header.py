@@ -13,7 +13,7 @@ import gzip
 import os
 import zlib
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import IO, TypeGuard
 
 from . import codec
 from .codec import Line
@@ -56,6 +56,18 @@ def first_line(fd: int, limit: int = HEADER_LIMIT) -> FirstLine:
     return FirstLine(True)
 
 
+def stream_first_line(stream: IO[bytes] | gzip.GzipFile, limit: int = HEADER_LIMIT) -> FirstLine:
+    """The first line of a seekable binary stream (a storage reader's, or a gzip archive's).
+
+    The stream is left positioned after what was read.
+    """
+    stream.seek(0)
+    line = stream.readline(limit)
+    if line.endswith(b"\n"):
+        return _decide(line[:-1])
+    return FirstLine(len(line) >= limit)
+
+
 def peek(path: str, limit: int = HEADER_LIMIT) -> FirstLine:
     """The first line of the file at `path`; a file that cannot be read says nothing."""
     try:
@@ -66,10 +78,7 @@ def peek(path: str, limit: int = HEADER_LIMIT) -> FirstLine:
         if not path.endswith(".gz"):
             return first_line(fd, limit)
         with os.fdopen(fd, "rb", closefd=False) as raw, gzip.GzipFile(fileobj=raw) as f:
-            line = f.readline(limit)
-        if line.endswith(b"\n"):
-            return _decide(line[:-1])
-        return FirstLine(len(line) >= limit)
+            return stream_first_line(f, limit)
     except (OSError, EOFError, zlib.error):
         return FirstLine(False)
     finally:

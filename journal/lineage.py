@@ -31,7 +31,6 @@ import orjson
 from . import codec
 from .errors import JournalError
 from .files import (
-    NewFile,
     fsync_directory,
     make_private_dir,
     open_folder,
@@ -44,19 +43,16 @@ from .idscan import scan_ids
 from .intent import MAX_INTENT_BYTES, BadIntent, Intent, parse_intent
 from .lock import WriterLock, lock_path_for
 from .model import Entry
+from .publish import NewFile, publish_bytes, temp_path_for
+from .seal import is_seal, make_seal, write_seal
 from .snapshot import last_newline_end, load
+from .storage import Lock
 
 log = logging.getLogger(__name__)
 
-SUCCESSOR_TYPE = "journal.successor"
 INTENT_SUFFIX = ".rotating"
 ARCHIVE_DIR = "archive"
 MAX_HOPS = 64
-
-
-def is_seal(entry: Entry | None) -> bool:
-    return entry is not None and entry.get("type") == "custom" and entry.get(
-        "customType") == SUCCESSOR_TYPE and isinstance(entry.get("data"), dict)
 
 
 def _open(path: str) -> BinaryIO | gzip.GzipFile:
@@ -107,16 +103,6 @@ def archived_copies(path: str) -> list[str]:
     directory, name = os.path.split(path)
     archive = os.path.join(directory, ARCHIVE_DIR)
     return [os.path.join(archive, name + ext) for ext in ("", ".gz")]
-
-
-def seal_pointers(successor: str, session_id: str, archive: str | None) -> dict[str, Any]:
-    """What a seal records: the successor's name (its folder is the session's folder), its
-    session id (the identity a follower checks), and the way from the archive to it."""
-    name = os.path.basename(successor)
-    data: dict[str, Any] = {"successor": name, "file": name, "sessionId": session_id}
-    if archive is not None:
-        data["fromArchive"] = os.path.relpath(successor, os.path.dirname(archive))
-    return data
 
 
 def _where_now(path: str) -> str | None:
@@ -338,9 +324,8 @@ def write_intent(path: str, intent: dict[str, Any]) -> None:
     """Record a rotation's plan: written whole under a fresh name, then renamed into place
     (a crash leaves the old intent or the new one, and a planted link is replaced, not
     written through)."""
-    with NewFile(path, "intent") as new:
-        new.write(orjson.dumps(intent) + b"\n")
-        new.publish(intent_path(path))
+    publish_bytes(intent_path(path), orjson.dumps(intent) + b"\n", "intent",
+                  name=temp_path_for(path, "intent"))
 
 
 def remove_intent(path: str) -> None:
@@ -469,21 +454,12 @@ def recover_rotation(path: str) -> str | None:
 
 def seal_file(path: str, successor: str, session_id: str, archive: str | None = None) -> Entry:
     """Append the `journal.successor` marker to a file whose writer lock the caller holds."""
-    from .durability import Durability
-    from .log import AppendLog
-    from .model import custom_entry, new_id
     from .quarantine import cut_torn_tail
 
     cut_torn_tail(path)
     last = last_entry(path)
-    parent = last.get("id") if last else None
-    marker = custom_entry(new_id(set()), parent, SUCCESSOR_TYPE,
-                          seal_pointers(successor, session_id, archive))
-    appender = AppendLog(path, Durability.always())
-    try:
-        appender.commit(codec.encode(marker))
-    finally:
-        appender.close()
+    marker = make_seal(set(), last.get("id") if last else None, successor, session_id, archive)
+    write_seal(path, marker)
     return marker
 
 
@@ -543,7 +519,7 @@ def is_default_archive(path: str, folder: str) -> bool:
                                                    ARCHIVE_DIR)
 
 
-def release_after_move(lock: WriterLock, path: str) -> None:
+def release_after_move(lock: Lock, path: str) -> None:
     """Release the writer lock of `path`, removing its lock file if the file moved away.
 
     Called last, when nothing is left to do under the lock: whoever takes the lock after

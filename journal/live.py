@@ -23,6 +23,7 @@ from .lineage import (
     seal_of,
 )
 from .lock import WriterLock
+from .storage import FileStorage
 
 
 def lock_live(path: str | os.PathLike[str], lock_timeout: float, *, recover: bool = True,
@@ -46,8 +47,7 @@ def lock_live(path: str | os.PathLike[str], lock_timeout: float, *, recover: boo
                 followed.extend(hops)
                 continue
         _check_lockable(target)
-        lock = WriterLock(target, lock_timeout)
-        lock.acquire()
+        lock = FileStorage(target).lock(lock_timeout)
         try:
             if recover:
                 recover_rotation(target)

@@ -38,14 +38,7 @@ from .codec import Line
 from .context import build_context, compaction_summary_message, entry_message
 from .errors import JournalError, NotASession
 from .fieldfix import repair_fields
-from .files import (
-    NewFile,
-    file_mode,
-    remove_if_regular,
-    remove_leftovers,
-    require_space,
-    temp_path_for,
-)
+from .files import remove_leftovers, require_space
 from .header import is_header
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
@@ -53,9 +46,10 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .pairing import ORPHAN_RESULT, Fix, classify, sanitize, synthetic_result
+from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
-from .snapshot import open_for_reading
+from .storage import as_storage
 from .tree import Tree
 
 log = logging.getLogger(__name__)
@@ -197,8 +191,8 @@ def plan(path: str, *, migrate: bool = False, strict: bool = False) -> _Plan:
 
     `strict` settles the notes too (see the module docstring); without it they stay as they are.
     """
-    with open_for_reading(path) as f:
-        original = f.read()
+    with as_storage(path).open_reader() as reader:
+        original = reader.stream.read()
     with codec.bulk_parsing():
         p = _salvage(path, original)
     p.migrate = migrate
@@ -801,7 +795,7 @@ def _readable(path: str) -> str:
     file is reported before anything (a lock file included) is created."""
     for _ in range(MAX_HOPS):
         try:
-            open_for_reading(path).close()
+            as_storage(path).open_reader().close()
             return path
         except NotASession:
             live = resolve_live(path)[0]
@@ -839,24 +833,17 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
     quarantine_items = p.dropped + _rewritten(p)
     # the temp, plus the quarantine records (base64 and a text copy: about twice the bytes)
     require_space(path, len(data) + sum(2 * len(q.data) + 256 for q in quarantine_items))
-    with NewFile(path, REPAIR_TAG, mode=file_mode(path)) as new:
-        new.write(data)
-        new.sync()
+
+    def before_swap() -> None:
         quarantine(path, quarantine_items)
         _keep_backup(path)
-        new.publish()
+
+    as_storage(path).publish(data, REPAIR_TAG, before_swap)
 
 
 def _keep_backup(path: str) -> None:
     """Make `<path>.bak` a second name of the current file (no copy, so no space needed)."""
-    backup = path + BACKUP_SUFFIX
-    link = temp_path_for(backup, "link")
-    os.link(path, link)
-    try:
-        os.replace(link, backup)
-    except BaseException:
-        remove_if_regular(link)
-        raise
+    link_as(path, path + BACKUP_SUFFIX)
 
 
 def _verify(p: _Plan) -> None:

@@ -22,16 +22,15 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 from . import codec, model
 from .boundary import boundary
 from .context import Context, branch_context, build_context
-from .durability import Durability
 from .errors import JournalError, NoSpace, NotASession, UnsupportedVersion
 from .files import (
     COMPRESS_TAG,
-    NewFile,
     file_mode,
     free_bytes,
     open_folder,
@@ -45,7 +44,6 @@ from .identity import file_key, real_path
 from .intent import intent_record, temp_name
 from .lineage import (
     ARCHIVE_DIR,
-    SUCCESSOR_TYPE,
     ensure_archive_folder,
     intent_path,
     lineage,
@@ -55,19 +53,17 @@ from .lineage import (
     remove_intent,
     resolve_live,
     seal_of,
-    seal_pointers,
     write_intent,
 )
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog
 from .model import Entry
+from .publish import NewFile
 from .quarantine import cut_torn_tail
-from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
+from .seal import make_seal, write_seal
+from .snapshot import find_last_of_type, last_newline_end, load, resume
+from .storage import as_storage
 from .tree import Tree
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +174,9 @@ def _last_session_info(path: str, searched_to: int, found: Entry | None
     The first search runs before the lock is taken (it may read the whole file); under the
     lock only the bytes appended since are searched, which keeps the lock short.
     """
-    with open_for_reading(path) as f:
-        end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-        newer = find_last_of_type(f, end, "session_info", start_at=searched_to)
+    with as_storage(path).open_reader() as reader:
+        end = last_newline_end(reader.stream, reader.size)
+        newer = find_last_of_type(reader.stream, end, "session_info", start_at=searched_to)
     return end, newer or found
 
 
@@ -245,8 +241,49 @@ def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
     return candidate + (".gz" if compress else "")
 
 
+@dataclass
+class RotationSource:
+    """What rotation needs of the file it rotates, given by whoever holds its writer lock.
+
+    `seal` appends the `journal.successor` entry to the old file durably (an open writer
+    commits it through its own log; for a file not open here, `seal.write_seal`).
+    `keep_successor_lock`: the successor's writer lock is taken before it is published and
+    handed over in `Successor.lock`, so an open writer carries on there without a gap.
+    `abandon` is called if a step fails after the successor was published: the successor is
+    authoritative from then on, so a writer must stop writing to the old file.
+    """
+
+    path: str
+    tree: Tree
+    header: Entry
+    session_info: Entry | None
+    seal: Callable[[Entry], None]
+    keep_successor_lock: bool = False
+    abandon: Callable[[], None] | None = None
+
+
+@dataclass
+class Successor:
+    """The file a rotation published: where an open writer carries on."""
+
+    path: str
+    lock: WriterLock | None
+    header: Entry
+    entries: list[Entry]
+
+
+@dataclass
+class Rotation:
+    """A rotation done under the old file's lock; `finish_rotation` completes it after."""
+
+    result: RotationResult
+    successor: Successor | None = None
+    compress: tuple[str, str] | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
 def rotate(
-    target: Session | str | os.PathLike[str],
+    path: str | os.PathLike[str],
     *,
     archive_dir: str | None = None,
     keep: int | None = None,
@@ -254,94 +291,102 @@ def rotate(
     dry_run: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> RotationResult:
-    """Rotate a session (an open `Session`, or a path) into a successor file.
+    """Rotate the session file at `path` (not open for writing here) into a successor file.
 
-    With a path, the writer lock is taken for the duration; with a `Session`, its lock is
-    used and the session carries on writing to the successor (`session.path` changes). A path
-    is resolved to its real file and then to the live file of its lineage; if that file is
-    rotated by another writer while this waits for the lock, its successor is rotated instead.
-    Returns `rotated=False` with a reason when there is no compaction to rotate after.
+    The writer lock is taken for the duration (an open `Session` rotates with
+    `Session.rotate()` instead). The path is resolved to its real file and then to the live
+    file of its lineage; if that file is rotated by another writer while this waits for the
+    lock, its successor is rotated instead. Returns `rotated=False` with a reason when there
+    is no compaction to rotate after.
 
     Example:
         >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
         >>> result.successor, result.lock_held_ms
     """
-    from .session import Session
-
     started = time.perf_counter()
-    session: Session | None = None
-    early_info: tuple[int, Entry | None] | None = None
-    if isinstance(target, Session):
-        session = target
-        path, lock = session.path, None
-    else:
-        path = real_path(os.fspath(target))
-        if not dry_run:
-            recover_pending(path, lock_timeout)
-        path, _ = resolve_live(path)
-        searched = file_key(path)
-        early_info = _early_info(path)
-        # if the holder rotates it while we wait, the lock is taken on its successor instead
-        locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
-        if locked != path or file_key(locked) != searched:
-            path, early_info = locked, None  # another file now: search it under the lock
+    path = real_path(os.fspath(path))
+    if not dry_run:
+        recover_pending(path, lock_timeout)
+    path, _ = resolve_live(path)
+    searched = file_key(path)
+    early_info: tuple[int, Entry | None] | None = _early_info(path)
+    # if the holder rotates it while we wait, the lock is taken on its successor instead
+    locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
+    if locked != path or file_key(locked) != searched:
+        path, early_info = locked, None  # another file now: search it under the lock
     locked_at = time.perf_counter()
     try:
-        if session is None and not dry_run:
+        if not dry_run:
             remove_leftovers(path, os.path.join(os.path.dirname(path), ARCHIVE_DIR))
             check_single_name(path)
             cut_torn_tail(path)
-        result, pending = _rotate_locked(path, session, archive_dir, compress, dry_run,
-                                         early_info)
+        if dry_run and os.path.exists(intent_path(path)):
+            reason = ("an interrupted rotation is pending; the next rotate or open will "
+                      "finish it")
+            rotation = Rotation(RotationResult(False, path, reason, dry_run=True))
+        else:
+            rotation = rotate_held(_file_source(path, early_info), archive_dir=archive_dir,
+                                   compress=compress, dry_run=dry_run)
     finally:
-        if lock is not None:
-            release_after_move(lock, path)
-    released_at = time.perf_counter()
-    result.lock_held_ms = (released_at - locked_at) * 1000
-    if pending is not None:
-        _compress_or_warn(*pending, result)
-    if not dry_run and not result.warnings:
-        _retry_compression(result.successor if result.rotated and result.successor else path)
+        release_after_move(lock, path)
+    rotation.started = started
+    rotation.result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
+    return finish_rotation(rotation, keep=keep)
+
+
+def _file_source(path: str, early_info: tuple[int, Entry | None] | None) -> RotationSource:
+    """A locked file read from disk, sealed by appending to it."""
+    snap = resume(as_storage(path))
+    if snap.version != model.CURRENT_VERSION:
+        raise UnsupportedVersion(path, snap.version, "only version 3 files rotate; "
+                                 f"run 'journal repair --migrate {path}' first")
+    searched_to, earlier = early_info or (0, None)
+    info = _last_session_info(path, searched_to, earlier)[1]
+    return RotationSource(path, Tree(snap.entries, complete=snap.complete), snap.header or {},
+                          info, partial(write_seal, path))
+
+
+def finish_rotation(rotation: Rotation, *, keep: int | None = None) -> RotationResult:
+    """What follows a rotation once the old file's lock is released: compress the archive
+    (it no longer changes), retry an earlier failed compression, apply retention."""
+    result = rotation.result
+    if rotation.compress is not None:
+        _compress_or_warn(*rotation.compress, result)
+    if not result.dry_run and not result.warnings:
+        _retry_compression(result.successor if result.rotated and result.successor
+                           else result.path)
     if result.rotated and keep is not None and result.successor:
         result.removed_archives = apply_retention(result.successor, keep)
-    result.total_ms = (time.perf_counter() - started) * 1000
+    result.total_ms = (time.perf_counter() - rotation.started) * 1000
     return result
 
 
-def _rotate_locked(path: str, session: Session | None, archive_dir: str | None, compress: bool,
-                   dry_run: bool, early_info: tuple[int, Entry | None] | None,
-                   ) -> tuple[RotationResult, tuple[str, str] | None]:
-    if session is None and dry_run and os.path.exists(intent_path(path)):
-        reason = "an interrupted rotation is pending; the next rotate or open will finish it"
-        return RotationResult(False, path, reason, dry_run=True), None
-    if session is not None:
-        tree, header = session.tree, session.header
-        info = session.latest_session_info()
-    else:
-        snap = resume(path)
-        if snap.version != model.CURRENT_VERSION:
-            raise UnsupportedVersion(path, snap.version, "only version 3 files rotate; "
-                                     f"run 'journal repair --migrate {path}' first")
-        tree, header = Tree(snap.entries, complete=snap.complete), snap.header or {}
-        searched_to, earlier = early_info or (0, None)
-        info = _last_session_info(path, searched_to, earlier)[1]
+def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
+                compress: bool = True, dry_run: bool = False) -> Rotation:
+    """Rotate `source` (its writer lock held by the caller): plan the successor, prove it
+    projects to the same context, publish it, seal and archive the old file. Returns the
+    result and, when it rotated, the successor to carry on in."""
+    path, tree = source.path, source.tree
     old_size = os.path.getsize(path)
     archive = _archive_path(path, archive_dir, compress)
     stored_archive = archive.removesuffix(".gz")
-    build = _plan(tree, header, os.path.relpath(archive, os.path.dirname(path)), info)
+    build = _plan(tree, source.header, os.path.relpath(archive, os.path.dirname(path)),
+                  source.session_info)
     if isinstance(build, str):
-        return RotationResult(False, path, build, old_size=old_size, dry_run=dry_run), None
+        return Rotation(RotationResult(False, path, build, old_size=old_size,
+                                       dry_run=dry_run))
     final = os.path.join(os.path.dirname(path),
                          model.session_file_name(build.header["timestamp"], build.header["id"]))
     data = codec.encode(build.header) + codec.encode_many(build.entries)
     if len(data) + MIN_GAIN_BYTES > old_size:
         reason = "the successor would be no shorter: nothing lies before the kept entries"
-        return RotationResult(False, path, reason, old_size=old_size, dry_run=dry_run), None
+        return Rotation(RotationResult(False, path, reason, old_size=old_size,
+                                       dry_run=dry_run))
     result = RotationResult(True, path, successor=final, successor_id=build.header["id"],
                             archive=archive, entries_copied=len(build.entries),
                             old_size=old_size, successor_size=len(data), dry_run=dry_run)
     if dry_run:
-        return result, None
+        return Rotation(result)
     ensure_archive_folder(path, os.path.dirname(archive))
     temp = os.path.join(os.path.dirname(path), temp_name(os.path.basename(final)))
     write_intent(path, intent_record(path, final, stored_archive, build.header["id"]))
@@ -365,7 +410,7 @@ def _rotate_locked(path: str, session: Session | None, archive_dir: str | None, 
         if new is not None:
             new.close()
         raise
-    new_lock = WriterLock(final, 0) if session is not None else None
+    new_lock = WriterLock(final, 0) if source.keep_successor_lock else None
     if new_lock is not None:
         new_lock.acquire()
     published = False
@@ -373,7 +418,8 @@ def _rotate_locked(path: str, session: Session | None, archive_dir: str | None, 
         new.publish(final)
         published = True
         _step("published")
-        _seal(path, session, tree, seal_pointers(final, build.header["id"], stored_archive))
+        source.seal(make_seal(tree.ids, tree.leaf_id, final, build.header["id"],
+                              stored_archive))
         _step("sealed")
         move_into_archive(path, stored_archive)
         _step("archived")
@@ -383,15 +429,14 @@ def _rotate_locked(path: str, session: Session | None, archive_dir: str | None, 
         new.close()
         if new_lock is not None:
             new_lock.release()
-        if published and session is not None:
+        if published and source.abandon is not None:
             # The successor is authoritative now; writing on into the old file would lose
             # entries. The next open finishes the rotation (see recover_rotation).
-            session._abandon()
+            source.abandon()
         raise
-    if session is not None:
-        session._switch_to(final, new_lock, build.header, build.entries)
     log.info("%s: rotated into %s; archived as %s", path, final, stored_archive)
-    return result, (stored_archive, archive) if compress else None
+    return Rotation(result, Successor(final, new_lock, build.header, build.entries),
+                    (stored_archive, archive) if compress else None)
 
 
 def _write_synced(new: NewFile, data: bytes) -> None:
@@ -411,19 +456,6 @@ def _verify(temp: str, build: _Build) -> None:
             f"{temp}: the successor would not give the model the same context "
             "(nothing was changed; please report this with the session file)"
         )
-
-
-def _seal(path: str, session: Session | None, tree: Tree, pointers: dict[str, Any]) -> None:
-    marker = model.custom_entry(model.new_id(tree.ids), tree.leaf_id, SUCCESSOR_TYPE, pointers)
-    if session is not None:
-        session._log.commit(codec.encode(marker))
-        session._log.sync()
-        return
-    appender = AppendLog(path, Durability.always())
-    try:
-        appender.commit(codec.encode(marker))
-    finally:
-        appender.close()
 
 
 def _compress(stored: str, final: str) -> None:
@@ -525,5 +557,6 @@ def apply_retention(live: str, keep: int) -> list[str]:
     return doomed
 
 
-__all__ = ["RotationAborted", "RotationPolicy", "RotationResult", "apply_retention",
-           "lineage", "read_header", "rotate"]
+__all__ = ["Rotation", "RotationAborted", "RotationPolicy", "RotationResult", "RotationSource",
+           "Successor", "apply_retention", "finish_rotation", "lineage", "read_header",
+           "rotate", "rotate_held"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Container
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import codec, model
 from .codec import Diagnostic
@@ -24,28 +25,33 @@ from .errors import (
     UnsupportedVersion,
     WriteFailed,
 )
-from .files import make_private_dir, remove_leftovers, write_new_file
-from .header import first_line
+from .files import make_private_dir, remove_leftovers
+from .header import stream_first_line
 from .identity import real_path
 from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import check_single_name, lock_live
-from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
-from .log import AppendLog
+from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .quarantine import Quarantined, cut_torn_tail
+from .rotation import (
+    RotationPolicy,
+    RotationResult,
+    RotationSource,
+    Successor,
+    finish_rotation,
+    rotate_held,
+)
+from .seal import commit_seal
 from .snapshot import (
     Snapshot,
     find_last_of_type,
     last_newline_end,
     load,
-    open_for_reading,
     resume,
 )
+from .storage import Appender, FileStorage, Lock, Storage
 from .tree import Tree, TreeNode
-
-if TYPE_CHECKING:
-    from .rotation import RotationPolicy, RotationResult
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +64,10 @@ class Session:
         ...     s.append_message({"role": "user", "content": "hi", "timestamp": 0})
     """
 
-    def __init__(self, path: str, lock: WriterLock, appender: AppendLog, snap: Snapshot) -> None:
-        self.path = path
+    def __init__(self, storage: Storage, lock: Lock, appender: Appender,
+                 snap: Snapshot) -> None:
+        self._storage: Storage = storage
+        self.path = path = storage.locator
         self._lock = lock
         self._log = appender
         self.header: Entry = snap.header or {}
@@ -111,15 +119,15 @@ class Session:
         target = os.path.join(real_path(folder), name)
         if os.path.lexists(target):  # a link here would put the lock beside its target
             raise JournalError(f"{target}: already exists; open it instead of creating it")
-        lock = WriterLock(target, lock_timeout)
-        lock.acquire()
+        storage = FileStorage(target)
+        lock = storage.lock(lock_timeout)
         try:
-            _write_new_file(target, codec.encode(header))
-            appender = AppendLog(target, durability)
+            _create(storage, codec.encode(header))
+            appender = storage.open_appender(durability)
         except BaseException:
             lock.release()
             raise
-        return cls(target, lock, appender, Snapshot(target, header, [], size=0, end=0))
+        return cls(storage, lock, appender, Snapshot(target, header, [], size=0, end=0))
 
     @classmethod
     def open(
@@ -139,18 +147,19 @@ class Session:
         """
         requested = real_path(path)
         target, lock, followed = lock_live(requested, lock_timeout)
+        storage = FileStorage(target)
         try:
-            _preflight(target)
+            _preflight(storage)
             remove_leftovers(target, os.path.join(os.path.dirname(target), ARCHIVE_DIR))
             check_single_name(target)
             recovered = cut_torn_tail(target)
-            snap = resume(target)
+            snap = resume(storage)
             _check_writable(target, snap)
-            appender = AppendLog(target, durability)
+            appender = storage.open_appender(durability)
         except BaseException:
             lock.release()
             raise
-        session = cls(target, lock, appender, snap)
+        session = cls(storage, lock, appender, snap)
         session.recovered = recovered
         session.followed = followed
         if followed:
@@ -162,11 +171,25 @@ class Session:
             )
         return session
 
-    def rotate(self, **options: Any) -> RotationResult:
-        """Rotate into a successor now (see `journal.rotate`); this session follows it."""
-        from .rotation import rotate
+    def rotate(self, *, archive_dir: str | None = None, keep: int | None = None,
+               compress: bool = True, dry_run: bool = False) -> RotationResult:
+        """Rotate into a successor now (see `journal.rotate`); this session carries on
+        writing there (`path` changes), its lock taken before the old one is released."""
+        started = time.perf_counter()
+        source = RotationSource(self.path, self.tree, self.header, self.latest_session_info(),
+                                self._seal, keep_successor_lock=True, abandon=self._abandon)
+        rotation = rotate_held(source, archive_dir=archive_dir, compress=compress,
+                               dry_run=dry_run)
+        if rotation.successor is not None:
+            self._switch_to(rotation.successor)
+        rotation.started = started
+        rotation.result.lock_held_ms = (time.perf_counter() - started) * 1000
+        return finish_rotation(rotation, keep=keep)
 
-        return rotate(self, **options)
+    def _seal(self, seal: Entry) -> None:
+        """Commit a rotation's seal, synced whatever the durability policy."""
+        commit_seal(self._log.commit, seal)
+        self._log.sync()
 
     def maybe_rotate(self) -> RotationResult | None:
         """Rotate if the rotation policy wants it at the current size; None if not."""
@@ -177,18 +200,19 @@ class Session:
                              compress=policy.compress)
         return result if result.rotated else None
 
-    def _switch_to(self, path: str, lock: WriterLock | None, header: Entry,
-                   entries: list[Entry]) -> None:
-        """Carry on in a successor file (called by rotation, under both locks)."""
+    def _switch_to(self, successor: Successor) -> None:
+        """Carry on in a successor rotation published (holding both files' locks)."""
+        path, lock = successor.path, successor.lock
         durability = self._log.durability
         previous = self._taken()
         self._log.close()
         old_lock, old_path = self._lock, self.path
-        self.path = path
-        self._lock = lock or WriterLock(path)
-        self._log = AppendLog(path, durability)
-        self.header = header
-        self.tree = Tree(entries)
+        storage = FileStorage(path)
+        self._storage, self.path = storage, path
+        self._lock = lock or storage.lock(0)
+        self._log = storage.open_appender(durability)
+        self.header = successor.header
+        self.tree = Tree(successor.entries)
         self.diagnostics = []
         self._context = None
         self._info = None
@@ -277,9 +301,9 @@ class Session:
     def latest_session_info(self) -> Entry | None:
         """The file's latest `session_info` entry (searched once, then kept current)."""
         if self._info is None:
-            with open_for_reading(self.path) as f:
-                end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-                self._info = (find_last_of_type(f, end, "session_info"),)
+            with self._storage.open_reader() as reader:
+                end = last_newline_end(reader.stream, reader.size)
+                self._info = (find_last_of_type(reader.stream, end, "session_info"),)
         return self._info[0]
 
     def _indexed(self, entry: Entry) -> None:
@@ -312,7 +336,7 @@ class Session:
         if self.tree.complete:
             return
         leaf = self.leaf_id
-        snap = load(self.path)
+        snap = load(self._storage)
         tree = Tree(snap.entries)
         tree.finish_forward_check()
         tree.leaf = None if leaf is None else tree.index_of(leaf)
@@ -487,10 +511,11 @@ class Session:
         self._log.sync()
 
 
-def _write_new_file(path: str, data: bytes) -> None:
+def _create(storage: Storage, data: bytes) -> None:
+    path = storage.locator
     make_private_dir(os.path.dirname(path))
     try:
-        write_new_file(path, data)
+        storage.create(data)
     except FileExistsError as e:
         raise JournalError(f"{path}: already exists; open it instead of creating it") from e
     except NoSpace:
@@ -517,14 +542,15 @@ def _check_writable(path: str, snap: Snapshot) -> None:
         raise UnsupportedVersion(path, version, "written by a newer program; not appending")
 
 
-def _preflight(path: str) -> None:
+def _preflight(storage: Storage) -> None:
     """Refuse what is not a writable version 3 session before anything is changed."""
+    path = storage.locator
     if path.endswith(".gz"):
         raise NotASession(path, "a compressed archive is read-only; open its live successor")
-    with open_for_reading(path) as f:
-        if os.fstat(f.fileno()).st_size == 0:
+    with storage.open_reader() as reader:
+        if reader.size == 0:
             raise NotASession(path, "empty file, not a session (no header)")
-        header = first_line(f.fileno()).header
+        header = stream_first_line(reader.stream).header
     if header is None:
         raise NotASession(
             path, "not a session file: no session header on line 1 (if it is a damaged "

@@ -9,10 +9,9 @@ from typing import IO, BinaryIO
 from . import codec
 from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line
-from .errors import NotASession
-from .files import read_regular
-from .header import first_line, is_header
+from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
+from .storage import FileStorage, Storage, as_storage
 
 
 @dataclass
@@ -51,21 +50,11 @@ def open_for_reading(path: str | os.PathLike[str]) -> BinaryIO:
     Only a regular file is opened: a FIFO, device or socket raises NotASession at once
     (it is opened non-blocking and checked with fstat), so nothing hangs or reads forever.
     """
-    path = os.fspath(path)
-    try:
-        return read_regular(path)
-    except FileNotFoundError as e:
-        raise NotASession(path, "no such file") from e
-    except IsADirectoryError as e:
-        raise NotASession(path, "is a directory, not a session file") from e
-    except PermissionError as e:
-        raise NotASession(path, "permission denied") from e
-    except OSError as e:
-        raise NotASession(path, e.strerror or str(e)) from e
+    return FileStorage(os.fspath(path)).open_stream()
 
 
-def load(path: str | os.PathLike[str]) -> Snapshot:
-    """Read a whole session file without locking it.
+def load(path: str | os.PathLike[str] | Storage) -> Snapshot:
+    """Read a whole session (a file path, or any `Storage`) without locking it.
 
     Version 1 and 2 files are migrated in memory; the file is never rewritten. Bad lines are
     reported in `diagnostics`, never raised.
@@ -74,9 +63,9 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
         >>> snap = load("sessions/a.jsonl")  # doctest: +SKIP
         >>> len(snap.entries), [d.reason for d in snap.diagnostics]
     """
-    path = os.fspath(path)
-    with open_for_reading(path) as f, codec.bulk_parsing():
-        return read_stream(path, f)
+    storage = as_storage(path)
+    with storage.open_reader() as reader, codec.bulk_parsing():
+        return read_stream(storage.locator, reader.stream)
 
 
 def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = None) -> Snapshot:
@@ -202,7 +191,7 @@ class _PathState:
         )
 
 
-def resume(path: str | os.PathLike[str]) -> Snapshot:
+def resume(path: str | os.PathLike[str] | Storage) -> Snapshot:
     """Read only the tail a live context needs, scanning backwards from the end.
 
     Walks the branch of the last entry back until it has the latest compaction's kept boundary
@@ -211,11 +200,13 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
     tail; others may need a longer scan. Version 1 and 2 files are loaded whole (their ids
     depend on position). `Snapshot.complete` says whether every entry was read.
     """
-    path = os.fspath(path)
-    with open_for_reading(path) as f:
-        size = os.fstat(f.fileno()).st_size
+    storage = as_storage(path)
+    path = storage.locator
+    with storage.open_reader() as reader:
+        f = reader.stream
+        size = reader.size
         end = last_newline_end(f, size)
-        first = first_line(f.fileno())
+        first = stream_first_line(f)
         header, body_start = first.header, first.end
         if header is None or body_start > end or header_version(header) < CURRENT_VERSION:
             return read_stream(path, f)
@@ -228,7 +219,7 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
         field_issues: list[Diagnostic] = []
         state = _PathState()
         reached_start = True
-        for line in codec.iter_lines_reverse(f, end):
+        for line in reader.lines_backward(end):
             if line.offset < body_start:
                 break
             entry = _parse_entry(line, diagnostics, field_issues)

@@ -29,9 +29,9 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
-from ..lineage import is_seal
 from ..model import Entry
 from ..render import content_size, content_text, first_line, summarize_arguments
+from ..seal import is_seal
 from ..tail import (
     DELETED,
     ENDED,

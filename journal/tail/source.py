@@ -25,8 +25,8 @@ from ..codec import Diagnostic, Line
 from ..errors import NotASession
 from ..files import open_regular as open_regular_file
 from ..header import first_line, is_header
-from ..lineage import is_seal
 from ..model import CURRENT_VERSION, Entry, header_version, migrate
+from ..seal import is_seal
 from ..snapshot import last_newline_end
 
 # logged under the public module's name, which is what callers configure

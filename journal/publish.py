@@ -1,0 +1,190 @@
+"""Atomic publication: the one place a file is written whole and then given its final name.
+
+Every file the store makes (a rotation's successor, a repaired file, an intent, an archive
+copy, a compressed archive, a new session's header, a backup's second name) is published here,
+so each keeps the same guarantees:
+
+- The bytes go to a temp created with `O_CREAT | O_EXCL | O_NOFOLLOW` under a fresh random name
+  beside the final name (never through a planted link, never reusing a file), `flock`ed while
+  it exists so a cleaner can tell a live writer's temp from a crash's (`files.remove_stale_temps`).
+- A full disk is measured before writing and reported as NoSpace naming the file.
+- The temp is synced, renamed over its final name (a rename replaces a link, it never writes
+  through it), and the directory is synced: after `publish()` returns, the new name survives
+  a crash. With `dir_fd` every step works in one folder descriptor, whatever its path comes
+  to name meanwhile.
+- On any failure before publication the temp is removed and the final name is untouched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+from types import TracebackType
+from typing import BinaryIO
+
+from .errors import NoSpace, UnsafeFile
+from .files import (
+    NO_SPACE_ERRNOS,
+    TEMP_SUFFIX,
+    free_bytes,
+    fsync_directory,
+    remove_if_regular,
+    write_all,
+)
+
+__all__ = ["NewFile", "create_file", "link_as", "publish_bytes", "temp_path_for"]
+
+
+def temp_path_for(final: str, tag: str) -> str:
+    """A fresh hidden name beside `final`: `.<name>.<random>.<tag>.tmp`."""
+    directory, name = os.path.split(final)
+    return os.path.join(directory, f".{name}.{secrets.token_hex(6)}.{tag}{TEMP_SUFFIX}")
+
+
+class NewFile:
+    """A file created under a fresh temp name and published under its final name.
+
+    Use as a context manager: unless `publish()` was called, the temp is removed on exit
+    (an error, a full disk). While open it is `flock`ed (see `remove_stale_temps`).
+
+    Example:
+        >>> with NewFile("dir/a.jsonl", "repair", mode=0o644) as new:  # doctest: +SKIP
+        ...     new.write(data)
+        ...     new.publish()
+    """
+
+    def __init__(self, final: str, tag: str, mode: int = 0o600, *,
+                 name: str | None = None, dir_fd: int | None = None) -> None:
+        """Create the temp beside `final`: `.<final>.<random>.<tag>.tmp`, or exactly `name`
+        (a name nobody can guess in advance, recorded elsewhere, such as a rotation's temp
+        in its intent); an existing file of that name is never reused (UnsafeFile).
+
+        With `dir_fd` (an open descriptor of `final`'s folder, see `open_folder`) every step
+        works in that folder itself, whatever its path comes to name meanwhile.
+        """
+        self.final = final
+        self.published = False
+        self.fd: int | None = None
+        self.dir_fd = dir_fd
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        candidates = [name] if name is not None else [temp_path_for(final, tag)
+                                                      for _ in range(16)]
+        for candidate in candidates:
+            self.path = candidate
+            try:
+                self.fd = os.open(self._in_folder(candidate), flags, 0o600, dir_fd=dir_fd)
+            except FileExistsError:
+                continue
+            break
+        if self.fd is None:
+            raise UnsafeFile(self.path, "already exists (it was not made by this operation)")
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.fchmod(self.fd, mode & 0o777)
+        except BaseException:
+            self.discard()
+            raise
+
+    def write(self, data: bytes | memoryview) -> None:
+        write_all(self._fd(), data, self.path)
+
+    def stream(self) -> BinaryIO:
+        """A buffered writer over the temp (closing it leaves the temp open)."""
+        return open(self._fd(), "wb", closefd=False)  # noqa: SIM115 - the caller closes it
+
+    def sync(self) -> None:
+        fd = self._fd()
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if e.errno in NO_SPACE_ERRNOS:
+                needed = os.fstat(fd).st_size
+                raise NoSpace(self.path, needed, free_bytes(os.path.dirname(self.path))) from e
+            raise
+
+    def publish(self, final: str | None = None) -> str:
+        """Sync, then rename over the final name (or `final`) and sync the directory."""
+        target = final or self.final
+        self.sync()
+        os.rename(self._in_folder(self.path), self._in_folder(target),
+                  src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self.published = True
+        if self.dir_fd is None:
+            fsync_directory(os.path.dirname(target))
+        else:
+            os.fsync(self.dir_fd)
+        self.close()
+        return target
+
+    def _in_folder(self, path: str) -> str:
+        """`path` as given, or its name in the folder when working through `dir_fd`."""
+        return path if self.dir_fd is None else os.path.basename(path)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def discard(self) -> None:
+        """Remove the temp (if it is still ours) and close it."""
+        if not self.published:
+            here = self._in_folder(self.path)
+            try:
+                if self.fd is not None and os.path.samestat(
+                        os.lstat(here, dir_fd=self.dir_fd), os.fstat(self.fd)):
+                    os.unlink(here, dir_fd=self.dir_fd)
+            except FileNotFoundError:
+                pass
+        self.close()
+
+    def _fd(self) -> int:
+        if self.fd is None:
+            raise ValueError(f"{self.path}: already closed")
+        return self.fd
+
+    def __enter__(self) -> NewFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.discard()
+
+
+def create_file(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Create `path` (which must not exist) holding `data`, synced, or leave nothing behind.
+
+    Raises FileExistsError if `path` exists (a link there included), NoSpace on a full disk.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, mode & 0o777)
+        write_all(fd, data, path)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    fsync_directory(os.path.dirname(path))
+
+
+def publish_bytes(final: str, data: bytes, tag: str, mode: int = 0o600, *,
+                  name: str | None = None) -> str:
+    """Publish `data` under `final` atomically (see the module docstring); return `final`."""
+    with NewFile(final, tag, mode, name=name) as new:
+        new.write(data)
+        return new.publish()
+
+
+def link_as(existing: str, alias: str) -> None:
+    """Make `alias` a second name of `existing` (no copy, so no space needed), atomically
+    replacing whatever `alias` named; a link planted at `alias` is replaced, not followed."""
+    link = temp_path_for(alias, "link")
+    os.link(existing, link)
+    try:
+        os.replace(link, alias)
+    except BaseException:
+        remove_if_regular(link)
+        raise

@@ -1,0 +1,139 @@
+"""The storage seam: the one narrow interface through which the writer and the readers reach
+a session's bytes.
+
+A session is an append-only sequence of complete JSON lines. Everything above this seam
+(`Session`, `snapshot.load`/`resume`, rotation and repair planning) asks a `Storage` for
+those bytes and never opens a session file itself, so a second backend (a database table,
+say) plugs in by implementing these few operations with the same guarantees:
+
+- `open_appender(durability)` -> `Appender`: `commit(data)` appends a batch of encoded lines
+  as one unit and returns the offset it starts at. It is durable as the `Durability` policy
+  says (synced before returning under `always`), and a commit that fails (a short write, a
+  full store, a failed sync) is rolled back before the error (`WriteFailed`) reaches the
+  caller: no fragment is ever followed by an acknowledged commit.
+- `open_reader()` -> `Reader`: the committed bytes as of now, read forward from any offset
+  (`lines`), backward from an offset just past a newline (`lines_backward`: how `resume`
+  finds the live context without reading the whole session), or as a random-access binary
+  `stream` for byte searches.
+- `publish(data, tag, before_swap)`: replace the whole session atomically (repair,
+  migration). Readers see the old bytes or the new ones, never a mix; on failure the old
+  bytes stay. `before_swap` runs after the new bytes are durable and before they replace the
+  old (repair keeps its quarantine and backup there); if it raises, nothing is replaced.
+- `create(data)`: make a new session holding `data` (its header); refuses an existing one.
+- `lock(timeout)` -> `Lock`: the exclusive writer lock, across processes and hosts sharing
+  the store; raises `LockTimeout` naming the holder. Released by `Lock.release()`, and by the
+  holder's death.
+- `mark()` -> `Mark` and `watch(since, timeout)`: wait until the session's mark differs from
+  `since` (an append, a replacement) and return the new mark, or None when `timeout` seconds
+  pass first (a missing session has no mark: None).
+
+Offsets are byte offsets into the session's encoded lines; a backend that stores rows keeps
+an equivalent monotonic position. `FileStorage` (journal.storage.filesystem) is the first
+backend; `as_storage` turns a path into one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import BinaryIO, Protocol, runtime_checkable
+
+from ..codec import Diagnostic, Line
+from ..durability import Durability
+from .filesystem import FileStorage
+from .mark import Mark
+
+__all__ = ["Appender", "FileStorage", "Lock", "Mark", "Reader", "Storage", "as_storage"]
+
+
+class Lock(Protocol):
+    """A held writer lock."""
+
+    @property
+    def held(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class Appender(Protocol):
+    """The one writer's handle for appending (the caller holds the `Lock`)."""
+
+    durability: Durability
+
+    @property
+    def closed(self) -> bool: ...
+
+    def commit(self, data: bytes) -> int:
+        """Append complete lines as one unit; return their start offset (see module doc)."""
+        ...
+
+    def sync(self) -> None:
+        """Make every acknowledged commit durable now, whatever the policy."""
+        ...
+
+    def size(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Reader(Protocol):
+    """The committed bytes as of `open_reader()`; close it (or use it in `with`)."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def stream(self) -> BinaryIO:
+        """A seekable binary reader over the bytes (for byte searches and bulk parsing)."""
+        ...
+
+    def lines(self, start: int = 0, end: int | None = None) -> Iterator[Line | Diagnostic]:
+        """Complete lines forward from `start`; a last fragment without newline is reported
+        as a torn-tail Diagnostic."""
+        ...
+
+    def lines_backward(self, end: int) -> Iterator[Line]:
+        """Complete lines backward from `end` (just past a newline); line numbers are 0."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Reader: ...
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """One session's bytes (see the module docstring for each operation's guarantees)."""
+
+    @property
+    def locator(self) -> str:
+        """What names this session in messages (a file path for the file backend)."""
+        ...
+
+    def size(self) -> int: ...
+
+    def open_reader(self) -> Reader: ...
+
+    def open_appender(self, durability: Durability | None = None) -> Appender: ...
+
+    def create(self, data: bytes) -> None: ...
+
+    def publish(self, data: bytes, tag: str,
+                before_swap: Callable[[], None] | None = None) -> None: ...
+
+    def lock(self, timeout: float) -> Lock: ...
+
+    def mark(self) -> Mark | None: ...
+
+    def watch(self, since: Mark | None, timeout: float) -> Mark | None: ...
+
+
+def as_storage(target: str | os.PathLike[str] | Storage) -> Storage:
+    """`target` itself if it is a Storage, else the file backend over that path."""
+    if isinstance(target, (str, os.PathLike)):
+        return FileStorage(os.fspath(target))
+    return target

@@ -1,0 +1,16 @@
+"""Where a stored session stands, for waiting on change (`Storage.mark`, `Storage.watch`)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Which version of the session (`generation`: a replacement starts a new one; for a file,
+    its device and inode) and how many bytes it holds. Two marks differ when anything was
+    appended or the whole was replaced, even by bytes of the same length."""
+
+    generation: Hashable
+    size: int
