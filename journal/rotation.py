@@ -281,10 +281,13 @@ def rotate(
         path, _ = resolve_live(path)
         searched = file_key(path)
         early_info = _early_info(path)
-        # if the holder rotates it while we wait, the lock is taken on its successor instead
-        locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
-        if locked != path or file_key(locked) != searched:
-            path, early_info = locked, None  # another file now: search it under the lock
+        if dry_run:
+            lock = None  # a dry run only reads, as every reader does: no lock (file) taken
+        else:
+            # if the holder rotates it while we wait, the lock is taken on its successor
+            locked, lock, _ = lock_live(path, lock_timeout)
+            if locked != path or file_key(locked) != searched:
+                path, early_info = locked, None  # another file now: search it under the lock
     locked_at = time.perf_counter()
     try:
         if session is None and not dry_run:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, cast
 
 from . import codec
 from .boundary import is_compaction, is_first_kept
@@ -68,7 +70,9 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
     """Read a whole session file without locking it.
 
     Version 1 and 2 files are migrated in memory; the file is never rewritten. Bad lines are
-    reported in `diagnostics`, never raised.
+    reported in `diagnostics`, never raised. A `.gz` file (a compressed archive) is read
+    through gzip; its `size` is the compressed size, its offsets are those of the
+    uncompressed data.
 
     Example:
         >>> snap = load("sessions/a.jsonl")  # doctest: +SKIP
@@ -76,7 +80,18 @@ def load(path: str | os.PathLike[str]) -> Snapshot:
     """
     path = os.fspath(path)
     with open_for_reading(path) as f, codec.bulk_parsing():
-        return read_stream(path, f)
+        if not is_compressed(path):
+            return read_stream(path, f)
+        try:
+            with gzip.GzipFile(fileobj=f, mode="rb") as unpacked:
+                return read_stream(path, cast(IO[bytes], unpacked))
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise NotASession(path, f"not a readable gzip archive ({e})") from e
+
+
+def is_compressed(path: str) -> bool:
+    """Whether `path` names a gzip-compressed session (an archive): by its `.gz` suffix."""
+    return path.endswith(".gz")
 
 
 def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = None) -> Snapshot:
@@ -209,9 +224,12 @@ def resume(path: str | os.PathLike[str]) -> Snapshot:
     plus the latest model and thinking-level settings, or reaches the root. Files written by
     this library record both settings right after each compaction, so they resume from their
     tail; others may need a longer scan. Version 1 and 2 files are loaded whole (their ids
-    depend on position). `Snapshot.complete` says whether every entry was read.
+    depend on position), and so are compressed archives (`.gz`: gzip cannot read backwards).
+    `Snapshot.complete` says whether every entry was read.
     """
     path = os.fspath(path)
+    if is_compressed(path):
+        return load(path)
     with open_for_reading(path) as f:
         size = os.fstat(f.fileno()).st_size
         end = last_newline_end(f, size)

@@ -22,7 +22,7 @@ from ..render import describe_entry, describe_message
 from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
-from ..view import View
+from ..view import View, check_session, locate
 from .app import entry_parser, run
 from .repair import add_repair_parser
 from .tail import add_tail_parser
@@ -38,6 +38,15 @@ def _emit_json(value: Any) -> None:
 
 def _emit_json_line(value: Any) -> None:
     sys.stdout.write(codec.dumps(value).decode() + "\n")
+
+
+def reading(args: argparse.Namespace) -> str:
+    """The file a read command reads for `args.path`: a rotated or moved path is followed to
+    its live successor (said on stderr) unless `--no-follow`."""
+    target, moved = locate(args.path, follow=not args.no_follow)
+    if moved is not None:
+        print(f"journal: {moved} was rotated; reading {target}", file=sys.stderr)
+    return target
 
 
 # commands
@@ -106,7 +115,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    snap = load(args.path)
+    snap = load(reading(args))
     require_session(snap)
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, entry in zip(snap.lines, snap.entries, strict=True):
@@ -135,7 +144,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    info = inspect(args.path)
+    info = inspect(reading(args))
     if args.json:
         _emit_json(info.to_json())
         return 0
@@ -172,11 +181,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    view = View.open(args.path, full=True)
+    path = reading(args)
+    view = View.open(path, follow=False)  # only the tail the context needs (all of it for --leaf)
     try:
         context: Context = view.context(args.leaf or None, raw=not args.for_model)
     except UnknownEntry as e:
-        raise JournalError(f"{args.path}: no entry with id {args.leaf!r}") from e
+        raise JournalError(f"{path}: no entry with id {args.leaf!r}") from e
     report = context.pairing if args.for_model else None
     if args.json:
         data = context.to_json()
@@ -195,7 +205,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    tree = View.open(args.path, full=True).tree
+    tree = View.open(reading(args), full=True, follow=False).tree
     leaf_id = tree.leaf_id
     for depth, node in _walk_nested(tree.nested()):
         entry = node.entry
@@ -220,6 +230,9 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 
     if args.keep is not None and args.keep < 0:
         raise JournalError("--keep takes a number of archives, 0 or more")
+    from ..lineage import resolve_live
+
+    check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
     result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
                     compress=not args.no_compress, dry_run=args.dry_run,
                     lock_timeout=args.lock_timeout)
@@ -249,7 +262,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     chain = lineage(args.path)
     if not os.path.exists(chain[-1]):
         raise NotASession(args.path, "no such file, and no successor of it was found")
-    open_for_reading(chain[-1]).close()
+    check_session(chain[-1])
     if args.json:
         _emit_json({"lineage": chain, "live": chain[-1]})
         return 0
@@ -263,6 +276,12 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def add_no_follow(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-follow", action="store_true",
+                   help="read the file named, even if it was rotated or moved away "
+                   "(default: follow it to its live successor)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -293,12 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "ranges are flagged with '!!'.")
     p.add_argument("path", help="session file")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    add_no_follow(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("info", help="header, counts, size, problems, lock holder",
                        description="Summarise a session file without locking it.")
     p.add_argument("path", help="session file")
     _add_json(p)
+    add_no_follow(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("context", help="print what the model sees for the leaf",
@@ -310,11 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print what a model is sent: tool calls and results paired up "
                    "(default: the raw projection, exactly what the file holds)")
     _add_json(p)
+    add_no_follow(p)
     p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("tree", help="print the entry tree with labels and the leaf",
                        description="Print the session's tree; branches indent, chains stay flat.")
     p.add_argument("path", help="session file")
+    add_no_follow(p)
     p.set_defaults(func=cmd_tree)
 
     p = sub.add_parser("rotate", help="continue a long session in a short successor file",

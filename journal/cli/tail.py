@@ -29,9 +29,11 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
-from ..lineage import is_seal
+from ..errors import JournalError
+from ..lineage import is_seal, resolve_live
 from ..model import Entry
 from ..render import content_size, content_text, first_line, summarize_arguments
+from ..snapshot import is_compressed, load
 from ..tail import (
     DELETED,
     ENDED,
@@ -42,6 +44,7 @@ from ..tail import (
     TailEvent,
     follow_events,
 )
+from ..view import check_session, locate
 from .app import EXIT_FINDINGS, EXIT_OK, entry_parser, run
 
 if TYPE_CHECKING:
@@ -81,15 +84,28 @@ def tail_main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     since = args.since
+    path = args.path
+    if not os.path.isdir(path):
+        path, moved = locate(path, follow=not args.no_follow)
+        if moved is not None:
+            print(f"journal: {moved} was rotated; reading {path}", file=sys.stderr)
+        check_session(path)  # a file that is no session at the start is an error, as in show
+        if is_compressed(path):
+            if not args.follow:
+                return _tail_archive(path, args)
+            live, _ = resolve_live(path)
+            if live != path:
+                print(f"journal: {path} is an archive; following {live}", file=sys.stderr)
+                path = live
     events = follow_events(
-        args.path,
+        path,
         last=None if since is not None else args.lines,
         since_id=since,
         stop=None if args.follow else (lambda: True),
         poll=True if args.poll else None,
     )
     printer = TailPrinter(
-        sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(args.path),
+        sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(path),
         flush=args.follow,
     )
     try:
@@ -100,7 +116,24 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if not args.follow:
             raise
         return EXIT_OK  # Ctrl-C is how a follow is meant to end
-    return EXIT_FINDINGS if printer.gone and not os.path.isdir(args.path) else EXIT_OK
+    return EXIT_FINDINGS if printer.gone and not os.path.isdir(path) else EXIT_OK
+
+
+def _tail_archive(path: str, args: argparse.Namespace) -> int:
+    """The last entries of a compressed archive (it never changes: there is nothing to
+    follow), as a tail of a plain file prints them."""
+    entries = load(path).entries
+    if args.since is not None:
+        ids = [e.get("id") for e in entries]
+        if args.since not in ids:
+            raise JournalError(f"{path}: no entry with id {args.since!r}")
+        entries = entries[ids.index(args.since) + 1:]
+    else:
+        entries = entries[len(entries) - args.lines:] if args.lines else []
+    printer = TailPrinter(sys.stdout, sys.stderr, as_json=args.json)
+    for entry in entries:
+        printer.show(TailEvent(ENTRY, path, entry))
+    return EXIT_OK
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -116,6 +149,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print entries as JSON lines (for a directory: {path, entry})")
     p.add_argument("--poll", action="store_true",
                    help="poll instead of inotify (network and some container file systems)")
+    p.add_argument("--no-follow", action="store_true",
+                   help="read the file named, even if it was rotated or moved away "
+                   "(default: follow it to its live successor)")
 
 
 def _count(text: str) -> int:
