@@ -41,11 +41,34 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def entry_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The parser of an entry point, with the `-v` every entry point takes."""
+    """The parser of an entry point, with the `-v` and `--version` every entry point takes."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what happens (INFO messages on stderr)")
+    add_version(parser)
     return parser
+
+
+def package_version() -> str:
+    """The installed version of the `journal` package (from its metadata), or "unknown" when
+    it runs from a checkout that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("journal")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """`--version`: print `PROG VERSION` (the package's version) and exit 0. Every parser made
+    by `entry_parser` has it already; adding it again changes nothing."""
+    try:
+        parser.add_argument("--version", action="version",
+                            version=f"{parser.prog} {package_version()}",
+                            help="print the version and exit")
+    except argparse.ArgumentError:
+        pass  # the parser has a --version already
 
 
 def run(

@@ -1,17 +1,18 @@
 """`journal tail` and `journal-tail`: the last entries of a session, and a live follow.
 
-    journal tail PATH|DIR [-f] [-n N | --since ID] [--json] [--poll]
+    journal tail PATH|DIR [-f] [-n N | --since ID] [--json] [--poll] [--no-follow]
 
 Without `-f`, prints the last N entries (default 10) of the file, or of each session in the
 directory, and exits. With `-f`, keeps following: appends, rotations into a successor file,
 repairs, truncations, and (for a directory) new sessions. `journal-tail` takes the same options
 with the same meaning (`-f` is not implied).
 
-Human output is one line per entry: local time, role or kind, then the gist (first line of
-text, tool calls with a short argument summary, tool results with ok/error and size,
-compactions with the tokens before, model changes, rotations). Colour only on a terminal, and
-never with NO_COLOR set. `--json` prints the entries themselves as JSON lines, for jq; following
-a directory, each line is `{"path": <file>, "entry": <entry>}`.
+Human output is one line per entry: local time (with the date when it is not today), role or
+kind, then the gist (first line of text, tool calls with a short argument summary, tool
+results with ok/error and size, compactions with the tokens before, model changes,
+rotations). Colour only on a terminal, and never with NO_COLOR set. `--json` prints the
+entries themselves as JSON lines, for jq; following a directory, each line is
+`{"path": <file>, "entry": <entry>}`.
 
 Exit status: 0 (also when Ctrl-C ends a follow, its normal end), 1 when a followed file went
 away for good, 2 on errors (`Error: ...` on stderr), 130 when Ctrl-C cuts short a tail without
@@ -25,7 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 from contextlib import closing
-from datetime import datetime
+from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
@@ -318,8 +319,9 @@ def _assistant_body(message: dict[str, Any]) -> Segments:
     return parts
 
 
-def clock(timestamp: Any) -> str:
-    """HH:MM:SS in local time from an ISO timestamp (or epoch milliseconds)."""
+def clock(timestamp: Any, today: date | None = None) -> str:
+    """HH:MM:SS in local time from an ISO timestamp (or epoch milliseconds), with the date
+    before it (YYYY-MM-DD HH:MM:SS) when it is not `today` (default: the local today)."""
     try:
         if isinstance(timestamp, str):
             when = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).astimezone()
@@ -329,6 +331,8 @@ def clock(timestamp: Any) -> str:
             return "--:--:--"
     except (ValueError, OverflowError, OSError):
         return "--:--:--"
+    if when.date() != (today or date.today()):
+        return when.strftime("%Y-%m-%d %H:%M:%S")
     return when.strftime("%H:%M:%S")
 
 
