@@ -41,6 +41,7 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .pairing import PairingReport, sanitize, synthetic_result
+from .progress import Meter, Progress
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import open_for_reading
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 
 BACKUP_SUFFIX = ".bak"
 REPAIR_TAG = "repair"
+WRITE_BLOCK = 8 << 20  # the new file is written in blocks of this size (progress between)
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
 NAME_RE = re.compile(
@@ -129,6 +131,7 @@ class _Plan:
     dropped: list[Quarantined] = field(default_factory=list)
     migrate: bool = False
     taken: set[str] | None = None
+    meter: Meter = field(default_factory=lambda: Meter(None, 0))
 
     def problem(self, kind: str, action: str, item: _Item | None = None, **kw: Any) -> None:
         if item is not None:
@@ -141,12 +144,17 @@ class _Plan:
 # planning
 
 
-def plan(path: str, *, migrate: bool = False) -> _Plan:
-    """Work out what repair would do, without writing anything (`_render` gives the bytes)."""
+def plan(path: str, *, migrate: bool = False, progress: Progress | None = None) -> _Plan:
+    """Work out what repair would do, without writing anything (`_render` gives the bytes).
+
+    `progress` is told of the bytes checked; they count for half of the work (`_publish`
+    writing the new file, the other half)."""
     with open_for_reading(path) as f:
         original = f.read()
+    meter = Meter(progress, 2 * len(original))
     with codec.bulk_parsing():
-        p = _salvage(path, original)
+        p = _salvage(path, original, meter)
+    p.meter = meter
     p.migrate = migrate
     _fix_fields(p)
     if p.version >= 2:
@@ -160,12 +168,15 @@ def plan(path: str, *, migrate: bool = False) -> _Plan:
     return p
 
 
-def _lines(data: bytes) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, int]]:
+def _lines(data: bytes, meter: Meter,
+           ) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, int]]:
     """Each line of the file: clean ones parsed directly, damaged ones through salvage."""
     pos, number, size = 0, 1, len(data)
     loads = orjson.loads
     view = memoryview(data)
     while pos < size:
+        if pos >= meter.next:
+            meter.advance_to(pos)
         nl = data.find(b"\n", pos)
         if nl < 0:
             tail = data[pos:]
@@ -186,11 +197,11 @@ def _lines(data: bytes) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, i
         number += 1
 
 
-def _salvage(path: str, data: bytes) -> _Plan:
+def _salvage(path: str, data: bytes, meter: Meter) -> _Plan:
     pieces: list[tuple[Piece, int]] = []
     dropped: list[Quarantined] = []
     problems: list[Problem] = []
-    for salvaged in _lines(data):
+    for salvaged in _lines(data, meter):
         if type(salvaged) is tuple:
             value, offset, raw, number = salvaged
             pieces.append((Piece(value, offset, raw), number))  # type: ignore[arg-type]
@@ -677,11 +688,14 @@ def repair(
     dry_run: bool = False,
     migrate: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
 ) -> RepairReport:
     """Repair one session file in place (atomically), or report what would change.
 
     Takes the writer lock (raising LockTimeout if a live writer keeps it); keeps one backup
     at `<path>.bak`; appends every dropped or rewritten byte range to `<path>.quarantine`.
+    `progress` is called with (done, total) as the file is checked and written (see
+    `journal.progress`).
 
     Example:
         >>> report = repair("sessions/a.jsonl")  # doctest: +SKIP
@@ -693,16 +707,20 @@ def repair(
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
     if dry_run:
-        return _report(plan(path, migrate=migrate), path, dry_run=True)
+        p = plan(path, migrate=migrate, progress=progress)
+        p.meter.finish()
+        return _report(p, path, dry_run=True)
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
         remove_leftovers(path)
         check_single_name(path)
-        p = plan(path, migrate=migrate)
+        p = plan(path, migrate=migrate, progress=progress)
         report = _report(p, path, dry_run=False)
         if not report.changed:
+            p.meter.finish()
             return report
         _publish(p, _render(p), path)
+        p.meter.finish()
         report.backup = path + BACKUP_SUFFIX
         report.quarantine = quarantine_path_for(path)
         return report
@@ -753,7 +771,10 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
     # the temp, plus the quarantine records (base64 and a text copy: about twice the bytes)
     require_space(path, len(data) + sum(2 * len(q.data) + 256 for q in quarantine_items))
     with NewFile(path, REPAIR_TAG, mode=file_mode(path)) as new:
-        new.write(data)
+        half, view = p.meter.total // 2, memoryview(data)
+        for start in range(0, len(view), WRITE_BLOCK):  # in blocks, for the progress meter
+            new.write(view[start:start + WRITE_BLOCK])
+            p.meter.advance_to(half + (start + WRITE_BLOCK) * half // max(len(view), 1))
         new.sync()
         quarantine(path, quarantine_items)
         _keep_backup(path)

@@ -62,6 +62,7 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .log import AppendLog
 from .model import Entry
+from .progress import Meter, MeteredReader, Progress
 from .quarantine import cut_torn_tail
 from .snapshot import find_last_of_type, last_newline_end, load, open_for_reading, resume
 from .tree import Tree
@@ -253,6 +254,7 @@ def rotate(
     compress: bool = True,
     dry_run: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
 ) -> RotationResult:
     """Rotate a session (an open `Session`, or a path) into a successor file.
 
@@ -261,6 +263,8 @@ def rotate(
     is resolved to its real file and then to the live file of its lineage; if that file is
     rotated by another writer while this waits for the lock, its successor is rotated instead.
     Returns `rotated=False` with a reason when there is no compaction to rotate after.
+    `progress` is called with (done, total) bytes as the archive is compressed (the long
+    part of rotating a large file; see `journal.progress`).
 
     Example:
         >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
@@ -302,7 +306,7 @@ def rotate(
     released_at = time.perf_counter()
     result.lock_held_ms = (released_at - locked_at) * 1000
     if pending is not None:
-        _compress_or_warn(*pending, result)
+        _compress_or_warn(*pending, result, progress)
     if not dry_run and not result.warnings:
         _retry_compression(result.successor if result.rotated and result.successor else path)
     if result.rotated and keep is not None and result.successor:
@@ -429,7 +433,7 @@ def _seal(path: str, session: Session | None, tree: Tree, pointers: dict[str, An
         appender.close()
 
 
-def _compress(stored: str, final: str) -> None:
+def _compress(stored: str, final: str, progress: Progress | None = None) -> None:
     """gzip the sealed archive (outside the lock: it no longer changes).
 
     The compressed copy is written under a fresh temp name (never through a planted link),
@@ -451,7 +455,9 @@ def _compress(stored: str, final: str) -> None:
             try:
                 with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
                                                         compresslevel=1, mtime=0) as gz:
-                    shutil.copyfileobj(src, gz, 1 << 22)
+                    meter = Meter(progress, os.fstat(src.fileno()).st_size)
+                    shutil.copyfileobj(MeteredReader(src, meter), gz, 1 << 20)
+                    meter.finish()
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     size = os.fstat(src.fileno()).st_size
@@ -474,12 +480,13 @@ def _retry_compression(live: str) -> None:
         log.warning("%s: compressing an earlier archive failed again: %s", live, e)
 
 
-def _compress_or_warn(stored: str, final: str, result: RotationResult) -> None:
+def _compress_or_warn(stored: str, final: str, result: RotationResult,
+                      progress: Progress | None = None) -> None:
     """Compression is not part of the rotation: it already succeeded. A failure is reported
     as a warning; the next rotation of the lineage compresses the archive (see
     `finish_compression`)."""
     try:
-        _compress(stored, final)
+        _compress(stored, final, progress)
     except (OSError, JournalError) as e:
         reason = str(e) if isinstance(e, JournalError) else f"{stored}: {e.strerror or e}"
         result.warnings.append(f"compressing the archive failed ({reason}); it stays "

@@ -16,6 +16,7 @@ import pytest
 from test_cli_read import listing, one_error, run
 
 from journal import Session, load
+from journal.cli import main
 from journal.cli.tail import clock
 from journal.tree import Tree
 
@@ -195,3 +196,92 @@ def test_quarantine_refusals_change_nothing(repaired, tmp_path, capsys, argv):
     assert code == 2 and out == ""
     one_error(err)
     assert listing(tmp_path) == before
+
+
+# progress for one large file
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _big_damaged_session(tmp_path: Path) -> str:
+    """A session of about 1 MB with a torn last line: repair has something to do."""
+    with Session.create(tmp_path / "s.jsonl", cwd="/") as s:
+        s.append_many([{"type": "message", "message": {
+            "role": "user", "content": f"message {n} " + "x" * 1000, "timestamp": n}}
+            for n in range(1000)])
+        path = s.path
+    with open(path, "ab") as f:
+        f.write(b'{"type":')
+    return path
+
+
+def test_repair_reports_progress_in_bytes_and_writes_the_same_file(tmp_path, monkeypatch):
+    import journal.progress
+    from journal import repair
+
+    monkeypatch.setattr(journal.progress, "STEP", 64 << 10)
+    (tmp_path / "a").mkdir()
+    path = _big_damaged_session(tmp_path / "a")
+    twin = tmp_path / "b"
+    twin.mkdir()
+    other = str(twin / "s.jsonl")
+    Path(other).write_bytes(Path(path).read_bytes())
+    calls: list[tuple[int, int]] = []
+    report = repair(path, progress=lambda done, total: calls.append((done, total)))
+    assert report.changed and repair(other).changed
+    assert Path(path).read_bytes() == Path(other).read_bytes()
+    totals = {total for _, total in calls}
+    assert len(totals) == 1 and len(calls) > 10
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert calls[-1] == (totals.pop(),) * 2
+    assert any(done < calls[-1][0] // 2 for done, _ in calls)  # checking, then writing
+
+
+def test_rotate_reports_the_compression_in_bytes(tmp_path, monkeypatch):
+    import journal.progress
+    from journal import rotate
+
+    monkeypatch.setattr(journal.progress, "STEP", 4 << 10)
+    path = _big_damaged_session(tmp_path)
+    with Session.open(path) as s:  # the torn line is set aside here
+        kept = s.entries[-10]["id"]
+        s.append_compaction("summary", kept, 1000)
+    size = Path(path).stat().st_size
+    calls: list[tuple[int, int]] = []
+    result = rotate(path, progress=lambda done, total: calls.append((done, total)))
+    assert result.rotated and result.archive.endswith(".gz")
+    assert calls[-1][1] >= size and calls[-1][0] == calls[-1][1] and len(calls) > 2
+
+
+def test_one_large_file_draws_a_byte_bar_on_a_terminal_stderr_only(tmp_path, monkeypatch):
+    from test_rotate import build_session
+
+    import journal.progress
+    from journal.cli import repair_main
+
+    monkeypatch.setattr(journal.progress, "STEP", 64 << 10)
+    monkeypatch.setenv("NO_COLOR", "1")
+    for stderr in (Terminal(), io.StringIO()):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        path = _big_damaged_session(folder)
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", stderr)
+        assert repair_main([path]) == 0
+        assert "repairing" not in out.getvalue() and "fixed" in out.getvalue()
+        assert ("repairing s.jsonl" in stderr.getvalue()) == isinstance(stderr, Terminal)
+
+        s, _ = build_session(folder / "rot")
+        rotating = s.path
+        s.close()
+        monkeypatch.setattr(journal.progress, "STEP", 1 << 10)
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        assert main(["rotate", rotating]) == 0
+        assert "rotated into" in out.getvalue() and "compressing" not in out.getvalue()
+        assert ("compressing the archive" in stderr.getvalue()) == isinstance(stderr, Terminal)
+        monkeypatch.setattr(journal.progress, "STEP", 64 << 10)

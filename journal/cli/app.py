@@ -26,7 +26,7 @@ import os
 import select
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
 
@@ -154,3 +154,44 @@ def progress(items: Sequence[T], description: str, *, enabled: bool = True) -> I
     from rich.progress import track
 
     return track(items, description=description, transient=True, console=Console(stderr=True))
+
+
+class ByteProgress:
+    """A byte-based progress callback (`journal.progress.Progress`) that draws a transient
+    bar on stderr when it is a terminal and `enabled`; it draws nothing until the first call
+    (a small file, done before the first step, shows none). Use as a context manager; the
+    bar is removed at the end."""
+
+    def __init__(self, description: str, *, enabled: bool = True) -> None:
+        self.description = description
+        self.enabled = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 DownloadColumn(), TimeRemainingColumn(), transient=True,
+                                 console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+
+    def __enter__(self) -> ByteProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

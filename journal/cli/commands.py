@@ -23,7 +23,7 @@ from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
 from ..view import View, check_session, locate
-from .app import entry_parser, run
+from .app import ByteProgress, entry_parser, run
 from .repair import add_repair_parser
 from .tail import add_tail_parser
 
@@ -261,9 +261,10 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
     check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
-    result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
-                    compress=not args.no_compress, dry_run=args.dry_run,
-                    lock_timeout=args.lock_timeout)
+    with ByteProgress("compressing the archive", enabled=not args.json) as bar:
+        result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
+                        compress=not args.no_compress, dry_run=args.dry_run,
+                        lock_timeout=args.lock_timeout, progress=bar)
     if args.json:
         _emit_json(result.to_json())
         return 0
