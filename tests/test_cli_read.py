@@ -252,3 +252,39 @@ def test_read_commands_and_a_dry_run_create_no_lock_file(tmp_path, capsys):
         assert listing(tmp_path) == before, argv
     code, out, _ = run(capsys, "rotate", "--dry-run", "--json", path)
     assert orjson.loads(out)["rotated"] is True  # the dry run did look at the whole plan
+
+
+# every read command against every kind of bad input
+
+BAD_INPUTS = {
+    "missing": None,
+    "directory": "dir",
+    "empty": b"",
+    "binary": bytes(range(256)) * 4,
+    "random": os.urandom(4096).replace(b"\n", b"") + b"\x00\xff",
+    "non-session JSONL": b'{"hello": "world"}\n{"type": 3}\n',
+    "one huge line": b'{"x": "' + b"y" * (3 << 20) + b'"',
+}
+READ_COMMANDS = [["show"], ["info"], ["context"], ["context", "--for-model"], ["tree"],
+                 ["tree", "--json"], ["lineage"], ["tail"], ["rotate", "--dry-run"],
+                 ["show", "--no-follow"], ["context", "--json"]]
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("name", ["s.jsonl", "a dir/sé ssion ✓.jsonl"])
+def test_every_read_command_refuses_bad_input_cleanly(tmp_path, capsys, kind, name):
+    path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
+    content = BAD_INPUTS[kind]
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    before = listing(tmp_path)
+    for argv in READ_COMMANDS:
+        if argv == ["tail"] and kind == "directory":
+            continue  # a folder of sessions: what `tail DIR` is for
+        code, out, err = run(capsys, *argv, str(path))
+        assert code == 2 and out == "", (argv, out, err)
+        one_error(err)
+        assert listing(tmp_path) == before, argv
