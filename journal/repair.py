@@ -803,10 +803,11 @@ def repair(
         if not report.changed:
             p.meter.finish()
             return report
-        _publish(p, _render(p), path)
+        quarantined = _publish(p, _render(p), path)
         p.meter.finish()
         report.backup = path + BACKUP_SUFFIX
-        report.quarantine = quarantine_path_for(path)
+        if quarantined:
+            report.quarantine = quarantine_path_for(path)
         return report
     finally:
         lock.release()
@@ -856,7 +857,7 @@ def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
                         strict=p.strict)
 
 
-def _publish(p: _Plan, data: bytes, path: str) -> None:
+def _publish(p: _Plan, data: bytes, path: str) -> int:
     """Write the new file beside the old one, quarantine, keep a backup, swap (invariant 6).
 
     The old file stays authoritative until the swap: a failure (a full disk) or a crash
@@ -873,6 +874,7 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
         _keep_backup(path)
 
     as_storage(path).publish(data, REPAIR_TAG, before_swap)
+    return len(quarantine_items)
 
 
 def _keep_backup(path: str) -> None:

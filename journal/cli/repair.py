@@ -148,6 +148,7 @@ def _print_report(report: RepairReport) -> None:
               f"({', '.join(sorted({r.kind for r in collateral}))}); see --json 'rewritten'")
     if report.backup:
         print(f"  backup: {report.backup}")
+    if report.quarantine:
         print(f"  quarantine: {report.quarantine}")
 
 
