@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.console import print_event
+from agent.console import plural, print_event
 from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import scenario_path
@@ -48,6 +49,11 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
+def command(*words: str) -> str:
+    """A command line as a shell reads it: each word quoted where it needs to be."""
+    return shlex.join(words)
+
+
 def _prepare(directory: Path) -> tuple[Path, Path]:
     """A fresh demo folder; only one this demo made before is ever cleared."""
     if directory.exists() and any(directory.iterdir()) and not (directory / MARKER).exists():
@@ -71,8 +77,8 @@ def _phase_one(workspace: Path, sessions: Path) -> str:
                         summarizer=ExtractiveSummarizer(), workspace=str(workspace),
                         on_event=print_event)
         result = runner.run(model.prompt if hasattr(model, "prompt") else None)
-        _say(f"  → {result.stop_reason} after {result.turns} turns, "
-             f"{result.compactions} compactions")
+        _say(f"  → {result.stop_reason} after {plural(result.turns, 'turn')}, "
+             f"{plural(result.compactions, 'compaction')}")
         return session.path
 
 
@@ -118,7 +124,11 @@ def _phase_two(session: str, workspace: Path) -> str:
 
 def _phase_three(live: str) -> None:
     check = repair(live, dry_run=True)
-    _say(f"  check: {'needs repair' if check.changed else 'clean'} {check.counts}")
+    if check.changed:  # as `journal repair --check` says it
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(check.counts.items()))
+        _say(f"  check: needs repair ({kinds})")
+    else:
+        _say("  check: clean")
     report = repair(live)
     for problem in report.problems:
         _say(f"  fixed {problem.kind}: {problem.action}")
@@ -144,7 +154,7 @@ def _phase_five(live: str, directory: Path) -> None:
     from journal import follow_events
     from journal.cli import TailPrinter
 
-    _say(f"  journal tail -n 8 {os.path.relpath(live)}")
+    _say(f"  {command('journal', 'tail', '-n', '8', os.path.relpath(live))}")
     printer = TailPrinter(sys.stdout, sys.stderr)
     with closing(follow_events(live, last=8, stop=lambda: True)) as events:
         for event in events:
@@ -166,7 +176,13 @@ def run_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, An
     _say(f"1. a scripted coding session, window {WINDOW:,} tokens, real tools")
     first = _phase_one(workspace, sessions)
     live, _ = resolve_live(first)
-    _say(f"  live session now {os.path.relpath(live)} (started as {os.path.basename(first)})\n")
+    chain = lineage(live)
+    if len(chain) > 1:  # named twice only when they differ
+        _say(f"  rotated {plural(len(chain) - 1, 'time')}: the live session is now "
+             f"{os.path.relpath(live)}, the first file is archived as "
+             f"{os.path.relpath(chain[0])}\n")
+    else:
+        _say(f"  session {os.path.relpath(live)}\n")
     _say("2. a second agent continues the session and is killed mid tool call")
     live = _phase_two(live, workspace)
     _say("\n3. repair")
@@ -176,5 +192,6 @@ def run_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, An
     _say("\n5. tail and lineage")
     _phase_five(live, root)
     _say(f"\nworkspace: {workspace}\nsessions:  {sessions}\nlive:      {live}")
-    _say(f"follow it: journal tail {live}\n(done in {time.monotonic() - started:.1f} s)")
+    _say(f"follow it: {command('journal', 'tail', '-f', live)}\n"
+         f"(done in {time.monotonic() - started:.1f} s)")
     return {"workspace": str(workspace), "sessions": str(sessions), "live": live}

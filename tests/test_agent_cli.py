@@ -24,10 +24,14 @@ SCENARIOS = ROOT / "agent" / "scenarios"
 
 @pytest.fixture(autouse=True)
 def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Default sessions go to a temporary folder; no key, so nothing can reach Anthropic."""
+    """Default sessions go to a temporary folder; no key, so nothing can reach Anthropic. The
+    workspace the tests name, `ws`, exists (journal-agent never creates one)."""
     root = tmp_path / "default-sessions"
-    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(root))
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(root))
+    monkeypatch.delenv("JOURNAL_AGENT_SESSIONS", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    (tmp_path / "ws").mkdir()
     return root
 
 
@@ -118,7 +122,7 @@ def test_run_with_sandbox_where_it_cannot_run_creates_nothing(
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("Error:") and "bubblewrap" in err
         assert len(err.strip().splitlines()) == 1
-        assert not workspace.exists() and not sessions.exists()
+        assert list(workspace.iterdir()) == [] and not sessions.exists()
     finally:
         monkeypatch.undo()
         sandbox_available.cache_clear()
@@ -261,11 +265,11 @@ def test_chat_runs_commands_and_turns(tmp_path: Path, monkeypatch: pytest.Monkey
     statuses = [line for line in out.splitlines() if "tokens (" in line]
     assert len(statuses) == 2
     assert "of 16,000 tokens" in statuses[0] and "0 compactions" in statuses[0]
-    assert "1 compactions" in statuses[1]
+    assert "1 compaction;" in statuses[1]
     used = [int(s.partition(" of ")[0].lstrip("> ").replace(",", "")) for s in statuses]
     assert used[1] < used[0]  # the manual compaction made the context smaller
-    assert "\ncompacted\n" in out.replace("> ", "")
-    assert out.count("commands: /compact") == 2  # the banner and the answer to /bogus
+    assert "⟳ compacted (manual): " in out
+    assert "unknown command /bogus: /help lists the commands" in out
     entries = load(path).entries
     compaction = [e for e in entries if e["type"] == "compaction"]
     assert len(compaction) == 1 and compaction[0]["details"]["reason"] == "manual"
