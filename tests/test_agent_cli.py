@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -281,16 +282,28 @@ def test_chat_runs_commands_and_turns(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_demo_runs_end_to_end_and_again(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    directory = tmp_path / "demo"
+    directory = tmp_path / "demo dir"  # a space: the commands it prints are quoted
     for attempt in range(2):  # a second run in the same folder starts afresh
         assert main(["demo", "--dir", str(directory)]) == 0
         out = capsys.readouterr().out
         assert "killed agent pid" in out and "fixed missing_result" in out
         assert "done in" in out
+        lines = [line.strip() for line in out.splitlines()]
+        assert "check: needs repair (missing_result 1)" in lines  # as `repair --check` says
+        [rotated] = [line for line in lines if line.startswith("rotated ")]
+        live_then, _, first = rotated.partition(" is now ")[2].partition(
+            ", the first file is archived as ")
+        assert live_then != first and first.endswith(".jsonl.gz")
+        [tail] = [shlex.split(line) for line in lines if line.startswith("journal tail -n")]
+        assert tail[:4] == ["journal", "tail", "-n", "8"] and len(tail) == 5
+        [follow] = [line for line in lines if line.startswith("follow it: ")]
+        assert shlex.split(follow.removeprefix("follow it: "))[:3] == ["journal", "tail", "-f"]
 
         workspace, sessions = directory / "workspace", directory / "sessions"
         assert (workspace / "inventory").is_dir() and (workspace / "tests").is_dir()
         [live] = sessions_in(sessions)
+        assert Path(tail[4]).resolve() == live.resolve()
+        assert shlex.split(follow.removeprefix("follow it: "))[3] == str(live)
         chain = journal.lineage(str(live))
         assert len(chain) >= 2 and chain[-1] == str(live)
         compactions = sum(e.get("type") == "compaction" for path in chain
