@@ -10,7 +10,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
+from anthropic_mock import MockAPI, end, start, stream_response, text_block
 
 import journal
 from agent.cli import build_runner, main, make_model, workspace_folder
@@ -329,3 +332,34 @@ def test_demo_refuses_a_folder_it_did_not_make(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "was not made by this demo" in err
     assert sorted(p.name for p in directory.iterdir()) == ["thesis.tex"]
+
+
+# --- the Anthropic model, through the real SDK over a mock transport
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("variable", ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"])
+def test_run_with_a_key_reaches_the_anthropic_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], variable: str) -> None:
+    """The key check lets either of the SDK's variables through; the run is recorded."""
+    api = MockAPI().queue(stream_response([start(), *text_block(0, "Hello from Claude."),
+                                           *end()]))
+    real = anthropic.Anthropic
+
+    def client(**options: Any) -> anthropic.Anthropic:
+        return real(http_client=httpx2.Client(transport=httpx2.MockTransport(api.handler)),
+                    **options)
+
+    monkeypatch.setattr(anthropic, "Anthropic", client)
+    monkeypatch.setenv(variable, "sk-test-never-sent")
+    sessions = tmp_path / "sessions"
+    code = main(["run", "hello", "--model", "anthropic:claude-sonnet-4-5",
+                 "--workspace", str(tmp_path / "ws"), "--sessions-dir", str(sessions)])
+    out = capsys.readouterr().out
+
+    assert code == 0, out
+    assert "Hello from Claude." in out and "stop: 1 turn, 0 compactions" in out
+    assert len(api.bodies) == 1 and api.replies == []
+    [path] = sessions_in(sessions)
+    assert [m["role"] for m in messages(path)] == ["user", "assistant"]
