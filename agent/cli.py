@@ -172,6 +172,11 @@ class Plan:
 
 def plan(args: argparse.Namespace) -> Plan:
     """Check every argument of `run` and `chat`; raise before anything is created."""
+    for flag in ("session", "workspace", "sessions_dir"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():  # "$UNSET_VARIABLE": never a default
+            raise JournalError(f"--{flag.replace('_', '-')} is empty: name a "
+                               f"{'session file' if flag == 'session' else 'directory'}")
     minimum = DEFAULT_SETTINGS.min_context_window
     if args.window is not None and args.window < minimum:
         raise JournalError(f"--window {args.window}: a context window must be at least "

@@ -166,6 +166,12 @@ def test_a_session_that_is_not_a_file_is_refused(home: Path, target: str) -> Non
                    str(home / target)], str(home / target))
 
 
+@pytest.mark.parametrize("flag", ["--session", "--workspace", "--sessions-dir"])
+def test_an_empty_path_is_refused_not_taken_for_the_default(home: Path, flag: str) -> None:
+    """`--session "$UNSET"` would otherwise start a new session, `--workspace ""` run in ."""
+    refuses(home, ["--model", f"scripted:{SHORT}", flag, ""], f"{flag} is empty: name a ")
+
+
 # --- what works
 
 
