@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,16 @@ def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+ENTRY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][
+    "journal-agent"]
+
+
 def agent(tmp_path: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None,
           ) -> subprocess.CompletedProcess[str]:
     """`journal-agent ARGS` in `tmp_path`, as the installed script runs it."""
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=tmp_path,
+    module, _, function = ENTRY.partition(":")
+    code = f"import sys; from {module} import {function}; sys.exit({function}(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path,
                           env=env if env is not None else environment(tmp_path),
                           input=stdin, capture_output=True, text=True, timeout=60)
 
