@@ -170,7 +170,7 @@ class Plan:
     """Where new sessions go; None when `--session` names the session to continue."""
 
 
-def plan(args: argparse.Namespace) -> Plan:
+def check_arguments(args: argparse.Namespace) -> Plan:
     """Check every argument of `run` and `chat`; raise before anything is created."""
     for flag in ("session", "workspace", "sessions_dir"):
         value = getattr(args, flag)
@@ -214,10 +214,10 @@ def checked_workspace(path: str) -> str:
     return workspace
 
 
-def _open_session(args: argparse.Namespace, plan_: Plan) -> Session:
-    if plan_.sessions_dir is None:
+def _open_session(args: argparse.Namespace, plan: Plan) -> Session:
+    if plan.sessions_dir is None:
         return Session.open(args.session)
-    return Session.create(str(plan_.sessions_dir), cwd=plan_.workspace)
+    return Session.create(str(plan.sessions_dir), cwd=plan.workspace)
 
 
 @contextmanager
@@ -247,12 +247,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.task.strip():
         raise JournalError("the task is empty: say what the agent should do")
     with _warnings_once("agent.window"):
-        plan_ = plan(args)
-        with _open_session(args, plan_) as session:
-            continue_scripted(plan_.model, session)
+        plan = check_arguments(args)
+        with _open_session(args, plan) as session:
+            continue_scripted(plan.model, session)
             if not args.quiet:
                 print(f"session {session.path}")
-            runner = build_runner(session, plan_.model, plan_.workspace, plan_.settings,
+            runner = build_runner(session, plan.model, plan.workspace, plan.settings,
                                   args.quiet, sandbox=args.sandbox)
             result = runner.run(args.task)
             path = session.path
@@ -265,20 +265,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from agent.chat import BANNER, Chat
 
     with _warnings_once("agent.window"):
-        plan_ = plan(args)
-        session = _open_session(args, plan_)
-        workspace = plan_.workspace
+        plan = check_arguments(args)
+        session = _open_session(args, plan)
+        workspace = plan.workspace
 
         def new_runner() -> Runner:
-            directory = plan_.sessions_dir or sessions_dir_for(workspace, args.sessions_dir)
+            directory = plan.sessions_dir or sessions_dir_for(workspace, args.sessions_dir)
             fresh = Session.create(str(directory), cwd=workspace)
-            return build_runner(fresh, plan_.model, workspace, plan_.settings,
+            return build_runner(fresh, plan.model, workspace, plan.settings,
                                 sandbox=args.sandbox)
 
         print(f"session {session.path}\n{BANNER}")
         chat: Chat | None = None
         try:
-            chat = Chat(build_runner(session, plan_.model, workspace, plan_.settings,
+            chat = Chat(build_runner(session, plan.model, workspace, plan.settings,
                                      sandbox=args.sandbox), new_runner)
             chat.loop()
         except KeyboardInterrupt:
