@@ -21,7 +21,7 @@ offline, with the scripted model replaying a scenario shipped with the package:
         result = runner.run(model.prompt)
     print(result.stop_reason, result.turns, result.final_text)
 
-With a key in `ANTHROPIC_API_KEY`, `AnthropicModel("claude-sonnet-4-5")` takes the scripted
+With a key in `ANTHROPIC_API_KEY`, `AnthropicModel("claude-sonnet-4-6")` takes the scripted
 model's place and `default_summarizer()` picks `AnthropicSummarizer`. What is here:
 
 Running
@@ -32,14 +32,15 @@ Models
     scenario; `scenario_path` and `SCENARIOS` are the shipped ones), `AnthropicModel`
     (imported on first use, so `import agent` does not load the SDK), and the errors a model
     raises: `ModelError`, `ContextOverflow`, `Overloaded`, `RateLimited`, `AuthError`,
-    `ModelTimeout`, `ModelAborted`.
+    `ModelTimeout`, `ModelAborted`. The rest is in the `agent.models` package.
 
 Settings
     `ContextSettings` (every tunable number) and `DEFAULT_SETTINGS`.
 
 Compaction
     `compact` (summarize the older part of the branch into a compaction entry),
-    `CompactionResult`, `CompactionHooks`.
+    `CompactionResult`, `CompactionHooks`; the steps it runs (cut point, staged
+    summarization, record) are in the `agent.compaction` package.
 
 Summarizers
     `Summarizer` (the protocol), `ExtractiveSummarizer` (offline), `AnthropicSummarizer`,
@@ -53,7 +54,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent.compaction import CompactionHooks, CompactionResult, compact
+from agent.compaction import (
+    AnthropicSummarizer,
+    CompactionHooks,
+    CompactionResult,
+    ExtractiveSummarizer,
+    Summarizer,
+    SummarizerError,
+    compact,
+    default_summarizer,
+)
 from agent.models import (
     AuthError,
     ContextOverflow,
@@ -65,21 +75,14 @@ from agent.models import (
     ModelTimeout,
     Overloaded,
     RateLimited,
+    ScriptedModel,
 )
 from agent.runner import Runner, RunnerEvent, RunResult
 from agent.scenarios import SCENARIOS, scenario_path
-from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import (
-    AnthropicSummarizer,
-    ExtractiveSummarizer,
-    Summarizer,
-    SummarizerError,
-    default_summarizer,
-)
 
 if TYPE_CHECKING:
-    from agent.anthropic_model import AnthropicModel
+    from agent.models.anthropic import AnthropicModel
 
 __all__ = [
     # running
@@ -120,7 +123,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """`AnthropicModel` on first use: its module imports the Anthropic SDK, which is slow."""
     if name == "AnthropicModel":
-        from agent.anthropic_model import AnthropicModel
+        from agent.models.anthropic import AnthropicModel
 
         return AnthropicModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

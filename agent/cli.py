@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.console import print_event, print_result
-from agent.models import Model, ModelError
+from agent.models import Model, ModelError, ScenarioError
 from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
-from agent.scripted import ScenarioError
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall, resolve_window
 from journal import JournalError, Session
@@ -41,7 +40,6 @@ from tools import SandboxUnavailable, require_sandbox
 SESSIONS_ENV = "JOURNAL_SESSIONS_DIR"
 OLD_SESSIONS_ENV = "JOURNAL_AGENT_SESSIONS"
 """The deprecated name of `SESSIONS_ENV`: still read, with a notice on stderr."""
-DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 KEY_ENVS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 """Where the Anthropic SDK finds credentials when it is given none."""
 
@@ -88,18 +86,20 @@ def make_model(spec: str | None, window: int | None) -> Model:
                 "no model: set ANTHROPIC_API_KEY, or pass --model scripted:FILE to replay a "
                 f"scenario offline (examples in {SCENARIOS})"
             )
-        spec = f"anthropic:{DEFAULT_ANTHROPIC_MODEL}"
+        spec = "anthropic:"
     kind, _, rest = spec.partition(":")
     if kind == "anthropic":
         if not _has_anthropic_key():
             raise JournalError(
                 f"--model {spec} needs ANTHROPIC_API_KEY: set it to your Anthropic API key, or "
                 "pass --model scripted:FILE to replay a scenario offline")
-        from agent.anthropic_model import AnthropicModel
+        from agent.models.anthropic import AnthropicModel
 
-        return AnthropicModel(rest or DEFAULT_ANTHROPIC_MODEL, context_window=window)
+        if not rest:  # the model's own default
+            return AnthropicModel(context_window=window)
+        return AnthropicModel(rest, context_window=window)
     if kind == "scripted":
-        from agent.scripted import ScriptedModel
+        from agent.models import ScriptedModel
 
         path = Path(rest)
         if not path.exists() and scenario_path(rest).exists():
@@ -148,8 +148,8 @@ def read_scenario(path: Path) -> dict[str, Any]:
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
                  quiet: bool = False, sandbox: bool = False) -> Runner:
-    from agent.scripted import ScriptedModel
-    from agent.summarize import ExtractiveSummarizer
+    from agent.compaction import ExtractiveSummarizer
+    from agent.models import ScriptedModel
     from tools import default_tools
 
     # a replayed scenario stays offline: its compactions never call Anthropic, key or not

@@ -4,7 +4,7 @@
    window, so it compacts several times and the session rotates into successor files.
 2. A second agent process continues the session and is killed with SIGKILL while one of its
    tool calls is running: the file now holds a tool call without a result.
-3. `journal repair` finds that and writes the missing result as an entry.
+3. `journal repair --strict` finds that and writes the missing result as an entry.
 4. A third agent resumes the repaired session and finishes.
 5. The tail of the session, its lineage and where every file lives are printed.
 """
@@ -19,17 +19,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent.compaction import ExtractiveSummarizer
 from agent.console import plural, print_event
+from agent.models import ScriptedModel
 from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import scenario_path
-from agent.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer
 from journal import JournalError, RotationPolicy, Session, lineage, load, repair, resolve_live
 from tools import default_tools
 
@@ -123,14 +124,17 @@ def _phase_two(session: str, workspace: Path) -> str:
 
 
 def _phase_three(live: str) -> None:
-    check = repair(live, dry_run=True)
-    if check.changed:  # as `journal repair --check` says it
-        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(check.counts.items()))
+    # strict: a call without a result is a state pi answers itself when it sends a request
+    # (a note, not damage); the demo shows repair writing that answer into the file
+    check = repair(live, dry_run=True, strict=True)
+    if check.changed:  # as `journal repair --check --strict` says it
+        found = Counter(check.counts) + Counter(check.note_counts)
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(found.items()))
         _say(f"  check: needs repair ({kinds})")
     else:
         _say("  check: clean")
-    report = repair(live)
-    for problem in report.problems:
+    report = repair(live, strict=True)
+    for problem in [*report.problems, *report.notes]:
         _say(f"  fixed {problem.kind}: {problem.action}")
     _say(f"  backup {report.backup}")
 

@@ -31,10 +31,11 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.truncate import (
     max_result_chars,
@@ -73,7 +74,7 @@ class SessionTruncationReport:
         return self.truncated > 0
 
 
-def _tool_result(entry: Entry) -> Mapping[str, Any] | None:
+def _tool_result(entry: Entry) -> Message | None:
     if entry.get("type") != "message":
         return None
     message = entry.get("message")
@@ -89,11 +90,11 @@ def plan_truncation(
     *,
     max_chars: int | None = None,
     budget_chars: int | None = None,
-) -> dict[int, tuple[Mapping[str, Any], int]]:
+) -> dict[int, tuple[Message, int]]:
     """Branch index -> (truncated tool result, chars cut), for the live context of `branch`."""
     start = boundary(branch).kept_start  # where the live context starts
     positions: list[int] = []
-    messages: list[Mapping[str, Any]] = []
+    messages: list[Message] = []
     for i in range(start, len(branch)):
         message = _tool_result(branch[i])
         if message is not None:
@@ -105,7 +106,7 @@ def plan_truncation(
         current[k], _ = truncate_tool_result(message, cap, settings)
     if budget_chars is not None:
         current, _ = truncate_aggregate(current, budget_chars, settings)
-    plan: dict[int, tuple[Mapping[str, Any], int]] = {}
+    plan: dict[int, tuple[Message, int]] = {}
     for k, (old, new) in enumerate(zip(messages, current, strict=True)):
         if new is not old:
             plan[positions[k]] = (new, len(result_text(old)) - len(result_text(new)))

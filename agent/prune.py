@@ -22,16 +22,14 @@ never touched. Assistant messages (and so thinking blocks) are never touched.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import image_count, result_text, with_text
-
-Message = Mapping[str, Any]
 
 
 class PruneLevel(StrEnum):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.compaction import CompactionHooks, CompactionResult, compact
+from agent.compaction.summarize import Summarizer, SummaryAborted, default_summarizer
 from agent.models import (
     ContextOverflow,
     Model,
@@ -41,7 +42,6 @@ from agent.overflow import truncate_session_tool_results
 from agent.prune import prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import Summarizer, SummaryAborted, default_summarizer
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
     cuttable_tool_result_tokens,

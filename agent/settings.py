@@ -113,7 +113,7 @@ class ContextSettings:
     tool_failure_chars: int = 160
     summary_attempts: int = 3
     """Attempts per summarization call. No retry after an overflow, a timeout, an abort or a
-    refused request (agent.summarize error types)."""
+    refused request (agent.compaction.summarize error types)."""
     retry_min_delay: float = 0.5
     retry_max_delay: float = 5.0
     retry_jitter: float = 0.2

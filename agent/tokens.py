@@ -23,10 +23,10 @@ from typing import Any
 
 import tiktoken
 
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 
 Counter = Callable[[str], int]
-Message = Mapping[str, Any]
 
 CL100K_FILE = "cl100k_base.tiktoken"
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"

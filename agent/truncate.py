@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-
-Message = Mapping[str, Any]
 
 _IMPORTANT_TAIL = re.compile(
     r"""

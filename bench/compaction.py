@@ -56,8 +56,8 @@ from agent.compaction import (  # noqa: E402
     prepare_compaction,
     projection,
 )
+from agent.compaction.summarize import ExtractiveSummarizer  # noqa: E402
 from agent.settings import ContextSettings  # noqa: E402
-from agent.summarize import ExtractiveSummarizer  # noqa: E402
 from agent.tokens import Estimator, estimate_context  # noqa: E402
 
 

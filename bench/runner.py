@@ -62,10 +62,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.compaction.summarize import ExtractiveSummarizer  # noqa: E402
 from agent.models import ModelRequest, assistant_message, make_usage  # noqa: E402
 from agent.runner import Runner, RunnerEvent  # noqa: E402
 from agent.settings import DEFAULT_SETTINGS, ContextSettings  # noqa: E402
-from agent.summarize import ExtractiveSummarizer  # noqa: E402
 from journal import Durability, Session  # noqa: E402
 from tools import Tool, ToolResult, Workspace  # noqa: E402
 

@@ -1,4 +1,9 @@
-"""Facts about a session file for people and scripts: `journal info` as a function."""
+"""Facts about a session file for people and scripts: `journal info` as a function.
+
+Its problems are repair's (`journal.repair.assess`): `journal info` and `journal repair --check`
+count damage in one place, so they agree. The reader's diagnostics and the tree's issues are
+kept too, for what they say about how the file reads as it is.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
 from .lock import current_holder
 from .model import Entry
+from .repair import Problem, assess
 from .snapshot import Snapshot, load
 from .tree import Tree, TreeIssue
 
@@ -29,6 +35,18 @@ class SessionInfo:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     tree_issues: list[TreeIssue] = field(default_factory=list)
     lock_holder: dict[str, Any] | None = None
+    problems: list[Problem] = field(default_factory=list)
+    """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
+    notes: list[Problem] = field(default_factory=list)
+    """States pi handles itself when it sends a request: not damage."""
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(p.kind for p in self.problems))
+
+    @property
+    def note_counts(self) -> dict[str, int]:
+        return dict(Counter(n.kind for n in self.notes))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +65,10 @@ class SessionInfo:
             "diagnostics": [d.to_json() for d in self.diagnostics],
             "treeIssues": [i.to_json() for i in self.tree_issues],
             "lockHolder": self.lock_holder,
+            "problems": [p.to_json() for p in self.problems],
+            "counts": self.counts,
+            "notes": [n.to_json() for n in self.notes],
+            "noteCounts": self.note_counts,
         }
 
 
@@ -57,13 +79,23 @@ def require_session(snap: Snapshot) -> None:
 
 
 def inspect(path: str | os.PathLike[str]) -> SessionInfo:
-    """Read a session without locking it and summarise it."""
+    """Read a session without locking it and summarise it.
+
+    The file is read twice, once as a session and once by repair's planner; the first
+    reading is summarised and let go before the second, so the peak is one reading's.
+    """
+    info = _summary(path)
+    found = assess(info.path)
+    info.problems, info.notes = found.problems, found.notes
+    return info
+
+
+def _summary(path: str | os.PathLike[str]) -> SessionInfo:
     snap = load(path)
     require_session(snap)
     with bulk_parsing():  # many small objects, no cycles: see codec.bulk_parsing
         tree = Tree(snap.entries)
         tree.finish_forward_check()
-    holder = current_holder(snap.path)
     return SessionInfo(
         path=snap.path,
         header=snap.header,
@@ -76,5 +108,5 @@ def inspect(path: str | os.PathLike[str]) -> SessionInfo:
         labels=tree.labels,
         diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
-        lock_holder=holder,
+        lock_holder=current_holder(snap.path),
     )

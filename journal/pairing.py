@@ -56,6 +56,19 @@ The rules, each named as it appears in the report:
 
 Messages of other roles (`bashExecution`, `custom`, `compactionSummary`, `branchSummary`, and
 unknown ones) are kept where they are; like user messages, they end a run of tool results.
+
+Notes and damage (`classify`): some of these states are written by pi itself and handled by pi
+every time it sends a request, so a file holding them is not damaged. pi's request path
+(pi-ai's `transformMessages`, then the Anthropic provider's message conversion) skips an
+assistant message that ended with `stopReason` "error" or "aborted" as a whole, answers every
+call left without a result with an error result ("No result provided") as soon as the next
+assistant or user message comes (pi turns every other role into a user message first, and a
+request always ends with a new one), drops blank text blocks from user and assistant content,
+and drops user and assistant messages left with no content. So `unexecuted_call`,
+`missing_result`, `empty_text_block`, `empty_message`, a `non_executable_call` in a failed turn,
+and a `thinking_dropped` that only follows those are *notes*. Everything else (an orphan,
+duplicate or displaced result, a reused call id, a call pi would send without an id or name)
+is *damage*: the request fails even after pi's own handling.
 """
 
 from __future__ import annotations
@@ -94,6 +107,9 @@ RULES = (
     NOT_A_MESSAGE,
 )
 
+CLIENT_HANDLED = frozenset({UNEXECUTED_CALL, MISSING_RESULT, EMPTY_TEXT_BLOCK, EMPTY_MESSAGE})
+"""Rules whose states pi fixes itself when it sends a request (see "Notes and damage")."""
+
 INTERRUPTED_TEXT = "Tool call was interrupted before a result was recorded."
 SYNTHETIC_REASON = "missing_result"
 
@@ -127,6 +143,49 @@ class PairingReport:
     fixes: list[Fix] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     changed: bool = False
+
+
+def classify(messages: list[Message], report: PairingReport) -> tuple[list[Fix], list[Fix]]:
+    """Split the fixes of `sanitize(messages)` into notes and damage.
+
+    Args:
+        messages: the list that was given to `sanitize`.
+        report: what `sanitize` returned for it.
+
+    Returns:
+        `(notes, damage)`, each in the report's order. A note is a state pi handles itself at
+        request time; damage would make the request fail even after that.
+
+    Example:
+        >>> call = {"type": "toolCall", "id": "t1", "name": "ls", "arguments": {}}
+        >>> history = [{"role": "user", "content": "go"},
+        ...            {"role": "assistant", "content": [call], "stopReason": "aborted"},
+        ...            {"role": "user", "content": "again"}]
+        >>> notes, damage = classify(history, sanitize(history)[1])
+        >>> [f.rule for f in notes], damage
+        (['unexecuted_call', 'empty_message'], [])
+    """
+    damaged_at: set[int] = set()
+    kinds: list[bool] = []  # True for a note
+    for fix in report.fixes:
+        note = fix.rule in CLIENT_HANDLED or (
+            fix.rule == NON_EXECUTABLE_CALL and _failed_turn(messages, fix.index))
+        kinds.append(note)
+        if not note and fix.rule != THINKING_DROPPED:
+            damaged_at.add(fix.index)
+    notes: list[Fix] = []
+    damage: list[Fix] = []
+    for fix, note in zip(report.fixes, kinds, strict=True):
+        if fix.rule == THINKING_DROPPED:
+            note = fix.index not in damaged_at
+        (notes if note else damage).append(fix)
+    return notes, damage
+
+
+def _failed_turn(messages: list[Message], index: int) -> bool:
+    message = messages[index] if 0 <= index < len(messages) else None
+    return (isinstance(message, dict) and message.get("role") == "assistant"
+            and message.get("stopReason") in _FAILED_STOPS)
 
 
 def synthetic_result(call: Message, timestamp: Any) -> Message:

@@ -6,6 +6,18 @@ calls and results valid by moving, adding and re-parenting entries). Every byte 
 dropped, and the original bytes of every line that is rewritten, go to the quarantine side file
 first. The result is written to a temp file, verified, and swapped in atomically under the
 writer lock, with one backup of the original kept next to it.
+
+What counts as damage has one owner: `plan`. Its `problems` are damage (what breaks loading,
+or a request even after the file's own client has handled it); its `notes` are pairing states
+pi writes and handles itself when it sends a request (`journal.pairing.classify`). A file with
+notes only is left as it is unless `strict`; when pairing damage makes the active branch be
+rebuilt anyway, the notes on it are settled with it and still listed as notes. `journal info`
+and `journal repair --check` both count `plan`'s problems.
+
+One problem per damaged range: what repair changes only because a range was dropped (the
+child of an entry whose line was lost, now re-parented; a tool result whose call's line was
+lost, now left off the branch) is listed as a `consequence` of it, not as another problem. A
+lost line is recognised by the ids its dropped bytes still hold.
 """
 
 from __future__ import annotations
@@ -40,7 +52,7 @@ from .lineage import MAX_HOPS, resolve_live
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
-from .pairing import PairingReport, sanitize, synthetic_result
+from .pairing import ORPHAN_RESULT, Fix, classify, sanitize, synthetic_result
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import open_for_reading
@@ -49,9 +61,11 @@ from .tree import Tree
 log = logging.getLogger(__name__)
 
 BACKUP_SUFFIX = ".bak"
+NOTE_LEFT = "left as is: pi handles it when it sends a request"
 REPAIR_TAG = "repair"
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
+_ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\\x00]{1,256})"')
 NAME_RE = re.compile(
     r"^(\d{4}-\d\d-\d\dT\d\d)-(\d\d)-(\d\d)-(\d{3})Z_([0-9a-fA-F-]{36})\.jsonl$"
 )
@@ -88,15 +102,34 @@ class RepairReport:
     """Every original line written back changed (its old bytes are quarantined), with the
     reason: the problem lines themselves and what fixing them touched (a re-parented child,
     a renamed result, a reference that follows a renamed id)."""
+    notes: list[Problem] = field(default_factory=list)
+    """States the file's own client handles when it sends a request (not damage): left in
+    the file unless `strict`, or settled along with pairing damage on the same branch."""
+    consequences: list[Problem] = field(default_factory=list)
+    """What repair changed only because a damaged range was dropped (not counted again)."""
+    strict: bool = False
 
     @property
     def counts(self) -> dict[str, int]:
+        """Damage found, per kind (what `--check` and `journal info` count)."""
         return dict(Counter(p.kind for p in self.problems))
+
+    @property
+    def note_counts(self) -> dict[str, int]:
+        return dict(Counter(p.kind for p in self.notes))
+
+    @property
+    def notes_left(self) -> bool:
+        """True when the notes stay in the file (false when repair settled them)."""
+        return all(n.action == NOTE_LEFT for n in self.notes)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "changed": self.changed, "dryRun": self.dry_run,
-                "version": self.version, "problems": [p.to_json() for p in self.problems],
-                "counts": self.counts, "rewritten": [r.to_json() for r in self.rewritten],
+                "strict": self.strict, "version": self.version,
+                "problems": [p.to_json() for p in self.problems], "counts": self.counts,
+                "notes": [n.to_json() for n in self.notes], "noteCounts": self.note_counts,
+                "consequences": [c.to_json() for c in self.consequences],
+                "rewritten": [r.to_json() for r in self.rewritten],
                 "backup": self.backup, "quarantine": self.quarantine}
 
 
@@ -129,25 +162,47 @@ class _Plan:
     dropped: list[Quarantined] = field(default_factory=list)
     migrate: bool = False
     taken: set[str] | None = None
+    strict: bool = False
+    notes: list[Problem] = field(default_factory=list)
+    consequences: list[Problem] = field(default_factory=list)
+    _lost: set[str] | None = None
 
-    def problem(self, kind: str, action: str, item: _Item | None = None, **kw: Any) -> None:
+    def problem(self, kind: str, action: str, item: _Item | None = None, *, note: bool = False,
+                consequence: bool = False, **kw: Any) -> None:
         if item is not None:
             kw.setdefault("line", item.line)
             kw.setdefault("offset", item.offset)
             kw.setdefault("entry_id", item.entry.get("id") if self.version >= 2 else None)
-        self.problems.append(Problem(kind, action, **kw))
+        found = Problem(kind, action, **kw)
+        if note:
+            self.notes.append(found)
+        elif consequence:
+            self.consequences.append(found)
+        else:
+            self.problems.append(found)
+
+    def lost(self, an_id: object) -> bool:
+        """True when `an_id` was defined (as an entry's or a tool call's id) in dropped bytes."""
+        if self._lost is None:
+            self._lost = {m.group(1).decode("utf-8", "replace")
+                          for q in self.dropped for m in _ID_RE.finditer(q.data)}
+        return isinstance(an_id, str) and an_id in self._lost
 
 
 # planning
 
 
-def plan(path: str, *, migrate: bool = False) -> _Plan:
-    """Work out what repair would do, without writing anything (`_render` gives the bytes)."""
+def plan(path: str, *, migrate: bool = False, strict: bool = False) -> _Plan:
+    """Work out what repair would do, without writing anything (`_render` gives the bytes).
+
+    `strict` settles the notes too (see the module docstring); without it they stay as they are.
+    """
     with open_for_reading(path) as f:
         original = f.read()
     with codec.bulk_parsing():
         p = _salvage(path, original)
     p.migrate = migrate
+    p.strict = strict
     _fix_fields(p)
     if p.version >= 2:
         _fix_structure(p)
@@ -386,7 +441,8 @@ def _fix_structure(p: _Plan) -> None:
             kind = ("self_parent" if parent == entry["id"]
                     else "parent_after_child" if parent in all_ids else "missing_parent")
             action = f"attached to the previous entry {prev}" if prev else "made a root"
-            p.problem(kind, action, item, detail=f"parentId was {parent}")
+            p.problem(kind, action, item, detail=f"parentId was {parent}",
+                      consequence=kind == "missing_parent" and p.lost(parent))
             item.edit(kind)["parentId"] = prev
         seen.add(item.entry["id"])
         prev = item.entry["id"]
@@ -419,7 +475,14 @@ def _fix_pairing(p: _Plan) -> None:
     fixed, report = sanitize(messages)
     if not report.changed:
         return
-    order = _new_order(p, messages, owners, anchors, fixed, report)
+    notes, damage = classify(messages, report)
+    if not damage and not p.strict:
+        for fix in notes:
+            _record_fix(p, fix, owners, note=True,
+                        action=NOTE_LEFT)
+        return
+    _record_fixes(p, notes, damage, owners)
+    order = _new_order(p, messages, owners, anchors, fixed)
     start_item = p.items[order[0]] if order else None
     _relink(p, path, region_start, order)
     if compaction is not None and start_item is not None:
@@ -431,14 +494,24 @@ def _fix_pairing(p: _Plan) -> None:
                       detail=f"was {first_kept}, which left the active branch")
 
 
+def _record_fixes(p: _Plan, notes: list[Fix], damage: list[Fix],
+                  owners: list[int | None]) -> None:
+    is_note = {id(f) for f in notes}
+    for fix in sorted([*notes, *damage], key=lambda f: f.index):
+        _record_fix(p, fix, owners, note=id(fix) in is_note, action=_pairing_action(fix.rule))
+
+
+def _record_fix(p: _Plan, fix: Fix, owners: list[int | None], *, note: bool,
+                action: str) -> None:
+    owner = owners[fix.index] if fix.index < len(owners) else None
+    item = p.items[owner] if owner is not None else None
+    p.problem(fix.rule, action, item, note=note, detail=fix.detail,
+              consequence=fix.rule == ORPHAN_RESULT and p.lost(fix.call_id))
+
+
 def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None],
-               anchors: list[tuple[int, int]], fixed: list[dict[str, Any]],
-               report: PairingReport) -> list[int]:
+               anchors: list[tuple[int, int]], fixed: list[dict[str, Any]]) -> list[int]:
     """The region's entries in their repaired path order (item indices; new items appended)."""
-    for fix in report.fixes:
-        owner = owners[fix.index] if fix.index is not None and fix.index < len(owners) else None
-        item = p.items[owner] if owner is not None else None
-        p.problem(fix.rule, _pairing_action(fix.rule), item, detail=fix.detail)
     placed_at: dict[int, int] = {}  # message index -> position in `order`
     order: list[int] = []
     for message in fixed:
@@ -676,9 +749,13 @@ def repair(
     *,
     dry_run: bool = False,
     migrate: bool = False,
+    strict: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> RepairReport:
     """Repair one session file in place (atomically), or report what would change.
+
+    Damage is always repaired; notes (states pi handles itself when it sends a request, listed
+    in `report.notes`) are left in the file unless `strict`.
 
     Takes the writer lock (raising LockTimeout if a live writer keeps it); keeps one backup
     at `<path>.bak`; appends every dropped or rewritten byte range to `<path>.quarantine`.
@@ -693,12 +770,12 @@ def repair(
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
     if dry_run:
-        return _report(plan(path, migrate=migrate), path, dry_run=True)
+        return assess(path, migrate=migrate, strict=strict)
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
         remove_leftovers(path)
         check_single_name(path)
-        p = plan(path, migrate=migrate)
+        p = plan(path, migrate=migrate, strict=strict)
         report = _report(p, path, dry_run=False)
         if not report.changed:
             return report
@@ -708,6 +785,15 @@ def repair(
         return report
     finally:
         lock.release()
+
+
+def assess(path: str, *, migrate: bool = False, strict: bool = False) -> RepairReport:
+    """What `repair` would find and do in `path`, without a lock and without writing.
+
+    The one count of damage and notes: `repair --check`, `--dry-run` and `journal info` all
+    take theirs from here, so they agree.
+    """
+    return _report(plan(path, migrate=migrate, strict=strict), path, dry_run=True)
 
 
 def _readable(path: str) -> str:
@@ -726,9 +812,9 @@ def _readable(path: str) -> str:
 
 
 def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
-    # Every change repair makes is recorded as a problem, and lines without one are written
-    # back byte for byte: no problems means the same bytes.
-    changed = bool(p.problems)
+    # Every change repair makes is recorded as a problem (or, when strict, a note), and lines
+    # without one are written back byte for byte: none means the same bytes.
+    changed = bool(p.problems) or (p.strict and bool(p.notes))
     if not p.items and p.header.raw is None:
         raise NotASession(path, "not a session file: nothing in it looks like a session entry")
     rewritten = [
@@ -738,7 +824,8 @@ def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
         for item in [p.header, *p.items] if item.original is not None
     ]
     return RepairReport(path, changed, p.problems, p.version, dry_run=dry_run,
-                        rewritten=rewritten)
+                        rewritten=rewritten, notes=p.notes, consequences=p.consequences,
+                        strict=p.strict)
 
 
 def _publish(p: _Plan, data: bytes, path: str) -> None:
@@ -795,7 +882,8 @@ def _verify(p: _Plan) -> None:
     if tree.issues:
         raise JournalError(f"repair left a broken tree ({tree.issues[0]}); nothing changed")
     messages = build_context(tree, tree.leaf_id).messages
-    if sanitize(messages)[1].changed:
+    report = sanitize(messages)[1]
+    if (p.strict and report.changed) or classify(messages, report)[1]:
         raise JournalError("repair left invalid tool pairing; nothing was changed")
 
 
@@ -813,4 +901,5 @@ def session_files(directory: str) -> Iterator[str]:
                 yield path
 
 
-__all__ = ["Problem", "RepairReport", "plan", "repair", "session_files", "synthetic_result"]
+__all__ = ["Problem", "RepairReport", "assess", "plan", "repair", "session_files",
+           "synthetic_result"]

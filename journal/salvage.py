@@ -4,6 +4,10 @@ Unlike the reader, which only reports, salvage tries to rescue what a damaged li
 the complete record after a torn one glued onto the same line, the record between NUL runs left
 by a power loss, the record whose strings hold invalid UTF-8. Whatever it cannot use, it hands
 back byte for byte with its offset, so the caller can quarantine it.
+
+One damaged range is one problem: pieces of a line that cannot be used and touch each other
+(the unreadable halves of a record that a NUL run cut in two, and the run itself) are handed
+back as one dropped range, named after its worst damage (a NUL run first).
 """
 
 from __future__ import annotations
@@ -69,7 +73,28 @@ def salvage_line(line: Line) -> SalvagedLine:
         _salvage_around_nuls(raw, line.offset, out)
     else:
         _salvage_segment(raw, line.offset, out, value.reason, known_bad=True)
+    out.dropped = merge_adjacent(out.dropped)
     return out
+
+
+def merge_adjacent(dropped: list[Dropped]) -> list[Dropped]:
+    """Ranges that touch each other joined into one, named by the first NUL run among them
+    (or else by the first range), so that one damaged stretch of bytes is one problem."""
+    merged: list[list[Dropped]] = []
+    for d in sorted(dropped, key=lambda d: d.offset):
+        last = merged[-1][-1] if merged else None
+        if last is not None and last.offset + len(last.data) == d.offset:
+            merged[-1].append(d)
+        else:
+            merged.append([d])
+    return [group[0] if len(group) == 1 else _joined(group) for group in merged]
+
+
+def _joined(group: list[Dropped]) -> Dropped:
+    named = next((d for d in group if d.reason == codec.NUL_RUN), group[0])
+    data = b"".join(d.data for d in group)
+    detail = f"{named.detail} in {len(data):,} damaged bytes" if named.detail else ""
+    return Dropped(group[0].offset, data, named.reason, detail)
 
 
 def _salvage_around_nuls(raw: bytes, base: int, out: SalvagedLine) -> None:

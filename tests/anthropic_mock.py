@@ -13,9 +13,10 @@ import httpx2
 
 import journal
 import journal.validate
-from agent.anthropic_model import AnthropicModel
+from agent.compaction.summarize import AnthropicSummarizer
+from agent.models.anthropic import AnthropicModel
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 FAST_RETRY = {"retry-after-ms": "1"}
 
 Reply = Callable[[dict[str, Any]], httpx2.Response] | httpx2.Response
@@ -50,6 +51,14 @@ class MockAPI:
             max_retries=max_retries,
         )
         return AnthropicModel(MODEL, client=client, **kwargs)
+
+    def summarizer(self, **kwargs: Any) -> AnthropicSummarizer:
+        """An `AnthropicSummarizer` on the same mock (it turns the SDK's retries off itself)."""
+        client = anthropic.Anthropic(
+            api_key="test",
+            http_client=httpx2.Client(transport=httpx2.MockTransport(self.handler)),
+        )
+        return AnthropicSummarizer(client, **kwargs)
 
 
 # --- building SSE replies by hand

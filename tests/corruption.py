@@ -26,6 +26,7 @@ from third_party import pi_bytes
 
 import journal
 from journal.context import to_model_messages
+from journal.pairing import classify, sanitize
 from journal.repair import RepairReport
 from journal.validate import api_pairing_problems, pairing_problems
 
@@ -395,13 +396,19 @@ def context_of(path: Path | str) -> tuple[journal.Snapshot, journal.Tree, list[d
     return snap, tree, journal.build_context(tree, tree.leaf_id).messages
 
 
-def assert_valid(path: Path | str) -> None:
-    """Guarantee 2: the file loads cleanly, its tree is sound, its context pairs up."""
+def assert_valid(path: Path | str, *, strict: bool = False) -> None:
+    """Guarantee 2: the file loads cleanly, its tree is sound, its context has no pairing
+    damage (strict: no pairing problem at all), and what a model is sent pairs up."""
     snap, tree, messages = context_of(path)
     assert snap.diagnostics == [], [d.describe() for d in snap.diagnostics]
     assert tree.issues == [], tree.issues
-    assert pairing_problems(messages) == []
-    assert api_pairing_problems(to_api(messages)) == []
+    found = sanitize(messages)
+    assert classify(messages, found[1])[1] == []
+    if strict:
+        assert pairing_problems(messages) == []
+        assert api_pairing_problems(to_api(messages)) == []
+    assert pairing_problems(found[0]) == []
+    assert api_pairing_problems(to_api(found[0])) == []
 
 
 @dataclass
@@ -415,7 +422,10 @@ class Outcome:
 
     @property
     def counts(self) -> dict[str, int]:
-        return self.report.counts
+        """What was fixed: the damage, and the notes too when the repair was strict."""
+        if not self.report.strict:
+            return self.report.counts
+        return dict(Counter(self.report.counts) + Counter(self.report.note_counts))
 
     def reasons(self) -> Counter[str]:
         return Counter(r["reason"] for r in self.records)
@@ -426,7 +436,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return list(journal.read_quarantine(str(q))) if q.exists() else []
 
 
-def check_repair(path: Path, *, migrate: bool = False, listed: bool = True) -> Outcome:
+def check_repair(path: Path, *, migrate: bool = False, listed: bool = True,
+                 strict: bool = False) -> Outcome:
     """Repair `path` and assert guarantees 1-3; returns what happened for exact assertions.
 
     `listed=False` skips the check that the report names every quarantined range (kept apart
@@ -434,7 +445,7 @@ def check_repair(path: Path, *, migrate: bool = False, listed: bool = True) -> O
     """
     original = path.read_bytes()
     before = len(read_records(path))
-    report = journal.repair(path, migrate=migrate)
+    report = journal.repair(path, migrate=migrate, strict=strict)
     output = path.read_bytes()
     records = read_records(path)[before:]
     outcome = Outcome(report, original, output, records)
@@ -444,12 +455,12 @@ def check_repair(path: Path, *, migrate: bool = False, listed: bool = True) -> O
         assert report.backup == str(path) + ".bak"
         assert report.quarantine == str(path) + ".quarantine"
     # (1) idempotent
-    again = journal.repair(path, migrate=migrate)
+    again = journal.repair(path, migrate=migrate, strict=strict)
     assert not again.changed, again.problems
     assert again.problems == [], again.problems
     assert path.read_bytes() == output
     # (2) valid
-    assert_valid(path)
+    assert_valid(path, strict=strict)
     # (3) nothing lost
     assert_accounted(original, output, records, migrated=migrate and report.changed)
     if listed:
@@ -509,6 +520,7 @@ def assert_listed(report: RepairReport, records: list[dict[str, Any]],
                   strict: bool = False) -> None:
     """The report names each quarantined byte range: a problem, or a rewritten line (what a
     fix touched: a re-parented child, a renamed result, a reference to a renamed id)."""
-    offsets = {p.offset for p in report.problems} | {r.offset for r in report.rewritten}
+    offsets = ({p.offset for p in [*report.problems, *report.notes, *report.consequences]}
+               | {r.offset for r in report.rewritten})
     missing = [(r["offset"], r["reason"]) for r in records if r["offset"] not in offsets]
     assert not missing, f"quarantined but not in the report: {missing}"

@@ -17,8 +17,8 @@ from anthropic_mock import MockAPI, end, start, stream_response, text_block
 
 import journal
 from agent.cli import build_runner, main, make_model, workspace_folder
+from agent.compaction.summarize import ExtractiveSummarizer
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer
 from journal import Session, load
 from journal.validate import pairing_problems
 
@@ -354,7 +354,7 @@ def test_run_with_a_key_reaches_the_anthropic_model(
     monkeypatch.setattr(anthropic, "Anthropic", client)
     monkeypatch.setenv(variable, "sk-test-never-sent")
     sessions = tmp_path / "sessions"
-    code = main(["run", "hello", "--model", "anthropic:claude-sonnet-4-5",
+    code = main(["run", "hello", "--model", "anthropic:claude-sonnet-4-6",
                  "--workspace", str(tmp_path / "ws"), "--sessions-dir", str(sessions)])
     out = capsys.readouterr().out
 

@@ -156,7 +156,7 @@ def test_an_empty_task_is_refused(home: Path, task: str) -> None:
     assert listing(home) == before
 
 
-@pytest.mark.parametrize("spec", ["anthropic:claude-sonnet-4-5", "anthropic:"])
+@pytest.mark.parametrize("spec", ["anthropic:claude-sonnet-4-6", "anthropic:"])
 def test_an_anthropic_model_without_a_key_is_refused_before_anything_is_created(
         home: Path, spec: str) -> None:
     refuses(home, ["--model", spec, "--workspace", "ws"], f"--model {spec} needs "

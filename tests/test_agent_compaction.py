@@ -39,16 +39,16 @@ from agent.compaction import (
     run_hook,
     summarize_messages,
 )
-from agent.settings import ContextSettings
-from agent.summarize import (
+from agent.compaction.summarize import (
     ExtractiveSummarizer,
     SummarizerError,
     SummaryAborted,
     SummaryOverflow,
     SummaryRejected,
     SummaryTimeout,
-    message_text,
 )
+from agent.compaction.transcript import message_text
+from agent.settings import ContextSettings
 from agent.tokens import Estimator
 from agent.window import prompt_budget
 

@@ -9,8 +9,8 @@ import httpx2
 import pytest
 
 from agent.compaction import FallbackLevel, summarize_messages
-from agent.settings import ContextSettings
-from agent.summarize import (
+from agent.compaction.facts import extract_facts, extract_identifiers
+from agent.compaction.summarize import (
     EXTRACTIVE_MARK,
     IDENTIFIER_INSTRUCTIONS,
     SYSTEM_PROMPT,
@@ -23,11 +23,9 @@ from agent.summarize import (
     SummaryRejected,
     SummaryTimeout,
     default_summarizer,
-    extract_facts,
-    extract_identifiers,
-    message_text,
-    serialize_conversation,
 )
+from agent.compaction.transcript import message_text, serialize_conversation
+from agent.settings import ContextSettings
 
 SMALL = ContextSettings(context_window=16_000)
 

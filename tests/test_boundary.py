@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import journal
-from agent.cutpoint import estimate_branch_context, estimate_session_context, projection
+from agent.compaction.cutpoint import estimate_branch_context, estimate_session_context, projection
 from agent.overflow import plan_truncation
 from journal import (
     Boundary,

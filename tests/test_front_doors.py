@@ -59,10 +59,10 @@ def test_testing_helpers_live_in_their_modules_not_at_the_top() -> None:
 
 def test_agent_exposes_what_a_run_needs() -> None:
     from agent.compaction import compact
+    from agent.compaction.summarize import ExtractiveSummarizer, default_summarizer
+    from agent.models.scripted import ScriptedModel
     from agent.runner import Runner
-    from agent.scripted import ScriptedModel
     from agent.settings import DEFAULT_SETTINGS
-    from agent.summarize import ExtractiveSummarizer, default_summarizer
 
     assert agent.Runner is Runner
     assert agent.ScriptedModel is ScriptedModel

@@ -31,7 +31,6 @@ from anthropic_mock import (
 )
 
 import journal
-from agent.anthropic_model import AnthropicModel, price_for
 from agent.models import (
     AuthError,
     ContextOverflow,
@@ -44,6 +43,7 @@ from agent.models import (
     Overloaded,
     RateLimited,
 )
+from agent.models.anthropic import AnthropicModel, price_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -9,8 +9,8 @@ import pytest
 
 import journal
 import journal.validate
-from agent.anthropic_payload import build_params, thinking_config, to_api_messages
 from agent.models import ModelRequest
+from agent.models.payload import build_params, thinking_config, to_api_messages
 
 
 def user(text: str) -> dict[str, Any]:

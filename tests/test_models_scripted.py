@@ -12,7 +12,6 @@ import pytest
 
 import journal
 import journal.validate
-from agent.anthropic_payload import to_api_messages
 from agent.models import (
     AuthError,
     ContextOverflow,
@@ -26,7 +25,8 @@ from agent.models import (
     RateLimited,
     tool_calls,
 )
-from agent.scripted import FAILURES, FINISHED_TEXT, ScenarioError, ScriptedModel
+from agent.models.payload import to_api_messages
+from agent.models.scripted import FAILURES, FINISHED_TEXT, ScenarioError, ScriptedModel
 from agent.tokens import Estimator
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "agent" / "scenarios"

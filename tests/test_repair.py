@@ -67,7 +67,7 @@ import journal
 import journal.validate
 from journal.cli import main as cli_main
 from journal.cli import repair_main
-from journal.pairing import INTERRUPTED_TEXT
+from journal.pairing import INTERRUPTED_TEXT, classify, sanitize
 
 # ---------------------------------------------------------------------------------------
 # sources
@@ -107,8 +107,12 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Sources:
 
 
 # what repair reports on the undamaged sources (their active branches need pairing fixes)
-ALL_TYPES = {"missing_result": 1}  # the leaf, a branch summary, hangs under a tool call
-LARGE = {"empty_message": 15, "unexecuted_call": 18}  # aborted turns, as pi wrote them
+# The pi files as pi wrote them hold no damage, only notes (states pi handles itself when it
+# sends a request), which a repair leaves in the file unless strict.
+ALL_TYPES: dict[str, int] = {}
+LARGE: dict[str, int] = {}
+ALL_TYPES_NOTES = {"missing_result": 1}  # the leaf, a branch summary, hangs under a tool call
+LARGE_NOTES = {"empty_message": 15, "unexecuted_call": 18}  # aborted turns, as pi wrote them
 
 
 def plus(*counts: dict[str, int], **more: int) -> dict[str, int]:
@@ -131,18 +135,21 @@ class Case:
     name: str = "session.jsonl"
     migrate: bool = False
     bug: str | None = None
+    strict: bool = False
 
 
 CASES: list[Case] = []
 
 
 def case(id: str, counts: dict[str, int], *, name: str = "session.jsonl", migrate: bool = False,
-         bug: str | None = None) -> Callable[[Any], Any]:
+         bug: str | None = None, strict: bool = False) -> Callable[[Any], Any]:
     """Register a corpus case: the decorated function builds the damaged bytes; an optional
-    `<function>.check` attribute checks the fix."""
+    `<function>.check` attribute checks the fix. `strict` cases are repaired with
+    `strict=True`, and their counts include the notes that fixes."""
 
     def register(build: Callable[[Sources], bytes]) -> Callable[[Sources], bytes]:
-        CASES.append(Case(id, build, counts, getattr(build, "check", None), name, migrate, bug))
+        CASES.append(Case(id, build, counts, getattr(build, "check", None), name, migrate, bug,
+                          strict))
         return build
 
     return register
@@ -157,7 +164,10 @@ def checked(check: Callable[[Outcome, Sources], None]) -> Callable[[Any], Any]:
 
 
 def only_kinds(outcome: Outcome, kind: str) -> list[journal.Problem]:
-    return [p for p in outcome.report.problems if p.kind == kind]
+    """The problems of one kind, with the notes (fixed too when strict, or when damage on the
+    same branch made repair settle the whole of it) and the consequences of dropped ranges."""
+    report = outcome.report
+    return [p for p in [*report.problems, *report.notes, *report.consequences] if p.kind == kind]
 
 
 def records_of(outcome: Outcome, reason: str) -> list[dict[str, Any]]:
@@ -215,7 +225,8 @@ def _(s: Sources) -> bytes:
 
 # what repair should find on before-compaction.jsonl: its context (after the second
 # compaction) has an unanswered call, an aborted turn and four empty assistant messages
-BEFORE = {"missing_result": 1, "unexecuted_call": 1, "empty_message": 4}
+BEFORE: dict[str, int] = {}
+BEFORE_NOTES = {"missing_result": 1, "unexecuted_call": 1, "empty_message": 4}
 
 
 @case("torn-tail/before-compaction", plus(BEFORE, torn_tail=1))
@@ -317,14 +328,15 @@ def _glued_v3(outcome: Outcome, line: int, keep: int, synthetic: bool = False) -
         record["offset"] + keep]
 
 
-@case("glued/all-types", plus(ALL_TYPES, glued_record=1, missing_parent=1))
+@case("glued/all-types", plus(ALL_TYPES, glued_record=1))  # its child: a consequence
 @checked(lambda o, s: _glued_v3(o, 6, 60))
 def _(s: Sources) -> bytes:
     # line 6 (a bashExecution) torn after 60 bytes, the custom entry under it glued on
     return glue_torn(s.all_types, 6, 60)
 
 
-@case("glued/generated", {"glued_record": 1, "missing_parent": 1, "missing_result": 1})
+@case("glued/generated", {"glued_record": 1, "missing_result": 1},
+      strict=True)
 @checked(lambda o, s: _glued_v3(o, last_single_call(s.gen)[1], 45, synthetic=True))
 def _(s: Sources) -> bytes:
     # a tool result on the active branch, torn, with its child glued on: the call has no
@@ -377,7 +389,7 @@ def _(s: Sources) -> bytes:
 
 
 @case("utf8-in-structure/generated",
-      {"invalid_utf8": 1, "missing_parent": 1, "missing_result": 1})
+      {"invalid_utf8": 1, "missing_result": 1}, strict=True)
 @checked(lambda o, s: _equal(
     [r["data"] for r in records_of(o, "invalid_utf8")],
     [split_lines(o.original)[last_single_call(s.gen)[1]]]))
@@ -442,7 +454,7 @@ def _(s: Sources) -> bytes:
 
 
 @case("missing-field/all-types",
-      plus(ALL_TYPES, missing_field=1, missing_parent=1))
+      plus(ALL_TYPES, missing_field=1))
 @checked(lambda o, s: _equal(by_id(o)["772d9d5e"]["parentId"], "3344ce43"))
 def _(s: Sources) -> bytes:
     # the thinking level change loses its level: the assistant under it hangs one level up
@@ -682,7 +694,7 @@ def _synthetic_fixed(outcome: Outcome, s: Sources) -> None:
     assert [r["offset"] for r in outcome.records] == [line_offset(outcome.original, 3)]
 
 
-@case("missing-result/built", {"missing_result": 1})
+@case("missing-result/built", {"missing_result": 1}, strict=True)
 @checked(_synthetic_fixed)
 def _(s: Sources) -> bytes:
     return _missing_result()
@@ -769,7 +781,7 @@ def _failed_turn(stop: str, *blocks: dict[str, Any]) -> bytes:
     return s.bytes()
 
 
-@case("aborted-with-calls/built", {"unexecuted_call": 1})
+@case("aborted-with-calls/built", {"unexecuted_call": 1}, strict=True)
 @checked(lambda o, s: (
     _equal(by_id(o)["e02"]["message"]["content"], [text("partial")]),
     _equal([r["reason"] for r in o.records], ["pairing"])))
@@ -777,7 +789,7 @@ def _(s: Sources) -> bytes:
     return _failed_turn("aborted", text("partial"), call("c1"))
 
 
-@case("error-only-calls/built", {"unexecuted_call": 2, "empty_message": 1})
+@case("error-only-calls/built", {"unexecuted_call": 2, "empty_message": 1}, strict=True)
 @checked(lambda o, s: _equal(path_ids(o), ["e01", "e03", "e04"]))
 def _(s: Sources) -> bytes:
     return _failed_turn("error", call("c1"), call("c2"))
@@ -812,7 +824,7 @@ def _empty_texts() -> bytes:
     return s.bytes()
 
 
-@case("empty-text-blocks/built", {"empty_text_block": 2, "empty_message": 1})
+@case("empty-text-blocks/built", {"empty_text_block": 2, "empty_message": 1}, strict=True)
 @checked(lambda o, s: (
     _equal(by_id(o)["e02"]["message"]["content"], [text("answer")]),
     _equal(path_ids(o), ["e01", "e02", "e04", "e05"])))
@@ -821,7 +833,7 @@ def _(s: Sources) -> bytes:
 
 
 @case("signed-thinking-of-a-changed-turn/built",
-      {"empty_text_block": 1, "thinking_dropped": 1})
+      {"empty_text_block": 1, "thinking_dropped": 1}, strict=True)
 @checked(lambda o, s: _equal(by_id(o)["e02"]["message"]["content"], [text("answer")]))
 def _(s: Sources) -> bytes:
     s_ = Session()
@@ -836,9 +848,9 @@ def _(s: Sources) -> bytes:
 # -- pairing on the active branch of a generated session
 
 
-@case("missing-result/generated", {"missing_result": 1})
+@case("missing-result/generated", {"missing_result": 1}, strict=True)
 @checked(lambda o, s: _equal(
-    [p.entry_id for p in o.report.problems],
+    [p.entry_id for p in o.report.notes],
     [entry_of(split_lines(s.gen)[last_single_call(s.gen)[0]])["id"]]))
 def _(s: Sources) -> bytes:
     return drop_result(s.gen, last_single_call(s.gen)[1])
@@ -862,8 +874,8 @@ def _(s: Sources) -> bytes:
 
 def _gen_orphan(outcome: Outcome, s: Sources) -> None:
     a, r = (entry_of(split_lines(s.gen)[k])["id"] for k in last_single_call(s.gen))
-    assert [(p.kind, p.entry_id) for p in outcome.report.problems] == [
-        ("missing_result", a), ("orphan_result", r)]
+    assert [(p.kind, p.entry_id) for p in outcome.report.problems] == [("orphan_result", r)]
+    assert [(n.kind, n.entry_id) for n in outcome.report.notes] == [("missing_result", a)]
     ids = path_ids(outcome)
     assert r not in ids  # off the branch, but still in the file as it was
     assert split_lines(outcome.original)[last_single_call(s.gen)[1]] in out_lines(outcome)
@@ -871,7 +883,7 @@ def _gen_orphan(outcome: Outcome, s: Sources) -> None:
     assert synthetic["toolCallId"] != "toolu_gone" and synthetic["details"]["synthetic"]
 
 
-@case("orphan-result/generated", {"orphan_result": 1, "missing_result": 1})
+@case("orphan-result/generated", {"orphan_result": 1})
 @checked(_gen_orphan)
 def _(s: Sources) -> bytes:
     a, r = last_single_call(s.gen)
@@ -898,7 +910,7 @@ def _(s: Sources) -> bytes:
 
 
 @case("combined/generated", {
-    "torn_tail": 1, "moved_result": 1, "missing_result": 1, "invalid_utf8": 1, "not_object": 1,
+    "torn_tail": 1, "moved_result": 1, "invalid_utf8": 1, "not_object": 1,
     "duplicate_id": 1, "nul_run": 2, "glued_record": 1, "missing_parent": 1,
 })
 @checked(lambda o, s: _equal(journal.load(o.report.path).entries[-1]["id"],
@@ -923,11 +935,12 @@ def _(s: Sources) -> bytes:
     return glue_torn(data, 1, 20)  # the first entry torn, the next one glued on
 
 
-@case("combined/built-no-header", {"missing_header": 1, "duplicate_id": 1,
-                                   "missing_result": 1, "nul_run": 1}, name=PI_NAME)
+@case("combined/built-no-header", {"missing_header": 1, "duplicate_id": 1, "nul_run": 1},
+      name=PI_NAME)
 @checked(lambda o, s: (
     _equal([(p.kind, p.line) for p in o.report.problems],
-           [("nul_run", 2), ("missing_header", 1), ("duplicate_id", 4), ("missing_result", 3)]),
+           [("nul_run", 2), ("missing_header", 1), ("duplicate_id", 4)]),
+    _equal([(n.kind, n.line) for n in o.report.notes], [("missing_result", 3)]),
     _equal(entry_of(out_lines(o)[0])["id"], PI_NAME_ID)))
 def _(s: Sources) -> bytes:
     data = _missing_result()
@@ -989,7 +1002,7 @@ def _params() -> list[Any]:
 def test_corpus(c: Case, src: Sources, tmp_path: Path) -> None:
     path = tmp_path / c.name
     path.write_bytes(c.build(src))
-    outcome = check_repair(path, migrate=c.migrate)
+    outcome = check_repair(path, migrate=c.migrate, strict=c.strict)
     assert outcome.counts == c.counts, [(p.kind, p.line, p.entry_id) for p in
                                         outcome.report.problems]
     if c.check is not None:
@@ -1179,14 +1192,15 @@ def test_cli_held_lock_exits_2(src: Sources, tmp_path: Path, capsys: Any) -> Non
 def test_cli_json_report(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(nul_line(_missing_result(), 2, 10))
-    assert cli_main(["repair", "--json", str(path)]) == 0
+    assert cli_main(["repair", "--json", "--strict", str(path)]) == 0
     [report] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert report["path"] == str(path)
-    assert report["changed"] is True
-    assert report["counts"] == {"nul_run": 1, "missing_result": 1}
+    assert report["changed"] is True and report["strict"] is True
+    assert report["counts"] == {"nul_run": 1}
+    assert report["noteCounts"] == {"missing_result": 1}
     assert report["backup"] == str(path) + ".bak"
     assert report["quarantine"] == str(path) + ".quarantine"
-    nul, missing = report["problems"]
+    [nul], [missing] = report["problems"], report["notes"]
     assert nul == {"kind": "nul_run", "action": "quarantined", "line": 3,
                    "offset": line_offset(nul_line(_missing_result(), 2, 10), 2),
                    "entryId": None, "detail": "10 NUL bytes"}
@@ -1202,7 +1216,7 @@ def test_cli_directory(src: Sources, tmp_path: Path, capsys: Any) -> None:
     assert sorted(reports) == sorted(files)
     assert {name: r["counts"] for name, r in reports.items()} == {
         "a.jsonl": {"nul_run": 1},
-        "sub/b.jsonl": {"torn_tail": 1, "missing_result": 1},
+        "sub/b.jsonl": {"torn_tail": 1},
         "sub/deeper/c.jsonl": {"moved_result": 1},
         "clean.jsonl": {},
     }
@@ -1217,7 +1231,7 @@ def test_cli_directory(src: Sources, tmp_path: Path, capsys: Any) -> None:
 def assert_valid_file(path: Path) -> None:
     snap, tree, messages = context_of(path)
     assert snap.diagnostics == [] and tree.issues == []
-    assert journal.validate.pairing_problems(messages) == []
+    assert classify(messages, sanitize(messages)[1])[1] == []
 
 
 def test_cli_migrate(src: Sources, tmp_path: Path, capsys: Any) -> None:
@@ -1248,7 +1262,7 @@ def test_journal_repair_entry_point(tmp_path: Path, capsys: Any) -> None:
 def test_cli_text_report(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(_missing_result())
-    assert cli_main(["repair", str(path)]) == 0
+    assert cli_main(["repair", "--strict", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"{path}: fixed 1 problem(s): missing_result 1" in out
     assert f"backup: {path}.bak" in out and f"quarantine: {path}.quarantine" in out
@@ -1281,7 +1295,7 @@ def test_v1_compaction_with_pairing_fix_keeps_every_line(tmp_path: Path) -> None
     """Was a bug (fixed in 4680338): the lines before the kept boundary were dropped."""
     path = tmp_path / "s.jsonl"
     path.write_bytes(V1_WITH_COMPACTION)
-    outcome = check_repair(path)
+    outcome = check_repair(path, strict=True)
     assert outcome.counts == {"missing_result": 1}
     lines = out_lines(outcome)
     assert lines[:5] == split_lines(V1_WITH_COMPACTION)[:5]
@@ -1328,7 +1342,9 @@ def test_load_reports_a_null_line(tmp_path: Path) -> None:
 def test_repair_finds_a_null_line(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(insert_lines(_missing_result(), 2, b"null"))
-    assert check_repair(path).counts == {"not_object": 1, "missing_result": 1}
+    outcome = check_repair(path)
+    assert outcome.counts == {"not_object": 1}
+    assert outcome.report.note_counts == {"missing_result": 1}
 
 
 def test_pairing_region_behind_compaction(tmp_path: Path) -> None:
@@ -1427,7 +1443,7 @@ NOTHING_VALID_LEFT = {
 def test_branch_with_nothing_valid_left(name: str, tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(NOTHING_VALID_LEFT[name])
-    check_repair(path)
+    check_repair(path, strict=True)
     assert context_of(path)[2] == []
 
 

@@ -27,11 +27,11 @@ from anthropic_mock import (
     tool_block,
 )
 
-from agent.anthropic_model import AnthropicModel
+from agent.compaction.summarize import ExtractiveSummarizer
 from agent.models import ModelEvent
+from agent.models.anthropic import AnthropicModel
 from agent.runner import DEFAULT_SYSTEM_PROMPT, Runner, RunnerEvent
 from agent.settings import DEFAULT_SETTINGS
-from agent.summarize import ExtractiveSummarizer
 from journal import Session, load
 from journal.validate import pairing_problems
 from tools import default_tools

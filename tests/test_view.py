@@ -37,7 +37,7 @@ def test_refresh_after_repair_replaced_the_file(tmp_path):
         path = s.path
     view = View.open(path)
     assert len(view.context(raw=True).messages) == 2
-    assert repair(path).changed
+    assert repair(path, strict=True).changed
     entries = view.refresh()
     assert len(entries) == 3, "a replaced file is reloaded whole"
     assert [m["role"] for m in view.context(raw=True).messages] == [

@@ -160,12 +160,16 @@ def cmd_info(args: argparse.Namespace) -> int:
               f"since {holder.get('since', '?')}")
     else:
         print("writer:    none (not locked)")
-    problems = len(info.diagnostics) + len(info.tree_issues)
+    problems = len(info.problems)
     print(f"problems:  {problems}")
-    for d in info.diagnostics:
-        print(f"  !! {d.describe()}")
-    for issue in info.tree_issues:
-        print(f"  !! entry {issue.entry_id}: {issue.kind} ({issue.detail})")
+    for p in info.problems[:20]:
+        where = f"line {p.line}" if p.line else (f"entry {p.entry_id}" if p.entry_id else "file")
+        print(f"  !! {where}: {p.kind}: {p.action}" + (f" ({p.detail})" if p.detail else ""))
+    if problems > 20:
+        print(f"  ... and {problems - 20} more (use --json for all)")
+    if info.notes:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(info.note_counts.items()))
+        print(f"notes:     {kinds} (states pi handles itself; not damage)")
     if problems:
         print(f"run 'journal repair {info.path}' to fix them")
     return 0

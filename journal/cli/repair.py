@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 
 import orjson
@@ -16,7 +17,9 @@ from .app import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, entry_parser, print_error, 
 DESCRIPTION = (
     "Repair damaged session files without losing a byte: torn or glued lines, NUL runs, "
     "invalid UTF-8, missing or extra headers, duplicate ids, broken parent links, and tool "
-    "calls without results (or results without calls) on the active branch. The fixed file "
+    "results without calls, answered twice or out of place on the active branch. States pi "
+    "writes and handles itself when it sends a request (aborted turns, calls whose result "
+    "was never written) are notes: left as they are unless --strict. The fixed file "
     "replaces the old one atomically under the writer lock; the old one is kept as "
     "<file>.bak and every dropped or rewritten byte range goes to <file>.quarantine."
 )
@@ -30,6 +33,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="report what would change; write nothing")
     mode.add_argument("--check", action="store_true",
                       help="write nothing; exit 1 if anything needs repair, 0 if clean")
+    p.add_argument("--strict", action="store_true",
+                   help="also fix notes: states pi handles itself when it sends a request "
+                        "(default: leave them in the file)")
     p.add_argument("--migrate", action="store_true",
                    help="write version 1/2 files as version 3 (default: keep their version)")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
@@ -62,7 +68,7 @@ def run_repair(args: argparse.Namespace) -> int:
     dry = args.dry_run or args.check
     for path in progress(targets, "repairing", enabled=not args.json):
         try:
-            report = repair(path, dry_run=dry, migrate=args.migrate,
+            report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
                             lock_timeout=args.lock_timeout)
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
@@ -83,6 +89,9 @@ def run_repair(args: argparse.Namespace) -> int:
         if not args.json:
             for r in dirty:
                 print(f"{r.path}: needs repair ({_kinds(r)})")
+            for r in reports:
+                if r.notes and not r.changed:
+                    print(f"{r.path}: {_notes(r)}")
             if not dirty:
                 print("clean" if len(reports) == 1 else f"all {len(reports)} files clean")
         return EXIT_FINDINGS if dirty else EXIT_OK
@@ -90,21 +99,36 @@ def run_repair(args: argparse.Namespace) -> int:
 
 
 def _kinds(report: RepairReport) -> str:
-    return ", ".join(f"{k} {n}" for k, n in sorted(report.counts.items()))
+    counts = report.counts
+    if report.strict:
+        counts = dict(Counter(counts) + Counter(report.note_counts))
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
+def _notes(report: RepairReport) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.note_counts.items()))
+    if report.notes_left:
+        return f"notes ({kinds}): states pi handles itself; left as they are (--strict fixes them)"
+    return f"notes ({kinds}): states pi handles itself; settled with the damage on their branch"
 
 
 def _print_report(report: RepairReport) -> None:
     if not report.changed:
         print(f"{report.path}: clean")
+        if report.notes:
+            print(f"  {_notes(report)}")
         return
     verb = "would fix" if report.dry_run else "fixed"
-    print(f"{report.path}: {verb} {len(report.problems)} problem(s): {_kinds(report)}")
+    found = len(report.problems) + (len(report.notes) if report.strict else 0)
+    print(f"{report.path}: {verb} {found} problem(s): {_kinds(report)}")
     for p in report.problems[:20]:
         where = f"line {p.line}" if p.line else (f"entry {p.entry_id}" if p.entry_id else "")
         detail = f" ({p.detail})" if p.detail else ""
         print(f"  {where:>12}  {p.kind}: {p.action}{detail}")
     if len(report.problems) > 20:
         print(f"  ... and {len(report.problems) - 20} more (use --json for all)")
+    if report.notes and not report.strict:
+        print(f"  {_notes(report)}")
     collateral = [r for r in report.rewritten if r.kind in ("reparented", "pairing",
                                                               "duplicate_id", "renumbered")]
     if collateral:

@@ -1,16 +1,18 @@
 """A :class:`~agent.models.Model` on the Anthropic Messages API, streamed through the SDK.
 
-The request body comes from :mod:`agent.anthropic_payload`. The reply is read as raw stream
+The request body comes from :mod:`agent.models.payload`. The reply is read as raw stream
 events (``messages.create(stream=True)``) and assembled into a pi assistant message.
 
 Errors: the SDK retries 408, 409, 429, 5xx (529 included) and connection failures
 ``max_retries`` times, honouring ``retry-after``/``retry-after-ms``, before anything surfaces
-here. Then: 413, ``request_too_large`` and a 400 ``invalid_request_error`` that speaks of the
-prompt being too long or the context window raise :class:`ContextOverflow`; 529 or
-``overloaded_error`` :class:`Overloaded`; 429 :class:`RateLimited`; 401/403 or missing
-credentials :class:`AuthError`; timeouts :class:`ModelTimeout`; anything else the SDK or the
-transport raises :class:`ModelError`. An error event in the middle of a stream is classified
-the same way by its ``error.type`` (it is not retried: part of the reply was already read).
+here. Then :func:`agent.models.errors.classify` (the classifier the summarizer uses too) names
+the failure and it is raised as: :class:`ContextOverflow` for a request that does not fit
+(413, ``request_too_large``, or a bad request whose message says the prompt is too long or
+exceeds the context limit), :class:`Overloaded`, :class:`RateLimited` (with ``retry_after``),
+:class:`AuthError` (401/403 or missing credentials), :class:`ModelTimeout`, and
+:class:`ModelError` for anything else the SDK or the transport raises. An error event in the
+middle of a stream is classified the same way by its ``error.type`` (it is not retried: part
+of the reply was already read).
 
 Abort: the ``abort`` event is checked before the request and between stream events, and a
 watcher thread closes the HTTP response as soon as it is set, so a stalled stream stops too.
@@ -28,20 +30,16 @@ becomes "error".
 from __future__ import annotations
 
 import json
-import re
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import anthropic
-import httpx2
 
-from agent.anthropic_payload import API, build_params
-from agent.models import (
+from agent.models.base import (
+    AssistantMessage,
     AuthError,
     ContextOverflow,
     EventSink,
-    Message,
     ModelAborted,
     ModelError,
     ModelEvent,
@@ -53,9 +51,11 @@ from agent.models import (
     assistant_message,
     make_usage,
 )
+from agent.models.errors import Failure, classify
+from agent.models.payload import API, build_params
 
 PROVIDER = "anthropic"
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 
 PRICES: tuple[tuple[str, Price], ...] = (
     ("claude-opus-4-5", Price(5.0, 25.0, 0.5, 6.25)),
@@ -82,12 +82,6 @@ _STOP_REASONS = {
     "model_context_window_exceeded": "length",
     "refusal": "error",
 }
-_OVERFLOW_TEXT = re.compile(
-    r"prompt is too long|input is too long|too many (input )?tokens|context (window|length|limit)"
-    r"|maximum context|exceeds? the (model'?s? )?(maximum|limit)|request too large",
-    re.IGNORECASE,
-)
-_OVERFLOW_NUMBERS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)")
 _ABORT_POLL_SECONDS = 0.05
 
 
@@ -146,7 +140,7 @@ class AnthropicModel:
         *,
         on_event: EventSink | None = None,
         abort: threading.Event | None = None,
-    ) -> Message:
+    ) -> AssistantMessage:
         turn = _Turn(self.model_id, self.price, on_event)
         if abort is not None and abort.is_set():
             raise ModelAborted("aborted before the request was sent", partial=turn.partial(True))
@@ -338,7 +332,9 @@ class _Turn:
             out.append(block)
         return out
 
-    def message(self, content: list[dict[str, Any]], stop: str, error: str | None) -> Message:
+    def message(
+        self, content: list[dict[str, Any]], stop: str, error: str | None
+    ) -> AssistantMessage:
         u = self.usage
         return assistant_message(
             content,
@@ -350,12 +346,12 @@ class _Turn:
             error_message=error,
         )
 
-    def partial(self, aborted: bool, error: str | None = None) -> Message:
+    def partial(self, aborted: bool, error: str | None = None) -> AssistantMessage:
         stop = "aborted" if aborted else "error"
         reason = error or ("Request was aborted" if aborted else "The model call failed")
         return self.message(self.content(), stop, reason)
 
-    def final(self) -> Message:
+    def final(self) -> AssistantMessage:
         content = self.content()
         stop = _STOP_REASONS.get(self.stop_reason or "end_turn", "stop")
         error = None
@@ -373,77 +369,46 @@ def _as_model_error(
     """The ModelError for an exception from the SDK or the transport; None for any other."""
     if abort is not None and abort.is_set():
         return ModelAborted("aborted while streaming", partial=turn.partial(True))
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return ModelTimeout(f"the model call timed out: {text}", partial=turn.partial(False, text))
-    if isinstance(exc, anthropic.APIStatusError):
-        return _status_error(exc, turn)
-    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return ModelError(
-            f"could not reach the model: {text}",
-            partial=turn.partial(False, text),
-            kind="connection",
-        )
-    if isinstance(exc, anthropic.CredentialsError) or (
-        isinstance(exc, TypeError) and "authentication" in text
-    ):
-        message = f"no usable Anthropic credentials were found ({text}). {AUTH_HINT}"
-        return AuthError(message, partial=turn.partial(False, message))
-    if isinstance(exc, anthropic.AnthropicError | httpx2.HTTPError):
-        return ModelError(f"the model call failed: {text}", partial=turn.partial(False, text))
-    return None
-
-
-def _status_error(exc: anthropic.APIStatusError, turn: _Turn) -> ModelError:
-    status = exc.status_code
-    body = exc.body if isinstance(exc.body, Mapping) else {}
-    raw_error = body.get("error")
-    error: Mapping[str, Any] = raw_error if isinstance(raw_error, Mapping) else {}
-    etype = getattr(exc, "type", None) or error.get("type") or ""
-    # a proxy may send a structured message: the patterns below need text
-    detail = str(getattr(exc, "api_message", None) or error.get("message") or exc)
-    label = f"{status} {etype}".strip() if status and status != 200 else (etype or "error")
-    text = f"{label}: {detail}"
+    failure = classify(exc)
+    if failure is None:
+        return None
+    text, status = failure.text, failure.status
     partial = turn.partial(False, text)
-    if (
-        status == 413
-        or etype == "request_too_large"
-        or ((status == 400 or etype == "invalid_request_error") and _OVERFLOW_TEXT.search(detail))
-    ):
-        tokens = limit = None
-        numbers = _OVERFLOW_NUMBERS.search(detail)
-        if numbers:
-            tokens, limit = (int(n.replace(",", "")) for n in numbers.groups())
-        return ContextOverflow(
-            f"the prompt is too large for the model ({text})",
-            partial=partial,
-            status=status,
-            tokens=tokens,
-            limit=limit,
-        )
-    if status in (401, 403) or etype in ("authentication_error", "permission_error"):
-        message = f"Anthropic rejected the credentials ({text}). {AUTH_HINT}"
-        return AuthError(message, partial=turn.partial(False, message), status=status)
-    if status == 529 or etype == "overloaded_error":
-        return Overloaded(f"the model is overloaded ({text})", partial=partial, status=status)
-    if status == 429 or etype == "rate_limit_error":
-        return RateLimited(
-            f"rate limited ({text})",
-            partial=partial,
-            status=status,
-            retry_after=_retry_after(exc.response.headers),
-        )
-    if status in (408, 504) or etype == "timeout_error":
-        return ModelTimeout(f"the model call timed out ({text})", partial=partial, status=status)
+    match failure.kind:
+        case Failure.OVERFLOW:
+            return ContextOverflow(
+                f"the prompt is too large for the model ({text})",
+                partial=partial,
+                status=status,
+                tokens=failure.tokens,
+                limit=failure.limit,
+            )
+        case Failure.AUTH if status is None:
+            message = f"no usable Anthropic credentials were found ({text}). {AUTH_HINT}"
+            return AuthError(message, partial=turn.partial(False, message))
+        case Failure.AUTH:
+            message = f"Anthropic rejected the credentials ({text}). {AUTH_HINT}"
+            return AuthError(message, partial=turn.partial(False, message), status=status)
+        case Failure.OVERLOADED:
+            return Overloaded(f"the model is overloaded ({text})", partial=partial, status=status)
+        case Failure.RATE_LIMIT:
+            return RateLimited(
+                f"rate limited ({text})",
+                partial=partial,
+                status=status,
+                retry_after=failure.retry_after,
+            )
+        case Failure.TIMEOUT:
+            message = f"the model call timed out ({text})"
+            return ModelTimeout(message, partial=partial, status=status)
+        case Failure.CONNECTION:
+            message = f"could not reach the model: {text}"
+            return ModelError(message, partial=partial, kind="connection")
+        case Failure.OTHER:
+            return ModelError(f"the model call failed: {text}", partial=partial)
     return ModelError(
-        f"the model call failed ({text})", partial=partial, status=status, kind=etype or "api_error"
+        f"the model call failed ({text})",
+        partial=partial,
+        status=status,
+        kind=failure.error_type or "api_error",
     )
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    for key, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        try:
-            return float(headers[key]) / scale
-        except (KeyError, TypeError, ValueError):
-            continue
-    return None

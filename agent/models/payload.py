@@ -24,13 +24,12 @@ extended thinking and prompt-cache breakpoints.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import journal
-
-if TYPE_CHECKING:
-    from agent.models import ModelRequest
+from agent.messages import Message
+from agent.models.base import ModelRequest
 
 Block = dict[str, Any]
 
@@ -62,7 +61,7 @@ _CACHEABLE = frozenset({"text", "image", "tool_result", "tool_use"})
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def to_api_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def to_api_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The ``messages`` of an Anthropic request for pi-shaped ``messages``."""
     ids = _IdMap()
     out: list[dict[str, Any]] = []
@@ -136,7 +135,7 @@ def _user_blocks(content: Any) -> list[Block]:
     return blocks
 
 
-def _assistant_blocks(message: Mapping[str, Any], ids: _IdMap) -> list[Block]:
+def _assistant_blocks(message: Message, ids: _IdMap) -> list[Block]:
     native = message.get("api") in (None, API)
     content = message.get("content")
     if isinstance(content, str):
@@ -177,7 +176,7 @@ def _thinking(block: dict[str, Any], native: bool) -> list[Block]:
     return _text(block.get("thinking"))
 
 
-def _tool_result(message: Mapping[str, Any], ids: _IdMap) -> Block:
+def _tool_result(message: Message, ids: _IdMap) -> Block:
     content = message.get("content")
     blocks = _user_blocks(content)
     result: Block = {"type": "tool_result", "tool_use_id": ids(message.get("toolCallId"))}

@@ -41,8 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.compaction.facts import file_operations
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import file_operations
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.window import prompt_budget, resolve_window
 from journal import Session, boundary, branch_context, entry_message, iso_to_millis
@@ -50,7 +51,6 @@ from journal import Session, boundary, branch_context, entry_message, iso_to_mil
 log = logging.getLogger(__name__)
 
 Entry = dict[str, Any]
-Message = Mapping[str, Any]
 
 CUT_ROLES = frozenset({"user", "assistant", "bashExecution", "custom", "branchSummary"})
 TURN_START_ROLES = frozenset({"user", "bashExecution", "custom", "branchSummary"})

@@ -55,11 +55,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.models import (
+from agent.models.base import (
+    AssistantMessage,
     AuthError,
     ContextOverflow,
     EventSink,
-    Message,
     ModelAborted,
     ModelError,
     ModelEvent,
@@ -172,13 +172,15 @@ class ScriptedModel:
         *,
         on_event: EventSink | None = None,
         abort: threading.Event | None = None,
-    ) -> Message:
+    ) -> AssistantMessage:
         self.calls += 1
         self.last_request = request
         index = self.turn
         input_tokens = self.prompt_tokens(request)
 
-        def message(content: list[dict[str, Any]], stop: str, error: str | None = None) -> Message:
+        def message(
+            content: list[dict[str, Any]], stop: str, error: str | None = None
+        ) -> AssistantMessage:
             output = self.estimator.estimate_message({"role": "assistant", "content": content})
             return assistant_message(
                 content,
@@ -268,7 +270,9 @@ def _visible(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _failure(fail: str, turn: dict[str, Any], message: Callable[..., Message]) -> ModelError:
+def _failure(
+    fail: str, turn: dict[str, Any], message: Callable[..., AssistantMessage]
+) -> ModelError:
     if fail == "abort":
         text = turn.get("text") or ""
         half = text[: math.ceil(len(text) / 2)]

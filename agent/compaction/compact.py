@@ -4,18 +4,17 @@ Nothing is deleted: the summary is appended to the journal with the id of the fi
 verbatim, and the projection (see `journal.build_context`) then shows the summary followed by
 the kept entries. Four steps, each usable alone:
 
-1. **prepare** (`prepare_compaction`, in `agent.cutpoint`): find the cut point on the active
-   branch and collect what to summarize, starting at the previous compaction's kept boundary
-   (its `firstKeptEntryId`): the messages kept verbatim last time are summarized this time,
-   together with the previous summary, so nothing falls between two summaries.
-2. **summarize** (`summarize_messages`, in `agent.staged`): chunked, staged and merged calls to
-   a `Summarizer`, with retries and three levels of fallback.
+1. **prepare** (`prepare_compaction`, in `agent.compaction.cutpoint`): find the cut point on
+   the active branch and collect what to summarize, starting at the previous compaction's kept
+   boundary (its `firstKeptEntryId`): the messages kept verbatim last time are summarized this
+   time, together with the previous summary, so nothing falls between two summaries.
+2. **summarize** (`summarize_messages`, in `agent.compaction.staged`): chunked, staged and
+   merged calls to a `Summarizer`, with retries and three levels of fallback.
 3. **record** (`record_compaction`, here): the summary, plus the tool failures and the
    cumulative lists of files read and modified, through `Session.append_compaction`.
 4. `compact` (here) runs the three, with hooks and the optional memory flush around them.
 
-This module also re-exports the public names of `agent.cutpoint` and `agent.staged`, so
-`from agent.compaction import ...` keeps working for all of them.
+`agent.compaction` (the package) exports these together with the names of its other modules.
 """
 
 from __future__ import annotations
@@ -30,78 +29,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.cutpoint import (
-    CUT_ROLES,
-    TURN_START_ROLES,
+from agent.compaction.cutpoint import (
     CompactionPreparation,
-    CutPoint,
-    Entry,
-    Message,
-    duplicate_prompts,
-    entry_role,
     estimate_branch_context,
-    estimate_session_context,
-    find_cut_point,
     prepare_compaction,
-    projection,
 )
-from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.staged import (
-    MERGE_INSTRUCTIONS,
-    NO_HISTORY,
-    FallbackLevel,
-    SummaryOutcome,
-    adaptive_chunk_ratio,
-    backoff_delay,
-    call_groups,
-    chunk_budget,
-    chunk_messages,
-    is_oversized,
-    plain_summary,
-    summarize_messages,
-    summary_max_tokens,
-)
-from agent.summarize import (
-    Summarizer,
-    SummaryAborted,
+from agent.compaction.facts import (
     extract_facts,
     extract_identifiers,
     message_identifiers,
     tool_failures,
 )
+from agent.compaction.staged import (
+    FallbackLevel,
+    SummaryOutcome,
+    summarize_messages,
+    summary_max_tokens,
+)
+from agent.compaction.summarize import Summarizer, SummaryAborted
+from agent.messages import Message
+from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import Estimator
 from journal import Session
 
 __all__ = [
-    # agent.cutpoint
-    "CUT_ROLES",
-    "TURN_START_ROLES",
-    "CompactionPreparation",
-    "CutPoint",
-    "Entry",
-    "Message",
-    "duplicate_prompts",
-    "entry_role",
-    "estimate_branch_context",
-    "estimate_session_context",
-    "find_cut_point",
-    "prepare_compaction",
-    "projection",
-    # agent.staged
-    "MERGE_INSTRUCTIONS",
-    "NO_HISTORY",
-    "FallbackLevel",
-    "SummaryOutcome",
-    "adaptive_chunk_ratio",
-    "backoff_delay",
-    "call_groups",
-    "chunk_budget",
-    "chunk_messages",
-    "is_oversized",
-    "plain_summary",
-    "summarize_messages",
-    "summary_max_tokens",
-    # this module
     "SPLIT_TURN_HEADING",
     "TURN_PREFIX_INSTRUCTIONS",
     "CompactionHooks",
@@ -362,7 +313,7 @@ def compact(
 
     Args:
         session: an open session (the writer).
-        summarizer: an `agent.summarize.Summarizer`.
+        summarizer: an `agent.compaction.summarize.Summarizer`.
         settings: thresholds (`keep_recent_tokens`, chunking, retries, `memory_flush`, ...).
         estimator: token estimator; pass the same one each time to reuse its per-entry cache.
         focus: an extra instruction for the summary (as pi's `/compact <focus>`).

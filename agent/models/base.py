@@ -25,23 +25,22 @@ Progress is reported through the optional ``on_event`` callback as :class:`Model
 text), ``tool_call`` (data: the finished toolCall block), ``message_end`` (data: the final
 message). An exception raised by the callback propagates unchanged.
 
-``AnthropicModel`` (in :mod:`agent.anthropic_model`) and ``ScriptedModel`` (in
-:mod:`agent.scripted`) can also be imported from here.
+This module is the bottom of :mod:`agent.models`: the implementations
+(:mod:`agent.models.anthropic`, :mod:`agent.models.scripted`) import it, it imports none of them.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from agent.anthropic_model import AnthropicModel
-    from agent.scripted import ScriptedModel
+from agent.messages import Message
 
-Message = dict[str, Any]
+AssistantMessage = dict[str, Any]
+"""What a model returns: a pi assistant message, a fresh dict the caller owns (and may edit)."""
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 STOP_REASONS = ("stop", "length", "toolUse", "error", "aborted")
@@ -52,7 +51,7 @@ EVENT_KINDS = ("message_start", "text_delta", "thinking_delta", "tool_call", "me
 class ModelRequest:
     """Everything one model call needs."""
 
-    messages: list[Mapping[str, Any]]
+    messages: list[Message]
     """pi-shaped projection, already passed through ``journal.sanitize``."""
     tools: list[dict[str, Any]] = field(default_factory=list)
     """Tool schemas ``{name, description, input_schema}``."""
@@ -84,7 +83,7 @@ class Model(Protocol):
         *,
         on_event: EventSink | None = None,
         abort: threading.Event | None = None,
-    ) -> Message: ...
+    ) -> AssistantMessage: ...
 
 
 class ModelError(Exception):
@@ -98,7 +97,7 @@ class ModelError(Exception):
         self,
         message: str,
         *,
-        partial: Message | None = None,
+        partial: AssistantMessage | None = None,
         status: int | None = None,
         kind: str | None = None,
     ) -> None:
@@ -119,14 +118,15 @@ class ContextOverflow(ModelError):
         self,
         message: str,
         *,
-        partial: Message | None = None,
+        partial: AssistantMessage | None = None,
         status: int | None = None,
         tokens: int | None = None,
         limit: int | None = None,
     ) -> None:
         super().__init__(message, partial=partial, status=status)
         self.tokens = tokens
-        """Prompt size the provider reported, when its message says so."""
+        """The size the provider counted against the window (the prompt, plus the output
+        budget when its message adds them), when its message says so."""
         self.limit = limit
         """The window the provider reported, when its message says so."""
 
@@ -148,7 +148,7 @@ class RateLimited(ModelError):
         self,
         message: str,
         *,
-        partial: Message | None = None,
+        partial: AssistantMessage | None = None,
         status: int | None = None,
         retry_after: float | None = None,
     ) -> None:
@@ -225,9 +225,9 @@ def assistant_message(
     stop_reason: str = "stop",
     timestamp: int | None = None,
     error_message: str | None = None,
-) -> Message:
+) -> AssistantMessage:
     """An assistant message with pi's keys in pi's order."""
-    message: Message = {
+    message: AssistantMessage = {
         "role": "assistant",
         "content": content,
         "api": api,
@@ -242,7 +242,7 @@ def assistant_message(
     return message
 
 
-def tool_calls(message: Message) -> list[dict[str, Any]]:
+def tool_calls(message: AssistantMessage) -> list[dict[str, Any]]:
     """The toolCall blocks of an assistant message."""
     content = message.get("content")
     if not isinstance(content, list):
@@ -250,28 +250,11 @@ def tool_calls(message: Message) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy, so the implementations can import this module without a cycle.
-    if name == "AnthropicModel":
-        from agent.anthropic_model import AnthropicModel
-
-        return AnthropicModel
-    if name == "ScriptedModel":
-        from agent.scripted import ScriptedModel
-
-        return ScriptedModel
-    if name == "to_api_messages":
-        from agent.anthropic_payload import to_api_messages
-
-        return to_api_messages
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "EVENT_KINDS",
     "STOP_REASONS",
     "THINKING_LEVELS",
-    "AnthropicModel",
+    "AssistantMessage",
     "AuthError",
     "ContextOverflow",
     "EventSink",
@@ -284,7 +267,6 @@ __all__ = [
     "Overloaded",
     "Price",
     "RateLimited",
-    "ScriptedModel",
     "assistant_message",
     "make_usage",
     "now_ms",

@@ -1,12 +1,12 @@
 """The summarization pipeline of a compaction: chunking, staging, retries and fallbacks.
 
 `summarize_messages` turns a list of messages into one summary with calls to a `Summarizer`
-(`agent.summarize`). Messages are split into chunks that fit the window, never inside a call
-group (`chunk_messages`); a long history is summarized in two halves whose partial summaries
-are then merged (staged); each call is retried on transient errors with jittered exponential
-backoff (`backoff_delay`); and when the model still fails, the fallback levels below apply.
-It never raises for a failed summarization (the last level needs no model), only
-when aborted.
+(`agent.compaction.summarize`). Messages are split into chunks that fit the window, never inside
+a call group (`chunk_messages`); a long history is summarized in two halves whose partial
+summaries are then merged (staged); each call is retried on transient errors with jittered
+exponential backoff (`backoff_delay`); and when the model still fails, the fallback levels below
+apply. It never raises for a failed summarization (the last level needs no model), only when
+aborted.
 
 Fallback levels
 ---------------
@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from agent.cutpoint import Message
+from agent.compaction.summarize import Summarizer, SummarizerError, SummaryAborted
+from agent.compaction.transcript import message_text
+from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.summarize import Summarizer, SummarizerError, SummaryAborted, message_text
 from agent.tokens import Estimator
 from agent.window import clamp_reserve, prompt_budget, resolve_window
 
