@@ -35,6 +35,7 @@ def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("JOURNAL_AGENT_SESSIONS", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # never the user's, whatever happens
     (tmp_path / "ws").mkdir()
     return root
 
@@ -143,8 +144,7 @@ def test_run_without_sessions_dir_uses_the_configured_root(
     assert capsys.readouterr().out == ""  # --quiet
     [path] = sessions_in(_env / workspace_folder(str(workspace)))
     assert messages(path)[-1]["content"][0]["text"] == "The list has one item."
-    assert not (Path.home() / ".journal-agent" / "sessions" / workspace_folder(
-        str(workspace))).exists()
+    assert not (tmp_path / "home").exists()
 
 
 def test_run_with_session_continues_it(tmp_path: Path,
