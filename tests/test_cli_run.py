@@ -64,6 +64,7 @@ def session_with(path: Path, count: int) -> Path:
 
 def invocations(path: str, workspace: Path) -> dict[str, list[str]]:
     """Each entry point, asked to read the session at `path`."""
+    workspace.mkdir(exist_ok=True)  # journal-agent refuses a workspace that does not exist
     return {
         "journal": ["show", path],
         "journal-repair": [path],

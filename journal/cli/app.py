@@ -14,7 +14,8 @@ arguments, sets up logging, calls the command and turns what escapes it into an 
   second traceback Python would print when it flushes stdout at exit; 0 when the command
   was cut short, its own code when only the last flush failed.
 
-Argument errors are argparse's own: a usage line and exit 2.
+Argument errors are argparse's own: a usage line and exit 2. `package_version()` is the one
+reader of the version every entry point's `--version` prints.
 """
 
 from __future__ import annotations
@@ -108,6 +109,20 @@ def run(
     except BrokenPipeError as e:
         return _stdout_closed(e, code)
     return code
+
+
+def package_version() -> str:
+    """The installed package's version, from its metadata: what every `--version` prints.
+
+    >>> package_version()  # doctest: +SKIP
+    '0.1.0'
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("journal")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def print_error(message: str) -> None:
