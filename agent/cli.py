@@ -34,7 +34,6 @@ from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.window import ContextWindowTooSmall, resolve_window
 from journal import JournalError, Session
 from journal.cli import entry_parser, run
-from journal.cli.app import package_version
 from tools import SandboxUnavailable, require_sandbox
 
 SESSIONS_ENV = "JOURNAL_SESSIONS_DIR"
@@ -298,7 +297,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = entry_parser(
         "journal-agent", "Run a coding agent whose every turn is persisted in a journal session.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:

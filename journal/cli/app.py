@@ -111,20 +111,6 @@ def run(
     return code
 
 
-def package_version() -> str:
-    """The installed package's version, from its metadata: what every `--version` prints.
-
-    >>> package_version()  # doctest: +SKIP
-    '0.1.0'
-    """
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("journal")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
-
-
 def print_error(message: str) -> None:
     """Report an error the way every entry point does: one `Error: ...` line on stderr."""
     print(f"Error: {message}", file=sys.stderr)
