@@ -28,11 +28,15 @@ A sealed file is followed to its successor as long as a chain of seals and archi
 one. Readers never lock.
 
 This package's `__init__` is the public API (import from here). The machinery behind it:
-`source` reads one file (offsets, incomplete last lines, entries, what was delivered) and
-defines `TailEvent`; `follow` is the state machine over every followed file (re-sync, rotation,
-directory mode); `chain` finds where a file goes on (seals, archives, `parentSession` chains);
-`wait` decides when to read again (inotify, polling or a timer). Nothing outside the package
-imports those modules.
+`source` reads one session (offsets, incomplete last lines, entries, what was delivered) and
+defines `TailEvent`; `follow` is the state machine over every followed session (re-sync,
+rotation, directory mode); `chain` is the catalog, the only part that knows sessions are files
+in folders (what the followed name is, a folder's sessions, where a file goes on through
+seals, archives and `parentSession` chains); `wait` decides when to read again. Every byte of
+a followed session is read through the storage seam (`journal.storage`: a `Storage`'s reader,
+its `mark()` for replacements and deletions) and every wait goes through one standing `Watch`
+(`Storage.open_watch`: for files, inotify, polling or a timer), so a second backend is
+followed by this same logic. Nothing outside the package imports those modules.
 """
 
 from __future__ import annotations
