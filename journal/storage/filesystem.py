@@ -15,7 +15,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from .. import codec
 from ..codec import Diagnostic, Line
@@ -25,8 +25,10 @@ from ..files import file_mode, read_regular
 from ..lock import WriterLock
 from ..log import AppendLog
 from ..publish import NewFile, create_file
-from .filewatch import FileWatch
 from .mark import Mark, StopFlag
+
+if TYPE_CHECKING:
+    from .filewatch import FileWatch
 
 __all__ = ["FileReader", "FileStorage"]
 
@@ -151,6 +153,8 @@ class FileStorage:
     def open_watch(self, stop: StopFlag, timeout: float, poll: bool | None = None) -> FileWatch:
         """One watchfiles watcher over the folders of the sessions (and places) it is given,
         kept between waits (see `journal.storage.filewatch`)."""
+        from .filewatch import FileWatch  # only a live tail waits; `import journal` stays light
+
         return FileWatch(stop, timeout, poll)
 
     def watch(self, since: Mark | None, timeout: float) -> Mark | None:
