@@ -22,7 +22,7 @@ import pytest
 from journal import Durability
 from journal.codec import Line
 from journal.errors import JournalError, LockTimeout, WriteFailed
-from journal.storage import FileStorage, Storage, as_storage
+from journal.storage import FileStorage, Mark, Storage, as_storage
 
 REAL_WRITE = os.write
 HEADER = b'{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/"}\n'
@@ -325,3 +325,29 @@ def test_the_file_backend_has_no_mark_for_what_is_not_a_session_file(tmp_path: P
     assert FileStorage(str(folder)).mark() is None
     assert FileStorage(str(fifo)).mark() is None
     assert FileStorage(str(tmp_path / "missing.jsonl")).mark() is None
+
+
+def test_the_standing_watch_waits_on_the_event_loop_too(storage: Storage) -> None:
+    import asyncio
+
+    async def main() -> tuple[float, Mark | None]:
+        stop = asyncio.Event()
+        watch = storage.open_watch(stop, 30)
+        try:
+            await watch.wait_async([storage])
+            before = storage.mark()
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, commit, storage, lines(1)[0])
+            started = time.monotonic()
+            while storage.mark() == before and time.monotonic() - started < 5:
+                assert await watch.wait_async([storage]) is True
+            waited = time.monotonic() - started
+            stop.set()
+            assert await watch.wait_async([storage]) is False
+            return waited, before
+        finally:
+            await watch.aclose()
+
+    waited, before = asyncio.run(main())
+    assert storage.mark() != before
+    assert waited < 2
