@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 from ..errors import NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
@@ -69,7 +69,7 @@ class Follower(SourceReader):
         self.grace = grace
         self.root: str | None = None
         self.sources: list[Source] = []
-        self.retired: dict[str, object] = {}
+        self.retired: dict[str, Hashable] = {}
         self.done = False
         self._root_gone: float | None = None
 

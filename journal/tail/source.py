@@ -17,7 +17,7 @@ from __future__ import annotations
 import gzip
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -151,7 +151,7 @@ class Source:
         return self.offset + self.pending_len
 
     @property
-    def generation(self) -> object:
+    def generation(self) -> Hashable:
         """The generation being read (None once closed)."""
         return self.reader.generation if self.reader is not None else None
 
