@@ -4,10 +4,13 @@ A writer process appends entries at a steady rate (default 1,000 per second) thr
 `journal.Session` with `Durability.never()`. Each message carries `time.time()` read just
 before its append; the follower (a thread of this process) records delivery time minus that
 commit time for every entry. Run once with inotify and once with polling, then a burst (the
-writer appends as fast as it can) to measure how fast the follower drains a backlog.
+writer appends as fast as it can; the writer is then the bottleneck), then a backlog: the
+follower alone reads a file already holding `--backlog` entries (`follow(from_start=True)`,
+one shot), which measures the follower's own reading speed (entries per CPU second) without
+a writer in the way.
 
     python bench/tail_latency.py [--rate 1000] [--seconds 6] [--modes inotify,polling,asyncio]
-                                 [--burst 100000] [--size 300]
+                                 [--burst 100000] [--backlog 200000] [--size 300]
 
 Targets with inotify: p50 under 20 ms, p99 under 100 ms.
 """
@@ -112,6 +115,26 @@ def run(mode: str, rate: float, count: int, size: int) -> dict[str, Any]:
     }
 
 
+def backlog(count: int, size: int, repeat: int = 5) -> dict[str, Any]:
+    """The follower reading `count` entries already in the file: entries per CPU second of
+    this process (best of `repeat`; CPU time, not wall time, so a busy machine does not blur
+    a comparison between two versions)."""
+    with tempfile.TemporaryDirectory(prefix="tail-bench-") as directory:
+        with Session.create(os.path.join(directory, "bench.jsonl"), cwd=directory) as s:
+            path = s.path
+        writer(path, 0, count, size)
+        best = float("inf")
+        delivered = 0
+        for _ in range(repeat):
+            started = time.process_time()
+            delivered = sum(1 for _ in follow(path, from_start=True, stop=lambda: True))
+            best = min(best, time.process_time() - started)
+    nan = float("nan")
+    return {"mode": "backlog read", "entries": delivered, "lost": count - delivered,
+            "write_rate": nan, "delivery_rate": delivered / best, "p50": nan, "p90": nan,
+            "p99": nan, "max": nan, "cpu": nan}
+
+
 def report(rows: list[dict[str, Any]]) -> None:
     print(f"{'mode':<16}{'entries':>9}{'lost':>6}{'written/s':>11}{'delivered/s':>13}"
           f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}{'CPU %':>8}")
@@ -133,15 +156,19 @@ def main() -> int:
                         help="follow (inotify), follow(poll=True), afollow (inotify)")
     parser.add_argument("--burst", type=int, default=100_000,
                         help="entries for the as-fast-as-possible run (0 to skip)")
+    parser.add_argument("--backlog", type=int, default=200_000,
+                        help="entries the follower reads from a full file (0 to skip)")
     parser.add_argument("--size", type=int, default=300, help="bytes of text per message")
     args = parser.parse_args()
     print(f"writer: {args.rate:,.0f} appends/s for {args.seconds:g}s, {args.size} B of text "
           f"each; follower: follow() or afollow() in a thread; CPU % is this process "
           f"(follower) over the run")
     rows = [run(mode, args.rate, int(args.rate * args.seconds), args.size)
-            for mode in args.modes.split(",")]
+            for mode in args.modes.split(",") if mode]
     if args.burst:
         rows.append({**run("inotify", 0, args.burst, args.size), "mode": "inotify burst"})
+    if args.backlog:
+        rows.append(backlog(args.backlog, args.size))
     report(rows)
     return 0
 

@@ -22,7 +22,7 @@ import pytest
 from journal import Durability
 from journal.codec import Line
 from journal.errors import JournalError, LockTimeout, WriteFailed
-from journal.storage import FileStorage, Storage, as_storage
+from journal.storage import FileStorage, Mark, Storage, as_storage
 
 REAL_WRITE = os.write
 HEADER = b'{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/"}\n'
@@ -224,3 +224,130 @@ def test_watch_sees_a_replacement_of_the_same_length(storage: Storage) -> None:
     assert seen is not None and seen.size == mark.size
     assert seen.generation != mark.generation
     assert storage.mark() == seen
+
+
+# what the live tail needs: a reader that follows its generation, and one standing watch
+
+
+def commit(storage: Storage, data: bytes) -> None:
+    appender = storage.open_appender()
+    try:
+        appender.commit(data)
+    finally:
+        appender.close()
+
+
+def test_a_reader_reads_later_appends_of_its_generation_and_keeps_it_after_a_replacement(
+        storage: Storage) -> None:
+    reader = storage.open_reader()
+    try:
+        mark = storage.mark()
+        assert mark is not None and reader.generation == mark.generation
+        assert reader.extent() == reader.size == len(HEADER)
+        commit(storage, b"".join(lines(2)))
+        assert reader.size == len(HEADER)  # what it held at opening
+        assert reader.extent() == len(HEADER) + len(b"".join(lines(2)))
+        assert reader.read(len(HEADER), 1 << 20) == b"".join(lines(2))
+        assert reader.read(len(HEADER) + len(lines(1)[0]), 5) == lines(2)[1][:5]
+        assert reader.read(reader.extent(), 100) == b""
+        storage.publish(HEADER + lines(1, "new")[0], "contract")
+        now = storage.mark()
+        assert now is not None and now.generation != reader.generation
+        # still the generation it opened, to its end
+        assert reader.read(0, 1 << 20) == HEADER + b"".join(lines(2))
+    finally:
+        reader.close()
+    with storage.open_reader() as fresh:
+        assert fresh.generation == now.generation
+        assert fresh.read(0, 1 << 20) == HEADER + lines(1, "new")[0]
+
+
+def test_one_standing_watch_waits_on_many_sessions_and_ends_on_stop(
+        backend: Backend, tmp_path: Path) -> None:
+    stores = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        made = backend.make(tmp_path / name)
+        made.create(HEADER)
+        stores.append(made)
+    stop = threading.Event()
+    watch = stores[0].open_watch(stop, 0.3)
+    try:
+        watch.wait(stores)  # a new watch may wake once at once (see the protocol)
+        started = time.monotonic()
+        assert watch.wait(stores) is True  # nothing changed: the interval passes
+        assert time.monotonic() - started >= 0.25
+
+        long_watch = stores[0].open_watch(stop, 30)
+        try:
+            long_watch.wait(stores)
+            before = stores[1].mark()
+            timer = threading.Timer(0.2, commit, (stores[1], lines(1)[0]))
+            timer.start()
+            started = time.monotonic()
+            try:
+                while stores[1].mark() == before and time.monotonic() - started < 5:
+                    assert long_watch.wait(stores) is True
+            finally:
+                timer.join()
+            assert stores[1].mark() != before
+            assert time.monotonic() - started < 2  # woken by the append, not the 30 s
+        finally:
+            long_watch.close()
+
+        stop.set()
+        started = time.monotonic()
+        assert watch.wait(stores) is False
+        assert time.monotonic() - started < 1
+    finally:
+        watch.close()
+
+
+def test_a_stop_set_while_waiting_ends_the_wait(backend: Backend, storage: Storage) -> None:
+    stop = threading.Event()
+    watch = storage.open_watch(stop, 30)
+    try:
+        watch.wait([storage])
+        threading.Timer(0.2, stop.set).start()
+        started = time.monotonic()
+        while watch.wait([storage]):
+            assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 2
+    finally:
+        watch.close()
+
+
+def test_the_file_backend_has_no_mark_for_what_is_not_a_session_file(tmp_path: Path) -> None:
+    folder = tmp_path / "x.jsonl"
+    folder.mkdir()
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    assert FileStorage(str(folder)).mark() is None
+    assert FileStorage(str(fifo)).mark() is None
+    assert FileStorage(str(tmp_path / "missing.jsonl")).mark() is None
+
+
+def test_the_standing_watch_waits_on_the_event_loop_too(storage: Storage) -> None:
+    import asyncio
+
+    async def main() -> tuple[float, Mark | None]:
+        stop = asyncio.Event()
+        watch = storage.open_watch(stop, 30)
+        try:
+            await watch.wait_async([storage])
+            before = storage.mark()
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, commit, storage, lines(1)[0])
+            started = time.monotonic()
+            while storage.mark() == before and time.monotonic() - started < 5:
+                assert await watch.wait_async([storage]) is True
+            waited = time.monotonic() - started
+            stop.set()
+            assert await watch.wait_async([storage]) is False
+            return waited, before
+        finally:
+            await watch.aclose()
+
+    waited, before = asyncio.run(main())
+    assert storage.mark() != before
+    assert waited < 2

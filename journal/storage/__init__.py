@@ -26,6 +26,21 @@ say) plugs in by implementing these few operations with the same guarantees:
 - `mark()` -> `Mark` and `watch(since, timeout)`: wait until the session's mark differs from
   `since` (an append, a replacement) and return the new mark, or None when `timeout` seconds
   pass first (a missing session has no mark: None).
+- `open_watch(stop, timeout, poll)` -> `Watch`: a standing wait over many sessions of this
+  backend at once, for the live tail (one per follow, however many sessions it follows; a
+  thread per session would not do). `Watch.wait(storages, places)` blocks until one of the
+  sessions may have changed, a session may have appeared in or left one of `places` (the
+  backend's own notion of where sessions live: a folder for the file backend), or `timeout`
+  seconds pass, and returns True; False once `stop` is set. It may wake without a change
+  (the caller compares `mark()`s and reads), never sleeps through one that happened after
+  the previous wait returned. `wait_async` is its asyncio twin; `close`/`aclose` end it.
+
+For a reader that follows a live session (the tail), a `Reader` also reads past what it saw
+at opening: `read(offset, length)` returns the bytes of *its* generation at `offset` (the
+ones appended since included, as a positioned read: nothing moves), `extent()` is how many
+bytes that generation holds now, and `generation` is which generation it reads (compare with
+`mark().generation`: a reader keeps reading the replaced generation until it is closed, so
+the tail reads an old version to its end before it moves to the new one).
 
 Offsets are byte offsets into the session's encoded lines; a backend that stores rows keeps
 an equivalent monotonic position. `FileStorage` (journal.storage.filesystem) is the first
@@ -35,16 +50,17 @@ backend; `as_storage` turns a path into one.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from types import TracebackType
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from ..codec import Diagnostic, Line
 from ..durability import Durability
 from .filesystem import FileStorage
-from .mark import Mark
+from .mark import Mark, StopFlag
 
-__all__ = ["Appender", "FileStorage", "Lock", "Mark", "Reader", "Storage", "as_storage"]
+__all__ = ["Appender", "FileStorage", "Lock", "Mark", "Reader", "StopFlag", "Storage", "Watch",
+           "as_storage"]
 
 
 class Lock(Protocol):
@@ -97,6 +113,21 @@ class Reader(Protocol):
         """Complete lines backward from `end` (just past a newline); line numbers are 0."""
         ...
 
+    @property
+    def generation(self) -> Hashable:
+        """Which generation of the session this reader reads (`Mark.generation`)."""
+        ...
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to `length` bytes of this reader's generation at `offset`, appended since the
+        reader was opened or not (fewer at its end); the stream's position does not move."""
+        ...
+
+    def extent(self) -> int:
+        """How many bytes this reader's generation holds now (grows with appends; `size` is
+        what it held at opening)."""
+        ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Reader: ...
@@ -130,6 +161,24 @@ class Storage(Protocol):
     def mark(self) -> Mark | None: ...
 
     def watch(self, since: Mark | None, timeout: float) -> Mark | None: ...
+
+    def open_watch(self, stop: StopFlag, timeout: float, poll: bool | None = None) -> Watch:
+        """A standing watch over any sessions of this backend (see the module docstring);
+        `poll`: None lets the backend choose, True asks for polling, False refuses it."""
+        ...
+
+
+class Watch(Protocol):
+    """A standing wait over many sessions of one backend (`Storage.open_watch`)."""
+
+    def wait(self, storages: Collection[Storage], places: Collection[str] = ()) -> bool: ...
+
+    async def wait_async(self, storages: Collection[Storage],
+                         places: Collection[str] = ()) -> bool: ...
+
+    def close(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 def as_storage(target: str | os.PathLike[str] | Storage) -> Storage:

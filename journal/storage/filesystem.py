@@ -3,17 +3,19 @@
 Appending is `log.AppendLog` (one `write()` per commit on an `O_APPEND` descriptor, rollback
 by `ftruncate`), the lock is `lock.WriterLock` (a kernel lock on `<file>.lock`), reading opens
 only a regular file (`files.open_regular`), a replacement is published by `publish.NewFile`
-(temp, sync, rename, directory sync) keeping the file's permissions, and `watch` uses
-watchfiles (inotify) on the file's folder, polling where that is not available.
+(temp, sync, rename, directory sync) keeping the file's permissions, `watch` uses
+watchfiles (inotify) on the file's folder, polling where that is not available, and
+`open_watch` gives a standing `FileWatch` (one watcher for the folders of many sessions).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from .. import codec
 from ..codec import Diagnostic, Line
@@ -23,7 +25,10 @@ from ..files import file_mode, read_regular
 from ..lock import WriterLock
 from ..log import AppendLog
 from ..publish import NewFile, create_file
-from .mark import Mark
+from .mark import Mark, StopFlag
+
+if TYPE_CHECKING:
+    from .filewatch import FileWatch
 
 __all__ = ["FileReader", "FileStorage"]
 
@@ -35,7 +40,9 @@ class FileReader:
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self._size = os.fstat(stream.fileno()).st_size
+        st = os.fstat(stream.fileno())
+        self._size = st.st_size
+        self._generation = (st.st_dev, st.st_ino)
 
     @property
     def size(self) -> int:
@@ -50,6 +57,18 @@ class FileReader:
 
     def lines_backward(self, end: int) -> Iterator[Line]:
         return codec.iter_lines_reverse(self._stream, end)
+
+    @property
+    def generation(self) -> tuple[int, int]:
+        """The file's device and inode (what `FileStorage.mark` calls its generation)."""
+        return self._generation
+
+    def read(self, offset: int, length: int) -> bytes:
+        """`pread` on the open file: the same inode even once its name is replaced."""
+        return os.pread(self._stream.fileno(), length, offset)
+
+    def extent(self) -> int:
+        return os.fstat(self._stream.fileno()).st_size
 
     def close(self) -> None:
         self._stream.close()
@@ -121,12 +140,22 @@ class FileStorage:
         return lock
 
     def mark(self) -> Mark | None:
-        """The file's identity (device, inode) and size; None if it does not exist."""
+        """The file's identity (device, inode) and size; None if no regular file has the
+        name (missing, or a folder, FIFO or device: not a session)."""
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
             return None
         return Mark((st.st_dev, st.st_ino), st.st_size)
+
+    def open_watch(self, stop: StopFlag, timeout: float, poll: bool | None = None) -> FileWatch:
+        """One watchfiles watcher over the folders of the sessions (and places) it is given,
+        kept between waits (see `journal.storage.filewatch`)."""
+        from .filewatch import FileWatch  # only a live tail waits; `import journal` stays light
+
+        return FileWatch(stop, timeout, poll)
 
     def watch(self, since: Mark | None, timeout: float) -> Mark | None:
         """Wait for the file's mark to differ from `since` (an append, a replacement): inotify

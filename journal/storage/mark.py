@@ -1,9 +1,11 @@
-"""Where a stored session stands, for waiting on change (`Storage.mark`, `Storage.watch`)."""
+"""Where a stored session stands, for waiting on change (`Storage.mark`, `Storage.watch`,
+`Storage.open_watch`)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -14,3 +16,12 @@ class Mark:
 
     generation: Hashable
     size: int
+
+
+class StopFlag(Protocol):
+    """What ends a standing watch (`Storage.open_watch`): `is_set()`, and `set()` for the
+    watcher to call when it ends on its own (a `threading.Event`, say)."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...

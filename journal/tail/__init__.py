@@ -28,20 +28,25 @@ A sealed file is followed to its successor as long as a chain of seals and archi
 one. Readers never lock.
 
 This package's `__init__` is the public API (import from here). The machinery behind it:
-`source` reads one file (offsets, incomplete last lines, entries, what was delivered) and
-defines `TailEvent`; `follow` is the state machine over every followed file (re-sync, rotation,
-directory mode); `chain` finds where a file goes on (seals, archives, `parentSession` chains);
-`wait` decides when to read again (inotify, polling or a timer). Nothing outside the package
-imports those modules.
+`source` reads one session (offsets, incomplete last lines, entries, what was delivered) and
+defines `TailEvent`; `follow` is the state machine over every followed session (re-sync,
+rotation, directory mode); `chain` is the catalog, the only part that knows sessions are files
+in folders (what the followed name is, a folder's sessions, where a file goes on through
+seals, archives and `parentSession` chains); `wait` decides when to read again. Every byte of
+a followed session is read through the storage seam (`journal.storage`: a `Storage`'s reader,
+its `mark()` for replacements and deletions) and every wait goes through one standing `Watch`
+(`Storage.open_watch`: for files, inotify, polling or a timer), so a second backend is
+followed by this same logic. Nothing outside the package imports those modules.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import closing
 
 from ..model import Entry
+from ..storage import Storage
 from .follow import Follower, is_session_name
 from .source import (
     DELETED,
@@ -101,6 +106,7 @@ def follow_events(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
+    open_storage: Callable[[str], Storage] | None = None,
 ) -> Generator[TailEvent, None, None]:
     """Follow a session file, or every session in a directory, yielding `TailEvent`s.
 
@@ -120,6 +126,8 @@ def follow_events(
             without inotify); False refuses to poll.
         timeout: the longest wait, in seconds, between two reads when no event arrives.
         grace: seconds to wait for a deleted file to come back or for its successor.
+        open_storage: how a session file's path becomes the `Storage` it is read and
+            watched through (`journal.storage.FileStorage` by default).
 
     The ids of the entries delivered, and of those before the start (read once, when the
     follow starts), are kept in memory for each lineage (about 100 bytes per entry), to skip
@@ -135,12 +143,13 @@ def follow_events(
         ...     print(event.kind, event.path, event.entry and event.entry["id"])
     """
     flag = Stop(stop)
-    follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
-    waker = Waker(flag, timeout, poll, follower.wants)
+    follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace,
+                        open_storage=open_storage)
+    waker = Waker(follower.catalog.open_watch(follower.path, flag, timeout, poll))
     try:
         follower.open()
         yield from follower.poll()
-        while not follower.done and waker.wait(follower.watch_dirs()):
+        while not follower.done and waker.wait(follower.targets()):
             yield from follower.poll()
     finally:
         waker.close()
@@ -157,6 +166,7 @@ def follow(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
+    open_storage: Callable[[str], Storage] | None = None,
 ) -> Generator[Entry, None, None]:
     """Follow a session file or directory, yielding entries (dicts) as they are committed.
 
@@ -168,7 +178,8 @@ def follow(
         ...     print(entry["id"], entry["type"])
     """
     events = follow_events(path, from_start=from_start, last=last, since_id=since_id,
-                           stop=stop, poll=poll, timeout=timeout, grace=grace)
+                           stop=stop, poll=poll, timeout=timeout, grace=grace,
+                           open_storage=open_storage)
     with closing(events):
         for event in events:
             if event.kind == ENTRY and event.entry is not None:
@@ -185,6 +196,7 @@ async def afollow_events(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
+    open_storage: Callable[[str], Storage] | None = None,
 ) -> AsyncGenerator[TailEvent, None]:
     """The asyncio twin of `follow_events`, waiting with `watchfiles.awatch`.
 
@@ -199,8 +211,9 @@ async def afollow_events(
     import asyncio  # only the asyncio twins need it; `import journal` stays light
 
     flag = Stop(stop)
-    follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace)
-    waker = AsyncWaker(flag, timeout, poll, follower.wants)
+    follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace,
+                        open_storage=open_storage)
+    waker = AsyncWaker(follower.catalog.open_watch(follower.path, flag, timeout, poll))
     try:
         follower.open()
         count = 0
@@ -210,7 +223,7 @@ async def afollow_events(
                 count += 1
                 if count % 256 == 0:
                     await asyncio.sleep(0)
-            if follower.done or not await waker.wait(follower.watch_dirs()):
+            if follower.done or not await waker.wait(follower.targets()):
                 return
     finally:
         await waker.aclose()
@@ -227,6 +240,7 @@ async def afollow(
     poll: bool | None = None,
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
+    open_storage: Callable[[str], Storage] | None = None,
 ) -> AsyncGenerator[Entry, None]:
     """The asyncio twin of `follow`: entries only.
 
@@ -235,7 +249,8 @@ async def afollow(
         ...     print(entry["id"])
     """
     events = afollow_events(path, from_start=from_start, last=last, since_id=since_id,
-                            stop=stop, poll=poll, timeout=timeout, grace=grace)
+                            stop=stop, poll=poll, timeout=timeout, grace=grace,
+                            open_storage=open_storage)
     try:
         async for event in events:
             if event.kind == ENTRY and event.entry is not None:

@@ -1,20 +1,34 @@
-"""Where a followed file goes on: seals, archives and `parentSession` chains on disk.
+"""Where sessions live: the tail's catalog, and its only knowledge of the file system.
 
-Lookups over the files of a session folder, holding no state of their own: which names are
-sessions, where a seal says the successor is, which files a session continues (its chain of
-`parentSession` headers, through archived and compressed files), and so which file continues
-a followed one, however many rotations happened since it was last read. A pointer relative to
-the folder is taken as such; an absolute one is only a hint, the folder's own files first.
+The storage seam (`journal.storage`) knows one session's bytes; it has no notion of listing
+sessions, of a folder, or of the archive a rotation moves a sealed file into. So what the
+tail needs of that, and only that, is here, behind one small interface: `FileCatalog`. It
+says what the followed name is (a session or a folder of them), lists a folder's sessions,
+reads their headers (to order them and to recognise a successor), finds where a sealed or
+deleted session goes on, turns a session's name into a `Storage` (`FileStorage` unless the
+caller gives its own `open_storage`), and opens the backend's standing `Watch`. Everything
+else in the tail (reading, re-syncing, waiting) goes through `Storage` and its readers; a
+backend that can list its sessions replaces this module's class, not the follower's logic.
+
+The lookups themselves hold no state: which names are sessions, where a seal says the
+successor is, which files a session continues (its chain of `parentSession` headers, through
+archived and compressed files), and so which file continues a followed one, however many
+rotations happened since it was last read. A pointer relative to the folder is taken as
+such; an absolute one is only a hint, the folder's own files first.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from ..header import read_header
+from ..errors import NotASession
+from ..header import peek, read_header
 from ..lineage import MAX_HOPS, archived_copies, successor_named_by
 from ..model import Entry
+from ..storage import FileStorage, StopFlag, Storage, Watch
 from .source import Source
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~")
@@ -79,7 +93,7 @@ def find_successor(src: Source) -> tuple[str, str] | None:
                 if wanted is not None and hop.session_id == wanted and hop.path:
                     return hop.name, hop.path
                 if k and is_source(hop, src):
-                    if hop.path is not None and identity(hop.path) != src.ident:
+                    if hop.path is not None and identity(hop.path) != src.generation:
                         # our file, replaced (by a repair, say) before it was archived:
                         # read that version, whose seal then leads on
                         return src.path, hop.path
@@ -159,3 +173,111 @@ def _names(parent: object, path: str) -> bool:
         return False
     parent = parent.removesuffix(".gz")  # archives may be compressed after sealing
     return os.path.abspath(parent) == path or os.path.basename(parent) == os.path.basename(path)
+
+
+@dataclass(frozen=True)
+class FollowTargets:
+    """What a follow waits on: the storages of the sessions it follows, and the places (for
+    the file backend, folders) where a new session or a successor may appear."""
+
+    storages: tuple[Storage, ...]
+    places: tuple[str, ...]
+
+
+class FileCatalog:
+    """Sessions as files in folders (see the module docstring): the one file-system-aware
+    piece of the tail. `open_storage` turns a session file's path into its `Storage`."""
+
+    def __init__(self, open_storage: Callable[[str], Storage] | None = None) -> None:
+        self.open_storage: Callable[[str], Storage] = open_storage or FileStorage
+
+    def storage(self, path: str) -> Storage:
+        return self.open_storage(path)
+
+    @staticmethod
+    def canonical(path: str | os.PathLike[str]) -> str:
+        """Symlinks resolved once: a link swapped later does not redirect the follow, and
+        successors are looked for beside the real file."""
+        return os.path.realpath(os.fspath(path))
+
+    def resolve(self, path: str) -> tuple[str | None, list[str]]:
+        """(the folder, if `path` is one; the sessions to follow, oldest first, so a file is
+        read before a successor that repeats its entries). NotASession if neither."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError as e:
+            raise NotASession(path, "no such file or directory") from e
+        except OSError as e:
+            raise NotASession(path, e.strerror or str(e)) from e
+        if stat.S_ISDIR(st.st_mode):
+            return path, sorted(session_files(path), key=self._created)
+        if stat.S_ISREG(st.st_mode):
+            return None, [path]
+        raise NotASession(path, "neither a session file nor a directory")
+
+    @staticmethod
+    def _created(path: str) -> tuple[str, str]:
+        header = read_header(path) or {}
+        created = header.get("timestamp")
+        return (created if isinstance(created, str) else "", path)
+
+    @staticmethod
+    def exists(folder: str) -> bool:
+        return os.path.isdir(folder)
+
+    @staticmethod
+    def sessions(folder: str) -> list[str]:
+        return session_files(folder)
+
+    @staticmethod
+    def header(path: str) -> Entry | None:
+        return read_header(path)
+
+    @staticmethod
+    def complete(path: str) -> bool:
+        """Whether the session's first line (its header) is written out."""
+        return peek(path).complete
+
+    def generation(self, path: str) -> Hashable | None:
+        mark = self.storage(path).mark()
+        return mark.generation if mark is not None else None
+
+    @staticmethod
+    def successor(src: Source) -> tuple[str, str] | None:
+        return find_successor(src)
+
+    @staticmethod
+    def named_successor(src: Source) -> str | None:
+        return marker_successor(src.marker, src.path) if src.marker is not None else None
+
+    @staticmethod
+    def copies(found: str, name: str) -> tuple[str, ...]:
+        """Where to open the session `name` found at `found`: there, under its name, or in
+        the archive (it may be compressed, and the plain copy removed, meanwhile)."""
+        return (found, name, *archived_copies(name))
+
+    @staticmethod
+    def compressed(where: str) -> bool:
+        return where.endswith(".gz")
+
+    @staticmethod
+    def continues(path: str, sources: list[Source]) -> Source | None:
+        """The followed source that `path` continues (through archived files between)."""
+        for hop in ancestors(path):
+            for src in sources:
+                if is_source(hop, src):
+                    return src
+        return None
+
+    def targets(self, sources: list[Source], root: str | None) -> FollowTargets:
+        places = {root} if root is not None else set()
+        for src in sources:
+            named = self.named_successor(src)
+            if named is not None:
+                places.add(os.path.dirname(named))
+        return FollowTargets(tuple(src.storage for src in sources), tuple(sorted(places)))
+
+    def open_watch(self, target: str, stop: StopFlag, timeout: float,
+                   poll: bool | None) -> Watch:
+        """The standing watch of the backend `target` (the followed name) lives in."""
+        return self.storage(target).open_watch(stop, timeout, poll)

@@ -6,29 +6,25 @@ holds what spans files: the start modes, re-sync after truncation and replacemen
 (following the chain `journal.tail.chain` finds to the live file, however many rotations happened
 between two reads), deletion, directory mode (new sessions, joined to the lineage of a
 followed file they continue, and the directory's own deletion), and what the waker needs (the
-directories to watch, the changes worth a read).
+storages and places to wait on).
+
+It knows no file system: every byte of a followed session is read through a `Storage`'s
+reader (`journal.tail.source`), a replacement or deletion is noticed through `Storage.mark`,
+and where sessions live (the followed folder, its sessions, archives and successors) is asked
+of the catalog (`journal.tail.chain.FileCatalog`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import stat
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Iterator
 
 from ..errors import NotASession, UnknownEntry
-from ..header import peek, read_header
-from ..lineage import MAX_HOPS, archived_copies
-from .chain import (
-    ancestors,
-    find_successor,
-    is_session_name,
-    is_source,
-    marker_successor,
-    session_files,
-)
+from ..lineage import MAX_HOPS
+from ..storage import Storage
+from .chain import FileCatalog, FollowTargets, is_session_name
 from .source import (
     DELETED,
     ENDED,
@@ -42,9 +38,6 @@ from .source import (
     TailEvent,
     open_regular,
 )
-
-if TYPE_CHECKING:
-    import watchfiles
 
 __all__ = ["Follower", "is_session_name"]
 
@@ -62,21 +55,21 @@ class Follower(SourceReader):
     def __init__(
         self, path: str | os.PathLike[str], *, from_start: bool = False,
         last: int | None = None, since_id: str | None = None, grace: float = 10.0,
+        open_storage: Callable[[str], Storage] | None = None,
     ) -> None:
         if sum((bool(from_start), last is not None, since_id is not None)) > 1:
             raise ValueError("choose at most one of from_start, last and since_id")
         if last is not None and last < 0:
             raise ValueError("last must be 0 or more")
-        # symlinks are resolved once, here: a link swapped later does not redirect the follow,
-        # and successors are looked for beside the real file
-        self.path = os.path.realpath(os.fspath(path))
+        self.catalog = FileCatalog(open_storage)
+        self.path = self.catalog.canonical(path)
         self.from_start = from_start
         self.last = last
         self.since_id = since_id
         self.grace = grace
         self.root: str | None = None
         self.sources: list[Source] = []
-        self.retired: dict[str, tuple[int, int]] = {}
+        self.retired: dict[str, Hashable] = {}
         self.done = False
         self._root_gone: float | None = None
 
@@ -84,20 +77,7 @@ class Follower(SourceReader):
 
     def open(self) -> None:
         """Open the file(s) and place each offset where the start mode says."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError as e:
-            raise NotASession(self.path, "no such file or directory") from e
-        except OSError as e:
-            raise NotASession(self.path, e.strerror or str(e)) from e
-        if stat.S_ISDIR(st.st_mode):
-            self.root = self.path
-            # oldest first, so a file is read before a successor that repeats its entries
-            paths = sorted(session_files(self.root), key=self._created)
-        elif stat.S_ISREG(st.st_mode):
-            paths = [self.path]
-        else:
-            raise NotASession(self.path, "neither a session file nor a directory")
+        self.root, paths = self.catalog.resolve(self.path)
         found = False
         for path in paths:
             src = self._open_source(path, None)
@@ -123,28 +103,23 @@ class Follower(SourceReader):
             self.done = True
 
     def _open_source(self, path: str, delivered: Delivered | None) -> Source | None:
-        opened = open_regular(path)
-        if opened is None:
+        storage = self.catalog.storage(path)
+        reader = open_regular(storage)
+        if reader is None:
             return None
-        fd, ident = opened
         if delivered is None:
             ancestor = self._tracked_ancestor(path)
             delivered = ancestor.delivered if ancestor is not None else Delivered()
-        src = Source(path, delivered, fd, ident)
+        src = Source(path, delivered, storage, reader)
         self.sources.append(src)
         return src
-
-    def _created(self, path: str) -> tuple[str, str]:
-        header = read_header(path) or {}
-        created = header.get("timestamp")
-        return (created if isinstance(created, str) else "", path)
 
     # one wake-up
 
     def poll(self) -> Iterator[TailEvent]:
         """Read whatever is new in every followed file, and act on what happened to them."""
         for src in list(self.sources):
-            if src.fd is not None and src in self.sources:
+            if src.reader is not None and src in self.sources:
                 yield from self._check(src)
         if self.root is not None:
             yield from self._discover()
@@ -152,22 +127,20 @@ class Follower(SourceReader):
             self.done = True
 
     def _check(self, src: Source) -> Iterator[TailEvent]:
-        assert src.fd is not None
-        # Look at the path before reading: whatever was written to our inode before it was
-        # renamed, deleted or replaced (a rotation marker, say) is then read before acting.
-        try:
-            st: os.stat_result | None = os.stat(src.path)
-        except OSError:
-            st = None
-        size = os.fstat(src.fd).st_size
+        assert src.reader is not None
+        # Look at the session's mark before reading: whatever was written to our generation
+        # before it was renamed, deleted or replaced (a rotation marker, say) is then read
+        # before acting.
+        mark = src.storage.mark()
+        size = src.reader.extent()
         if size < src.position or not self.unchanged(src):
             yield from self._truncated(src, size)
         yield from self.drain(src)
         if src.marker is not None:
             yield from self._follow_seals(src)
-        elif st is None or not stat.S_ISREG(st.st_mode):
+        elif mark is None:
             yield from self._gone(src)
-        elif (st.st_dev, st.st_ino) != src.ident:
+        elif mark.generation != src.generation:
             yield from self._replaced(src, "replaced by another file")
         elif src.gone_since is not None:
             log.info("%s: is back", src.path)
@@ -189,11 +162,11 @@ class Follower(SourceReader):
         yield TailEvent(TRUNCATED, src.path, None, detail)
 
     def _replaced(self, src: Source, why: str) -> Iterator[TailEvent]:
-        opened = open_regular(src.path)
+        opened = open_regular(src.storage)
         if opened is None:
             return
         src.close()
-        src.fd, src.ident = opened
+        src.reader = opened
         self.restart(src)
         src.gone_since, src.announced = None, False
         detail = f"{why}; re-read, delivering only entries not delivered yet"
@@ -210,7 +183,7 @@ class Follower(SourceReader):
             detail = f"deleted; waiting up to {self.grace:g}s for it to return or a successor"
             log.info("%s: %s", src.path, detail)
             yield TailEvent(DELETED, src.path, None, detail)
-        successor = find_successor(src)
+        successor = self.catalog.successor(src)
         if successor is not None and successor[0] == src.path:
             detail = f"replaced, then moved to {successor[1]}; re-read, delivering only " \
                 "entries not delivered yet"
@@ -233,21 +206,21 @@ class Follower(SourceReader):
         for _ in range(MAX_HOPS):
             if src.marker is None or src not in self.sources:
                 return
-            ident = src.ident
+            reader = src.reader
             yield from self._rotate(src)
-            if src.ident == ident:
+            if src.reader is reader:
                 return
 
     def _rotate(self, src: Source) -> Iterator[TailEvent]:
         marker = src.marker
         assert marker is not None
-        named = marker_successor(marker, src.path)
+        named = self.catalog.named_successor(src)
         if not src.announced:
             src.announced = True
             src.gone_since = time.monotonic()
             log.info("%s: sealed; continued in %s", src.path, named)
             yield TailEvent(ROTATED, src.path, marker, named or "")
-        successor = find_successor(src)
+        successor = self.catalog.successor(src)
         if successor is not None:
             yield from self._switch(src, *successor)
         elif time.monotonic() - (src.gone_since or 0.0) >= self.grace:
@@ -266,9 +239,8 @@ class Follower(SourceReader):
         if any(other.path == name for other in self.sources if other is not src):
             self._retire(src)
             return
-        for where in (found, name, *archived_copies(name)):
-            # the archived copy may be compressed (and the plain one removed) meanwhile
-            opened = open_regular(where)
+        for where in self.catalog.copies(found, name):
+            opened = open_regular(self.catalog.storage(where))
             if opened is not None:
                 break
         else:
@@ -277,17 +249,18 @@ class Follower(SourceReader):
         if name != src.path:  # a successor (not this file replaced, then archived)
             src.delivered.moved_on()
         src.path = name
-        src.fd, src.ident = opened
+        src.storage = self.catalog.storage(name)
+        src.reader = opened
         src.marker, src.announced, src.gone_since = None, False, None
         self.restart(src)
         self.sources.append(src)
-        if where.endswith(".gz"):
+        if self.catalog.compressed(where):
             yield from self.read_compressed(src)
         else:
             yield from self.drain(src)
 
     def _retire(self, src: Source) -> None:
-        self.retired[src.path] = src.ident
+        self.retired[src.path] = src.generation
         src.close()
         if src in self.sources:
             self.sources.remove(src)
@@ -296,16 +269,12 @@ class Follower(SourceReader):
 
     def _tracked_ancestor(self, path: str) -> Source | None:
         """The followed file that `path` continues (through archived files between), if any."""
-        for hop in ancestors(path):
-            for src in self.sources:
-                if is_source(hop, src):
-                    return src
-        return None
+        return self.catalog.continues(path, self.sources)
 
     def _discover(self) -> Iterator[TailEvent]:
         """Start following session files that appeared in the directory."""
         assert self.root is not None
-        if not os.path.isdir(self.root):
+        if not self.catalog.exists(self.root):
             now = time.monotonic()
             if self._root_gone is None:
                 self._root_gone = now
@@ -316,15 +285,13 @@ class Follower(SourceReader):
                 yield TailEvent(ENDED, self.root, None, f"directory gone for {self.grace:g}s")
             return
         self._root_gone = None
-        for path in session_files(self.root):
+        for path in self.catalog.sessions(self.root):
             if any(src.path == path for src in self.sources):
                 continue
-            try:
-                st = os.stat(path)
-            except OSError:
+            generation = self.catalog.generation(path)
+            if generation is None:
                 continue
-            ident = (st.st_dev, st.st_ino)
-            if self.retired.get(path) == ident or not peek(path).complete:
+            if self.retired.get(path) == generation or not self.catalog.complete(path):
                 continue
             ancestor = self._tracked_ancestor(path)
             if ancestor is not None:
@@ -337,34 +304,15 @@ class Follower(SourceReader):
             if src is None:
                 continue
             if ancestor is None:
-                header = read_header(path) or {}
+                header = self.catalog.header(path) or {}
                 yield TailEvent(NEW_SESSION, path, None, f"session {header.get('id')}")
             yield from self.drain(src)
 
     # for the waker
 
-    def watch_dirs(self) -> tuple[str, ...]:
-        dirs = {os.path.dirname(src.path) for src in self.sources}
-        if self.root is not None:
-            dirs.add(self.root)
-        for src in self.sources:
-            named = marker_successor(src.marker, src.path) if src.marker is not None else None
-            if named is not None:
-                dirs.add(os.path.dirname(named))
-        return tuple(sorted(d for d in dirs if os.path.isdir(d)))
-
-    def wants(self, change: watchfiles.Change, path: str) -> bool:
-        """Whether a watchfiles change deserves a wake-up (other files' writes do not).
-
-        Only a watcher calls this, so watchfiles is already loaded when it is imported here.
-        """
-        from watchfiles import Change
-
-        if change != Change.modified:
-            return True
-        if self.root is not None and os.path.dirname(path) == self.root:
-            return is_session_name(os.path.basename(path))
-        return any(src.path == path for src in self.sources)
+    def targets(self) -> FollowTargets:
+        """What to wait on: every followed session's storage, and where new ones may appear."""
+        return self.catalog.targets(self.sources, self.root)
 
     def close(self) -> None:
         for src in self.sources:

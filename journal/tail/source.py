@@ -1,33 +1,34 @@
-"""Reading one followed file: its state, its offsets and its incomplete last line.
+"""Reading one followed session: its state, its offsets and its incomplete last line.
 
-A `Source` is a followed file: an open descriptor, the byte offset just past the last complete
-line consumed, an incomplete last line held back until its newline arrives, and both ends of
-the last complete line before the offset (to notice a rewrite in place). `Delivered` is what a
-lineage has delivered, by id: the follower's precise notion of "delivered" (see there).
-`SourceReader` holds the follower's methods that place the offset where a start mode says
-(counting what lies before it as delivered), read what was appended, turn lines into entries
-(skipping delivered ids), read a compressed archive, and re-read a file from its start.
-`TailEvent` and its kinds live here too, as everything below the public API yields them.
+A `Source` is a followed session: its `Storage` (the seam: every byte is read through a
+`Reader` of it, every replacement or deletion is noticed through its `mark()`), an open
+reader, the byte offset just past the last complete line consumed, an incomplete last line
+held back until its newline arrives, and both ends of the last complete line before the
+offset (to notice a rewrite in place). `Delivered` is what a lineage has delivered, by id:
+the follower's precise notion of "delivered" (see there). `SourceReader` holds the
+follower's methods that place the offset where a start mode says (counting what lies before
+it as delivered), read what was appended, turn lines into entries (skipping delivered ids),
+read a compressed archive, and re-read a session from its start. `TailEvent` and its kinds
+live here too, as everything below the public API yields them.
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
-import os
 import re
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .. import codec
 from ..codec import Diagnostic, Line
 from ..errors import NotASession
-from ..files import open_regular as open_regular_file
-from ..header import first_line, is_header
+from ..header import is_header, stream_first_line
 from ..model import CURRENT_VERSION, Entry, header_version, migrate
 from ..seal import is_seal
 from ..snapshot import last_newline_end
+from ..storage import Reader, Storage, as_storage
 
 # logged under the public module's name, which is what callers configure
 log = logging.getLogger("journal.tail")
@@ -121,13 +122,15 @@ class Source:
     """One followed file: where it was read up to, and what is known about it.
 
     `path` is the file's name in its session folder, even once it has been moved into the
-    archive (the descriptor keeps reading the same inode, or the archived copy).
+    archive, and `storage` the session under that name (whose `mark()` tells whether it was
+    replaced or deleted); `reader` keeps reading the generation it opened (the same inode, or
+    the archived copy) until the follower moves on.
     """
 
     path: str
     delivered: Delivered
-    fd: int | None = None
-    ident: tuple[int, int] = (0, 0)
+    storage: Storage
+    reader: Reader | None = None
     offset: int = 0  # just past the last complete line consumed
     # an incomplete line after offset: its length and first bytes (the rest stays on disk
     # until its newline arrives, so a line that never ends costs no memory)
@@ -147,10 +150,19 @@ class Source:
     def position(self) -> int:
         return self.offset + self.pending_len
 
+    @property
+    def generation(self) -> Hashable:
+        """The generation being read (None once closed)."""
+        return self.reader.generation if self.reader is not None else None
+
+    def read(self, offset: int, length: int) -> bytes:
+        assert self.reader is not None
+        return self.reader.read(offset, length)
+
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
 
 
 class SourceReader:
@@ -166,8 +178,8 @@ class SourceReader:
 
     def _read_header(self, src: Source) -> int:
         """Parse the header line; return where the body starts (0 if no header)."""
-        assert src.fd is not None
-        first = first_line(src.fd)
+        assert src.reader is not None
+        first = stream_first_line(src.reader.stream)
         src.header_done = first.complete
         if first.header is not None:
             src.header = first.header
@@ -176,48 +188,45 @@ class SourceReader:
 
     def seek_end(self, src: Source) -> None:
         """Place the offset at the end: only entries appended from now on are delivered."""
-        with _file(src) as f:
-            end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-            body = self._read_header(src)
-            start = max(end, body) if src.header_done else 0
-            self._baseline(src, f, body, start)
+        end = last_newline_end(_stream(src), _extent(src))
+        body = self._read_header(src)
+        start = max(end, body) if src.header_done else 0
+        self._baseline(src, body, start)
         self._place(src, start)
 
     def seek_last(self, src: Source, count: int) -> None:
         """Place the offset before the last `count` entries."""
-        with _file(src) as f:
-            end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-            body = self._read_header(src)
-            start = body
-            found = 0
-            for line in codec.iter_lines_reverse(f, end):
-                if line.offset < body:
+        end = last_newline_end(_stream(src), _extent(src))
+        body = self._read_header(src)
+        start = body
+        found = 0
+        for line in _reader(src).lines_backward(end):
+            if line.offset < body:
+                break
+            if _usable(codec.parse_line(line), src.version) is not None:
+                found += 1
+                start = line.offset
+                if found == count:
                     break
-                if _usable(codec.parse_line(line), src.version) is not None:
-                    found += 1
-                    start = line.offset
-                    if found == count:
-                        break
-            start = start if src.header_done else 0
-            self._baseline(src, f, body, start)
+        start = start if src.header_done else 0
+        self._baseline(src, body, start)
         self._place(src, start)
 
     def seek_since(self, src: Source) -> bool:
         """Place the offset just after the entry `since_id`; False (at the end) if absent."""
-        with _file(src) as f:
-            end = last_newline_end(f, os.fstat(f.fileno()).st_size)
-            body = self._read_header(src)
-            ids = src.delivered.ids
-            for item in codec.iter_lines(f, body, end):
-                if not isinstance(item, Line):
-                    continue
-                entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
-                entry_id = entry.get("id") if entry is not None else None
-                if isinstance(entry_id, str):
-                    ids.add(entry_id)
-                    if entry_id == self.since_id:
-                        self._place(src, item.offset + len(item.raw) + 1)
-                        return True
+        end = last_newline_end(_stream(src), _extent(src))
+        body = self._read_header(src)
+        ids = src.delivered.ids
+        for item in _reader(src).lines(body, end):
+            if not isinstance(item, Line):
+                continue
+            entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
+            entry_id = entry.get("id") if entry is not None else None
+            if isinstance(entry_id, str):
+                ids.add(entry_id)
+                if entry_id == self.since_id:
+                    self._place(src, item.offset + len(item.raw) + 1)
+                    return True
         self._place(src, end if src.header_done else 0)
         return False
 
@@ -226,7 +235,7 @@ class SourceReader:
         body = self._read_header(src)
         self._place(src, body if src.header_done else 0)
 
-    def _baseline(self, src: Source, f: BinaryIO, body: int, start: int) -> None:
+    def _baseline(self, src: Source, body: int, start: int) -> None:
         """Count the entries before the start as delivered (see `Delivered`); a seal among
         them still leads on to the successor.
 
@@ -236,7 +245,7 @@ class SourceReader:
         """
         ids = src.delivered.ids
         fast = src.version == CURRENT_VERSION
-        for item in codec.iter_lines(f, body, start):
+        for item in _reader(src).lines(body, start):
             if not isinstance(item, Line):
                 continue
             raw = item.raw
@@ -256,10 +265,9 @@ class SourceReader:
     def _place(self, src: Source, offset: int) -> None:
         src.offset = offset
         src.check, src.head, src.head_at = b"", b"", 0
-        if offset and src.fd is not None:
-            src.check = os.pread(src.fd, min(_CHECK, offset), offset - min(_CHECK, offset))
-            before = os.pread(src.fd, min(_HEAD_SEARCH, offset), offset - min(_HEAD_SEARCH,
-                                                                             offset))
+        if offset and src.reader is not None:
+            src.check = src.read(offset - min(_CHECK, offset), min(_CHECK, offset))
+            before = src.read(offset - min(_HEAD_SEARCH, offset), min(_HEAD_SEARCH, offset))
             cut = before.rfind(b"\n", 0, len(before) - 1) + 1
             if cut or len(before) == offset:
                 src.head_at = offset - len(before) + cut
@@ -271,16 +279,14 @@ class SourceReader:
         Both ends of the last complete line are compared: its start holds the entry's id, so
         a different entry of the same length ending at the same offset is still noticed.
         """
-        if src.fd is None:
+        if src.reader is None:
             return True
-        if src.check and os.pread(
-            src.fd, len(src.check), src.offset - len(src.check)
-        ) != src.check:
+        if src.check and src.read(src.offset - len(src.check), len(src.check)) != src.check:
             return False
-        if src.head and os.pread(src.fd, len(src.head), src.head_at) != src.head:
+        if src.head and src.read(src.head_at, len(src.head)) != src.head:
             return False
         if pending and src.pending_head:
-            return os.pread(src.fd, len(src.pending_head), src.offset) == src.pending_head
+            return src.read(src.offset, len(src.pending_head)) == src.pending_head
         return True
 
     def drain(self, src: Source) -> Iterator[TailEvent]:
@@ -290,8 +296,8 @@ class SourceReader:
         the file, unless it is longer than `MAX_LINE`, in which case it is skipped with a
         warning (`journal show` still reports it).
         """
-        while src.fd is not None:
-            chunk = os.pread(src.fd, _CHUNK, src.position)
+        while src.reader is not None:
+            chunk = src.reader.read(src.position, _CHUNK)
             if not chunk:
                 return
             cut = chunk.rfind(b"\n") + 1
@@ -310,7 +316,7 @@ class SourceReader:
                 start += skipped
                 block = chunk[chunk.find(b"\n") + 1:cut]
             else:
-                block = os.pread(src.fd, src.pending_len, src.offset) + chunk[:cut]
+                block = src.reader.read(src.offset, src.pending_len) + chunk[:cut]
             events: list[TailEvent] = []
             raws = block.split(b"\n")[:-1]
             begin = start
@@ -332,10 +338,9 @@ class SourceReader:
 
     def read_compressed(self, src: Source) -> Iterator[TailEvent]:
         """Deliver the entries of a compressed archive (sealed: it no longer changes)."""
-        assert src.fd is not None
-        size = os.fstat(src.fd).st_size
+        size = _extent(src)
         offset = 0
-        with _file(src) as raw, gzip.open(raw, "rb") as f:
+        with gzip.open(_stream(src), "rb") as f:
             try:
                 for line in f:
                     if line.endswith(b"\n"):
@@ -390,20 +395,27 @@ class SourceReader:
 # helpers
 
 
-def open_regular(path: str) -> tuple[int, tuple[int, int]] | None:
-    """A descriptor and identity of `path` if it is a regular file now, else None (not yet)."""
+def open_regular(storage: Storage | str) -> Reader | None:
+    """A reader of the session now, or None if there is none yet (or it is not a session:
+    for a file, a folder or FIFO is never opened in a way that could block)."""
     try:
-        fd = open_regular_file(path)
+        return as_storage(storage).open_reader()
     except (OSError, NotASession):
         return None
-    st = os.fstat(fd)
-    return fd, (st.st_dev, st.st_ino)
 
 
-def _file(src: Source) -> BinaryIO:
-    """A buffered file object over the source's descriptor, for the codec's line readers."""
-    assert src.fd is not None
-    return open(src.fd, "rb", closefd=False)  # noqa: SIM115 - closed by the caller's `with`
+def _reader(src: Source) -> Reader:
+    assert src.reader is not None
+    return src.reader
+
+
+def _extent(src: Source) -> int:
+    return _reader(src).extent()
+
+
+def _stream(src: Source) -> BinaryIO:
+    """The reader's stream, for the line readers that need one (the reader owns it)."""
+    return _reader(src).stream
 
 
 def _usable(value: Any, version: int) -> Entry | None:
