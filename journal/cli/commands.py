@@ -94,7 +94,8 @@ def cmd_append(args: argparse.Namespace) -> int:
     entries = read_entries_from(sys.stdin.buffer)
     if not entries:
         raise JournalError("nothing to append: stdin held no entries")
-    with Session.open(args.path, lock_timeout=args.lock_timeout) as session:
+    with Session.open(args.path, lock_timeout=args.lock_timeout,
+                      migrate=not args.no_migrate) as session:
         ids = session.append_many(entries)
         written = session.path
     if args.json:
@@ -289,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="session file")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for another writer (default 10)")
+    p.add_argument("--no-migrate", action="store_true",
+                   help="refuse a version 1 or 2 file instead of migrating it to version 3")
     _add_json(p)
     p.set_defaults(func=cmd_append)
 
