@@ -111,6 +111,8 @@ class Session:
             session_id=session_id,
             parent_session=parent_session,
         )
+        if isinstance(path_or_dir, FileStorage):
+            path_or_dir = path_or_dir.path  # named, checked and made as any file session
         storage = (_new_file_storage(os.fspath(path_or_dir), header)
                    if isinstance(path_or_dir, (str, os.PathLike)) else path_or_dir)
         lock = storage.lock(lock_timeout)

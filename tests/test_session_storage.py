@@ -15,6 +15,7 @@ from journal import JournalError, LockTimeout, UnsupportedVersion
 from journal.context import build_context
 from journal.session import Session
 from journal.snapshot import load, resume
+from journal.storage import FileStorage
 from journal.tree import Tree
 
 
@@ -100,3 +101,14 @@ def test_another_backend_refuses_an_older_version_and_rotation(tmp_path: Path) -
         session.append_message(user("x"))
         with pytest.raises(JournalError, match="session files only"):
             session.rotate()
+
+
+def test_a_file_storage_opens_as_its_path_does(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    with Session.create(FileStorage(str(path)), cwd="/") as session:
+        first = session.append_message(user("x"))
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(path)
+    with Session.open(FileStorage(str(link))) as session:  # resolved as a path is
+        assert session.path == str(path.resolve()) and session.leaf_id == first
