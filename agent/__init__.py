@@ -52,37 +52,37 @@ does not.
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from agent.compaction import (
-    AnthropicSummarizer,
-    CompactionHooks,
-    CompactionResult,
-    ExtractiveSummarizer,
-    Summarizer,
-    SummarizerError,
-    compact,
-    default_summarizer,
-)
-from agent.models import (
-    AuthError,
-    ContextOverflow,
-    Model,
-    ModelAborted,
-    ModelError,
-    ModelEvent,
-    ModelRequest,
-    ModelTimeout,
-    Overloaded,
-    RateLimited,
-    ScriptedModel,
-)
-from agent.runner import Runner, RunnerEvent, RunResult
-from agent.scenarios import SCENARIOS, scenario_path
-from agent.settings import DEFAULT_SETTINGS, ContextSettings
-
 if TYPE_CHECKING:
+    from agent.compaction import (
+        AnthropicSummarizer,
+        CompactionHooks,
+        CompactionResult,
+        ExtractiveSummarizer,
+        Summarizer,
+        SummarizerError,
+        compact,
+        default_summarizer,
+    )
+    from agent.models import (
+        AuthError,
+        ContextOverflow,
+        Model,
+        ModelAborted,
+        ModelError,
+        ModelEvent,
+        ModelRequest,
+        ModelTimeout,
+        Overloaded,
+        RateLimited,
+        ScriptedModel,
+    )
     from agent.models.anthropic import AnthropicModel
+    from agent.runner import Runner, RunnerEvent, RunResult
+    from agent.scenarios import SCENARIOS, scenario_path
+    from agent.settings import DEFAULT_SETTINGS, ContextSettings
 
 __all__ = [
     # running
@@ -120,10 +120,32 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """`AnthropicModel` on first use: its module imports the Anthropic SDK, which is slow."""
-    if name == "AnthropicModel":
-        from agent.models.anthropic import AnthropicModel
+_HOMES = {
+    "agent.runner": ("Runner", "RunResult", "RunnerEvent"),
+    "agent.models": ("Model", "ModelRequest", "ModelEvent", "ScriptedModel", "ModelError",
+                     "ContextOverflow", "Overloaded", "RateLimited", "AuthError", "ModelTimeout",
+                     "ModelAborted"),
+    "agent.models.anthropic": ("AnthropicModel",),
+    "agent.scenarios": ("scenario_path", "SCENARIOS"),
+    "agent.settings": ("ContextSettings", "DEFAULT_SETTINGS"),
+    "agent.compaction": ("compact", "CompactionResult", "CompactionHooks", "Summarizer",
+                         "ExtractiveSummarizer", "AnthropicSummarizer", "default_summarizer",
+                         "SummarizerError"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
-        return AnthropicModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    """Each name from its module on first use, so that `import agent` (and `journal-agent`
+    starting up) loads nothing heavy: the Anthropic SDK and the tokenizer come with the
+    names that need them."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

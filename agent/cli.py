@@ -1,32 +1,63 @@
 """`journal-agent`: run an agent on a journal session (run, chat, demo). Parsing and output only.
 
-Sessions live under `$JOURNAL_AGENT_SESSIONS`, else `~/.journal-agent/sessions/`, in one folder
-per workspace (named after its path, like pi's), unless `--sessions-dir` says otherwise.
+New sessions go under `$JOURNAL_SESSIONS_DIR` (`$JOURNAL_AGENT_SESSIONS`, its deprecated old
+name, still works, with a notice), else `~/.journal-agent/sessions/`, in one folder per
+workspace (named after its path, like pi's), unless `--sessions-dir` says otherwise.
+
+`run` and `chat` check every argument before they create anything: the task, `--window`, the
+sandbox, the workspace (it must exist), the model (a scenario file is read and checked, an
+Anthropic model needs a key) and the model's window. Only then is a session created or opened.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import logging
 import os
+import shlex
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from agent.console import print_event
+from agent.console import print_event, print_result
 from agent.models import Model, ModelError, ScenarioError
 from agent.replay import continue_scripted
-from agent.runner import Runner, RunResult
+from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.window import ContextWindowTooSmall
+from agent.window import ContextWindowTooSmall, resolve_window
 from journal import JournalError, Session
 from journal.cli import entry_parser, run
 from tools import SandboxUnavailable, require_sandbox
 
+SESSIONS_ENV = "JOURNAL_SESSIONS_DIR"
+OLD_SESSIONS_ENV = "JOURNAL_AGENT_SESSIONS"
+"""The deprecated name of `SESSIONS_ENV`: still read, with a notice on stderr."""
+KEY_ENVS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+"""Where the Anthropic SDK finds credentials when it is given none."""
+
+
+def warn(message: str) -> None:
+    """A notice that does not change the outcome: one `Warning: ...` line on stderr."""
+    print(f"Warning: {message}", file=sys.stderr)
+
 
 def default_sessions_root() -> Path:
-    configured = os.environ.get("JOURNAL_AGENT_SESSIONS")
+    """`$JOURNAL_SESSIONS_DIR`, else the deprecated `$JOURNAL_AGENT_SESSIONS`, else
+    `~/.journal-agent/sessions`. Reading the old name says so on stderr."""
+    configured = os.environ.get(SESSIONS_ENV)
+    old = os.environ.get(OLD_SESSIONS_ENV)
+    if old and not configured:
+        warn(f"{OLD_SESSIONS_ENV} is deprecated: set {SESSIONS_ENV} instead (same meaning)")
+        configured = old
+    elif old and old != configured:
+        warn(f"{OLD_SESSIONS_ENV} is deprecated and ignored: {SESSIONS_ENV} is set")
     return Path(configured) if configured else Path.home() / ".journal-agent" / "sessions"
 
 
@@ -43,29 +74,75 @@ def sessions_dir_for(workspace: str, override: str | None) -> Path:
 
 
 def make_model(spec: str | None, window: int | None) -> Model:
-    """`anthropic:NAME` or `scripted:FILE`; by default Anthropic when a key is set."""
+    """`anthropic:NAME` or `scripted:FILE`; by default Anthropic when a key is set.
+
+    Nothing is sent: an Anthropic model without credentials in the environment, an unknown
+    kind and a scenario file that cannot be read or does not follow the format are errors.
+    """
     if spec is None:
-        if not os.environ.get("ANTHROPIC_API_KEY"):
+        if not _has_anthropic_key():
             raise JournalError(
                 "no model: set ANTHROPIC_API_KEY, or pass --model scripted:FILE to replay a "
                 f"scenario offline (examples in {SCENARIOS})"
             )
-        spec = "anthropic:claude-sonnet-4-5"
+        spec = "anthropic:"
     kind, _, rest = spec.partition(":")
     if kind == "anthropic":
+        if not _has_anthropic_key():
+            raise JournalError(
+                f"--model {spec} needs ANTHROPIC_API_KEY: set it to your Anthropic API key, or "
+                "pass --model scripted:FILE to replay a scenario offline")
         from agent.models.anthropic import AnthropicModel
 
-        return AnthropicModel(rest or "claude-sonnet-4-5", context_window=window)
+        if not rest:  # the model's own default
+            return AnthropicModel(context_window=window)
+        return AnthropicModel(rest, context_window=window)
     if kind == "scripted":
         from agent.models import ScriptedModel
 
         path = Path(rest)
         if not path.exists() and scenario_path(rest).exists():
             path = scenario_path(rest)
-        if not path.is_file():
+        if not rest or not path.is_file():
             raise JournalError(f"scenario file not found: {rest}")
-        return ScriptedModel.from_file(path, context_window=window)
+        scenario = read_scenario(path)
+        try:
+            return ScriptedModel(scenario, context_window=window)
+        except ScenarioError as e:
+            raise ScenarioError(f"{path}: {e}") from e
     raise JournalError(f"unknown model {spec!r}: use anthropic:NAME or scripted:FILE")
+
+
+def _has_anthropic_key() -> bool:
+    return any(os.environ.get(name) for name in KEY_ENVS)
+
+
+_TEXT_FIELDS = ("name", "description", "model", "provider", "prompt")
+
+
+def read_scenario(path: Path) -> dict[str, Any]:
+    """A scenario file's JSON, with the fields the model writes into messages checked.
+
+    Raises ScenarioError (naming the file) for bytes that are not UTF-8 or JSON, and for
+    top-level fields of the wrong type; the model checks the rest of the format.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8")
+        scenario = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {e.start:,})") from e
+    except RecursionError as e:
+        raise ScenarioError(f"{path}: not valid JSON: nested too deeply") from e
+    except ValueError as e:
+        raise ScenarioError(f"{path}: not valid JSON: {e}") from e
+    if isinstance(scenario, dict):
+        for key in _TEXT_FIELDS:
+            if key in scenario and not isinstance(scenario[key], str):
+                raise ScenarioError(f"{path}: {key!r} must be a string")
+        for key in ("context_window", "overflow_above"):
+            if isinstance(scenario.get(key), bool):
+                raise ScenarioError(f"{path}: {key!r} must be a positive integer")
+    return scenario
 
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
@@ -81,112 +158,133 @@ def build_runner(session: Session, model: Model, workspace: str, settings: Conte
                   on_event=None if quiet else print_event)
 
 
-def _settings(args: argparse.Namespace) -> ContextSettings:
-    from dataclasses import replace
+@dataclass(frozen=True)
+class Plan:
+    """What `run` and `chat` were asked for, checked, before anything is created."""
 
-    return replace(DEFAULT_SETTINGS, context_window=args.window) if args.window else (
-        DEFAULT_SETTINGS)
+    workspace: str
+    model: Model
+    settings: ContextSettings
+    sessions_dir: Path | None
+    """Where new sessions go; None when `--session` names the session to continue."""
 
 
-def _open_session(args: argparse.Namespace, workspace: str) -> Session:
-    if args.session and not args.new:
+def check_arguments(args: argparse.Namespace) -> Plan:
+    """Check every argument of `run` and `chat`; raise before anything is created."""
+    for flag in ("session", "workspace", "sessions_dir"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():  # "$UNSET_VARIABLE": never a default
+            raise JournalError(f"--{flag.replace('_', '-')} is empty: name a "
+                               f"{'session file' if flag == 'session' else 'directory'}")
+    minimum = DEFAULT_SETTINGS.min_context_window
+    if args.window is not None and args.window < minimum:
+        raise JournalError(f"--window {args.window}: a context window must be at least "
+                           f"{minimum:,} tokens")
+    if args.sandbox:
+        require_sandbox()
+    workspace = checked_workspace(args.workspace or os.getcwd())
+    model = make_model(args.model, args.window)
+    settings = (replace(DEFAULT_SETTINGS, context_window=args.window) if args.window
+                else DEFAULT_SETTINGS)
+    try:  # the window the runner will use: from the flag, the model, or the model table
+        resolve_window(model.model_id, replace(
+            settings, context_window=settings.context_window or model.context_window))
+    except ContextWindowTooSmall as e:
+        raise JournalError(
+            f"the model's context window of {e.window:,} tokens is below the minimum of "
+            f"{e.minimum:,}: if it is really larger, pass --window N") from e
+    continuing = bool(args.session) and not args.new
+    sessions_dir = None if continuing else sessions_dir_for(workspace, args.sessions_dir)
+    return Plan(workspace, model, settings, sessions_dir)
+
+
+def checked_workspace(path: str) -> str:
+    """The absolute path of an existing directory; never created (a typo would otherwise
+    start the agent in an empty folder, with its sessions filed under the typo)."""
+    workspace = os.path.abspath(path)
+    try:
+        mode = os.stat(workspace).st_mode
+    except FileNotFoundError:
+        raise JournalError(
+            f"--workspace {workspace}: no such directory; create it first "
+            f"(mkdir -p {shlex.quote(workspace)}) or pick another") from None
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), workspace)
+    return workspace
+
+
+def _open_session(args: argparse.Namespace, plan: Plan) -> Session:
+    if plan.sessions_dir is None:
         return Session.open(args.session, migrate=not args.no_migrate)
-    directory = sessions_dir_for(workspace, args.sessions_dir)
-    return Session.create(str(directory), cwd=workspace)
+    return Session.create(str(plan.sessions_dir), cwd=plan.workspace)
+
+
+@contextmanager
+def _warnings_once(name: str) -> Iterator[None]:
+    """Each distinct warning of logger `name` is shown once while this lasts (the small-window
+    warning would otherwise repeat at every compaction)."""
+    seen: set[str] = set()
+
+    def first_time(record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text in seen:
+            return False
+        seen.add(text)
+        return True
+
+    logger = logging.getLogger(name)
+    logger.addFilter(first_time)
+    try:
+        yield
+    finally:
+        logger.removeFilter(first_time)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.quiet:
         logging.getLogger().setLevel(logging.ERROR)
-    if args.sandbox:
-        require_sandbox()  # before anything is created
-    workspace = os.path.abspath(args.workspace or os.getcwd())
-    os.makedirs(workspace, exist_ok=True)
-    model = make_model(args.model, args.window)
-    with _open_session(args, workspace) as session:
-        continue_scripted(model, session)
-        if not args.quiet:
-            print(f"session {session.path}")
-        runner = build_runner(session, model, workspace, _settings(args), args.quiet,
-                              sandbox=args.sandbox)
-        result = runner.run(args.task)
-        path = session.path
-    return _report(result, path, args.quiet)
-
-
-def _report(result: RunResult, path: str, quiet: bool) -> int:
-    if not quiet:
-        if result.final_text:
-            print(result.final_text)
-        print(f"{result.stop_reason}: {result.turns} turns, {result.compactions} compactions; "
-              f"session {path}")
-        if result.message and result.stop_reason != "stop":
-            print(result.message)
+    if not args.task.strip():
+        raise JournalError("the task is empty: say what the agent should do")
+    with _warnings_once("agent.window"):
+        plan = check_arguments(args)
+        with _open_session(args, plan) as session:
+            continue_scripted(plan.model, session)
+            if not args.quiet:
+                print(f"session {session.path}")
+            runner = build_runner(session, plan.model, plan.workspace, plan.settings,
+                                  args.quiet, sandbox=args.sandbox)
+            result = runner.run(args.task)
+            path = session.path
+    if not args.quiet:
+        print_result(result, path)
     return 0 if result.stop_reason in ("stop", "max_turns") else 1
 
 
-CHAT_HELP = """commands: /compact [focus]  /compact on|off  /new  /status  /resume  /quit"""
-
-
 def cmd_chat(args: argparse.Namespace) -> int:
-    if args.sandbox:
-        require_sandbox()  # before anything is created
-    workspace = os.path.abspath(args.workspace or os.getcwd())
-    os.makedirs(workspace, exist_ok=True)
-    model = make_model(args.model, args.window)
-    settings = _settings(args)
-    session = _open_session(args, workspace)
-    auto_compact = True
-    print(f"session {session.path}\n{CHAT_HELP}")
-    try:
-        runner = build_runner(session, model, workspace, settings, sandbox=args.sandbox)
-        while True:
-            try:
-                line = input("> ").strip()
-            except EOFError:
-                break
-            if not line:
-                continue
-            if line.startswith("/"):
-                command, _, rest = line.partition(" ")
-                if command == "/quit":
-                    break
-                if command == "/compact" and rest in ("on", "off"):
-                    auto_compact = rest == "on"
-                    runner.auto_compact = auto_compact
-                    print(f"automatic compaction {rest}")
-                elif command == "/compact":
-                    done = runner.compact_now(rest or None)
-                    print("compacted" if done else "nothing to compact")
-                elif command == "/new":
-                    session.close()
-                    directory = sessions_dir_for(workspace, args.sessions_dir)
-                    session = Session.create(str(directory), cwd=workspace)
-                    runner = build_runner(session, model, workspace, settings, sandbox=args.sandbox)
-                    runner.auto_compact = auto_compact
-                    print(f"new session {session.path}")
-                elif command == "/status":
-                    print(status_line(runner))
-                elif command == "/resume":
-                    result = runner.run(None)
-                    _report(result, session.path, False)
-                else:
-                    print(CHAT_HELP)
-                continue
-            result = runner.run(line)
-            _report(result, session.path, False)
-    except KeyboardInterrupt:
-        print()
-    finally:
-        session.close()
+    from agent.chat import BANNER, Chat
+
+    with _warnings_once("agent.window"):
+        plan = check_arguments(args)
+        session = _open_session(args, plan)
+        workspace = plan.workspace
+
+        def new_runner() -> Runner:
+            directory = plan.sessions_dir or sessions_dir_for(workspace, args.sessions_dir)
+            fresh = Session.create(str(directory), cwd=workspace)
+            return build_runner(fresh, plan.model, workspace, plan.settings,
+                                sandbox=args.sandbox)
+
+        print(f"session {session.path}\n{BANNER}")
+        chat: Chat | None = None
+        try:
+            chat = Chat(build_runner(session, plan.model, workspace, plan.settings,
+                                     sandbox=args.sandbox), new_runner)
+            chat.loop()
+        except KeyboardInterrupt:
+            print()
+        finally:
+            (chat.runner.session if chat is not None else session).close()
     return 0
-
-
-def status_line(runner: Runner) -> str:
-    used, window = runner.current_tokens(), runner.budget.window
-    size = os.path.getsize(runner.session.path)
-    return (f"{used:,} of {window:,} tokens ({100 * used / window:.0f}%), "
-            f"{runner.compactions} compactions; {runner.session.path} ({size:,} bytes)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -210,25 +308,29 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", metavar="SPEC",
                        help="anthropic:NAME (needs ANTHROPIC_API_KEY) or scripted:FILE "
                        "(replays a scenario offline); default anthropic when a key is set")
-        p.add_argument("--workspace", metavar="DIR", help="where the tools may work (default .)")
-        p.add_argument("--window", type=int, metavar="N", help="context window in tokens")
+        p.add_argument("--workspace", metavar="DIR",
+                       help="where the tools may work: an existing directory (default .)")
+        p.add_argument("--window", type=int, metavar="N",
+                       help=f"context window in tokens, at least "
+                       f"{DEFAULT_SETTINGS.min_context_window:,} (default: the model's)")
         p.add_argument("--sandbox", action="store_true",
                        help="run the bash tool under bubblewrap: only the workspace writable, "
                        "host processes and environment hidden (the shell otherwise runs with "
                        "your rights)")
         p.add_argument("--sessions-dir", metavar="DIR",
-                       help="where new sessions go (default $JOURNAL_AGENT_SESSIONS or "
-                       "~/.journal-agent/sessions/<workspace>)")
+                       help="where new sessions go (default $JOURNAL_SESSIONS_DIR/<workspace>, "
+                       "else ~/.journal-agent/sessions/<workspace>)")
 
     p = sub.add_parser("run", help="run one task to completion",
                        description="Append TASK to the session and run until the model stops.")
-    p.add_argument("task", help="what to do")
+    p.add_argument("task", help="what to do (not empty)")
     common(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("chat", help="talk to the agent interactively",
-                       description=f"An interactive session. {CHAT_HELP}")
+                       description="An interactive session: each line is a task, lines "
+                       "starting with / are commands (/help lists them).")
     common(p)
     p.set_defaults(func=cmd_chat)
 

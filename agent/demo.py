@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agent.compaction import ExtractiveSummarizer
-from agent.console import print_event
+from agent.console import plural, print_event
 from agent.models import ScriptedModel
 from agent.replay import continue_scripted
 from agent.runner import Runner
@@ -46,6 +48,11 @@ CRASH_DEADLINE = 30.0
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def command(*words: str) -> str:
+    """A command line as a shell reads it: each word quoted where it needs to be."""
+    return shlex.join(words)
 
 
 def _prepare(directory: Path) -> tuple[Path, Path]:
@@ -71,8 +78,8 @@ def _phase_one(workspace: Path, sessions: Path) -> str:
                         summarizer=ExtractiveSummarizer(), workspace=str(workspace),
                         on_event=print_event)
         result = runner.run(model.prompt if hasattr(model, "prompt") else None)
-        _say(f"  → {result.stop_reason} after {result.turns} turns, "
-             f"{result.compactions} compactions")
+        _say(f"  → {result.stop_reason} after {plural(result.turns, 'turn')}, "
+             f"{plural(result.compactions, 'compaction')}")
         return session.path
 
 
@@ -120,7 +127,12 @@ def _phase_three(live: str) -> None:
     # strict: a call without a result is a state pi answers itself when it sends a request
     # (a note, not damage); the demo shows repair writing that answer into the file
     check = repair(live, dry_run=True, strict=True)
-    _say(f"  check: {'needs repair' if check.changed else 'clean'} {check.note_counts}")
+    if check.changed:  # as `journal repair --check --strict` says it
+        found = Counter(check.counts) + Counter(check.note_counts)
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(found.items()))
+        _say(f"  check: needs repair ({kinds})")
+    else:
+        _say("  check: clean")
     report = repair(live, strict=True)
     for problem in [*report.problems, *report.notes]:
         _say(f"  fixed {problem.kind}: {problem.action}")
@@ -146,7 +158,7 @@ def _phase_five(live: str, directory: Path) -> None:
     from journal import follow_events
     from journal.cli import TailPrinter
 
-    _say(f"  journal tail -n 8 {os.path.relpath(live)}")
+    _say(f"  {command('journal', 'tail', '-n', '8', os.path.relpath(live))}")
     printer = TailPrinter(sys.stdout, sys.stderr)
     with closing(follow_events(live, last=8, stop=lambda: True)) as events:
         for event in events:
@@ -168,7 +180,13 @@ def run_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, An
     _say(f"1. a scripted coding session, window {WINDOW:,} tokens, real tools")
     first = _phase_one(workspace, sessions)
     live, _ = resolve_live(first)
-    _say(f"  live session now {os.path.relpath(live)} (started as {os.path.basename(first)})\n")
+    chain = lineage(live)
+    if len(chain) > 1:  # named twice only when they differ
+        _say(f"  rotated {plural(len(chain) - 1, 'time')}: the live session is now "
+             f"{os.path.relpath(live)}, the first file is archived as "
+             f"{os.path.relpath(chain[0])}\n")
+    else:
+        _say(f"  session {os.path.relpath(live)}\n")
     _say("2. a second agent continues the session and is killed mid tool call")
     live = _phase_two(live, workspace)
     _say("\n3. repair")
@@ -178,5 +196,6 @@ def run_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, An
     _say("\n5. tail and lineage")
     _phase_five(live, root)
     _say(f"\nworkspace: {workspace}\nsessions:  {sessions}\nlive:      {live}")
-    _say(f"follow it: journal tail {live}\n(done in {time.monotonic() - started:.1f} s)")
+    _say(f"follow it: {command('journal', 'tail', '-f', live)}\n"
+         f"(done in {time.monotonic() - started:.1f} s)")
     return {"workspace": str(workspace), "sessions": str(sessions), "live": live}

@@ -5,7 +5,9 @@ the last 5 MiB), then measures, each run in a fresh Python process:
 
 * ``full``:    ``load(path)`` + ``Tree(snap.entries)`` + ``build_context``;
 * ``resume``:  ``resume(path)`` + ``Tree(snap.entries, complete=False)`` + ``build_context``;
-* ``session``: ``Session.open(path)`` + ``.context()`` + ``.close()``.
+* ``session``: ``Session.open(path)`` + ``.context()`` + ``.close()``;
+* ``cli``, ``cli-for-model``: the command ``journal context PATH [--for-model] --json`` as a
+  user runs it (``python -m journal.cli``), start to exit.
 
 Wall time is measured inside the child around the operation only (interpreter start-up and
 imports excluded; the import time of journal is reported separately). Memory is the child's
@@ -15,6 +17,12 @@ a freshly exec'd child starts at its parent's peak RSS (the kernel keeps it acro
 the sessions are generated in a separate process to keep this parent small, and VmHWM, which
 belongs to the child's own address space, is the figure checked against the target.
 Each measurement runs ``--repeat`` times; medians are reported.
+
+The ``cli`` modes time the whole command in the parent (interpreter start-up, imports, the
+read, printing the JSON, exit) and take the command's peak RSS from ``wait4``'s
+``ru_maxrss`` for that child: the child's own figure, except that it cannot be below this
+parent's peak RSS (kept across exec), which is printed beside it. Their targets: under
+300 ms and under 150 MB for the 1 GB session.
 
 Where node and pi are installed, pi's ``SessionManager.open`` + ``buildSessionContext`` runs
 on the same files (``bench/pi_context.mjs --time --direct``, one fresh node process per run;
@@ -57,15 +65,20 @@ TAIL = 5 * MiB
 PI_MAX_BYTES = 512 * MiB - 64  # V8's longest string: pi reads the file into one string
 
 MODES = ("full", "resume", "session")
+CLI_MODES = ("cli", "cli-for-model")
 MODE_LABELS = {
     "full": "load + Tree + context",
     "resume": "resume + Tree + context",
     "session": "Session.open + context + close",
+    "cli": "journal context (whole command)",
+    "cli-for-model": "journal context --for-model",
 }
 
 TARGET_SPEEDUP = 1.5
 TARGET_RESUME_MS = 100.0
 TARGET_RESUME_RSS_MIB = 100.0
+TARGET_CLI_MS = 300.0
+TARGET_CLI_RSS_MIB = 150.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,6 +194,21 @@ def run_child(mode: str, path: Path) -> dict[str, Any]:
     return result
 
 
+def run_cli(mode: str, path: Path) -> dict[str, Any]:
+    """`journal context PATH --json` (with `--for-model` in that mode) as a user runs it: wall
+    time of the whole process, its peak RSS from wait4."""
+    cmd = [sys.executable, "-m", "journal.cli", "context", str(path), "--json"]
+    if mode == "cli-for-model":
+        cmd.append("--for-model")
+    code, out, err, usage, wall = _wait_with_rusage(cmd)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {err.decode(errors='replace')}")
+    context = json.loads(out)
+    return {"op_s": wall, "process_s": wall, "maxrss_kib": usage.ru_maxrss,
+            "peak_kib": usage.ru_maxrss, "messages": len(context["messages"]),
+            "leaf_id": context["leafId"]}
+
+
 def generate_in_child(path: Path, nbytes: int, seed: int) -> dict[str, Any]:
     """Write a session with gen_session in another process (keeps this one's RSS small)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--generate", str(path), str(nbytes),
@@ -219,6 +247,12 @@ def run_pi(node: str, pi_dir: str, path: Path) -> dict[str, Any]:
     return {"op_s": result["ms"] / 1000, "maxrss_kib": usage.ru_maxrss,
             "messages": result.get("messageCount"), "leaf_id": result.get("leafId"),
             "pi_version": result.get("pi_version"), "process_s": wall}
+
+
+def _own_maxrss_kib() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:
@@ -271,6 +305,10 @@ def bench_size(label: str, path: Path, args: argparse.Namespace, node: str | Non
     for mode in MODES:
         runs = [run_child(mode, path) for _ in range(args.repeat)]
         report["modes"][mode] = _summarise(runs)
+    for mode in CLI_MODES:
+        runs = [run_cli(mode, path) for _ in range(args.repeat)]
+        report["modes"][mode] = _summarise(runs)
+    report["parent_maxrss_mib"] = _own_maxrss_kib() / 1024
     if pi_skip is None and size > PI_MAX_BYTES:
         report["pi_skipped"] = ("pi cannot open files over 512 MiB (readFileSync: 'Cannot "
                                 "create a string longer than 0x1fffffe8 characters')")
@@ -297,7 +335,7 @@ def print_report(report: dict[str, Any]) -> None:
           f"{'peak MiB':>8} {'maxrss':>8} {'dRSS MiB':>8} {'proc ms':>8} {'entries':>8} "
           f"{'msgs':>6}")
     modes = report["modes"]
-    for mode in MODES:
+    for mode in (*MODES, *CLI_MODES):
         print(_fmt_row(MODE_LABELS[mode], modes[mode]))
     pi = report.get("pi")
     if pi:
@@ -306,7 +344,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"  pi: skipped ({report.get('pi_skipped')})")
 
     # consistency: every way of reading gives the same context
-    counts = {m: (modes[m]["messages"], modes[m]["leaf_id"]) for m in MODES}
+    counts = {m: (modes[m]["messages"], modes[m]["leaf_id"]) for m in (*MODES, "cli")}
     if pi:
         counts["pi"] = (pi["messages"], pi["leaf_id"])
     if len(set(counts.values())) != 1:
@@ -332,6 +370,14 @@ def print_report(report: dict[str, Any]) -> None:
               f"{s['peak_mib_median']:.1f} MiB (target < {TARGET_RESUME_RSS_MIB:.0f} MB) "
               f"{_verdict(ok_m)}; read {s['entries']} entries"
               f"{'' if s['complete'] else ' (tail only)'}")
+    for mode in CLI_MODES:
+        s = modes[mode]
+        ok_t = s["op_ms_median"] < TARGET_CLI_MS
+        ok_m = s["peak_mib_median"] < TARGET_CLI_RSS_MIB
+        print(f"    {MODE_LABELS[mode]}: {s['op_ms_median']:.1f} ms wall (target < "
+              f"{TARGET_CLI_MS:.0f} ms) {_verdict(ok_t)}, peak RSS {s['peak_mib_median']:.1f} "
+              f"MiB (target < {TARGET_CLI_RSS_MIB:.0f} MB; this parent's peak: "
+              f"{report['parent_maxrss_mib']:.1f} MiB) {_verdict(ok_m)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -296,6 +296,8 @@ def header_version(header: Entry | None) -> int:
     version = header.get("version", 1)
     if isinstance(version, str) and version.strip().isdigit():
         return int(version)  # pi compares with JS's >=, which reads "3" as 3
+    if isinstance(version, float) and version.is_integer():
+        return int(version)  # JSON's 3.0 is JS's 3
     return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 

@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 
 from .codec import TORN_TAIL
-from .errors import NoSpace, WriteFailed
+from .errors import JournalError, NoSpace, WriteFailed
 from .files import fsync_directory, open_regular, open_side_file, write_all
 from .model import now_iso
+from .publish import create_file
 from .snapshot import last_newline_end
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,13 @@ def read_quarantine(path: str) -> Iterator[dict[str, Any]]:
 
     A line that cannot be read (a record torn by a crash) is skipped with a warning.
     """
+    for _, record in numbered_records(path):
+        yield record
+
+
+def numbered_records(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each readable record of a quarantine file, as
+    `read_quarantine` reads them: the line number names a record for `restore`."""
     with os.fdopen(open_regular(path), "rb") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -191,7 +199,40 @@ def read_quarantine(path: str) -> Iterator[dict[str, Any]]:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 log.warning("%s: line %d is not a readable quarantine record", path, number)
                 continue
-            yield record
+            yield number, record
+
+
+def side_file_of(path: str) -> str:
+    """The quarantine file of session `path`, or `path` itself if it names one."""
+    return path if path.endswith(SUFFIX) else quarantine_path_for(path)
+
+
+def quarantined_record(path: str, number: int) -> dict[str, Any]:
+    """The record on line `number` of the quarantine file of `path` (a session file or its
+    quarantine file). Raises JournalError if there is no such file or no such record."""
+    side = side_file_of(path)
+    try:
+        for line, record in numbered_records(side):
+            if line == number:
+                return record
+    except FileNotFoundError as e:
+        raise JournalError(f"{side}: no such file (nothing was quarantined)") from e
+    raise JournalError(f"{side}: no readable record on line {number} "
+                       "(see 'journal quarantine list')")
+
+
+def restore_quarantined(path: str, number: int, target: str) -> int:
+    """Write the bytes of quarantine record `number` (of session `path`) to a new file
+    `target`; return how many. Never into an existing file (the session included): a file
+    already at `target` is refused and nothing is written."""
+    record = quarantined_record(path, number)
+    data: bytes = record["data"]
+    try:
+        create_file(target, data, 0o600)
+    except FileExistsError as e:
+        raise JournalError(f"{target}: already exists; nothing was written (restore writes "
+                           "a new file only; choose another name)") from e
+    return len(data)
 
 
 def cut_torn_tail(path: str) -> list[Quarantined]:

@@ -22,9 +22,11 @@ lost line is recognised by the ids its dropped bytes still hold.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,9 +48,11 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .pairing import ORPHAN_RESULT, Fix, classify, sanitize, synthetic_result
+from .progress import Meter, Progress
 from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
+from .snapshot import is_compressed
 from .storage import as_storage
 from .tree import Tree
 
@@ -160,6 +164,7 @@ class _Plan:
     notes: list[Problem] = field(default_factory=list)
     consequences: list[Problem] = field(default_factory=list)
     _lost: set[str] | None = None
+    meter: Meter = field(default_factory=lambda: Meter(None, 0))
 
     def problem(self, kind: str, action: str, item: _Item | None = None, *, note: bool = False,
                 consequence: bool = False, **kw: Any) -> None:
@@ -186,15 +191,22 @@ class _Plan:
 # planning
 
 
-def plan(path: str, *, migrate: bool = False, strict: bool = False) -> _Plan:
+def plan(path: str, *, migrate: bool = False, strict: bool = False,
+         progress: Progress | None = None) -> _Plan:
     """Work out what repair would do, without writing anything (`_render` gives the bytes).
 
     `strict` settles the notes too (see the module docstring); without it they stay as they are.
+    `progress` is told of the bytes checked; they count for half of the work (publishing the
+    new file, the other half).
     """
     with as_storage(path).open_reader() as reader:
         original = reader.stream.read()
+    if is_compressed(path):
+        original = _unpacked(path, original)
+    meter = Meter(progress, 2 * len(original))
     with codec.bulk_parsing():
-        p = _salvage(path, original)
+        p = _salvage(path, original, meter)
+    p.meter = meter
     p.migrate = migrate
     p.strict = strict
     if migrate and p.version == 2:  # version 1 entries were migrated (both steps) on reading
@@ -213,12 +225,23 @@ def plan(path: str, *, migrate: bool = False, strict: bool = False) -> _Plan:
     return p
 
 
-def _lines(data: bytes) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, int]]:
+def _unpacked(path: str, data: bytes) -> bytes:
+    """The session held in a compressed archive (only ever planned on: archives are read-only)."""
+    try:
+        return gzip.decompress(data)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise NotASession(path, f"not a readable gzip archive ({e})") from e
+
+
+def _lines(data: bytes, meter: Meter,
+           ) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, int]]:
     """Each line of the file: clean ones parsed directly, damaged ones through salvage."""
     pos, number, size = 0, 1, len(data)
     loads = orjson.loads
     view = memoryview(data)
     while pos < size:
+        if pos >= meter.next:
+            meter.advance_to(pos)
         nl = data.find(b"\n", pos)
         if nl < 0:
             tail = data[pos:]
@@ -239,11 +262,11 @@ def _lines(data: bytes) -> Iterator[SalvagedLine | tuple[Any, int, memoryview, i
         number += 1
 
 
-def _salvage(path: str, data: bytes) -> _Plan:
+def _salvage(path: str, data: bytes, meter: Meter) -> _Plan:
     pieces: list[tuple[Piece, int]] = []
     dropped: list[Quarantined] = []
     problems: list[Problem] = []
-    for salvaged in _lines(data):
+    for salvaged in _lines(data, meter):
         if type(salvaged) is tuple:
             value, offset, raw, number = salvaged
             pieces.append((Piece(value, offset, raw), number))  # type: ignore[arg-type]
@@ -749,6 +772,7 @@ def repair(
     migrate: bool = False,
     strict: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
 ) -> RepairReport:
     """Repair one session file in place (atomically), or report what would change.
 
@@ -757,6 +781,8 @@ def repair(
 
     Takes the writer lock (raising LockTimeout if a live writer keeps it); keeps one backup
     at `<path>.bak`; appends every dropped or rewritten byte range to `<path>.quarantine`.
+    `progress` is called with (done, total) as the file is checked and written (see
+    `journal.progress`).
 
     Example:
         >>> report = repair("sessions/a.jsonl")  # doctest: +SKIP
@@ -768,12 +794,15 @@ def repair(
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
     if dry_run:
-        return assess(path, migrate=migrate, strict=strict)
+        return assess(path, migrate=migrate, strict=strict, progress=progress)
+    if is_compressed(path):
+        raise NotASession(path, "a compressed archive is read-only; repair its live successor "
+                          "(or check this one with --check)")
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
         remove_leftovers(path)
         check_single_name(path)
-        return _apply(plan(path, migrate=migrate, strict=strict), path)
+        return _apply(plan(path, migrate=migrate, strict=strict, progress=progress), path)
     finally:
         lock.release()
 
@@ -782,10 +811,13 @@ def _apply(p: _Plan, path: str) -> RepairReport:
     """Publish the plan's file (if it changes anything) under the lock the caller holds."""
     report = _report(p, path, dry_run=False)
     if not report.changed:
+        p.meter.finish()
         return report
-    _publish(p, _render(p), path)
+    quarantined = _publish(p, _render(p), path)
+    p.meter.finish()
     report.backup = path + BACKUP_SUFFIX
-    report.quarantine = quarantine_path_for(path)
+    if quarantined:
+        report.quarantine = quarantine_path_for(path)
     return report
 
 
@@ -811,13 +843,16 @@ def migrate_held(path: str) -> RepairReport:
     return _apply(p, path)
 
 
-def assess(path: str, *, migrate: bool = False, strict: bool = False) -> RepairReport:
+def assess(path: str, *, migrate: bool = False, strict: bool = False,
+           progress: Progress | None = None) -> RepairReport:
     """What `repair` would find and do in `path`, without a lock and without writing.
 
     The one count of damage and notes: `repair --check`, `--dry-run` and `journal info` all
     take theirs from here, so they agree.
     """
-    return _report(plan(path, migrate=migrate, strict=strict), path, dry_run=True)
+    p = plan(path, migrate=migrate, strict=strict, progress=progress)
+    p.meter.finish()
+    return _report(p, path, dry_run=True)
 
 
 def _readable(path: str) -> str:
@@ -852,7 +887,7 @@ def _report(p: _Plan, path: str, *, dry_run: bool) -> RepairReport:
                         strict=p.strict)
 
 
-def _publish(p: _Plan, data: bytes, path: str) -> None:
+def _publish(p: _Plan, data: bytes, path: str) -> int:
     """Write the new file beside the old one, quarantine, keep a backup, swap (invariant 6).
 
     The old file stays authoritative until the swap: a failure (a full disk) or a crash
@@ -869,6 +904,7 @@ def _publish(p: _Plan, data: bytes, path: str) -> None:
         _keep_backup(path)
 
     as_storage(path).publish(data, REPAIR_TAG, before_swap)
+    return len(quarantine_items)
 
 
 def _keep_backup(path: str) -> None:

@@ -58,6 +58,7 @@ from .lineage import (
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .model import Entry
+from .progress import Meter, MeteredReader, Progress
 from .publish import NewFile
 from .quarantine import cut_torn_tail
 from .seal import make_seal, write_seal
@@ -290,6 +291,7 @@ def rotate(
     compress: bool = True,
     dry_run: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
 ) -> RotationResult:
     """Rotate the session file at `path` (not open for writing here) into a successor file.
 
@@ -297,7 +299,9 @@ def rotate(
     `Session.rotate()` instead). The path is resolved to its real file and then to the live
     file of its lineage; if that file is rotated by another writer while this waits for the
     lock, its successor is rotated instead. Returns `rotated=False` with a reason when there
-    is no compaction to rotate after.
+    is no compaction to rotate after. A dry run only reads, as every reader does: it takes no
+    lock (and creates no lock file). `progress` is called with (done, total) bytes as the
+    archive is compressed (the long part of rotating a large file; see `journal.progress`).
 
     Example:
         >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
@@ -310,10 +314,12 @@ def rotate(
     path, _ = resolve_live(path)
     searched = file_key(path)
     early_info: tuple[int, Entry | None] | None = _early_info(path)
-    # if the holder rotates it while we wait, the lock is taken on its successor instead
-    locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
-    if locked != path or file_key(locked) != searched:
-        path, early_info = locked, None  # another file now: search it under the lock
+    lock = None
+    if not dry_run:
+        # if the holder rotates it while we wait, the lock is taken on its successor instead
+        locked, lock, _ = lock_live(path, lock_timeout)
+        if locked != path or file_key(locked) != searched:
+            path, early_info = locked, None  # another file now: search it under the lock
     locked_at = time.perf_counter()
     try:
         if not dry_run:
@@ -328,10 +334,11 @@ def rotate(
             rotation = rotate_held(_file_source(path, early_info), archive_dir=archive_dir,
                                    compress=compress, dry_run=dry_run)
     finally:
-        release_after_move(lock, path)
+        if lock is not None:
+            release_after_move(lock, path)
     rotation.started = started
     rotation.result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
-    return finish_rotation(rotation, keep=keep)
+    return finish_rotation(rotation, keep=keep, progress=progress)
 
 
 def _file_source(path: str, early_info: tuple[int, Entry | None] | None) -> RotationSource:
@@ -346,12 +353,13 @@ def _file_source(path: str, early_info: tuple[int, Entry | None] | None) -> Rota
                           info, partial(write_seal, path))
 
 
-def finish_rotation(rotation: Rotation, *, keep: int | None = None) -> RotationResult:
+def finish_rotation(rotation: Rotation, *, keep: int | None = None,
+                    progress: Progress | None = None) -> RotationResult:
     """What follows a rotation once the old file's lock is released: compress the archive
     (it no longer changes), retry an earlier failed compression, apply retention."""
     result = rotation.result
     if rotation.compress is not None:
-        _compress_or_warn(*rotation.compress, result)
+        _compress_or_warn(*rotation.compress, result, progress)
     if not result.dry_run and not result.warnings:
         _retry_compression(result.successor if result.rotated and result.successor
                            else result.path)
@@ -458,7 +466,7 @@ def _verify(temp: str, build: _Build) -> None:
         )
 
 
-def _compress(stored: str, final: str) -> None:
+def _compress(stored: str, final: str, progress: Progress | None = None) -> None:
     """gzip the sealed archive (outside the lock: it no longer changes).
 
     The compressed copy is written under a fresh temp name (never through a planted link),
@@ -480,7 +488,9 @@ def _compress(stored: str, final: str) -> None:
             try:
                 with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
                                                         compresslevel=1, mtime=0) as gz:
-                    shutil.copyfileobj(src, gz, 1 << 22)
+                    meter = Meter(progress, os.fstat(src.fileno()).st_size)
+                    shutil.copyfileobj(MeteredReader(src, meter), gz, 1 << 20)
+                    meter.finish()
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     size = os.fstat(src.fileno()).st_size
@@ -503,12 +513,13 @@ def _retry_compression(live: str) -> None:
         log.warning("%s: compressing an earlier archive failed again: %s", live, e)
 
 
-def _compress_or_warn(stored: str, final: str, result: RotationResult) -> None:
+def _compress_or_warn(stored: str, final: str, result: RotationResult,
+                      progress: Progress | None = None) -> None:
     """Compression is not part of the rotation: it already succeeded. A failure is reported
     as a warning; the next rotation of the lineage compresses the archive (see
     `finish_compression`)."""
     try:
-        _compress(stored, final)
+        _compress(stored, final, progress)
     except (OSError, JournalError) as e:
         reason = str(e) if isinstance(e, JournalError) else f"{stored}: {e.strerror or e}"
         result.warnings.append(f"compressing the archive failed ({reason}); it stays "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, cast
 
 from . import codec
 from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line
+from .errors import NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 from .storage import FileStorage, Storage, as_storage
@@ -57,15 +60,29 @@ def load(path: str | os.PathLike[str] | Storage) -> Snapshot:
     """Read a whole session (a file path, or any `Storage`) without locking it.
 
     Version 1 and 2 files are migrated in memory; the file is never rewritten. Bad lines are
-    reported in `diagnostics`, never raised.
+    reported in `diagnostics`, never raised. A `.gz` file (a compressed archive) is read
+    through gzip; its `size` is the compressed size, its offsets are those of the
+    uncompressed data.
 
     Example:
         >>> snap = load("sessions/a.jsonl")  # doctest: +SKIP
         >>> len(snap.entries), [d.reason for d in snap.diagnostics]
     """
     storage = as_storage(path)
+    locator = storage.locator
     with storage.open_reader() as reader, codec.bulk_parsing():
-        return read_stream(storage.locator, reader.stream)
+        if not is_compressed(locator):
+            return read_stream(locator, reader.stream)
+        try:
+            with gzip.GzipFile(fileobj=reader.stream, mode="rb") as unpacked:
+                return read_stream(locator, cast(IO[bytes], unpacked))
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise NotASession(locator, f"not a readable gzip archive ({e})") from e
+
+
+def is_compressed(path: str) -> bool:
+    """Whether `path` names a gzip-compressed session (an archive): by its `.gz` suffix."""
+    return path.endswith(".gz")
 
 
 def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = None) -> Snapshot:
@@ -198,10 +215,13 @@ def resume(path: str | os.PathLike[str] | Storage) -> Snapshot:
     plus the latest model and thinking-level settings, or reaches the root. Files written by
     this library record both settings right after each compaction, so they resume from their
     tail; others may need a longer scan. Version 1 and 2 files are loaded whole (their ids
-    depend on position). `Snapshot.complete` says whether every entry was read.
+    depend on position), and so are compressed archives (`.gz`: gzip cannot read backwards).
+    `Snapshot.complete` says whether every entry was read.
     """
     storage = as_storage(path)
     path = storage.locator
+    if is_compressed(path):
+        return load(storage)
     with storage.open_reader() as reader:
         f = reader.stream
         size = reader.size

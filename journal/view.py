@@ -38,13 +38,15 @@ class View:
         self._inode = inode
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, full: bool = False) -> View:
+    def open(cls, path: str | os.PathLike[str], *, full: bool = False,
+             follow: bool = True) -> View:
         """Load a session for reading; `full=False` reads only the tail the context needs.
 
         Links are resolved first. A file that a concurrent rotation moved away is followed
-        to the file that continues it; one replaced while it was read is read again.
+        to the file that continues it (unless `follow=False`); one replaced while it was
+        read is read again.
         """
-        return cls(*read_live(path, full=full))
+        return cls(*read_live(path, full=full, follow=follow))
 
     @property
     def leaf_id(self) -> str | None:
@@ -91,12 +93,13 @@ class View:
         return list(self.tree.entries)
 
 
-def read_live(path: str | os.PathLike[str], *, full: bool) -> tuple[str, Snapshot, int]:
+def read_live(path: str | os.PathLike[str], *, full: bool,
+              follow: bool = True) -> tuple[str, Snapshot, int]:
     """(the file read, what was read, its inode) for a session, following it if it moved.
 
     Links are resolved first. A file that a concurrent rotation moved away is followed to the
-    file that continues it; one replaced while it was read is read again. `full=False` reads
-    only the tail the context needs.
+    file that continues it (unless `follow=False`); one replaced while it was read is read
+    again. `full=False` reads only the tail the context needs.
     """
     target = real_path(path)
     for _ in range(MAX_HOPS):
@@ -107,7 +110,7 @@ def read_live(path: str | os.PathLike[str], *, full: bool) -> tuple[str, Snapsho
         except (FileNotFoundError, NotASession):
             if os.path.exists(target):
                 raise
-            live, _ = resolve_live(target)
+            live, _ = resolve_live(target) if follow else (target, [])
             if live == target:
                 raise NotASession(target, "no such file") from None
             target = live
@@ -119,3 +122,29 @@ def read_live(path: str | os.PathLike[str], *, full: bool) -> tuple[str, Snapsho
         return target, snap, after.st_ino
     raise NotASession(target, "kept moving while it was read; try again")
 
+
+
+def locate(path: str | os.PathLike[str], *, follow: bool = True) -> tuple[str, str | None]:
+    """The file to read for `path`, and the path it was followed from (None if not followed).
+
+    A path that no longer exists (a rotation moved the file into the archive, or it was
+    moved) is followed to the live file of its lineage when `follow`; a file that exists is
+    read as it is named, an archive (`.jsonl.gz`) included. Nothing is locked or written.
+    """
+    named = os.fspath(path)
+    if not follow or os.path.lexists(named):
+        return named, None
+    live, _ = resolve_live(named)
+    if not os.path.exists(live):
+        return named, None  # nothing continues it: reading it says "no such file"
+    return live, named
+
+
+def check_session(path: str | os.PathLike[str]) -> Snapshot:
+    """Read the tail of `path` (see `resume`) and refuse it unless it is a readable session:
+    an unreadable file, an empty one, or one with neither a header nor an entry raises
+    `NotASession`. Returns what was read."""
+    snap = resume(path)
+    if snap.header is None and not snap.entries:
+        raise NotASession(snap.path, "not a session file (no session header, no entries)")
+    return snap

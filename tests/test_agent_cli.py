@@ -6,10 +6,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
+from anthropic_mock import MockAPI, end, start, stream_response, text_block
 
 import journal
 from agent.cli import build_runner, main, make_model, workspace_folder
@@ -24,10 +28,15 @@ SCENARIOS = ROOT / "agent" / "scenarios"
 
 @pytest.fixture(autouse=True)
 def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Default sessions go to a temporary folder; no key, so nothing can reach Anthropic."""
+    """Default sessions go to a temporary folder; no key, so nothing can reach Anthropic. The
+    workspace the tests name, `ws`, exists (journal-agent never creates one)."""
     root = tmp_path / "default-sessions"
-    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(root))
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(root))
+    monkeypatch.delenv("JOURNAL_AGENT_SESSIONS", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # never the user's, whatever happens
+    (tmp_path / "ws").mkdir()
     return root
 
 
@@ -118,7 +127,7 @@ def test_run_with_sandbox_where_it_cannot_run_creates_nothing(
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("Error:") and "bubblewrap" in err
         assert len(err.strip().splitlines()) == 1
-        assert not workspace.exists() and not sessions.exists()
+        assert list(workspace.iterdir()) == [] and not sessions.exists()
     finally:
         monkeypatch.undo()
         sandbox_available.cache_clear()
@@ -135,8 +144,7 @@ def test_run_without_sessions_dir_uses_the_configured_root(
     assert capsys.readouterr().out == ""  # --quiet
     [path] = sessions_in(_env / workspace_folder(str(workspace)))
     assert messages(path)[-1]["content"][0]["text"] == "The list has one item."
-    assert not (Path.home() / ".journal-agent" / "sessions" / workspace_folder(
-        str(workspace))).exists()
+    assert not (tmp_path / "home").exists()
 
 
 def test_run_with_session_continues_it(tmp_path: Path,
@@ -261,11 +269,11 @@ def test_chat_runs_commands_and_turns(tmp_path: Path, monkeypatch: pytest.Monkey
     statuses = [line for line in out.splitlines() if "tokens (" in line]
     assert len(statuses) == 2
     assert "of 16,000 tokens" in statuses[0] and "0 compactions" in statuses[0]
-    assert "1 compactions" in statuses[1]
+    assert "1 compaction;" in statuses[1]
     used = [int(s.partition(" of ")[0].lstrip("> ").replace(",", "")) for s in statuses]
     assert used[1] < used[0]  # the manual compaction made the context smaller
-    assert "\ncompacted\n" in out.replace("> ", "")
-    assert out.count("commands: /compact") == 2  # the banner and the answer to /bogus
+    assert "⟳ compacted (manual): " in out
+    assert "unknown command /bogus: /help lists the commands" in out
     entries = load(path).entries
     compaction = [e for e in entries if e["type"] == "compaction"]
     assert len(compaction) == 1 and compaction[0]["details"]["reason"] == "manual"
@@ -277,16 +285,28 @@ def test_chat_runs_commands_and_turns(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_demo_runs_end_to_end_and_again(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    directory = tmp_path / "demo"
+    directory = tmp_path / "demo dir"  # a space: the commands it prints are quoted
     for attempt in range(2):  # a second run in the same folder starts afresh
         assert main(["demo", "--dir", str(directory)]) == 0
         out = capsys.readouterr().out
         assert "killed agent pid" in out and "fixed missing_result" in out
         assert "done in" in out
+        lines = [line.strip() for line in out.splitlines()]
+        assert "check: needs repair (missing_result 1)" in lines  # as `repair --check` says
+        [rotated] = [line for line in lines if line.startswith("rotated ")]
+        live_then, _, first = rotated.partition(" is now ")[2].partition(
+            ", the first file is archived as ")
+        assert live_then != first and first.endswith(".jsonl.gz")
+        [tail] = [shlex.split(line) for line in lines if line.startswith("journal tail -n")]
+        assert tail[:4] == ["journal", "tail", "-n", "8"] and len(tail) == 5
+        [follow] = [line for line in lines if line.startswith("follow it: ")]
+        assert shlex.split(follow.removeprefix("follow it: "))[:3] == ["journal", "tail", "-f"]
 
         workspace, sessions = directory / "workspace", directory / "sessions"
         assert (workspace / "inventory").is_dir() and (workspace / "tests").is_dir()
         [live] = sessions_in(sessions)
+        assert Path(tail[4]).resolve() == live.resolve()
+        assert shlex.split(follow.removeprefix("follow it: "))[3] == str(live)
         chain = journal.lineage(str(live))
         assert len(chain) >= 2 and chain[-1] == str(live)
         compactions = sum(e.get("type") == "compaction" for path in chain
@@ -312,3 +332,34 @@ def test_demo_refuses_a_folder_it_did_not_make(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "was not made by this demo" in err
     assert sorted(p.name for p in directory.iterdir()) == ["thesis.tex"]
+
+
+# --- the Anthropic model, through the real SDK over a mock transport
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("variable", ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"])
+def test_run_with_a_key_reaches_the_anthropic_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], variable: str) -> None:
+    """The key check lets either of the SDK's variables through; the run is recorded."""
+    api = MockAPI().queue(stream_response([start(), *text_block(0, "Hello from Claude."),
+                                           *end()]))
+    real = anthropic.Anthropic
+
+    def client(**options: Any) -> anthropic.Anthropic:
+        return real(http_client=httpx2.Client(transport=httpx2.MockTransport(api.handler)),
+                    **options)
+
+    monkeypatch.setattr(anthropic, "Anthropic", client)
+    monkeypatch.setenv(variable, "sk-test-never-sent")
+    sessions = tmp_path / "sessions"
+    code = main(["run", "hello", "--model", "anthropic:claude-sonnet-4-6",
+                 "--workspace", str(tmp_path / "ws"), "--sessions-dir", str(sessions)])
+    out = capsys.readouterr().out
+
+    assert code == 0, out
+    assert "Hello from Claude." in out and "stop: 1 turn, 0 compactions" in out
+    assert len(api.bodies) == 1 and api.replies == []
+    [path] = sessions_in(sessions)
+    assert [m["role"] for m in messages(path)] == ["user", "assistant"]

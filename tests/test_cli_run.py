@@ -50,7 +50,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     clean = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    return {**clean, "HOME": str(home), "JOURNAL_AGENT_SESSIONS": str(tmp_path / "agent"),
+    return {**clean, "HOME": str(home), "JOURNAL_SESSIONS_DIR": str(tmp_path / "agent"),
             "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
 
 
@@ -64,6 +64,7 @@ def session_with(path: Path, count: int) -> Path:
 
 def invocations(path: str, workspace: Path) -> dict[str, list[str]]:
     """Each entry point, asked to read the session at `path`."""
+    workspace.mkdir(exist_ok=True)  # journal-agent refuses a workspace that does not exist
     return {
         "journal": ["show", path],
         "journal-repair": [path],
@@ -144,7 +145,7 @@ ERRORS: list[tuple[BaseException, str, int]] = [
 def test_the_same_error_is_the_same_line_and_code_in_every_entry_point(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         name: str, error: BaseException, message: str, code: int) -> None:
-    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(tmp_path / "agent"))
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(tmp_path / "agent"))
     path = str(session_with(tmp_path / "s.jsonl", 2))
     entry = ENTRY_POINTS[name](monkeypatch, error)
     assert entry(invocations(path, tmp_path / "ws")[name]) == code

@@ -137,6 +137,13 @@ def test_wheel_without_the_agent_extra_installs_the_store_alone(
     created = _run([str(bin_dir / "journal"), "new", str(elsewhere / "sessions")], elsewhere)
     assert created.returncode == 0, created.stderr
     assert Path(created.stdout.strip()).is_file()
+    # the agent's command is installed too, and says what it needs instead of a traceback
+    agent = _run([str(bin_dir / "journal-agent"), "demo", "--dir", "demo"], elsewhere)
+    assert agent.returncode == 2, agent.stdout + agent.stderr
+    assert agent.stderr.startswith("Error: journal-agent needs the agent extra"), agent.stderr
+    assert "Traceback" not in agent.stderr and len(agent.stderr.splitlines()) == 1
+    assert "pip install 'journal[agent]'" in agent.stderr
+    assert not (elsewhere / "demo").exists()
 
 
 def test_wheel_with_the_agent_extra_runs_the_demo_from_anywhere(

@@ -166,6 +166,7 @@ def _agent_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(tmp_path / "default-sessions"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
+    workspace.mkdir()
     common = ["--model", f"scripted:{SCENARIOS / 'test_two_part.json'}",
               "--workspace", str(workspace)]
     assert agent_main(["run", "Make a todo list.", *common, "--sessions-dir",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import orjson
+import pytest
 
-from journal import Session, load
+from journal import Session, load, model
 from journal.model import legacy_id, migrate, new_id, session_file_name, stamp
 
 
@@ -158,3 +160,25 @@ def test_v2_renames_hook_message_role():
                 "message": {"role": "hookMessage", "content": "x"}}]
     assert migrate(header, entries)[0]["message"]["role"] == "custom"
     assert entries[0]["message"]["role"] == "hookMessage"
+
+
+@pytest.mark.parametrize(("declared", "expected"), [
+    (3, 3), (3.0, 3), ("3", 3), (2, 2), (2.0, 2), (3.5, 1), (True, 1), (None, 1), ("x", 1),
+])
+def test_header_version_reads_what_pi_reads(declared: object, expected: int) -> None:
+    """pi compares the version as a JS number: 3.0 and "3" are 3, a fraction is no version."""
+    header = {"type": "session", "id": "s", "timestamp": "t", "cwd": "/"}
+    if declared is not None:
+        header["version"] = declared
+    assert model.header_version(header) == expected
+
+
+def test_a_file_declaring_version_3_0_loads_as_version_3(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"type":"session","version":3.0,"id":"s1","timestamp":"2026-01-01T00:00:00Z",'
+                    '"cwd":"/"}\n{"type":"message","id":"aaaa0001","parentId":null,'
+                    '"timestamp":"2026-01-01T00:00:01Z","message":{"role":"user","content":"hi",'
+                    '"timestamp":1}}\n')
+    snap = load(path)
+    assert snap.version == 3
+    assert [e["id"] for e in snap.entries] == ["aaaa0001"]

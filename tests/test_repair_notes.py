@@ -367,3 +367,21 @@ def test_a_result_whose_call_was_lost_is_a_consequence_not_a_second_problem(
     result_id = entry_of(lines[result])["id"]
     assert ("orphan_result", result_id) in [
         (c.kind, c.entry_id) for c in outcome.report.consequences]
+
+
+def test_repair_names_a_quarantine_only_when_it_wrote_one(tmp_path: Path, capsys: Any) -> None:
+    """A strict repair that only adds a synthetic result takes no byte out: no quarantine."""
+    s = journal.Session.create(tmp_path, cwd="/")
+    s.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    s.append_message({"role": "assistant", "stopReason": "toolUse", "timestamp": 2,
+                      "content": [{"type": "toolCall", "id": "t1", "name": "read",
+                                   "arguments": {"path": "a"}}]})
+    path = s.path
+    s.close()
+    assert cli_main(["repair", "--strict", path]) == 0
+    out = capsys.readouterr().out
+    assert "backup:" in out
+    assert "quarantine:" not in out
+    assert not Path(path + ".quarantine").exists()
+    report = repair(path, strict=True)  # nothing left to do
+    assert not report.changed and report.quarantine is None

@@ -49,7 +49,7 @@ LARGE = replace(DEFAULT_SETTINGS, context_window=200_000, keep_recent_tokens=500
 
 @pytest.fixture(autouse=True)
 def _no_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(tmp_path / "default-sessions"))
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(tmp_path / "default-sessions"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     logging.getLogger("agent.window").setLevel(logging.ERROR)
 

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 @pytest.fixture(autouse=True)
 def _no_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(tmp_path / "default-sessions"))
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(tmp_path / "default-sessions"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
 
 

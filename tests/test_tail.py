@@ -7,6 +7,7 @@ import asyncio
 import io
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -616,7 +617,7 @@ def test_cli_prints_the_last_n_entries(session_file, capsys):
     path, entries = session_file
     code, out, err = run_cli(capsys, str(path), "-n", "3")
     assert code == 0 and err == ""
-    rows = out.splitlines()
+    rows = [re.sub(r"^\d{4}-\d\d-\d\d ", "", r) for r in out.splitlines()]  # not today
     assert len(rows) == 3
     assert [r.split()[1] for r in rows] == ["user"] * 3
     assert [r.split(None, 2)[2] for r in rows] == ["e 2", "e 3", "e 4"]
@@ -714,7 +715,7 @@ def test_human_lines_for_the_kinds_of_entries():
     assert "123,456 tokens before, keeps from k1: did things" in line(compaction)
     assert line({"type": "model_change", "provider": "anthropic", "modelId": "m"}).endswith(
         "model      anthropic/m")
-    assert line(call)[:8].count(":") == 2
+    assert re.match(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d ", line(call))
 
 
 def test_colour_only_on_a_terminal_without_no_color(session_file, monkeypatch):

@@ -11,7 +11,16 @@ Each entry point is a function taking the argument list (default `sys.argv[1:]`)
 the exit code.
 """
 
-from .app import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, entry_parser, run
+from .app import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_version,
+    entry_parser,
+    package_version,
+    run,
+)
 from .commands import main
 from .repair import repair_main
 from .tail import TailPrinter, tail_main
@@ -22,8 +31,10 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "TailPrinter",
+    "add_version",
     "entry_parser",
     "main",
+    "package_version",
     "repair_main",
     "run",
     "tail_main",

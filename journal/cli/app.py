@@ -14,7 +14,8 @@ arguments, sets up logging, calls the command and turns what escapes it into an 
   second traceback Python would print when it flushes stdout at exit; 0 when the command
   was cut short, its own code when only the last flush failed.
 
-Argument errors are argparse's own: a usage line and exit 2.
+Argument errors are argparse's own: a usage line and exit 2. `package_version()` is the one
+reader of the version every entry point's `--version` prints.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import os
 import select
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
 
@@ -41,11 +42,34 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def entry_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The parser of an entry point, with the `-v` every entry point takes."""
+    """The parser of an entry point, with the `-v` and `--version` every entry point takes."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what happens (INFO messages on stderr)")
+    add_version(parser)
     return parser
+
+
+def package_version() -> str:
+    """The installed version of the `journal` package (from its metadata), or "unknown" when
+    it runs from a checkout that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("journal")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """`--version`: print `PROG VERSION` (the package's version) and exit 0. Every parser made
+    by `entry_parser` has it already; adding it again changes nothing."""
+    try:
+        parser.add_argument("--version", action="version",
+                            version=f"{parser.prog} {package_version()}",
+                            help="print the version and exit")
+    except argparse.ArgumentError:
+        pass  # the parser has a --version already
 
 
 def run(
@@ -131,3 +155,44 @@ def progress(items: Sequence[T], description: str, *, enabled: bool = True) -> I
     from rich.progress import track
 
     return track(items, description=description, transient=True, console=Console(stderr=True))
+
+
+class ByteProgress:
+    """A byte-based progress callback (`journal.progress.Progress`) that draws a transient
+    bar on stderr when it is a terminal and `enabled`; it draws nothing until the first call
+    (a small file, done before the first step, shows none). Use as a context manager; the
+    bar is removed at the end."""
+
+    def __init__(self, description: str, *, enabled: bool = True) -> None:
+        self.description = description
+        self.enabled = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 DownloadColumn(), TimeRemainingColumn(), transient=True,
+                                 console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+
+    def __enter__(self) -> ByteProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -22,8 +22,8 @@ from ..render import describe_entry, describe_message
 from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
-from ..view import View
-from .app import entry_parser, run
+from ..view import View, check_session, locate
+from .app import ByteProgress, entry_parser, run
 from .repair import add_repair_parser
 from .tail import add_tail_parser
 
@@ -38,6 +38,15 @@ def _emit_json(value: Any) -> None:
 
 def _emit_json_line(value: Any) -> None:
     sys.stdout.write(codec.dumps(value).decode() + "\n")
+
+
+def reading(args: argparse.Namespace) -> str:
+    """The file a read command reads for `args.path`: a rotated or moved path is followed to
+    its live successor (said on stderr) unless `--no-follow`."""
+    target, moved = locate(args.path, follow=not args.no_follow)
+    if moved is not None:
+        print(f"journal: {moved} was rotated; reading {target}", file=sys.stderr)
+    return target
 
 
 # commands
@@ -90,12 +99,21 @@ def read_entries_from(stream: BinaryIO) -> list[dict[str, Any]]:
 def cmd_append(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
-    open_for_reading(resolve_live(args.path)[0]).close()
+    live = resolve_live(args.path)[0]
+    open_for_reading(live).close()
     entries = read_entries_from(sys.stdin.buffer)
     if not entries:
         raise JournalError("nothing to append: stdin held no entries")
+    if args.parent is not None and not _holds(live, args.parent):
+        raise JournalError(f"{live}: no entry with id {args.parent!r}; nothing was appended")
     with Session.open(args.path, lock_timeout=args.lock_timeout,
                       migrate=not args.no_migrate) as session:
+        if args.parent is not None:
+            try:
+                session.branch(args.parent)
+            except UnknownEntry as e:
+                raise JournalError(f"{session.path}: no entry with id {args.parent!r}; "
+                                   "nothing was appended") from e
         ids = session.append_many(entries)
         written = session.path
     if args.json:
@@ -106,8 +124,17 @@ def cmd_append(args: argparse.Namespace) -> int:
     return 0
 
 
+def _holds(path: str, entry_id: str) -> bool:
+    """Whether session `path` holds an entry with this id: read before anything is locked
+    or written, the tail first, the whole file only if the tail does not hold it."""
+    tree = View.open(path, follow=False).tree
+    if tree.index_of(entry_id) is None and not tree.complete:
+        tree = View.open(path, full=True, follow=False).tree
+    return tree.index_of(entry_id) is not None
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    snap = load(args.path)
+    snap = load(reading(args))
     require_session(snap)
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, entry in zip(snap.lines, snap.entries, strict=True):
@@ -136,7 +163,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    info = inspect(args.path)
+    info = inspect(reading(args))
     if args.json:
         _emit_json(info.to_json())
         return 0
@@ -177,11 +204,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    view = View.open(args.path, full=True)
+    path = reading(args)
+    view = View.open(path, follow=False)  # only the tail the context needs (all of it for --leaf)
     try:
         context: Context = view.context(args.leaf or None, raw=not args.for_model)
     except UnknownEntry as e:
-        raise JournalError(f"{args.path}: no entry with id {args.leaf!r}") from e
+        raise JournalError(f"{path}: no entry with id {args.leaf!r}") from e
     report = context.pairing if args.for_model else None
     if args.json:
         data = context.to_json()
@@ -200,8 +228,18 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    tree = View.open(args.path, full=True).tree
+    tree = View.open(reading(args), full=True, follow=False).tree
     leaf_id = tree.leaf_id
+    if args.json:
+        # flat, in the order and with the indent of the text output: a chain as long as the
+        # session would be too deep for JSON as nested objects
+        _emit_json({"leafId": leaf_id, "nodes": [
+            {"depth": depth, "id": node.entry.get("id"),
+             "parentId": node.entry.get("parentId"), "label": node.label,
+             "children": len(node.children), "leaf": node.entry.get("id") == leaf_id,
+             "entry": node.entry}
+            for depth, node in _walk_nested(tree.nested())]})
+        return 0
     for depth, node in _walk_nested(tree.nested()):
         entry = node.entry
         mark = " ← leaf" if entry.get("id") == leaf_id else ""
@@ -225,9 +263,13 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 
     if args.keep is not None and args.keep < 0:
         raise JournalError("--keep takes a number of archives, 0 or more")
-    result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
-                    compress=not args.no_compress, dry_run=args.dry_run,
-                    lock_timeout=args.lock_timeout)
+    from ..lineage import resolve_live
+
+    check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
+    with ByteProgress("compressing the archive", enabled=not args.json) as bar:
+        result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
+                        compress=not args.no_compress, dry_run=args.dry_run,
+                        lock_timeout=args.lock_timeout, progress=bar)
     if args.json:
         _emit_json(result.to_json())
         return 0
@@ -254,7 +296,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     chain = lineage(args.path)
     if not os.path.exists(chain[-1]):
         raise NotASession(args.path, "no such file, and no successor of it was found")
-    open_for_reading(chain[-1]).close()
+    check_session(chain[-1])
     if args.json:
         _emit_json({"lineage": chain, "live": chain[-1]})
         return 0
@@ -263,11 +305,68 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quarantine_list(args: argparse.Namespace) -> int:
+    from ..quarantine import numbered_records, side_file_of
+
+    side = side_file_of(args.path)
+    if not os.path.exists(side):
+        raise JournalError(f"{side}: no such file (nothing was quarantined)")
+    rows = [{"line": n, **{k: v for k, v in r.items() if k not in ("bytes", "data", "text")}}
+            for n, r in numbered_records(side)]
+    if args.json:
+        _emit_json(rows)
+        return 0
+    for row in rows:
+        print(f"{row['line']:>4}  {row.get('time')}  {row.get('source')} byte "
+              f"{row.get('offset', 0):,} ({row.get('length', 0):,} bytes): {row.get('reason')}"
+              + (f" ({row['detail']})" if row.get("detail") else ""))
+    print(f"{len(rows)} record(s) in {side}; 'journal quarantine show {args.path} N' prints "
+          "one, 'journal quarantine restore ... N FILE' writes it to a new file")
+    return 0
+
+
+def cmd_quarantine_show(args: argparse.Namespace) -> int:
+    from ..quarantine import quarantined_record
+
+    record = quarantined_record(args.path, args.number)
+    if args.json:
+        _emit_json({k: v for k, v in record.items() if k != "data"})
+        return 0
+    sys.stdout.flush()
+    sys.stdout.buffer.write(record["data"])  # the bytes as they were in the session
+    return 0
+
+
+def cmd_quarantine_restore(args: argparse.Namespace) -> int:
+    from ..quarantine import restore_quarantined
+
+    written = restore_quarantined(args.path, args.number, args.file)
+    print(f"wrote {written:,} bytes to {args.file}")
+    return 0
+
+
+def _line_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a record's line number (1 or more), "
+                                         f"not {text!r}")
+    return value
+
+
 # parser
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def add_no_follow(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-follow", action="store_true",
+                   help="read the file named, even if it was rotated or moved away "
+                   "(default: follow it to its live successor)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -288,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "messages (with 'role'). ids, parentIds and timestamps are assigned; all "
                        "lines are committed in one write, or none.")
     p.add_argument("path", help="session file")
+    p.add_argument("--parent", metavar="ID",
+                   help="append on the branch ending at this entry (default: the leaf); "
+                   "the first new entry's parent is ID")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for another writer (default 10)")
     p.add_argument("--no-migrate", action="store_true",
@@ -300,12 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "ranges are flagged with '!!'.")
     p.add_argument("path", help="session file")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    add_no_follow(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("info", help="header, counts, size, problems, lock holder",
                        description="Summarise a session file without locking it.")
     p.add_argument("path", help="session file")
     _add_json(p)
+    add_no_follow(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("context", help="print what the model sees for the leaf",
@@ -317,11 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print what a model is sent: tool calls and results paired up "
                    "(default: the raw projection, exactly what the file holds)")
     _add_json(p)
+    add_no_follow(p)
     p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("tree", help="print the entry tree with labels and the leaf",
                        description="Print the session's tree; branches indent, chains stay flat.")
     p.add_argument("path", help="session file")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: the leaf id and every node in the text's order")
+    add_no_follow(p)
     p.set_defaults(func=cmd_tree)
 
     p = sub.add_parser("rotate", help="continue a long session in a short successor file",
@@ -347,6 +455,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="any file of the lineage (an archived or moved path works)")
     _add_json(p)
     p.set_defaults(func=cmd_lineage)
+
+    p = sub.add_parser("quarantine", help="list, print or restore bytes repair set aside",
+                       description="The byte ranges taken out of a session (torn tails, bad "
+                       "lines) are kept in <file>.quarantine: list them, print one, or write "
+                       "one to a new file. The session itself is never written.")
+    qsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = qsub.add_parser("list", help="one line per record: its number, offset, size, reason")
+    q.add_argument("path", help="session file (or its .quarantine file)")
+    _add_json(q)
+    q.set_defaults(func=cmd_quarantine_list)
+    q = qsub.add_parser("show", help="print a record's bytes as they were in the session")
+    q.add_argument("path", help="session file (or its .quarantine file)")
+    q.add_argument("number", type=_line_number, metavar="N", help="the record's number (list)")
+    q.add_argument("--json", action="store_true",
+                   help="print the record as JSON (bytes in base64, text when UTF-8)")
+    q.set_defaults(func=cmd_quarantine_show)
+    q = qsub.add_parser("restore", help="write a record's bytes to a new file",
+                        description="Write the bytes of record N to FILE, which must not "
+                        "exist (never into the session, never over a file).")
+    q.add_argument("path", help="session file (or its .quarantine file)")
+    q.add_argument("number", type=_line_number, metavar="N", help="the record's number (list)")
+    q.add_argument("file", metavar="FILE", help="a new file to write the bytes to")
+    q.set_defaults(func=cmd_quarantine_restore)
 
     add_repair_parser(sub)
     add_tail_parser(sub)

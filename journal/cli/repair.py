@@ -12,7 +12,16 @@ import orjson
 
 from ..errors import JournalError, describe_os_error
 from ..repair import RepairReport, repair, session_files
-from .app import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, entry_parser, print_error, progress, run
+from .app import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    ByteProgress,
+    entry_parser,
+    print_error,
+    progress,
+    run,
+)
 
 DESCRIPTION = (
     "Repair damaged session files without losing a byte: torn or glued lines, NUL runs, "
@@ -68,8 +77,11 @@ def run_repair(args: argparse.Namespace) -> int:
     dry = args.dry_run or args.check
     for path in progress(targets, "repairing", enabled=not args.json):
         try:
-            report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
-                            lock_timeout=args.lock_timeout)
+            # one file: a byte bar while it is checked and written (several: the file bar)
+            with ByteProgress(f"repairing {os.path.basename(path)}",
+                              enabled=len(targets) == 1 and not args.json) as bar:
+                report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
+                                lock_timeout=args.lock_timeout, progress=bar)
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
             errors.append((path, message))
@@ -136,6 +148,7 @@ def _print_report(report: RepairReport) -> None:
               f"({', '.join(sorted({r.kind for r in collateral}))}); see --json 'rewritten'")
     if report.backup:
         print(f"  backup: {report.backup}")
+    if report.quarantine:
         print(f"  quarantine: {report.quarantine}")
 
 

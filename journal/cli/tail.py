@@ -1,17 +1,18 @@
 """`journal tail` and `journal-tail`: the last entries of a session, and a live follow.
 
-    journal tail PATH|DIR [-f] [-n N | --since ID] [--json] [--poll]
+    journal tail PATH|DIR [-f] [-n N | --since ID] [--json] [--poll] [--no-follow]
 
 Without `-f`, prints the last N entries (default 10) of the file, or of each session in the
 directory, and exits. With `-f`, keeps following: appends, rotations into a successor file,
 repairs, truncations, and (for a directory) new sessions. `journal-tail` takes the same options
 with the same meaning (`-f` is not implied).
 
-Human output is one line per entry: local time, role or kind, then the gist (first line of
-text, tool calls with a short argument summary, tool results with ok/error and size,
-compactions with the tokens before, model changes, rotations). Colour only on a terminal, and
-never with NO_COLOR set. `--json` prints the entries themselves as JSON lines, for jq; following
-a directory, each line is `{"path": <file>, "entry": <entry>}`.
+Human output is one line per entry: local time (with the date when it is not today), role or
+kind, then the gist (first line of text, tool calls with a short argument summary, tool
+results with ok/error and size, compactions with the tokens before, model changes,
+rotations). Colour only on a terminal, and never with NO_COLOR set. `--json` prints the
+entries themselves as JSON lines, for jq; following a directory, each line is
+`{"path": <file>, "entry": <entry>}`.
 
 Exit status: 0 (also when Ctrl-C ends a follow, its normal end), 1 when a followed file went
 away for good, 2 on errors (`Error: ...` on stderr), 130 when Ctrl-C cuts short a tail without
@@ -25,13 +26,16 @@ import os
 import sys
 from collections.abc import Sequence
 from contextlib import closing
-from datetime import datetime
+from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
+from ..errors import JournalError
+from ..lineage import resolve_live
 from ..model import Entry
 from ..render import content_size, content_text, first_line, summarize_arguments
 from ..seal import is_seal
+from ..snapshot import is_compressed, load
 from ..tail import (
     DELETED,
     ENDED,
@@ -42,6 +46,7 @@ from ..tail import (
     TailEvent,
     follow_events,
 )
+from ..view import check_session, locate
 from .app import EXIT_FINDINGS, EXIT_OK, entry_parser, run
 
 if TYPE_CHECKING:
@@ -81,15 +86,28 @@ def tail_main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     since = args.since
+    path = args.path
+    if not os.path.isdir(path):
+        path, moved = locate(path, follow=not args.no_follow)
+        if moved is not None:
+            print(f"journal: {moved} was rotated; reading {path}", file=sys.stderr)
+        check_session(path)  # a file that is no session at the start is an error, as in show
+        if is_compressed(path):
+            if not args.follow:
+                return _tail_archive(path, args)
+            live, _ = resolve_live(path)
+            if live != path:
+                print(f"journal: {path} is an archive; following {live}", file=sys.stderr)
+                path = live
     events = follow_events(
-        args.path,
+        path,
         last=None if since is not None else args.lines,
         since_id=since,
         stop=None if args.follow else (lambda: True),
         poll=True if args.poll else None,
     )
     printer = TailPrinter(
-        sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(args.path),
+        sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(path),
         flush=args.follow,
     )
     try:
@@ -100,7 +118,24 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if not args.follow:
             raise
         return EXIT_OK  # Ctrl-C is how a follow is meant to end
-    return EXIT_FINDINGS if printer.gone and not os.path.isdir(args.path) else EXIT_OK
+    return EXIT_FINDINGS if printer.gone and not os.path.isdir(path) else EXIT_OK
+
+
+def _tail_archive(path: str, args: argparse.Namespace) -> int:
+    """The last entries of a compressed archive (it never changes: there is nothing to
+    follow), as a tail of a plain file prints them."""
+    entries = load(path).entries
+    if args.since is not None:
+        ids = [e.get("id") for e in entries]
+        if args.since not in ids:
+            raise JournalError(f"{path}: no entry with id {args.since!r}")
+        entries = entries[ids.index(args.since) + 1:]
+    else:
+        entries = entries[len(entries) - args.lines:] if args.lines else []
+    printer = TailPrinter(sys.stdout, sys.stderr, as_json=args.json)
+    for entry in entries:
+        printer.show(TailEvent(ENTRY, path, entry))
+    return EXIT_OK
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -116,6 +151,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print entries as JSON lines (for a directory: {path, entry})")
     p.add_argument("--poll", action="store_true",
                    help="poll instead of inotify (network and some container file systems)")
+    p.add_argument("--no-follow", action="store_true",
+                   help="read the file named, even if it was rotated or moved away "
+                   "(default: follow it to its live successor)")
 
 
 def _count(text: str) -> int:
@@ -282,8 +320,9 @@ def _assistant_body(message: dict[str, Any]) -> Segments:
     return parts
 
 
-def clock(timestamp: Any) -> str:
-    """HH:MM:SS in local time from an ISO timestamp (or epoch milliseconds)."""
+def clock(timestamp: Any, today: date | None = None) -> str:
+    """HH:MM:SS in local time from an ISO timestamp (or epoch milliseconds), with the date
+    before it (YYYY-MM-DD HH:MM:SS) when it is not `today` (default: the local today)."""
     try:
         if isinstance(timestamp, str):
             when = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).astimezone()
@@ -293,6 +332,8 @@ def clock(timestamp: Any) -> str:
             return "--:--:--"
     except (ValueError, OverflowError, OSError):
         return "--:--:--"
+    if when.date() != (today or date.today()):
+        return when.strftime("%Y-%m-%d %H:%M:%S")
     return when.strftime("%H:%M:%S")
 
 
