@@ -163,7 +163,8 @@ def test_journal_append_no_migrate_refuses(legacy: Path, tmp_path: Path) -> None
 def _agent_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                    capsys: pytest.CaptureFixture[str]) -> tuple[Path, list[str]]:
     """A session one agent run made, rewritten as version 1."""
-    monkeypatch.setenv("JOURNAL_AGENT_SESSIONS", str(tmp_path / "default-sessions"))
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(tmp_path / "default-sessions"))
+    monkeypatch.delenv("JOURNAL_AGENT_SESSIONS", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     workspace, sessions = tmp_path / "ws", tmp_path / "sessions"
     workspace.mkdir()
