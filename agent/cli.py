@@ -215,7 +215,7 @@ def checked_workspace(path: str) -> str:
 
 def _open_session(args: argparse.Namespace, plan: Plan) -> Session:
     if plan.sessions_dir is None:
-        return Session.open(args.session)
+        return Session.open(args.session, migrate=not args.no_migrate)
     return Session.create(str(plan.sessions_dir), cwd=plan.workspace)
 
 
@@ -303,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         where = p.add_mutually_exclusive_group()
         where.add_argument("--session", metavar="PATH", help="continue this session file")
         where.add_argument("--new", action="store_true", help="start a new session (default)")
+        p.add_argument("--no-migrate", action="store_true",
+                       help="refuse a version 1 or 2 --session file instead of migrating it")
         p.add_argument("--model", metavar="SPEC",
                        help="anthropic:NAME (needs ANTHROPIC_API_KEY) or scripted:FILE "
                        "(replays a scenario offline); default anthropic when a key is set")

@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from .errors import JournalError
 from .files import read_regular
+from .storage import FileStorage, Storage
 
 ID_FIELD = re.compile(rb'"id":"([0-9a-f]{8})"')
 FIELD_LENGTH = len(b'"id":"01234567"')
@@ -27,16 +28,23 @@ BLOCK = 1 << 22
 class IdScan:
     """A background scan of a session file's entry ids; `__contains__` once it is done."""
 
-    def __init__(self, source: str | Callable[[], str | None]) -> None:
-        """Scan the file `source` names; a callable is asked in the thread which file that is
-        (finding it may read files too), and None means there is nothing to scan."""
+    def __init__(self, source: str | Storage | Callable[[], str | None]) -> None:
+        """Scan the file `source` names (or the session a `Storage` holds, read through it); a
+        callable is asked in the thread which file that is (finding it may read files too),
+        and None means there is nothing to scan."""
         self._ids: set[int] | None = None
         self._thread = threading.Thread(target=self._scan, args=(source,), daemon=True,
                                         name="journal-id-scan")
         self._thread.start()
 
-    def _scan(self, source: str | Callable[[], str | None]) -> None:
+    def _scan(self, source: str | Storage | Callable[[], str | None]) -> None:
         try:
+            if isinstance(source, FileStorage):
+                source = source.path  # an archive is read decompressed
+            if isinstance(source, Storage):
+                with source.open_reader() as reader:
+                    self._ids = scan_stream(reader.stream)
+                return
             path = source if isinstance(source, str) else source()
             self._ids = set() if path is None else scan_ids(path)
         except (OSError, EOFError, JournalError):
@@ -71,11 +79,16 @@ def scan_ids(path: str) -> set[int]:
     """The 8-hex ids in a session file (gzip-compressed or not), as integers. Reads in blocks
     (memory stays small), carrying a block's last bytes into the next so an id field split
     between blocks is still found."""
+    with read_regular(path) as raw, _decompressed(raw, path) as f:
+        return scan_stream(f)
+
+
+def scan_stream(f: BinaryIO) -> set[int]:
+    """The 8-hex ids in a session's bytes read from `f` (from where it stands), in blocks."""
     found: set[int] = set()
     carry = b""
-    with read_regular(path) as raw, _decompressed(raw, path) as f:
-        while block := f.read(BLOCK):
-            data = carry + block
-            found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
-            carry = data[-(FIELD_LENGTH - 1):]
+    while block := f.read(BLOCK):
+        data = carry + block
+        found.update(int(m.group(1), 16) for m in ID_FIELD.finditer(data))
+        carry = data[-(FIELD_LENGTH - 1):]
     return found

@@ -188,3 +188,6 @@ def link_as(existing: str, alias: str) -> None:
     except BaseException:
         remove_if_regular(link)
         raise
+    # renaming a name over another name of the same file does nothing and leaves both (POSIX):
+    # so when `alias` already was `existing` (a crash after an earlier link), drop the temp
+    remove_if_regular(link)

@@ -38,7 +38,7 @@ from . import codec, model
 from .boundary import boundary
 from .codec import Line
 from .context import build_context, compaction_summary_message, entry_message
-from .errors import JournalError, NotASession
+from .errors import JournalError, NotASession, UnsupportedVersion
 from .fieldfix import repair_fields
 from .files import remove_leftovers, require_space
 from .header import is_header
@@ -209,6 +209,10 @@ def plan(path: str, *, migrate: bool = False, strict: bool = False,
     p.meter = meter
     p.migrate = migrate
     p.strict = strict
+    if migrate and p.version == 2:  # version 1 entries were migrated (both steps) on reading
+        for item, entry in zip(p.items, model.migrate(
+                {"type": "session", "version": 2}, [it.entry for it in p.items]), strict=True):
+            item.entry = entry
     _fix_fields(p)
     if p.version >= 2:
         _fix_structure(p)
@@ -798,19 +802,45 @@ def repair(
     try:
         remove_leftovers(path)
         check_single_name(path)
-        p = plan(path, migrate=migrate, strict=strict, progress=progress)
-        report = _report(p, path, dry_run=False)
-        if not report.changed:
-            p.meter.finish()
-            return report
-        quarantined = _publish(p, _render(p), path)
-        p.meter.finish()
-        report.backup = path + BACKUP_SUFFIX
-        if quarantined:
-            report.quarantine = quarantine_path_for(path)
-        return report
+        return _apply(plan(path, migrate=migrate, strict=strict, progress=progress), path)
     finally:
         lock.release()
+
+
+def _apply(p: _Plan, path: str) -> RepairReport:
+    """Publish the plan's file (if it changes anything) under the lock the caller holds."""
+    report = _report(p, path, dry_run=False)
+    if not report.changed:
+        p.meter.finish()
+        return report
+    quarantined = _publish(p, _render(p), path)
+    p.meter.finish()
+    report.backup = path + BACKUP_SUFFIX
+    if quarantined:
+        report.quarantine = quarantine_path_for(path)
+    return report
+
+
+def migrate_held(path: str) -> RepairReport:
+    """Rewrite a version 1 or 2 session file as version 3, as pi does when it opens one; the
+    caller holds the file's writer lock (`Session.open` does this when it opens one).
+
+    The same path as `repair(path, migrate=True)`: the entries migrated in memory
+    (`model.migrate`), written to a temp file, verified, the original kept as `<path>.bak`, and
+    swapped in atomically, so a crash leaves the original or the migrated file. Unlike pi, which
+    drops unreadable lines when it rewrites, this migrates only a file with no damage: every
+    entry is kept and the file projects as before. A damaged one raises UnsupportedVersion
+    naming `journal repair --migrate` (which repairs and migrates, and says what it changed).
+    """
+    p = plan(path, migrate=True)
+    damage = [problem for problem in p.problems if problem.kind != "migrated"]
+    if damage or p.dropped:
+        kinds = ", ".join(sorted({problem.kind for problem in damage})) or "unreadable bytes"
+        raise UnsupportedVersion(
+            path, p.version,
+            f"not migrated on open: it needs repair too ({kinds}); run 'journal repair "
+            f"--migrate {path}' to repair it and write it as version {model.CURRENT_VERSION}")
+    return _apply(p, path)
 
 
 def assess(path: str, *, migrate: bool = False, strict: bool = False,
@@ -924,5 +954,5 @@ def session_files(directory: str) -> Iterator[str]:
                 yield path
 
 
-__all__ = ["Problem", "RepairReport", "assess", "plan", "repair", "session_files",
+__all__ = ["Problem", "RepairReport", "assess", "migrate_held", "plan", "repair", "session_files",
            "synthetic_result"]

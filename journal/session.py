@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Container
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, model
@@ -34,6 +35,7 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .quarantine import Quarantined, cut_torn_tail
+from .repair import migrate_held
 from .rotation import (
     RotationPolicy,
     RotationResult,
@@ -67,7 +69,7 @@ class Session:
     def __init__(self, storage: Storage, lock: Lock, appender: Appender,
                  snap: Snapshot) -> None:
         self._storage: Storage = storage
-        self.path = path = storage.locator
+        self.path = storage.locator
         self._lock = lock
         self._log = appender
         self.header: Entry = snap.header or {}
@@ -78,7 +80,7 @@ class Session:
         self.rotation_policy: RotationPolicy | None = None
         self._context: Context | None = None
         self._info: tuple[Entry | None] | None = None
-        self._older_ids: IdScan | None = None if snap.complete else IdScan(path)
+        self._older_ids: IdScan | None = None if snap.complete else IdScan(storage)
         # ids of the file this one continues: a new entry avoids them too, so an id never
         # names two entries across a rotation (a follower tells copied entries by id). Found
         # and scanned in the background once the first entry is made, so opening stays fast.
@@ -89,7 +91,7 @@ class Session:
     @classmethod
     def create(
         cls,
-        path_or_dir: str | os.PathLike[str],
+        path_or_dir: str | os.PathLike[str] | Storage,
         *,
         cwd: str | None = None,
         durability: Durability | None = None,
@@ -101,25 +103,18 @@ class Session:
 
         A path ending in `.jsonl` names the file; anything else is a directory (created if
         needed) in which the file gets a pi-style `<timestamp>_<uuid>.jsonl` name. An existing
-        file is never overwritten.
+        file is never overwritten. A `journal.storage.Storage` (any backend) is created as it
+        is, under its writer lock.
         """
-        target = os.fspath(path_or_dir)
         header = model.make_header(
             cwd if cwd is not None else os.getcwd(),
             session_id=session_id,
             parent_session=parent_session,
         )
-        if not target.endswith(".jsonl"):
-            make_private_dir(target)
-            name = model.session_file_name(header["timestamp"], header["id"])
-            target = os.path.join(target, name)
-        folder, name = os.path.split(os.path.abspath(target))
-        os.makedirs(folder, exist_ok=True)
-        # the folder's links are resolved; a link at the name itself is refused as existing
-        target = os.path.join(real_path(folder), name)
-        if os.path.lexists(target):  # a link here would put the lock beside its target
-            raise JournalError(f"{target}: already exists; open it instead of creating it")
-        storage = FileStorage(target)
+        if isinstance(path_or_dir, FileStorage):
+            path_or_dir = path_or_dir.path  # named, checked and made as any file session
+        storage = (_new_file_storage(os.fspath(path_or_dir), header)
+                   if isinstance(path_or_dir, (str, os.PathLike)) else path_or_dir)
         lock = storage.lock(lock_timeout)
         try:
             _create(storage, codec.encode(header))
@@ -127,47 +122,53 @@ class Session:
         except BaseException:
             lock.release()
             raise
-        return cls(storage, lock, appender, Snapshot(target, header, [], size=0, end=0))
+        return cls(storage, lock, appender,
+                   Snapshot(storage.locator, header, [], size=0, end=0))
 
     @classmethod
     def open(
         cls,
-        path: str | os.PathLike[str],
+        target: str | os.PathLike[str] | Storage,
         *,
         durability: Durability | None = None,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        migrate: bool = True,
     ) -> Session:
-        """Open an existing version 3 session to append to it, taking the writer lock.
+        """Open an existing session to append to it, taking the writer lock.
 
-        A torn last line is copied to the quarantine side file and cut away first; the result
-        is in `recovered`. The path may be a symbolic link: it is resolved once, and the
-        session is its real file (`path`), locked as such; a rotated file is followed to its
-        live successor, also when it rotates while this waits for the lock (`followed`).
+        `target` is a file path or a `journal.storage.Storage` (any backend). For a file, a
+        torn last line is copied to the quarantine side file and cut away first (the result is
+        in `recovered`); the path may be a symbolic link: it is resolved once, and the session
+        is its real file (`path`), locked as such; a rotated file is followed to its live
+        successor, also when it rotates while this waits for the lock (`followed`).
+
+        A version 1 or 2 file is first rewritten as version 3, as pi does when it opens one
+        (atomically, under the lock, the original kept as `<file>.bak`, a warning logged);
+        `migrate=False` refuses it instead (UnsupportedVersion), as does any other backend.
         Raises NotASession, UnsupportedVersion, LockTimeout, UnsafeLockFile.
         """
-        requested = real_path(path)
-        target, lock, followed = lock_live(requested, lock_timeout)
-        storage = FileStorage(target)
+        if isinstance(target, (str, os.PathLike, FileStorage)):
+            opened = _open_file(target, lock_timeout, migrate)
+        else:
+            lock = target.lock(lock_timeout)
+            opened = _Opened(target, lock)
+        storage, lock = opened.storage, opened.lock
         try:
-            _preflight(storage)
-            remove_leftovers(target, os.path.join(os.path.dirname(target), ARCHIVE_DIR))
-            check_single_name(target)
-            recovered = cut_torn_tail(target)
+            if not isinstance(target, (str, os.PathLike, FileStorage)):
+                _preflight(storage)
             snap = resume(storage)
-            _check_writable(target, snap)
+            _check_writable(storage.locator, snap)
             appender = storage.open_appender(durability)
         except BaseException:
             lock.release()
             raise
         session = cls(storage, lock, appender, snap)
-        session.recovered = recovered
-        session.followed = followed
-        if followed:
-            log.warning("%s was rotated; continuing in its successor %s", requested, target)
+        session.recovered = opened.recovered
+        session.followed = opened.followed
         if snap.diagnostics:
             log.warning(
                 "%s: %d unreadable line(s) kept in place; run 'journal repair %s'",
-                target, len(snap.diagnostics), target,
+                storage.locator, len(snap.diagnostics), storage.locator,
             )
         return session
 
@@ -175,6 +176,8 @@ class Session:
                compress: bool = True, dry_run: bool = False) -> RotationResult:
         """Rotate into a successor now (see `journal.rotate`); this session carries on
         writing there (`path` changes), its lock taken before the old one is released."""
+        if not isinstance(self._storage, FileStorage):
+            raise JournalError(f"{self.path}: rotation works on session files only")
         started = time.perf_counter()
         source = RotationSource(self.path, self.tree, self.header, self.latest_session_info(),
                                 self._seal, keep_successor_lock=True, abandon=self._abandon)
@@ -490,7 +493,8 @@ class Session:
         older = self._older_ids
         if older is not None and not self.tree.complete:
             taken = model.Either(taken, older)
-        if self._previous_ids is None and "parentSession" in self.header:
+        if (self._previous_ids is None and "parentSession" in self.header
+                and isinstance(self._storage, FileStorage)):  # lineages are files
             path, header = self.path, self.header
             self._previous_ids = IdScan(lambda: parent_of(path, header))
         if self._previous_ids is not None:
@@ -511,9 +515,67 @@ class Session:
         self._log.sync()
 
 
+@dataclass
+class _Opened:
+    """A storage whose writer lock is held, ready to be read and appended to."""
+
+    storage: Storage
+    lock: Lock
+    recovered: list[Quarantined] = field(default_factory=list)
+    followed: list[str] = field(default_factory=list)
+
+
+def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float,
+               migrate: bool) -> _Opened:
+    """The file backend's part of `Session.open`: everything about opening that only a file
+    has. Take the lock on the live file the path leads to (following links, seals and moves,
+    finishing an interrupted rotation: `live.lock_live`), refuse what is not a writable session,
+    remove crash leftovers, refuse a second hard link, cut a torn tail into the quarantine, and
+    migrate a version 1 or 2 file (`repair.migrate_held`). Other backends need none of this:
+    their commits are whole by contract and they have no names, links or side files."""
+    requested = real_path(target.path if isinstance(target, FileStorage) else target)
+    if not migrate and os.path.isfile(requested):
+        # refused before a lock file is made (a rotated file is version 3, so never this one)
+        _refuse_legacy(FileStorage(requested))
+    path, lock, followed = lock_live(requested, lock_timeout)
+    storage = FileStorage(path)
+    try:
+        version = _preflight(storage, migrate=migrate)
+        remove_leftovers(path, os.path.join(os.path.dirname(path), ARCHIVE_DIR))
+        check_single_name(path)
+        recovered = cut_torn_tail(path)
+        if version < model.CURRENT_VERSION:
+            report = migrate_held(path)
+            log.warning("%s: migrated from session format version %d to %d, as pi does when "
+                        "it opens one; the original is kept as %s", path, version,
+                        model.CURRENT_VERSION, report.backup)
+    except BaseException:
+        lock.release()
+        raise
+    if followed:
+        log.warning("%s was rotated; continuing in its successor %s", requested, path)
+    return _Opened(storage, lock, recovered, followed)
+
+
+def _new_file_storage(target: str, header: Entry) -> FileStorage:
+    """The file a new session gets: `target` itself (a `.jsonl` path) or a pi-style name in the
+    folder `target`; its folder is made private, and an existing name is refused."""
+    if not target.endswith(".jsonl"):
+        make_private_dir(target)
+        name = model.session_file_name(header["timestamp"], header["id"])
+        target = os.path.join(target, name)
+    folder, name = os.path.split(os.path.abspath(target))
+    os.makedirs(folder, exist_ok=True)
+    # the folder's links are resolved; a link at the name itself is refused as existing
+    target = os.path.join(real_path(folder), name)
+    if os.path.lexists(target):  # a link here would put the lock beside its target
+        raise JournalError(f"{target}: already exists; open it instead of creating it")
+    make_private_dir(os.path.dirname(target))
+    return FileStorage(target)
+
+
 def _create(storage: Storage, data: bytes) -> None:
     path = storage.locator
-    make_private_dir(os.path.dirname(path))
     try:
         storage.create(data)
     except FileExistsError as e:
@@ -524,7 +586,7 @@ def _create(storage: Storage, data: bytes) -> None:
         raise WriteFailed(path, 0, f"writing the header failed: {e.strerror or e}") from e
 
 
-def _check_writable(path: str, snap: Snapshot) -> None:
+def _check_writable(path: str, snap: Snapshot, *, migrate: bool = False) -> None:
     if snap.header is None and not snap.entries:
         raise NotASession(path, "not a session file (no session header, no entries)")
     if snap.header is None:
@@ -532,18 +594,27 @@ def _check_writable(path: str, snap: Snapshot) -> None:
             path, f"no session header on line 1; run 'journal repair {path}' to restore one"
         )
     version = snap.version
-    if version < model.CURRENT_VERSION:
+    if version < model.CURRENT_VERSION and not migrate:
         raise UnsupportedVersion(
             path, version,
             f"appending would mix formats; run 'journal repair --migrate {path}' to write it "
-            "as version 3 first",
+            "as version 3 first (or open it without --no-migrate to migrate it on open)",
         )
     if version > model.CURRENT_VERSION:
         raise UnsupportedVersion(path, version, "written by a newer program; not appending")
 
 
-def _preflight(storage: Storage) -> None:
-    """Refuse what is not a writable version 3 session before anything is changed."""
+def _refuse_legacy(storage: Storage) -> None:
+    """Raise UnsupportedVersion if the session's header says version 1 or 2."""
+    with storage.open_reader() as reader:
+        header = stream_first_line(reader.stream).header
+    if header is not None and model.header_version(header) < model.CURRENT_VERSION:
+        _check_writable(storage.locator, Snapshot(storage.locator, header, []))
+
+
+def _preflight(storage: Storage, *, migrate: bool = False) -> int:
+    """Refuse what is not a writable session before anything is changed; return its version
+    (below 3 only if `migrate` allows it to be migrated)."""
     path = storage.locator
     if path.endswith(".gz"):
         raise NotASession(path, "a compressed archive is read-only; open its live successor")
@@ -557,4 +628,5 @@ def _preflight(storage: Storage) -> None:
             f"session, 'journal repair {path}' restores one)")
     version = model.header_version(header)
     if version != model.CURRENT_VERSION:
-        _check_writable(path, Snapshot(path, header, []))
+        _check_writable(path, Snapshot(path, header, []), migrate=migrate)
+    return version

@@ -135,7 +135,7 @@ def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = N
         positions.append(parsed_count - 1)
         line_numbers.append(item.number)
     entries = raw_entries if continuation else migrate(header, raw_entries, positions)
-    size = os.fstat(f.fileno()).st_size
+    size = f.seek(0, os.SEEK_END)  # any seekable stream, not only a file's
     return Snapshot(path, header, entries, diagnostics, size=size, end=end, lines=line_numbers,
                     field_issues=field_issues)
 

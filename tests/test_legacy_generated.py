@@ -141,10 +141,10 @@ def test_v2_file_renames_hook_messages_and_projects_like_v3(v3: bytes, tmp_path:
     assert legacy.messages[n + 1:] == ours.messages[n + 1:]
 
 
-def test_legacy_files_are_not_appended_to(v1_file: Path) -> None:
+def test_legacy_files_are_not_appended_to_without_migrate(v1_file: Path) -> None:
     before = v1_file.read_bytes()
     with pytest.raises(UnsupportedVersion, match="--migrate"):
-        Session.open(v1_file)
+        Session.open(v1_file, migrate=False)
     assert v1_file.read_bytes() == before
 
 

@@ -102,11 +102,11 @@ def test_open_errors_are_clear(tmp_path):
     assert headless.read_bytes().startswith(b'{"type":"message"')
 
 
-def test_legacy_versions_are_not_appended_to(pi_fixture):
+def test_legacy_versions_are_not_appended_to_without_migrate(pi_fixture):
     legacy = pi_fixture("large-session.jsonl")
     before = legacy.read_bytes()
     with pytest.raises(UnsupportedVersion, match="--migrate"):
-        Session.open(legacy)
+        Session.open(legacy, migrate=False)
     assert legacy.read_bytes() == before
 
 

@@ -2,8 +2,9 @@
 
 Each backend supplies a `Backend`: how to make an empty storage in a test folder, the code a
 second process runs to hold its writer lock, and how to make the next commit's write come up
-short (what a filling disk does). Today there is one backend, the file system; a new backend
-adds itself to BACKENDS and must pass every test here unchanged.
+short (what a filling disk does). The backends are the file system and, for tests only, a
+session held in memory (tests/memory_storage.py); a new backend adds itself to BACKENDS and
+must pass every test here unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import memory_storage
 import pytest
+from memory_storage import MemoryStorage
 
 from journal import Durability
 from journal.codec import Line
@@ -52,6 +55,23 @@ def _file_short_write(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> None
     monkeypatch.setattr(os, "write", write)
 
 
+def _memory_short_write(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> None:
+    """The store takes a third of the next commit, then refuses the rest (as a full disk)."""
+    real = memory_storage.device_write
+    calls = [0]
+
+    def device_write(buffer: bytearray, data: memoryview) -> int:
+        calls[0] += 1
+        if calls[0] == 1:
+            buffer += data[: len(data) // 3]
+            return len(data) // 3
+        if calls[0] == 2:
+            return 0
+        return real(buffer, data)
+
+    monkeypatch.setattr(memory_storage, "device_write", device_write)
+
+
 BACKENDS = [
     Backend(
         "file",
@@ -62,6 +82,17 @@ BACKENDS = [
         "print('held', flush=True)\n"
         "sys.stdin.read()\n",
         _file_short_write,
+    ),
+    Backend(
+        "memory",
+        lambda folder: MemoryStorage(str(folder / "s.mem")),
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "from memory_storage import MemoryStorage\n"
+        "lock = MemoryStorage(sys.argv[1]).lock(5)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n",
+        _memory_short_write,
     ),
 ]
 

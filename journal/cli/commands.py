@@ -106,7 +106,8 @@ def cmd_append(args: argparse.Namespace) -> int:
         raise JournalError("nothing to append: stdin held no entries")
     if args.parent is not None and not _holds(live, args.parent):
         raise JournalError(f"{live}: no entry with id {args.parent!r}; nothing was appended")
-    with Session.open(args.path, lock_timeout=args.lock_timeout) as session:
+    with Session.open(args.path, lock_timeout=args.lock_timeout,
+                      migrate=not args.no_migrate) as session:
         if args.parent is not None:
             try:
                 session.branch(args.parent)
@@ -391,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the first new entry's parent is ID")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for another writer (default 10)")
+    p.add_argument("--no-migrate", action="store_true",
+                   help="refuse a version 1 or 2 file instead of migrating it to version 3")
     _add_json(p)
     p.set_defaults(func=cmd_append)
 

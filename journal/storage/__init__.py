@@ -45,6 +45,13 @@ the tail reads an old version to its end before it moves to the new one).
 Offsets are byte offsets into the session's encoded lines; a backend that stores rows keeps
 an equivalent monotonic position. `FileStorage` (journal.storage.filesystem) is the first
 backend; `as_storage` turns a path into one.
+
+`Session.create` and `Session.open` take any Storage as well as a path. What only a file has
+when it is opened for writing (links and seals followed, an interrupted rotation finished,
+crash temps removed, a second hard link refused, a torn tail quarantined, a version 1 or 2
+file migrated) is done by the file backend's hook in `journal.session` (`_open_file`), so
+another backend gets a working Session by implementing this protocol alone; its commits are
+whole by contract, so it has no torn tail to cut. Rotation and lineage are file features.
 """
 
 from __future__ import annotations
