@@ -19,12 +19,13 @@ unchanged:
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import io
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import BinaryIO
@@ -32,7 +33,7 @@ from typing import BinaryIO
 from journal import Durability, codec
 from journal.codec import Diagnostic, Line
 from journal.errors import JournalError, LockTimeout, WriteFailed
-from journal.storage import Mark
+from journal.storage import Mark, StopFlag, Storage
 
 DEVICE_CHUNK = 1 << 16
 
@@ -54,6 +55,14 @@ class _Session:
 
 _TABLE: dict[str, _Session] = {}
 _TABLE_LOCK = threading.Lock()
+_ANY_CHANGE = threading.Condition()
+_CHANGES = [0]  # how many commits, replacements and creations so far, in any session
+
+
+def _changed() -> None:
+    with _ANY_CHANGE:
+        _CHANGES[0] += 1
+        _ANY_CHANGE.notify_all()
 
 
 def _session(locator: str, *, create: bool = False) -> _Session:
@@ -67,9 +76,28 @@ def _session(locator: str, *, create: bool = False) -> _Session:
 
 
 class MemoryReader:
-    def __init__(self, data: bytes) -> None:
-        self._stream = io.BytesIO(data)
-        self._size = len(data)
+    """The bytes committed when it was opened (`stream`, `lines`), and, for a live tail, the
+    bytes its generation holds later (`read`, `extent`): a replacement gives the session a new
+    buffer, so this reader keeps the one it opened."""
+
+    def __init__(self, session: _Session) -> None:
+        self._session = session
+        self._buffer = session.data
+        self._generation = session.generation
+        self._stream = io.BytesIO(bytes(self._buffer))
+        self._size = len(self._buffer)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def read(self, offset: int, length: int) -> bytes:
+        with self._session.changed:
+            return bytes(self._buffer[offset:offset + max(length, 0)])
+
+    def extent(self) -> int:
+        with self._session.changed:
+            return len(self._buffer)
 
     @property
     def size(self) -> int:
@@ -124,7 +152,8 @@ class MemoryAppender:
                                       f"the store took {done} of {len(data)} bytes")
                 done += taken
             session.changed.notify_all()
-            return start
+        _changed()
+        return start
 
     def sync(self) -> None:
         """Memory is as durable as it gets here: nothing is pending."""
@@ -176,7 +205,7 @@ class MemoryStorage:
     def open_reader(self) -> MemoryReader:
         session = self._session()
         with session.changed:
-            return MemoryReader(bytes(session.data))
+            return MemoryReader(session)
 
     def open_appender(self, durability: Durability | None = None) -> MemoryAppender:
         return MemoryAppender(self._locator, self._session(), durability)
@@ -186,6 +215,7 @@ class MemoryStorage:
             if self._locator in _TABLE:
                 raise FileExistsError(f"{self._locator}: exists")
             _TABLE[self._locator] = _Session(bytearray(data))
+        _changed()
 
     def publish(self, data: bytes, tag: str,
                 before_swap: Callable[[], None] | None = None) -> None:
@@ -197,6 +227,7 @@ class MemoryStorage:
             session.data = replacement
             session.generation += 1
             session.changed.notify_all()
+        _changed()
 
     def lock(self, timeout: float) -> MemoryLock:
         fd = os.open(self._locator + ".memlock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -236,3 +267,41 @@ class MemoryStorage:
             with session.changed:
                 if Mark(session.generation, len(session.data)) == since:
                     session.changed.wait(left)
+
+    def open_watch(self, stop: StopFlag, timeout: float, poll: bool | None = None) -> MemoryWatch:
+        return MemoryWatch(stop, timeout)
+
+
+class MemoryWatch:
+    """A standing wait over every memory session: any commit, replacement or creation since
+    the previous wait returned wakes it (they all count in `_CHANGES`)."""
+
+    SLICE = 0.02  # how often the stop flag is looked at while waiting
+
+    def __init__(self, stop: StopFlag, timeout: float) -> None:
+        self.stop = stop
+        self.timeout = timeout
+        self.seen = -1  # the first wait returns at once (the protocol allows one such wake)
+
+    def wait(self, storages: Collection[Storage], places: Collection[str] = ()) -> bool:
+        deadline = time.monotonic() + self.timeout
+        with _ANY_CHANGE:
+            while not self.stop.is_set():
+                if _CHANGES[0] != self.seen:
+                    self.seen = _CHANGES[0]
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return True
+                _ANY_CHANGE.wait(min(left, self.SLICE))
+        return False
+
+    async def wait_async(self, storages: Collection[Storage],
+                         places: Collection[str] = ()) -> bool:
+        return await asyncio.to_thread(self.wait, storages, places)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
