@@ -128,8 +128,7 @@ def test_quarantine_link_is_not_written_through_by_repair(tmp_path: Path) -> Non
     assert target.read_bytes() == b"precious\n"
     assert Path(path).read_bytes() == before
     assert sorted(os.listdir(os.path.dirname(path))) == sorted(
-        [os.path.basename(path), os.path.basename(path) + ".quarantine",
-         os.path.basename(path) + ".lock"])
+        [os.path.basename(path), os.path.basename(path) + ".quarantine"])
 
 
 def test_quarantine_with_another_hard_link_is_refused(tmp_path: Path) -> None:
@@ -331,8 +330,7 @@ def test_enospc_writing_the_successor_leaves_the_session_live_and_says_where(
     monkeypatch.undo()
     assert str(sessions) in str(caught.value) and caught.value.needed > 0
     assert Path(path).read_bytes() == before
-    assert sorted(os.listdir(sessions)) == sorted([os.path.basename(path),
-                                                   os.path.basename(path) + ".lock", "archive"])
+    assert sorted(os.listdir(sessions)) == sorted([os.path.basename(path), "archive"])
     with Session.open(path, lock_timeout=2) as s:
         s.append_message(user("appendable after the failed rotation"))
 
@@ -489,7 +487,7 @@ def test_archived_sessions_take_their_side_files_and_leave_no_lock(tmp_path: Pat
         names.append(os.path.basename(live))
     top = sorted(os.listdir(sessions))
     live_name = os.path.basename(live)
-    assert top == sorted(["archive", live_name, live_name + ".lock"]), top
+    assert top == sorted(["archive", live_name]), top
     archived = sorted(os.listdir(sessions / "archive"))
     first = names[0]
     assert archived == sorted([first + ".gz", first + ".bak", first + ".quarantine",
@@ -522,8 +520,7 @@ def test_a_writer_waiting_on_a_rotating_session_leaves_no_lock_file_behind(
     assert result.rotated and followed["path"] == live
     assert not any("interrupted rotation" in r.getMessage() for r in caplog.records), (
         "the waiter took the lock while the rotation was still running")
-    assert sorted(os.listdir(sessions)) == sorted(
-        ["archive", os.path.basename(live), os.path.basename(live) + ".lock"])
+    assert sorted(os.listdir(sessions)) == sorted(["archive", os.path.basename(live)])
 
 
 # item 14: permissions

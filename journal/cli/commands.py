@@ -158,8 +158,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         holder = info.lock_holder
         print(f"writer:    pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
               f"since {holder.get('since', '?')}")
+    elif info.lock_file == "stale":
+        print(f"writer:    none (stale lock file {info.path}.lock, no holder; harmless)")
     else:
         print("writer:    none (not locked)")
+    if info.pending_rotation:
+        print(f"rotation:  {info.pending_rotation}")
     problems = len(info.problems)
     print(f"problems:  {problems}")
     for p in info.problems[:20]:
