@@ -634,9 +634,12 @@ def test_archive_folder_swapped_for_a_link_while_archiving_sends_nothing_out(
         archive.symlink_to(outside)
 
     monkeypatch.setattr(lineage_module, "ensure_archive_folder", check_then_swap)
-    with pytest.raises(UnsafeFile):
-        rotate(path, compress=False)
+    result = rotate(path, compress=False)
+    # sealed, so rotated; the move is refused and the sealed file stays where it was
+    assert result.rotated and result.archive is None and result.warnings, result
+    assert "symbolic link" in result.warnings[0]
     assert list(outside.iterdir()) == []
+    assert os.path.exists(path) and resolve_live(path)[0] == result.successor
 
 
 def test_commands_on_a_read_only_file_system_name_the_file_in_one_line(tmp_path: Path) -> None:
@@ -647,8 +650,10 @@ def test_commands_on_a_read_only_file_system_name_the_file_in_one_line(tmp_path:
         for command in ("repair", "rotate"):
             result = child(script, command, path, timeout=20)
             assert result.returncode == 2, result.stderr
-            assert result.stderr.startswith(f"Error: {path}.lock: Read-only file system"), (
-                command, result.stderr)
+            expected = (f"Error: {path}: cannot rotate: " if command == "rotate"
+                        else f"Error: {path}.lock: Read-only file system")
+            assert result.stderr.startswith(expected), (command, result.stderr)
+            assert result.stderr.count("\n") == 1 and "ead-only file system" in result.stderr
             assert "Errno" not in result.stderr
 
 
