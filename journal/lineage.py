@@ -555,8 +555,7 @@ def release_after_move(lock: Lock, path: str) -> None:
 
 def _copy_across(path: str, archive: str, folder: int) -> None:
     """Copy to another file system: a new file (never through a link), same permissions."""
-    with read_regular(path) as src, NewFile(archive, "archive",
-                                            mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode),
+    with read_regular(path) as src, NewFile(archive, "archive", like=os.fstat(src.fileno()),
                                             dir_fd=folder) as new:
         while chunk := src.read(1 << 22):
             new.write(chunk)

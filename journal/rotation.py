@@ -32,7 +32,6 @@ from .errors import JournalError, NoSpace, NotASession, UnsafeFile, UnsupportedV
 from .files import (
     COMPRESS_TAG,
     describe_kind,
-    file_mode,
     free_bytes,
     open_folder,
     open_regular,
@@ -487,7 +486,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
     try:
         _step("intent")
         # the successor's name is new and unguessable: nothing can be planted there
-        new = NewFile(final, ROTATE_TAG, mode=file_mode(path), name=temp)
+        new = NewFile(final, ROTATE_TAG, name=temp, like=path)  # its mode and owner
         _write_synced(new, data)
         _step("temp")
         _verify(temp, build)
@@ -589,8 +588,7 @@ def _compress(stored: str, final: str) -> None:
             src = os.fdopen(open_regular(os.path.basename(stored), dir_fd=folder), "rb")
         except FileNotFoundError:
             return
-        with src, NewFile(final, COMPRESS_TAG,
-                          mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode),
+        with src, NewFile(final, COMPRESS_TAG, like=os.fstat(src.fileno()),
                           dir_fd=folder) as new:
             try:
                 with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
