@@ -401,10 +401,12 @@ def rotate(
     path, _ = resolve_live(path)
     searched = file_key(path)
     early_info: tuple[int, Entry | None] | None = _early_info(path)
-    # if the holder rotates it while we wait, the lock is taken on its successor instead
-    locked, lock, _ = lock_live(path, lock_timeout, recover=not dry_run)
-    if locked != path or file_key(locked) != searched:
-        path, early_info = locked, None  # another file now: search it under the lock
+    lock: WriterLock | None = None
+    if not dry_run:  # a dry run changes nothing: it takes no lock and leaves no lock file
+        # if the holder rotates it while we wait, the lock is taken on its successor instead
+        locked, lock, _ = lock_live(path, lock_timeout)
+        if locked != path or file_key(locked) != searched:
+            path, early_info = locked, None  # another file now: search it under the lock
     locked_at = time.perf_counter()
     try:
         if not dry_run:
@@ -419,7 +421,8 @@ def rotate(
             rotation = rotate_held(_file_source(path, early_info), archive_dir=archive_dir,
                                    compress=compress, dry_run=dry_run)
     finally:
-        release_after_move(lock, path)
+        if lock is not None:
+            release_after_move(lock, path)
     rotation.started = started
     rotation.result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
     return finish_rotation(rotation, keep=keep)

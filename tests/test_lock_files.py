@@ -129,3 +129,13 @@ def test_info_tells_a_stale_lock_file_from_a_held_one(tmp_path: Path) -> None:
         assert orjson.loads(shown.stdout)["lockFile"] == "held"
         assert orjson.loads(shown.stdout)["lockHolder"]["pid"] == os.getpid()
     time.sleep(0)
+
+
+def test_rotate_dry_run_takes_no_lock(tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    path = rotatable(sessions)
+    with Session.open(path):  # another writer holds the lock: a dry run need not wait
+        done = journal(tmp_path, "rotate", "--dry-run", "--lock-timeout", "0.2", path)
+        assert done.returncode == 0, done.stderr
+        assert "would rotate" in done.stdout
+    assert not os.path.exists(path + ".lock")

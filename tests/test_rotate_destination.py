@@ -246,3 +246,24 @@ def test_an_intent_that_cannot_be_finished_never_blocks_appends(
     assert "interrupted rotation" in (info["pendingRotation"] or ""), info
     monkeypatch.undo()
     assert_writable_and_rotatable(tmp_path, path)  # the next writer finishes it
+
+
+@pytest.mark.parametrize("step", rotation.STEPS)
+def test_a_rotation_interrupted_at_each_step_leaves_the_session_writable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    sessions = tmp_path / "sessions"
+    path = make_rotatable(sessions)
+
+    def crash(name: str) -> None:
+        if name == step:
+            raise InjectedFailure(name)
+
+    monkeypatch.setattr(rotation, "step_hook", crash)
+    with pytest.raises(InjectedFailure):
+        rotation.rotate(path)
+    monkeypatch.undo()
+    # the command first, then Session, then a next rotation (see assert_writable_and_rotatable)
+    appended = journal(tmp_path, "append", path,
+                       stdin='{"role":"user","content":"first after the crash","timestamp":1}\n')
+    assert appended.returncode == 0, appended.stderr
+    assert_writable_and_rotatable(tmp_path, path)

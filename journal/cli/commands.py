@@ -241,7 +241,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     print(f"{result.path}: {verb} into {result.successor}")
     print(f"  kept {result.entries_copied:,} entries ({result.successor_size:,} bytes of "
           f"{result.old_size:,})")
-    print(f"  archive: {result.archive}")
+    print(f"  archive: {result.archive or 'none (the old file stays, sealed, in place)'}")
     if not result.dry_run:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
     for removed in result.removed_archives:
