@@ -267,3 +267,24 @@ def test_a_rotation_interrupted_at_each_step_leaves_the_session_writable(
                        stdin='{"role":"user","content":"first after the crash","timestamp":1}\n')
     assert appended.returncode == 0, appended.stderr
     assert_writable_and_rotatable(tmp_path, path)
+
+
+def test_journal_repair_clears_a_left_over_intent(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions = tmp_path / "sessions"
+    path = make_rotatable(sessions)
+
+    def crash(name: str) -> None:
+        if name == "verified":
+            raise KeyboardInterrupt  # not rolled back in-process: as a crash leaves it
+
+    monkeypatch.setattr(rotation, "step_hook", crash)
+    with pytest.raises(KeyboardInterrupt):
+        rotation.rotate(path)
+    monkeypatch.undo()
+    assert os.path.exists(path + INTENT_SUFFIX)
+    done = journal(tmp_path, "repair", path)
+    assert done.returncode == 0, done.stderr
+    assert not os.path.exists(path + INTENT_SUFFIX)
+    assert not [p for p in sessions.iterdir() if p.name.startswith(".")], "temp left"
+    assert_writable_and_rotatable(tmp_path, path)
