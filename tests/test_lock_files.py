@@ -139,3 +139,27 @@ def test_rotate_dry_run_takes_no_lock(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert "would rotate" in done.stdout
     assert not os.path.exists(path + ".lock")
+
+
+def test_read_commands_on_archived_sessions_make_no_lock_file(tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    path = rotatable(sessions)
+    for compress in ([], ["--no-compress"]):
+        done = journal(tmp_path, "rotate", *compress, path, "--json")
+        assert done.returncode == 0, done.stderr
+        with Session.open(path) as s:  # something to rotate again
+            for i in range(8):
+                s.append_message({"role": "user", "content": f"more {i} " + "y" * 500,
+                                  "timestamp": 1})
+            kept = s.append_message({"role": "user", "content": "kept", "timestamp": 1})
+            s.append_compaction("again", kept, 10)
+    archived = sorted(str(p) for p in (sessions / "archive").iterdir())
+    assert any(a.endswith(".gz") for a in archived) and any(a.endswith(".jsonl") for a in archived)
+    before = listing(sessions)
+    for archive in archived:
+        for argv in (["info", archive], ["show", archive], ["lineage", archive],
+                     ["tail", archive], ["context", archive], ["rotate", "--dry-run", archive],
+                     ["repair", "--check", archive]):
+            done = journal(tmp_path, *argv)
+            assert "Traceback" not in done.stderr, (argv, done.stderr)
+            assert listing(sessions) == before, f"{argv} created or changed a file"
