@@ -14,7 +14,8 @@ from typing import Any
 
 from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
-from .lock import current_holder
+from .lineage import intent_path
+from .lock import current_holder, lock_state
 from .model import Entry
 from .repair import Problem, assess
 from .snapshot import Snapshot, load
@@ -35,6 +36,11 @@ class SessionInfo:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     tree_issues: list[TreeIssue] = field(default_factory=list)
     lock_holder: dict[str, Any] | None = None
+    lock_file: str = "none"
+    """`none`, `held` (a writer holds the lock) or `stale` (a lock file nobody holds)."""
+    pending_rotation: str | None = None
+    """A left-over rotation intent, said in words (the next writer, rotation or repair
+    finishes or clears it)."""
     problems: list[Problem] = field(default_factory=list)
     """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
     notes: list[Problem] = field(default_factory=list)
@@ -65,6 +71,8 @@ class SessionInfo:
             "diagnostics": [d.to_json() for d in self.diagnostics],
             "treeIssues": [i.to_json() for i in self.tree_issues],
             "lockHolder": self.lock_holder,
+            "lockFile": self.lock_file,
+            "pendingRotation": self.pending_rotation,
             "problems": [p.to_json() for p in self.problems],
             "counts": self.counts,
             "notes": [n.to_json() for n in self.notes],
@@ -109,4 +117,13 @@ def _summary(path: str | os.PathLike[str]) -> SessionInfo:
         diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
         lock_holder=current_holder(snap.path),
+        lock_file=lock_state(snap.path),
+        pending_rotation=_pending(snap.path),
     )
+
+
+def _pending(path: str) -> str | None:
+    if not os.path.lexists(intent_path(path)):
+        return None
+    return (f"an interrupted rotation is pending ({intent_path(path)}); the next writer, "
+            "'journal rotate' or 'journal repair' finishes or clears it")

@@ -213,6 +213,12 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
         current = following
 
 
+def pending_successor(path: str) -> str | None:
+    """The successor an interrupted rotation of `path` published, if any (the file that
+    continues it, even before the old file is sealed)."""
+    return _published_intent(path)
+
+
 def _published_intent(path: str) -> str | None:
     """An interrupted rotation whose successor was published counts as a seal: the next
     writer finishes it (see `recover_rotation`), so readers follow it already."""
@@ -438,14 +444,28 @@ def recover_rotation(path: str) -> str | None:
             # archive folder elsewhere is replaced by the default one, which lineage also reads
             archive = os.path.join(os.path.dirname(path), ARCHIVE_DIR,
                                    os.path.basename(archive))
-        if os.path.exists(path) and seal_of(path) is None:
-            seal_file(path, intent.successor, intent.session_id, archive)
+        try:
+            if os.path.exists(path) and seal_of(path) is None:
+                seal_file(path, intent.successor, intent.session_id, archive)
+        except (OSError, JournalError) as e:
+            # the intent stays (readers and writers follow it to the successor, which is
+            # authoritative): reported here and by `journal info`, retried by the next writer
+            log.warning("%s: an interrupted rotation could not be finished (sealing failed: "
+                        "%s); %s stays and the session goes on in %s", path, e,
+                        intent_path(path), intent.successor)
+            return "pending: the successor is live; sealing the old file failed"
+        action = "finished: the successor is live and the old file is archived"
         if os.path.exists(path) and archive is not None:
             if os.path.lexists(archive):
                 log.warning("%s: not archived: %s already exists", path, archive)
+                action = "finished: the successor is live; the old file stays, sealed"
             else:
-                move_into_archive(path, archive)
-        action = "finished: the successor is live and the old file is archived"
+                try:
+                    move_into_archive(path, archive)
+                except (OSError, JournalError) as e:
+                    log.warning("%s: not archived (%s); it stays, sealed, where it is",
+                                path, e)
+                    action = "finished: the successor is live; the old file stays, sealed"
     fsync_directory(os.path.dirname(path))
     remove_intent(path)
     log.warning("%s: an interrupted rotation was %s", path, action)
@@ -535,8 +555,7 @@ def release_after_move(lock: Lock, path: str) -> None:
 
 def _copy_across(path: str, archive: str, folder: int) -> None:
     """Copy to another file system: a new file (never through a link), same permissions."""
-    with read_regular(path) as src, NewFile(archive, "archive",
-                                            mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode),
+    with read_regular(path) as src, NewFile(archive, "archive", like=os.fstat(src.fileno()),
                                             dir_fd=folder) as new:
         while chunk := src.read(1 << 22):
             new.write(chunk)

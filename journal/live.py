@@ -16,6 +16,7 @@ from .files import describe_kind
 from .identity import other_names, real_path
 from .lineage import (
     MAX_HOPS,
+    pending_successor,
     recover_pending,
     recover_rotation,
     release_after_move,
@@ -81,7 +82,8 @@ def _moved_on(target: str, follow_seals: bool) -> tuple[str, list[str]] | None:
     if os.path.islink(target):
         raise NotASession(target, "was replaced by a symbolic link while waiting for the "
                           "writer lock; nothing was written (check who changes this folder)")
-    if os.path.exists(target) and not (follow_seals and seal_of(target) is not None):
+    if os.path.exists(target) and not (follow_seals and (
+            seal_of(target) is not None or pending_successor(target) is not None)):
         return None
     live, hops = resolve_live(target)
     if live == target:

@@ -1,34 +1,45 @@
 """The per-session writer lock: a kernel lock on a side file, plus who holds it.
 
-Ownership is decided by the kernel lock alone (`filelock`, released when the holder dies, so a
+Ownership is decided by the kernel lock alone (`flock`, released when the holder dies, so a
 lock is never stale). The holder's pid, host and start time are written into the lock file
 purely for diagnostics, so a writer that gives up can say who it waited for.
 
 The lock belongs to the real file: `<real path>.lock`, whatever name the caller used, so two
 names of one session (a symbolic link and its target) share one lock. Anyone who can write the
-sessions folder can plant something at the lock path, so the lock file is created here with
-`O_NOFOLLOW` before `filelock` opens it, and the holder details are written only through a
-descriptor that is a regular file with a single name: a planted link, FIFO or hard link is
-refused with `UnsafeLockFile` instead of being truncated or written through.
+sessions folder can plant something at the lock path, so the lock file is opened with
+`O_NOFOLLOW` and used only if it is a regular file with a single name: a planted link, FIFO or
+hard link is refused with `UnsafeLockFile` instead of being truncated or written through.
+
+The lock file does not outlive its last holder (docs/safety.md, "Lock files"). The protocol
+that makes removing it safe:
+
+- a holder removes the lock file while it still holds the kernel lock, and only if the path
+  still names the file it locked; then it lets go;
+- a locker that acquires the kernel lock checks that the path still names the file it locked
+  (a holder may have removed it while this waited on the old file); if not, it lets go and
+  starts again on whatever the path names now.
+
+So at any moment at most one process holds the kernel lock on the file the path names, and
+only that process removes it: two writers never both believe they hold the lock.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import socket
 import stat
+import time
 from typing import Any
-
-from filelock import FileLock
-from filelock import Timeout as _FileLockTimeout
 
 from .errors import LockTimeout, UnsafeLockFile
 from .identity import real_path
 from .model import now_iso
 
 DEFAULT_LOCK_TIMEOUT = 10.0
+POLL_INTERVAL = 0.005
 _HOLDER_LIMIT = 4096
 _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -41,15 +52,17 @@ def lock_path_for(session_path: str) -> str:
 def _unsafe_reason(st: os.stat_result) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    if st.st_nlink != 1:
+    if st.st_nlink > 1:  # 0: its holder just removed it; the locker starts again
         return f"has {st.st_nlink} hard links"
     return None
 
 
-def _prepare_lock_file(path: str) -> None:
-    """Create the lock file if needed, never through a link; refuse anything but a plain file."""
+def _open_lock_file(path: str, create: bool) -> int:
+    """The lock file's descriptor (created if `create`), never through a link; refuse
+    anything but a plain file with one name."""
+    flags = os.O_RDWR | _NOFOLLOW | (os.O_CREAT if create else 0)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+        fd = os.open(path, flags, 0o600)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafeLockFile(path, "is a symbolic link") from e
@@ -58,10 +71,21 @@ def _prepare_lock_file(path: str) -> None:
         raise
     try:
         reason = _unsafe_reason(os.fstat(fd))
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
     if reason is not None:
+        os.close(fd)
         raise UnsafeLockFile(path, reason)
+    return fd
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        return os.path.samestat(os.lstat(path), os.fstat(fd))
+    except FileNotFoundError:
+        return False
 
 
 def read_holder(session_path: str) -> dict[str, Any] | None:
@@ -85,27 +109,37 @@ def read_holder(session_path: str) -> dict[str, Any] | None:
     return holder if isinstance(holder, dict) else None
 
 
+def lock_state(session_path: str) -> str:
+    """`"none"` (no lock file), `"held"` (a writer holds the lock) or `"stale"` (a lock file
+    nobody holds: left by a crash or an older version; harmless, the next writer reuses or
+    removes it). Probes without waiting and without creating anything."""
+    path = lock_path_for(session_path)
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except OSError:
+        return "none"
+    try:
+        if _unsafe_reason(os.fstat(fd)) is not None:
+            return "none"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "held"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return "stale"
+    finally:
+        os.close(fd)
+
+
 def current_holder(session_path: str) -> dict[str, Any] | None:
     """Who holds the writer lock right now, or None if nobody does.
 
     Probes the kernel lock without waiting, so the answer is authoritative; the details come
     from the lock file.
     """
-    path = lock_path_for(session_path)
-    try:
-        if _unsafe_reason(os.lstat(path)) is not None:
-            return None
-    except OSError:
+    if lock_state(session_path) != "held":
         return None
-    probe = FileLock(path, timeout=0)
-    try:
-        probe.acquire()
-    except _FileLockTimeout:
-        return read_holder(session_path) or {}
-    except OSError:
-        return None
-    probe.release()
-    return None
+    return read_holder(session_path) or {}
 
 
 class WriterLock:
@@ -115,52 +149,59 @@ class WriterLock:
         self.session_path = real_path(session_path)
         self.lock_path = lock_path_for(self.session_path)
         self.timeout = timeout
-        self._refused: str | None = None
-        self._lock = FileLock(
-            self.lock_path,
-            timeout=timeout,
-            mode=0o600,
-            poll_interval=0.005,
-            on_acquired=self._record_holder,
-        )
-
-    def _record_holder(self, fd: int) -> None:
-        # The descriptor filelock locked may differ from the file checked before (a peer can
-        # replace the lock file meanwhile), so it is checked again before anything is written.
-        self._refused = _unsafe_reason(os.fstat(fd))
-        if self._refused is not None:
-            return
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso()}
-        data = json.dumps(holder).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
+        self._fd: int | None = None
 
     @property
     def held(self) -> bool:
-        return self._lock.is_locked
+        return self._fd is not None
 
     def acquire(self) -> None:
         """Take the lock, waiting up to the timeout; raise `LockTimeout` naming the holder,
         or `UnsafeLockFile` if something other than a plain file sits at the lock path."""
-        _prepare_lock_file(self.lock_path)
-        self._refused = None
+        if self._fd is not None:
+            return
+        deadline = time.monotonic() + self.timeout
+        while True:
+            fd = _open_lock_file(self.lock_path, create=True)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(self.session_path, self.timeout,
+                                      read_holder(self.session_path)) from None
+                time.sleep(POLL_INTERVAL)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            if not _names(self.lock_path, fd):
+                os.close(fd)  # its holder removed it meanwhile: lock what the path names now
+                continue
+            break
         try:
-            self._lock.acquire()
-        except _FileLockTimeout as e:
-            holder = read_holder(self.session_path)
-            raise LockTimeout(self.session_path, self.timeout, holder) from e
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise UnsafeLockFile(self.lock_path, "is a symbolic link") from e
+            holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": now_iso()}).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder, 0)
+        except BaseException:
+            os.close(fd)
             raise
-        if self._refused is not None:
-            reason = self._refused
-            self._lock.release(force=True)
-            raise UnsafeLockFile(self.lock_path, reason)
+        self._fd = fd
 
     def release(self) -> None:
-        if self._lock.is_locked:
-            self._lock.release(force=True)
+        """Let go, removing the lock file first (while still holding it, see the module
+        docstring); a lock file that cannot be removed stays and is reused."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if _names(self.lock_path, fd):
+                os.unlink(self.lock_path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> WriterLock:
         self.acquire()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import stat
 from types import TracebackType
 from typing import BinaryIO
 
@@ -55,14 +56,22 @@ class NewFile:
     """
 
     def __init__(self, final: str, tag: str, mode: int = 0o600, *,
-                 name: str | None = None, dir_fd: int | None = None) -> None:
+                 name: str | None = None, dir_fd: int | None = None,
+                 like: str | os.stat_result | None = None) -> None:
         """Create the temp beside `final`: `.<final>.<random>.<tag>.tmp`, or exactly `name`
         (a name nobody can guess in advance, recorded elsewhere, such as a rotation's temp
         in its intent); an existing file of that name is never reused (UnsafeFile).
 
         With `dir_fd` (an open descriptor of `final`'s folder, see `open_folder`) every step
         works in that folder itself, whatever its path comes to name meanwhile.
+
+        With `like` (the file this one replaces or continues, or its `fstat`) the new file
+        takes its permission bits instead of `mode`, and, when running as root, its owner and
+        group: a repair or rotation never changes who may read a session.
         """
+        original = os.stat(like) if isinstance(like, str) else like
+        if original is not None:
+            mode = stat.S_IMODE(original.st_mode)
         self.final = final
         self.published = False
         self.fd: int | None = None
@@ -81,6 +90,8 @@ class NewFile:
             raise UnsafeFile(self.path, "already exists (it was not made by this operation)")
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if original is not None and os.geteuid() == 0:
+                os.fchown(self.fd, original.st_uid, original.st_gid)
             os.fchmod(self.fd, mode & 0o777)
         except BaseException:
             self.discard()

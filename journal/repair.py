@@ -43,7 +43,7 @@ from .fieldfix import repair_fields
 from .files import remove_leftovers, require_space
 from .header import is_header
 from .identity import real_path
-from .lineage import MAX_HOPS, resolve_live
+from .lineage import MAX_HOPS, intent_path, recover_rotation, resolve_live
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
@@ -800,6 +800,11 @@ def repair(
                           "(or check this one with --check)")
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
+        if os.path.lexists(intent_path(path)):  # a left-over rotation: finish or clear it
+            recover_rotation(path)
+            if not os.path.exists(path):
+                raise NotASession(path, "an interrupted rotation was finished and this file "
+                                  "archived; repair its live successor instead")
         remove_leftovers(path)
         check_single_name(path)
         return _apply(plan(path, migrate=migrate, strict=strict, progress=progress), path)

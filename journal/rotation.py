@@ -28,10 +28,10 @@ from typing import Any
 from . import codec, model
 from .boundary import boundary
 from .context import Context, branch_context, build_context
-from .errors import JournalError, NoSpace, NotASession, UnsupportedVersion
+from .errors import JournalError, NoSpace, NotASession, UnsafeFile, UnsupportedVersion
 from .files import (
     COMPRESS_TAG,
-    file_mode,
+    describe_kind,
     free_bytes,
     open_folder,
     open_regular,
@@ -46,6 +46,7 @@ from .lineage import (
     ARCHIVE_DIR,
     ensure_archive_folder,
     intent_path,
+    is_default_archive,
     lineage,
     move_into_archive,
     recover_pending,
@@ -77,6 +78,16 @@ STEPS = ("intent", "temp", "verified", "published", "sealed", "archived", "done"
 
 class RotationAborted(JournalError):
     """The successor did not project to the old file's context; nothing was changed."""
+
+
+class RotationRefused(JournalError):
+    """A rotation's destination cannot take what rotation would write (checked before
+    anything is written, by `--dry-run` too); nothing was changed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: cannot rotate: {reason}; nothing was changed")
 
 
 @dataclass
@@ -242,6 +253,84 @@ def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
     return candidate + (".gz" if compress else "")
 
 
+def check_destination(path: str, archive_dir: str | None, compress: bool, *,
+                      successor: str | None = None, size: int = 0) -> str:
+    """Check every place a rotation of `path` writes, before anything is written; return the
+    archive's path. Raises `RotationRefused` naming what is wrong.
+
+    One function for the rotation and its `--dry-run`, so a dry run that says "would rotate"
+    means the rotation can: the archive folder exists or can be made, is a folder (a file, a
+    FIFO or a dangling link there is refused), and can be written; the session's folder can
+    be written (successor, intent); the successor, its temp and the archive names are free;
+    an archive on another file system has room for a copy of the file.
+    """
+    archive = _archive_path(path, archive_dir, compress)
+    folder, directory = os.path.dirname(path), os.path.dirname(archive)
+    _check_folder(path, directory, is_default_archive(path, directory))
+    _check_writable(path, folder, f"the session's folder {folder}")
+    stored = archive.removesuffix(".gz")
+    names = [stored, archive]
+    if successor is not None:  # under the lock, once an earlier intent was dealt with
+        names += [intent_path(path), successor,
+                  os.path.join(folder, temp_name(os.path.basename(successor)))]
+    for name in names:
+        if os.path.lexists(name):
+            raise RotationRefused(path, f"{name} already exists")
+    if os.path.isdir(directory) and os.stat(directory).st_dev != os.stat(folder).st_dev:
+        available = free_bytes(directory)
+        if available is not None and available < size:
+            raise RotationRefused(path, f"the archive folder {directory} is on another file "
+                                  f"system with {available:,} bytes free; the file takes "
+                                  f"{size:,}")
+    return archive
+
+
+def _check_folder(path: str, directory: str, default: bool) -> None:
+    """The archive folder: an existing folder (through a link only if the caller chose it),
+    or a name that can be made in a folder that can be written."""
+    try:
+        st: os.stat_result | None = os.lstat(directory)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise RotationRefused(path, f"the archive folder {directory}: {e.strerror or e}"
+                              ) from e
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        if default:  # planted: the store's own folder is never a link
+            raise UnsafeFile(directory, "is a symbolic link, not the store's own folder; "
+                             "nothing was changed")
+        try:
+            st = os.stat(directory)
+        except OSError as e:
+            raise RotationRefused(path, f"the archive folder {directory} is a symbolic link to "
+                                  f"nothing usable ({e.strerror or e})") from e
+    if st is None:
+        parent = os.path.dirname(os.path.abspath(directory))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise RotationRefused(path, f"the archive folder {directory} cannot be made: "
+                                  f"{parent} is not a folder")
+        _check_writable(path, parent, f"{parent} (where the archive folder {directory} would "
+                        "be made)")
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise RotationRefused(path, f"the archive folder {directory} is "
+                              f"{describe_kind(st.st_mode)}, not a folder")
+    _check_writable(path, directory, f"the archive folder {directory}")
+
+
+def _check_writable(path: str, directory: str, label: str) -> None:
+    readonly = False
+    try:
+        readonly = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        pass
+    if readonly or not os.access(directory, os.W_OK | os.X_OK):
+        raise RotationRefused(path, f"{label} cannot be written "
+                              f"({'read-only file system' if readonly else 'permission denied'})")
+
+
 @dataclass
 class RotationSource:
     """What rotation needs of the file it rotates, given by whoever holds its writer lock.
@@ -309,13 +398,15 @@ def rotate(
     """
     started = time.perf_counter()
     path = real_path(os.fspath(path))
+    if os.path.isfile(path):
+        check_destination(path, archive_dir, compress)  # before anything is changed
     if not dry_run:
         recover_pending(path, lock_timeout)
     path, _ = resolve_live(path)
     searched = file_key(path)
     early_info: tuple[int, Entry | None] | None = _early_info(path)
-    lock = None
-    if not dry_run:
+    lock: WriterLock | None = None
+    if not dry_run:  # a dry run changes nothing: it takes no lock and leaves no lock file
         # if the holder rotates it while we wait, the lock is taken on its successor instead
         locked, lock, _ = lock_live(path, lock_timeout)
         if locked != path or file_key(locked) != searched:
@@ -376,7 +467,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
     result and, when it rotated, the successor to carry on in."""
     path, tree = source.path, source.tree
     old_size = os.path.getsize(path)
-    archive = _archive_path(path, archive_dir, compress)
+    archive = check_destination(path, archive_dir, compress, size=old_size)
     stored_archive = archive.removesuffix(".gz")
     build = _plan(tree, source.header, os.path.relpath(archive, os.path.dirname(path)),
                   source.session_info)
@@ -390,6 +481,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
         reason = "the successor would be no shorter: nothing lies before the kept entries"
         return Rotation(RotationResult(False, path, reason, old_size=old_size,
                                        dry_run=dry_run))
+    check_destination(path, archive_dir, compress, successor=final, size=old_size)
     result = RotationResult(True, path, successor=final, successor_id=build.header["id"],
                             archive=archive, entries_copied=len(build.entries),
                             old_size=old_size, successor_size=len(data), dry_run=dry_run)
@@ -402,7 +494,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
     try:
         _step("intent")
         # the successor's name is new and unguessable: nothing can be planted there
-        new = NewFile(final, ROTATE_TAG, mode=file_mode(path), name=temp)
+        new = NewFile(final, ROTATE_TAG, name=temp, like=path)  # its mode and owner
         _write_synced(new, data)
         _step("temp")
         _verify(temp, build)
@@ -418,33 +510,55 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
         if new is not None:
             new.close()
         raise
-    new_lock = WriterLock(final, 0) if source.keep_successor_lock else None
-    if new_lock is not None:
-        new_lock.acquire()
-    published = False
+    new_lock: WriterLock | None = None
+    archived = False
     try:
+        if source.keep_successor_lock:
+            new_lock = WriterLock(final, 0)
+            new_lock.acquire()
         new.publish(final)
-        published = True
         _step("published")
         source.seal(make_seal(tree.ids, tree.leaf_id, final, build.header["id"],
                               stored_archive))
         _step("sealed")
-        move_into_archive(path, stored_archive)
+        archived = _archive_or_warn(path, stored_archive, result)
         _step("archived")
         remove_intent(path)
         _step("done")
-    except BaseException:
-        new.close()
+    except BaseException as e:
         if new_lock is not None:
             new_lock.release()
-        if published and source.abandon is not None:
+        if not new.published and isinstance(e, Exception):
+            # not published (the rename or the successor's lock failed): roll back, the old
+            # file stays authoritative and writable
+            new.discard()
+            remove_intent(path)
+            raise
+        new.close()
+        if new.published and source.abandon is not None:
             # The successor is authoritative now; writing on into the old file would lose
             # entries. The next open finishes the rotation (see recover_rotation).
             source.abandon()
         raise
-    log.info("%s: rotated into %s; archived as %s", path, final, stored_archive)
+    log.info("%s: rotated into %s; archived as %s", path, final, result.archive)
     return Rotation(result, Successor(final, new_lock, build.header, build.entries),
-                    (stored_archive, archive) if compress else None)
+                    (stored_archive, archive) if compress and archived else None)
+
+
+def _archive_or_warn(path: str, stored: str, result: RotationResult) -> bool:
+    """Move the sealed old file into the archive. The rotation is complete once the file is
+    sealed (readers and writers follow the seal), so a failed move is a warning: the sealed
+    file stays where it is, lineage finds it there, and nothing is left half done."""
+    try:
+        move_into_archive(path, stored)
+    except (OSError, JournalError) as e:
+        reason = str(e) if isinstance(e, JournalError) else f"{stored}: {e.strerror or e}"
+        result.warnings.append(f"moving the old file into the archive failed ({reason}); it "
+                               f"stays, sealed, at {path}")
+        result.archive = None
+        log.warning("%s: %s", path, result.warnings[-1])
+        return False
+    return True
 
 
 def _write_synced(new: NewFile, data: bytes) -> None:
@@ -482,8 +596,7 @@ def _compress(stored: str, final: str, progress: Progress | None = None) -> None
             src = os.fdopen(open_regular(os.path.basename(stored), dir_fd=folder), "rb")
         except FileNotFoundError:
             return
-        with src, NewFile(final, COMPRESS_TAG,
-                          mode=stat.S_IMODE(os.fstat(src.fileno()).st_mode),
+        with src, NewFile(final, COMPRESS_TAG, like=os.fstat(src.fileno()),
                           dir_fd=folder) as new:
             try:
                 with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
@@ -536,11 +649,16 @@ def finish_compression(live: str) -> list[str]:
     """
     done: list[str] = []
     chain = lineage(live)
+    live_path = chain[-1]
     for older, newer in zip(chain, chain[1:], strict=False):
         header = read_header(newer)
         parent = header.get("parentSession") if header else None
         if not (isinstance(parent, str) and parent.endswith(".gz")) or older.endswith(".gz"):
             continue
+        # relative to the sessions' folder, where every file of the lineage was live
+        named = os.path.normpath(os.path.join(os.path.dirname(live_path), parent))
+        if real_path(os.path.dirname(named)) != os.path.dirname(older):
+            continue  # never moved into the archive (the move failed): it stays as it is
         final = older + ".gz"
         directory, name = os.path.split(final)
         remove_stale_temps(directory, name + ".", suffix=f".{COMPRESS_TAG}.tmp")

@@ -186,8 +186,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         holder = info.lock_holder
         print(f"writer:    pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
               f"since {holder.get('since', '?')}")
+    elif info.lock_file == "stale":
+        print(f"writer:    none (stale lock file {info.path}.lock, no holder; harmless)")
     else:
         print("writer:    none (not locked)")
+    if info.pending_rotation:
+        print(f"rotation:  {info.pending_rotation}")
     problems = len(info.problems)
     print(f"problems:  {problems}")
     for p in info.problems[:20]:
@@ -280,7 +284,7 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     print(f"{result.path}: {verb} into {result.successor}")
     print(f"  kept {result.entries_copied:,} entries ({result.successor_size:,} bytes of "
           f"{result.old_size:,})")
-    print(f"  archive: {result.archive}")
+    print(f"  archive: {result.archive or 'none (the old file stays, sealed, in place)'}")
     if not result.dry_run:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
     for removed in result.removed_archives:

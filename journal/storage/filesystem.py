@@ -21,7 +21,7 @@ from .. import codec
 from ..codec import Diagnostic, Line
 from ..durability import Durability
 from ..errors import NotASession
-from ..files import file_mode, read_regular
+from ..files import read_regular
 from ..lock import WriterLock
 from ..log import AppendLog
 from ..publish import NewFile, create_file
@@ -125,9 +125,10 @@ class FileStorage:
 
     def publish(self, data: bytes, tag: str,
                 before_swap: Callable[[], None] | None = None) -> None:
-        """Replace the file atomically with `data`, keeping its permissions; `before_swap`
+        """Replace the file atomically with `data`, keeping its permissions and owner (see
+        `NewFile`'s `like`); `before_swap`
         runs once the new bytes are written and synced, just before the rename."""
-        with NewFile(self.path, tag, mode=file_mode(self.path)) as new:
+        with NewFile(self.path, tag, like=self.path) as new:
             new.write(data)
             new.sync()
             if before_swap is not None:
