@@ -20,7 +20,10 @@ that makes removing it safe:
   starts again on whatever the path names now.
 
 So at any moment at most one process holds the kernel lock on the file the path names, and
-only that process removes it: two writers never both believe they hold the lock.
+only that process removes it: two writers never both believe they hold the lock. (This is why
+the lock is `flock` here and not the `filelock` package: removing the file safely needs the
+locker to compare the inode it locked with what the path names after acquiring, which that
+package does not expose; it leaves lock files in place instead.)
 """
 
 from __future__ import annotations
