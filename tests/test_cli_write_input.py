@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent import scenario_path
+from journal import Session
 
 BIN = Path(sys.executable).parent
 
@@ -81,4 +85,60 @@ def test_every_writing_command_refuses_bad_input_cleanly(tmp_path: Path, kind: s
         assert "Traceback" not in err, shown
         assert sum(line.startswith("Error: ") for line in err.splitlines()) == 1, shown
         assert proc.stdout == b"", shown
+        assert listing(tmp_path) == before, shown
+
+
+def as_nobody() -> list[str] | None:
+    """A command prefix that runs as an unprivileged user, when this runs as root."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    return None if setpriv is None else [setpriv, "--reuid=65534", "--regid=65534",
+                                         "--clear-groups"]
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder every user can reach (pytest's own are private to root)."""
+    made = Path(tempfile.mkdtemp(prefix="journal-test-"))
+    os.chmod(made, 0o755)
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.mark.parametrize("closed", ["the file", "its folder"])
+def test_a_session_the_user_cannot_read_is_one_error_line_in_every_command(
+        open_folder: Path, closed: str) -> None:
+    prefix = as_nobody()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: no way to be a non-root user")
+    tmp_path = open_folder
+    folder = tmp_path / "a dir"
+    folder.mkdir()
+    os.chmod(folder, 0o777)  # the user can reach and write the folder, not read the file
+    with Session.create(folder / "sé ssion ✓.jsonl", cwd="/") as s:
+        s.append_message({"role": "user", "content": "hi", "timestamp": 1})
+        path = s.path
+    if closed == "the file":
+        os.chmod(path, 0)
+    else:
+        os.chmod(folder, 0o700)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(folder), "LANG": "C.UTF-8",
+           "JOURNAL_SESSIONS_DIR": str(folder)}
+    before = listing(tmp_path)
+    reads = [[str(BIN / "journal"), verb, path] for verb in ("show", "info", "context", "tree",
+                                                              "lineage", "tail")]
+    for argv, stdin in [*commands(path, "unreadable")[:-1], *((r, b"") for r in reads)]:
+        proc = subprocess.run([*prefix, *argv], input=stdin, capture_output=True,
+                              cwd=tmp_path, env=env, timeout=60)
+        err = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode != 2 and "python" in err.lower() and "denied" in err.lower():
+            pytest.skip(f"the unprivileged user cannot run this interpreter: {err}")
+        shown = f"{argv[0].rsplit('/', 1)[-1]} {argv[1]}: exit {proc.returncode}\n{err}"
+        assert proc.returncode == 2, shown
+        assert "Traceback" not in err, shown
+        assert sum(line.startswith("Error: ") for line in err.splitlines()) == 1, shown
+        assert "permission denied" in err.lower(), shown
         assert listing(tmp_path) == before, shown

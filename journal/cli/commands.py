@@ -298,8 +298,10 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     from ..lineage import lineage
 
     chain = lineage(args.path)
-    if not os.path.exists(chain[-1]):
-        raise NotASession(args.path, "no such file, and no successor of it was found")
+    try:
+        os.stat(chain[-1])  # a folder on the way that cannot be entered is said as such
+    except FileNotFoundError:
+        raise NotASession(args.path, "no such file, and no successor of it was found") from None
     check_session(chain[-1])
     if args.json:
         _emit_json({"lineage": chain, "live": chain[-1]})
