@@ -68,7 +68,10 @@ and drops user and assistant messages left with no content. So `unexecuted_call`
 `missing_result`, `empty_text_block`, `empty_message`, a `non_executable_call` in a failed turn,
 and a `thinking_dropped` that only follows those are *notes*. Everything else (an orphan,
 duplicate or displaced result, a reused call id, a call pi would send without an id or name)
-is *damage*: the request fails even after pi's own handling.
+is *damage*: the request fails even after pi's own handling. `is_note` is the one table of
+which fix is a note; `sanitize(messages, damage_only=True)` makes only the other fixes (what
+repair writes into a file without `--strict`), so its output holds the same notes as its input
+and no damage.
 """
 
 from __future__ import annotations
@@ -168,8 +171,7 @@ def classify(messages: list[Message], report: PairingReport) -> tuple[list[Fix],
     damaged_at: set[int] = set()
     kinds: list[bool] = []  # True for a note
     for fix in report.fixes:
-        note = fix.rule in CLIENT_HANDLED or (
-            fix.rule == NON_EXECUTABLE_CALL and _failed_turn(messages, fix.index))
+        note = is_note(fix.rule, messages, fix.index)
         kinds.append(note)
         if not note and fix.rule != THINKING_DROPPED:
             damaged_at.add(fix.index)
@@ -180,6 +182,17 @@ def classify(messages: list[Message], report: PairingReport) -> tuple[list[Fix],
             note = fix.index not in damaged_at
         (notes if note else damage).append(fix)
     return notes, damage
+
+
+def is_note(rule: str, messages: list[Message], index: int) -> bool:
+    """True when a fix by `rule` of `messages[index]` is a note: a state pi handles itself.
+
+    The one table of notes, used by `classify` and by `sanitize(..., damage_only=True)`.
+    `thinking_dropped` is not decided here: it follows the other fixes of its message (a note
+    when they all are, see `classify`).
+    """
+    return rule in CLIENT_HANDLED or (
+        rule == NON_EXECUTABLE_CALL and _failed_turn(messages, index))
 
 
 def _failed_turn(messages: list[Message], index: int) -> bool:
@@ -272,22 +285,37 @@ class _Call:
 
 
 class _Fixes:
-    def __init__(self) -> None:
+    """The fixes made so far, and which ones to leave undone (`damage_only`: the notes)."""
+
+    def __init__(self, messages: list[Message], damage_only: bool = False) -> None:
         self.items: list[Fix] = []
+        self.messages = messages
+        self.damage_only = damage_only
 
     def add(self, rule: str, index: int, call_id: Any = None, detail: str = "") -> None:
         self.items.append(Fix(rule, index, call_id if isinstance(call_id, str) else None, detail))
 
+    def leaves(self, rule: str, index: int) -> bool:
+        """True when the state `rule` would fix in `messages[index]` stays as it is."""
+        return self.damage_only and is_note(rule, self.messages, index)
 
-def sanitize(messages: list[Message]) -> tuple[list[Message], PairingReport]:
+
+def sanitize(messages: list[Message], *,
+             damage_only: bool = False) -> tuple[list[Message], PairingReport]:
     """Return a copy of `messages` that satisfies the pairing rules, and what was changed.
 
     Args:
         messages: pi-shaped messages, oldest first (as projected from a session).
+        damage_only: fix the damage only and leave every note as it is (`is_note`: an
+            aborted turn's calls stay, a missing result stays missing, a blank block or an
+            empty message stays). What repair writes without `--strict`; the output then holds
+            the same notes and no damage (`classify`), and the read-time call (without this
+            flag) still makes it valid.
 
     Returns:
-        `(sanitized, report)`. `sanitized` has no pairing problem; `report.fixes` lists each
-        change with the index of the input message it concerns.
+        `(sanitized, report)`. `sanitized` has no pairing problem (with `damage_only`, none
+        but notes); `report.fixes` lists each change with the index of the input message it
+        concerns.
 
     Example:
         >>> call = {"type": "toolCall", "id": "t1", "name": "ls", "arguments": {}}
@@ -299,7 +327,7 @@ def sanitize(messages: list[Message]) -> tuple[list[Message], PairingReport]:
         >>> [m["role"] for m in out], report.counts
         (['user', 'assistant', 'toolResult', 'user'], {'missing_result': 1})
     """
-    fixes = _Fixes()
+    fixes = _Fixes(messages, damage_only)
     calls, by_position = _claim_results(messages, fixes)
     kept = _settle_unanswered(calls, fixes)
     _rename_duplicates(kept, fixes)
@@ -362,7 +390,8 @@ def _claim_results(
                 call_id = block.get("id")
                 if reason is not None:
                     by_position[(i, pos)] = None
-                    fixes.add(NON_EXECUTABLE_CALL, i, call_id, reason)
+                    if not fixes.leaves(NON_EXECUTABLE_CALL, i):
+                        fixes.add(NON_EXECUTABLE_CALL, i, call_id, reason)
                     if isinstance(call_id, str) and call_id:
                         uses.setdefault(call_id, []).append(None)
                     continue
@@ -428,11 +457,13 @@ def _give(call: _Call, i: int, result: Message, fixes: _Fixes) -> None:
 
 
 def _settle_unanswered(calls: list[_Call], fixes: _Fixes) -> list[_Call]:
-    """Drop unanswered calls of failed turns; the rest will get a synthetic result."""
+    """Drop unanswered calls of failed turns (or, with `damage_only`, leave them where they are,
+    unanswered); the rest will get a synthetic result."""
     kept = []
     for call in calls:
         if call.result is None and call.failed:
-            fixes.add(UNEXECUTED_CALL, call.index, call.id, "turn failed before it ran")
+            if not fixes.leaves(UNEXECUTED_CALL, call.index):
+                fixes.add(UNEXECUTED_CALL, call.index, call.id, "turn failed before it ran")
             continue
         kept.append(call)
     return kept
@@ -462,7 +493,8 @@ def _latest_assistants(
         m = messages[i]
         if isinstance(m, dict) and m.get("role") == "assistant":
             latest.add(i)
-            _, empty = _clean_assistant(i, m, by_position, True, _Fixes())
+            # the latest turn the model is sent: what a full sanitize leaves, in either mode
+            _, empty = _clean_assistant(i, m, by_position, True, _Fixes(messages))
             if not empty:
                 break
     return latest
@@ -479,6 +511,8 @@ def _clean_assistant(
     if isinstance(content, str):
         if content.strip():
             return message, False
+        if fixes.leaves(EMPTY_TEXT_BLOCK, i):
+            return message, True
         fixes.add(EMPTY_TEXT_BLOCK, i, detail="blank string content")
         return {**message, "content": []}, True
     if not isinstance(content, list):
@@ -489,13 +523,17 @@ def _clean_assistant(
     for pos, block in enumerate(content):
         if _is_tool_call(block):
             call = by_position.get((i, pos))
-            if call is None or not call.out_id:
+            if call is None and fixes.leaves(NON_EXECUTABLE_CALL, i):
+                pass
+            elif call is not None and not call.out_id and fixes.leaves(UNEXECUTED_CALL, i):
+                pass
+            elif call is None or not call.out_id:
                 changed = True  # not executable, or never ran in a failed turn
                 continue
-            if call.out_id != call.id:
+            elif call.out_id != call.id:
                 block = {**block, "id": call.out_id}
                 changed = True
-        elif _is_blank_text(block):
+        elif _is_blank_text(block) and not fixes.leaves(EMPTY_TEXT_BLOCK, i):
             fixes.add(EMPTY_TEXT_BLOCK, i)
             changed = True
             continue
@@ -517,7 +555,7 @@ def _clean_text_content(i: int, message: Message, fixes: _Fixes) -> tuple[Messag
     if not isinstance(content, list):
         return message, True
     blocks = [b for b in content if not _is_blank_text(b)]
-    if len(blocks) == len(content):
+    if len(blocks) == len(content) or fixes.leaves(EMPTY_TEXT_BLOCK, i):
         return message, not blocks
     for _ in range(len(content) - len(blocks)):
         fixes.add(EMPTY_TEXT_BLOCK, i)
@@ -527,7 +565,9 @@ def _clean_text_content(i: int, message: Message, fixes: _Fixes) -> tuple[Messag
 def _clean_result(result: Message, index: int, out_id: str, fixes: _Fixes) -> Message:
     content = result.get("content")
     new_content = content
-    if isinstance(content, str) and not content.strip():
+    if fixes.leaves(EMPTY_TEXT_BLOCK, index):
+        pass
+    elif isinstance(content, str) and not content.strip():
         new_content = []
         fixes.add(EMPTY_TEXT_BLOCK, index, result.get("toolCallId"), "blank string content")
     elif isinstance(content, list):
@@ -544,6 +584,8 @@ def _clean_result(result: Message, index: int, out_id: str, fixes: _Fixes) -> Me
 def _results_for(assistant: Message, own: list[_Call], fixes: _Fixes) -> list[Message]:
     results = []
     for call in own:
+        if call.result is None and fixes.leaves(MISSING_RESULT, call.index):
+            continue
         if call.result is None:
             block = {**call.block, "id": call.out_id}
             fixes.add(MISSING_RESULT, call.index, call.id, "synthetic error result added")
@@ -579,7 +621,7 @@ def _drop_empty(built: list[tuple[Message, int, bool]], fixes: _Fixes) -> list[M
             break
     out = []
     for k, (message, index, empty) in enumerate(built):
-        if empty and k != final:
+        if empty and k != final and not fixes.leaves(EMPTY_MESSAGE, index):
             fixes.add(EMPTY_MESSAGE, index, detail=f"{message.get('role')} message with no content")
             continue
         out.append(message)

@@ -9,10 +9,11 @@ writer lock, with one backup of the original kept next to it.
 
 What counts as damage has one owner: `plan`. Its `problems` are damage (what breaks loading,
 or a request even after the file's own client has handled it); its `notes` are pairing states
-pi writes and handles itself when it sends a request (`journal.pairing.classify`). A file with
-notes only is left as it is unless `strict`; when pairing damage makes the active branch be
-rebuilt anyway, the notes on it are settled with it and still listed as notes. `journal info`
-and `journal repair --check` both count `plan`'s problems.
+pi writes and handles itself when it sends a request (`journal.pairing.classify`). Notes stay
+in the file as they are unless `strict`, also when pairing damage on the same branch is
+repaired: the branch is rebuilt from `pairing.sanitize(..., damage_only=True)`, which fixes the
+damage only, so an aborted turn's calls, a missing result or an empty message are still there,
+byte for byte. `journal info` and `journal repair --check` both count `plan`'s problems.
 
 One problem per damaged range: what repair changes only because a range was dropped (the
 child of an entry whose line was lost, now re-parented; a tool result whose call's line was
@@ -102,7 +103,7 @@ class RepairReport:
     a renamed result, a reference that follows a renamed id)."""
     notes: list[Problem] = field(default_factory=list)
     """States the file's own client handles when it sends a request (not damage): left in
-    the file unless `strict`, or settled along with pairing damage on the same branch."""
+    the file as they are unless `strict`, with or without damage beside them."""
     consequences: list[Problem] = field(default_factory=list)
     """What repair changed only because a damaged range was dropped (not counted again)."""
     strict: bool = False
@@ -118,7 +119,8 @@ class RepairReport:
 
     @property
     def notes_left(self) -> bool:
-        """True when the notes stay in the file (false when repair settled them)."""
+        """True when the notes stay in the file as they are: always, unless `strict` (which
+        fixes them) and there are some."""
         return all(n.action == NOTE_LEFT for n in self.notes)
 
     def to_json(self) -> dict[str, Any]:
@@ -497,11 +499,14 @@ def _fix_pairing(p: _Plan) -> None:
     if not report.changed:
         return
     notes, damage = classify(messages, report)
-    if not damage and not p.strict:
+    if not p.strict:
+        # the notes stay as they are, damage or not: only the damage is written anew
         for fix in notes:
-            _record_fix(p, fix, owners, note=True,
-                        action=NOTE_LEFT)
-        return
+            _record_fix(p, fix, owners, note=True, action=NOTE_LEFT)
+        if not damage:
+            return
+        fixed, report = sanitize(messages, damage_only=True)
+        notes, damage = [], report.fixes
     _record_fixes(p, notes, damage, owners)
     order = _new_order(p, messages, owners, anchors, fixed)
     start_item = p.items[order[0]] if order else None

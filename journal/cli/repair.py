@@ -119,9 +119,8 @@ def _kinds(report: RepairReport) -> str:
 
 def _notes(report: RepairReport) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.note_counts.items()))
-    if report.notes_left:
-        return f"notes ({kinds}): states pi handles itself; left as they are (--strict fixes them)"
-    return f"notes ({kinds}): states pi handles itself; settled with the damage on their branch"
+    # printed only without --strict, and then the notes are always left (damage or not)
+    return f"notes ({kinds}): states pi handles itself; left as they are (--strict fixes them)"
 
 
 def _print_report(report: RepairReport) -> None:
