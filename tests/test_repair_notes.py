@@ -545,6 +545,30 @@ def test_strict_repair_of_a_mixed_file_fixes_the_notes_too(kind: str, tmp_path: 
     assert _findings(path) == (Counter(), [])
 
 
+def _notes_by_message(path: Path) -> tuple[Counter[tuple[str, bytes]], list[Any]]:
+    """The notes on the active branch, as (rule, the message they are on), and the damage: a
+    version 1 file's ids are its line positions, which move when a line is dropped."""
+    tree = journal.Tree(journal.load(path).entries)
+    messages = journal.build_context(tree, tree.leaf_id).messages
+    notes, damage = classify(messages, sanitize(messages)[1])
+    return Counter((f.rule, orjson.dumps(messages[f.index], option=orjson.OPT_SORT_KEYS))
+                   for f in notes), damage
+
+
+@pytest.mark.parametrize("kind", sorted(MIXED))
+def test_a_version_1_file_keeps_its_notes_beside_the_damage_too(
+        kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build, _, notes = MIXED[kind]
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(as_version_1(build()[0]))
+    notes_before, damage_before = _notes_by_message(path)
+    assert damage_before and Counter(rule for rule, _ in notes_before) == notes
+    outcome = check_repair(path)
+    assert outcome.report.notes_left and outcome.report.note_counts == notes
+    assert _notes_by_message(path) == (notes_before, [])
+    assert _cli(capsys, "repair", "--check", str(path))[0] == 0
+
+
 def test_the_kept_entries_of_a_compaction_start_at_the_note_left_in_place(
         tmp_path: Path) -> None:
     data, _ = _compacted_from_an_orphan()
