@@ -12,8 +12,9 @@ or a request even after the file's own client has handled it); its `notes` are p
 pi writes and handles itself when it sends a request (`journal.pairing.classify`). Notes stay
 in the file as they are unless `strict`, also when pairing damage on the same branch is
 repaired: the branch is rebuilt from `pairing.sanitize(..., damage_only=True)`, which fixes the
-damage only, so an aborted turn's calls, a missing result or an empty message are still there,
-byte for byte. `journal info` and `journal repair --check` both count `plan`'s problems.
+damage only, so an aborted turn's calls, a missing result or an empty message are still there
+as they were (a line is rewritten only for the damage: a note's line only when its parent left
+the branch). `journal info` and `journal repair --check` both count `plan`'s problems.
 
 One problem per damaged range: what repair changes only because a range was dropped (the
 child of an entry whose line was lost, now re-parented; a tool result whose call's line was
