@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -34,15 +35,20 @@ def _print_table(report: UsageReport, by: By) -> None:
 
     table = Table(title=f"Usage by {by}", title_justify="left")
     table.add_column(by, overflow="fold")
+    named = {s.path: s.name or "" for s in report.sessions} if by == "session" else None
+    if named is not None:
+        table.add_column("name", overflow="fold")
     for name in ("msgs", "input", "output", "cache read", "cache write", "cost $"):
         table.add_column(name, justify="right")
     table.add_column("cost from")
     rows = report.rows(by)
     for key, tally in rows:
-        table.add_row(key, *_cells(tally))
+        extra = [named[key]] if named is not None else []
+        table.add_row(_shown(key) if named is not None else key, *extra, *_cells(tally))
     if len(rows) > 1:
         table.add_section()
-        table.add_row("total", *_cells(report.total), style="bold")
+        extra = [""] if named is not None else []
+        table.add_row("total", *extra, *_cells(report.total), style="bold")
     console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
     console.print(table)
     files = sum(len(s.files) for s in report.sessions)
@@ -53,6 +59,12 @@ def _print_table(report: UsageReport, by: By) -> None:
         console.print("no cost recorded and no price for: " + ", ".join(report.unpriced_models)
                       + f" (add them to a price file: --prices FILE or ${PRICES_ENV})",
                       highlight=False)
+
+
+def _shown(path: str) -> str:
+    """A path as short as it can be said: relative to here when it is below here."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _cells(tally: Tally) -> list[str]:
