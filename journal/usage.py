@@ -184,12 +184,14 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
     for chain in chains:
         session = SessionUsage(chain[-1], list(chain))
         seen: set[str] = set()
+        counted = False
         for path in chain:
-            _count_file(path, session, seen, table, warnings)
+            counted = _count_file(path, session, seen, table, warnings) or counted
             done += _size(path)
             if progress is not None:
                 progress(done, total)
-        sessions.append(session)
+        if counted:  # a lineage none of whose files could be read is only a warning
+            sessions.append(session)
     return UsageReport(sessions, warnings, table)
 
 
@@ -292,16 +294,17 @@ def _day(message: dict[str, Any], entry: dict[str, Any]) -> str:
 
 
 def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceTable,
-                warnings: list[UsageWarning]) -> None:
+                warnings: list[UsageWarning]) -> bool:
+    """Add the replies of `path` to `session`; False (and a warning) when it is no session."""
     try:
         snap = load(path)
     except JournalError as e:
         warnings.append(UsageWarning(path, f"not counted: {e}"))
-        return
+        return False
     if snap.header is None and not snap.entries:
         warnings.append(UsageWarning(path, "not counted: not a session file "
                                      "(no session header, no entries)"))
-        return
+        return False
     if snap.diagnostics:
         warnings.append(UsageWarning(path, f"{len(snap.diagnostics)} unreadable line(s) not "
                                      f"counted; run 'journal repair {path}'"))
@@ -352,3 +355,4 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
         tally.cost += computed
         tally.computed_cost += computed
         tally.computed += 1
+    return True

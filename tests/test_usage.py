@@ -262,6 +262,7 @@ def test_damaged_and_foreign_files_are_reported_and_the_rest_counted(tmp_path, c
     rows = {Path(p).name: t for p, t in report.rows("session")}
     assert rows["good.jsonl"].messages == oracle([good])["messages"]
     assert rows["torn.jsonl"].messages > 0  # counted as far as it can be read
+    assert sorted(rows) == ["good.jsonl", "torn.jsonl"]  # what is no session is no row
     code, out, err = run(capsys, "usage", str(tmp_path), "--json")
     assert code == 0 and "Traceback" not in err
     assert "Warning: " in err and "notes.jsonl" in err
