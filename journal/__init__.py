@@ -29,6 +29,12 @@ Keeping files healthy
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
     live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
 
+Accounting for sessions
+    `usage` with `UsageReport`, `SessionUsage`, `Tally` and `UsageWarning` (tokens and cost
+    per session, model or day, each rotated lineage once); `load_prices`, `PriceTable` and
+    `ModelPrice` (the one price table of the project, a data file shipped with journal),
+    `canonical_model` (a model id as the table spells it).
+
 Following sessions live
     `follow`, `follow_events`, and their asyncio twins `afollow`, `afollow_events`, yielding
     entries or `TailEvent`s.
@@ -72,6 +78,7 @@ from .lineage import lineage, resolve_live
 from .lock import current_holder
 from .model import CURRENT_VERSION, Entry, Message
 from .pairing import Fix, PairingReport, sanitize
+from .prices import ModelPrice, PriceTable, canonical_model, load_prices
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
 from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
@@ -79,6 +86,7 @@ from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tail import TailEvent, afollow, afollow_events, follow, follow_events
 from .tree import Tree, TreeIssue, TreeNode
+from .usage import SessionUsage, Tally, UsageReport, UsageWarning, usage
 from .view import View
 
 __all__ = [
@@ -125,6 +133,16 @@ __all__ = [
     "resolve_live",
     "read_quarantine",
     "Quarantined",
+    # accounting for sessions
+    "usage",
+    "UsageReport",
+    "SessionUsage",
+    "Tally",
+    "UsageWarning",
+    "load_prices",
+    "PriceTable",
+    "ModelPrice",
+    "canonical_model",
     # following sessions live
     "follow",
     "follow_events",

@@ -12,6 +12,7 @@ is therefore missing there, as it would be for a user.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
 import os
 import shutil
 import subprocess
@@ -137,6 +138,11 @@ def test_wheel_without_the_agent_extra_installs_the_store_alone(
     created = _run([str(bin_dir / "journal"), "new", str(elsewhere / "sessions")], elsewhere)
     assert created.returncode == 0, created.stderr
     assert Path(created.stdout.strip()).is_file()
+    # the price table is package data: `journal usage` finds it in the installed wheel
+    counted = _run([str(bin_dir / "journal"), "usage", "sessions", "--json"], elsewhere)
+    assert counted.returncode == 0, counted.stderr
+    prices = json.loads(counted.stdout)["prices"]
+    assert Path(prices["path"]).is_relative_to(tmp_path / "venv") and prices["asOf"]
     # the agent's command is installed too, and says what it needs instead of a traceback
     agent = _run([str(bin_dir / "journal-agent"), "demo", "--dir", "demo"], elsewhere)
     assert agent.returncode == 2, agent.stdout + agent.stderr

@@ -35,6 +35,7 @@ from typing import Any
 
 import anthropic
 
+import journal
 from agent.models.base import (
     AssistantMessage,
     AuthError,
@@ -57,16 +58,17 @@ from agent.models.payload import API, build_params
 PROVIDER = "anthropic"
 DEFAULT_MODEL = "claude-sonnet-4-6"
 
-PRICES: tuple[tuple[str, Price], ...] = (
-    ("claude-opus-4-5", Price(5.0, 25.0, 0.5, 6.25)),
-    ("claude-opus-4", Price(15.0, 75.0, 1.5, 18.75)),
-    ("claude-sonnet-4", Price(3.0, 15.0, 0.3, 3.75)),
-    ("claude-3-7-sonnet", Price(3.0, 15.0, 0.3, 3.75)),
-    ("claude-3-5-sonnet", Price(3.0, 15.0, 0.3, 3.75)),
-    ("claude-haiku-4-5", Price(1.0, 5.0, 0.1, 1.25)),
-    ("claude-3-5-haiku", Price(0.8, 4.0, 0.08, 1.0)),
-)
+Prices = tuple[tuple[str, Price], ...]
 """Dollars per million tokens by model id prefix, first match wins; unknown models cost 0."""
+
+
+def default_prices() -> Prices:
+    """The project's one price table (journal's data file, or the file ``$JOURNAL_PRICES``
+    names), longest prefix first so that the first match is the most specific. Read on
+    each call, so a changed environment is seen; a model reads it once, when made."""
+    table = journal.load_prices()
+    return tuple((m.prefix, Price(m.input, m.output, m.cache_read, m.cache_write))
+                 for m in sorted(table.models, key=lambda m: -len(m.prefix)))
 
 AUTH_HINT = (
     "Set ANTHROPIC_API_KEY to a valid Anthropic API key (or pass api_key=... or client=... "
@@ -85,9 +87,13 @@ _STOP_REASONS = {
 _ABORT_POLL_SECONDS = 0.05
 
 
-def price_for(model_id: str, prices: tuple[tuple[str, Price], ...] = PRICES) -> Price | None:
-    for prefix, price in prices:
-        if model_id.startswith(prefix):
+def price_for(model_id: str, prices: Prices | None = None) -> Price | None:
+    """The price of ``model_id``: the first prefix it starts with in ``prices`` (default:
+    :func:`default_prices`), ids of gateways (``anthropic/claude-sonnet-4.5``) matched as
+    journal matches them."""
+    key = journal.canonical_model(model_id)
+    for prefix, price in prices if prices is not None else default_prices():
+        if key.startswith(prefix) or model_id.startswith(prefix):
             return price
     return None
 
@@ -107,7 +113,7 @@ class AnthropicModel:
         max_retries: int = 4,
         timeout: float = 600.0,
         context_window: int | None = None,
-        prices: tuple[tuple[str, Price], ...] | None = None,
+        prices: Prices | None = None,
         prompt_cache: bool = True,
         thinking_budgets: dict[str, int] | None = None,
     ) -> None:
@@ -121,7 +127,7 @@ class AnthropicModel:
             except anthropic.CredentialsError as exc:
                 raise AuthError(f"no usable Anthropic credentials ({exc}). {AUTH_HINT}") from exc
         self.client = client
-        self.price = price_for(model_id, prices if prices is not None else PRICES)
+        self.price = price_for(model_id, prices)
         self.prompt_cache = prompt_cache
         self.thinking_budgets = thinking_budgets
 

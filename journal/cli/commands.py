@@ -26,6 +26,7 @@ from ..view import View, check_session, locate
 from .app import ByteProgress, entry_parser, run
 from .repair import add_repair_parser
 from .tail import add_tail_parser
+from .usage import add_usage_parser
 
 
 def _default_sessions_dir() -> str:
@@ -487,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_repair_parser(sub)
     add_tail_parser(sub)
+    add_usage_parser(sub)
     return parser
 
 

@@ -1,0 +1,95 @@
+"""`journal usage`: tokens and cost of sessions, per session, model or day."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from .. import codec
+from ..prices import PRICES_ENV, load_prices
+from ..usage import BY, By, Tally, UsageReport, usage
+from .app import ByteProgress
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    prices = load_prices(args.prices)
+    with ByteProgress("reading sessions", enabled=not args.json) as bar:
+        report = usage(args.paths or ["."], prices=prices, progress=bar)
+    for warning in report.warnings:
+        print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(codec.dumps(report.to_json(args.by), orjson.OPT_INDENT_2).decode()
+                         + "\n")
+        return 0
+    _print_table(report, args.by)
+    return 0
+
+
+def _print_table(report: UsageReport, by: By) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Usage by {by}", title_justify="left")
+    table.add_column(by, overflow="fold")
+    named = {s.path: s.name or "" for s in report.sessions} if by == "session" else None
+    if named is not None:
+        table.add_column("name", overflow="fold")
+    for name in ("msgs", "input", "output", "cache read", "cache write", "cost $"):
+        table.add_column(name, justify="right")
+    table.add_column("cost from")
+    rows = report.rows(by)
+    for key, tally in rows:
+        extra = [named[key]] if named is not None else []
+        table.add_row(_shown(key) if named is not None else key, *extra, *_cells(tally))
+    if len(rows) > 1:
+        table.add_section()
+        extra = [""] if named is not None else []
+        table.add_row("total", *extra, *_cells(report.total), style="bold")
+    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    files = sum(len(s.files) for s in report.sessions)
+    console.print(f"{len(report.sessions)} session(s) in {files} file(s); prices from "
+                  f"{report.prices.path} (as of {report.prices.as_of}) for messages that "
+                  "recorded no cost", highlight=False)
+    if report.unpriced_models:
+        console.print("no cost recorded and no price for: " + ", ".join(report.unpriced_models)
+                      + f" (add them to a price file: --prices FILE or ${PRICES_ENV})",
+                      highlight=False)
+
+
+def _shown(path: str) -> str:
+    """A path as short as it can be said: relative to here when it is below here."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _cells(tally: Tally) -> list[str]:
+    source = tally.cost_source
+    if source == "mixed":
+        source = f"mixed ({tally.computed} computed)"
+    if tally.unpriced:
+        source += f", {tally.unpriced} unpriced"
+    return [f"{tally.messages:,}", f"{tally.input:,}", f"{tally.output:,}",
+            f"{tally.cache_read:,}", f"{tally.cache_write:,}", f"{tally.cost:,.4f}", source]
+
+
+def add_usage_parser(sub: Any) -> None:
+    """Register `journal usage` on the `journal` command's sub-parsers."""
+    p = sub.add_parser(
+        "usage", help="tokens and cost per session, model or day",
+        description="Count the tokens (input, output, cache read, cache write) and cost "
+        "recorded on assistant messages, each rotated session once (its archives included, "
+        "kept entries not counted twice). A message that recorded no cost is priced from "
+        f"the price table (bundled; --prices FILE or ${PRICES_ENV} replace it).")
+    p.add_argument("paths", nargs="*", metavar="PATH|DIR",
+                   help="session files or folders, searched at any depth (default: .)")
+    p.add_argument("--by", choices=BY, default="session",
+                   help="one row per session (default), model or day (UTC)")
+    p.add_argument("--prices", metavar="FILE",
+                   help=f"price table to use (default: ${PRICES_ENV}, else the bundled one)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_usage)

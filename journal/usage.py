@@ -1,0 +1,358 @@
+"""Token and cost accounting: what sessions used, per session, per model and per day.
+
+Every assistant message records its `usage` (`input`, `output`, `cacheRead`, `cacheWrite`,
+`cost`). Each one is counted once per logical session, on every branch (an abandoned branch
+was paid for too): a rotated session is read as its whole lineage, oldest file first, and an
+entry whose id was already counted (a successor repeats the kept entries of its predecessor)
+is skipped. The cost of a message is the one it recorded; a message that recorded none (or a
+zero cost for tokens the price table can price) is priced from the table, and counted as
+computed. A message neither recorded nor priceable is counted as unpriced, at no cost.
+
+A damaged file is read as far as it can be; unreadable lines and files that are no session
+are reported as warnings, and the other sessions are still counted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from .errors import JournalError
+from .lineage import lineage
+from .prices import PriceTable, load_prices
+from .progress import Progress
+from .snapshot import load
+
+By = Literal["session", "model", "day"]
+BY: tuple[By, ...] = ("session", "model", "day")
+
+
+@dataclass
+class Tally:
+    """Tokens and dollars of some assistant messages, and where the dollars came from."""
+
+    messages: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+    recorded_cost: float = 0.0
+    computed_cost: float = 0.0
+    computed: int = 0
+    """Messages priced from the table (they recorded no cost)."""
+    unpriced: int = 0
+    """Messages with no recorded cost and no price in the table (counted at no cost)."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    @property
+    def cost_source(self) -> str:
+        """`recorded`, `computed`, `mixed` (some of each), or `none` (nothing priceable)."""
+        recorded = self.messages - self.computed - self.unpriced
+        if self.computed and recorded:
+            return "mixed"
+        if self.computed:
+            return "computed"
+        return "recorded" if recorded else "none"
+
+    def add(self, other: Tally) -> None:
+        for name in ("messages", "input", "output", "cache_read", "cache_write", "cost",
+                     "recorded_cost", "computed_cost", "computed", "unpriced"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"messages": self.messages, "input": self.input, "output": self.output,
+                "cacheRead": self.cache_read, "cacheWrite": self.cache_write,
+                "totalTokens": self.total_tokens, "cost": self.cost,
+                "costSource": self.cost_source, "recordedCost": self.recorded_cost,
+                "computedCost": self.computed_cost, "computedMessages": self.computed,
+                "unpricedMessages": self.unpriced}
+
+
+@dataclass(frozen=True)
+class UsageWarning:
+    """A file that could not be counted, or only in part."""
+
+    path: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+@dataclass
+class SessionUsage:
+    """The usage of one logical session (a lineage), by (model, day)."""
+
+    path: str
+    """The live file of the lineage."""
+    files: list[str]
+    session_id: str | None = None
+    name: str | None = None
+    cells: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    unpriced_models: set[str] = field(default_factory=set)
+
+    @property
+    def total(self) -> Tally:
+        total = Tally()
+        for tally in self.cells.values():
+            total.add(tally)
+        return total
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({model for model, _ in self.cells})
+
+
+@dataclass
+class UsageReport:
+    """What `usage` found: one `SessionUsage` per logical session, warnings, the prices."""
+
+    sessions: list[SessionUsage]
+    warnings: list[UsageWarning]
+    prices: PriceTable
+
+    @property
+    def total(self) -> Tally:
+        total = Tally()
+        for session in self.sessions:
+            total.add(session.total)
+        return total
+
+    @property
+    def unpriced_models(self) -> list[str]:
+        return sorted(set().union(*(s.unpriced_models for s in self.sessions)))
+
+    def rows(self, by: By = "session") -> list[tuple[str, Tally]]:
+        """Totals grouped `by` session (the live path), model or day (UTC), in that key's
+        order (sessions as found, models by cost, days by date)."""
+        if by == "session":
+            return [(s.path, s.total) for s in self.sessions]
+        if by not in ("model", "day"):
+            raise ValueError(f"by must be one of {BY}, not {by!r}")
+        groups: dict[str, Tally] = {}
+        for session in self.sessions:
+            for (model, day), tally in session.cells.items():
+                groups.setdefault(model if by == "model" else day, Tally()).add(tally)
+        if by == "model":
+            return sorted(groups.items(), key=lambda kv: (-kv[1].cost, kv[0]))
+        return sorted(groups.items())
+
+    def to_json(self, by: By = "session") -> dict[str, Any]:
+        named = {s.path: s for s in self.sessions}
+        rows = []
+        for key, tally in self.rows(by):
+            row: dict[str, Any] = {by: key}
+            if by == "session":
+                session = named[key]
+                row.update(id=session.session_id, name=session.name, files=session.files,
+                           models=session.models)
+            rows.append({**row, **tally.to_json()})
+        return {"by": by, "rows": rows, "total": self.total.to_json(),
+                "sessions": len(self.sessions),
+                "files": sum(len(s.files) for s in self.sessions),
+                "unpricedModels": self.unpriced_models,
+                "prices": {"path": self.prices.path, "asOf": self.prices.as_of,
+                           "source": self.prices.source},
+                "warnings": [w.to_json() for w in self.warnings]}
+
+
+def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None = None,
+          progress: Progress | None = None) -> UsageReport:
+    """Count the tokens and cost of the sessions at `paths` (files, or folders searched for
+    `*.jsonl` and `*.jsonl.gz` files at any depth), each rotated lineage once.
+
+    `prices` defaults to `load_prices()` (the bundled table, or `$JOURNAL_PRICES`).
+    `progress` is called with (bytes read, bytes in all) after each file.
+
+    Example:
+        >>> report = usage(["sessions/"])  # doctest: +SKIP
+        >>> [(model, t.cost) for model, t in report.rows("model")]
+    """
+    table = prices if prices is not None else load_prices()
+    files, warnings = find_session_files(paths)
+    chains = group_lineages(files, warnings)
+    total = sum(_size(f) for chain in chains for f in chain)
+    done = 0
+    sessions = []
+    for chain in chains:
+        session = SessionUsage(chain[-1], list(chain))
+        seen: set[str] = set()
+        counted = False
+        for path in chain:
+            counted = _count_file(path, session, seen, table, warnings) or counted
+            done += _size(path)
+            if progress is not None:
+                progress(done, total)
+        if counted:  # a lineage none of whose files could be read is only a warning
+            sessions.append(session)
+    return UsageReport(sessions, warnings, table)
+
+
+# finding sessions (to be replaced by the catalog's enumeration once journal/catalog.py lands)
+
+
+def find_session_files(paths: Iterable[str | os.PathLike[str]]
+                       ) -> tuple[list[str], list[UsageWarning]]:
+    """The session files named by `paths`: a file as it is, a folder's `*.jsonl` and
+    `*.jsonl.gz` at any depth (hidden temps left out), in sorted order, each once."""
+    found: list[str] = []
+    warnings: list[UsageWarning] = []
+    for given in paths:
+        path = os.fspath(given)
+        if os.path.isdir(path):
+            def complain(e: OSError, folder: str = path) -> None:
+                warnings.append(UsageWarning(e.filename or folder,
+                                             f"cannot list the folder ({e.strerror})"))
+            for folder, dirs, names in os.walk(path, onerror=complain):
+                dirs.sort()
+                found.extend(os.path.join(folder, n) for n in sorted(names)
+                             if n.endswith((".jsonl", ".jsonl.gz")) and not n.startswith("."))
+        elif os.path.lexists(path):
+            found.append(path)
+        else:
+            warnings.append(UsageWarning(path, "no such file or folder"))
+    unique = list(dict.fromkeys(os.path.realpath(f) for f in found))
+    return unique, warnings
+
+
+def group_lineages(files: list[str], warnings: list[UsageWarning]) -> list[list[str]]:
+    """`files` grouped into lineages (oldest file first, live last), each once, in the order
+    their first file was met; a file whose lineage cannot be followed stands alone."""
+    chains: list[list[str]] = []
+    placed: set[str] = set()
+    for path in files:
+        if path in placed:
+            continue
+        try:
+            chain = [os.path.realpath(p) for p in lineage(path)]
+        except (JournalError, OSError) as e:
+            warnings.append(UsageWarning(path, f"cannot follow its lineage ({e}); "
+                                         "counted alone"))
+            chain = [path]
+        if path not in chain:  # an unusual file (a copy, a link): count what was named
+            chain = [path]
+        chain = [p for p in chain if p not in placed and os.path.exists(p)] or [path]
+        placed.update(chain)
+        chains.append(chain)
+    return chains
+
+
+# counting
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _tokens(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return 0
+    return int(value)
+
+
+def _recorded_cost(usage: dict[str, Any]) -> float | None:
+    cost = usage.get("cost")
+    if not isinstance(cost, dict):
+        return None
+    total = cost.get("total")
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        return float(total)
+    parts = [cost.get(k) for k in ("input", "output", "cacheRead", "cacheWrite")]
+    numbers = [float(p) for p in parts if isinstance(p, int | float) and not isinstance(p, bool)]
+    return sum(numbers) if numbers else None
+
+
+_days: dict[int, str] = {}
+
+
+def _day(message: dict[str, Any], entry: dict[str, Any]) -> str:
+    stamp = message.get("timestamp")
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        number = int(stamp // 86_400_000)
+        day = _days.get(number)
+        if day is None:
+            try:
+                day = datetime.fromtimestamp(number * 86_400, UTC).date().isoformat()
+            except (OverflowError, OSError, ValueError):
+                day = "unknown"
+            _days[number] = day
+        return day
+    iso = entry.get("timestamp")
+    if isinstance(iso, str) and len(iso) >= 10 and iso[4] == "-" and iso[7] == "-":
+        return iso[:10]
+    return "unknown"
+
+
+def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceTable,
+                warnings: list[UsageWarning]) -> bool:
+    """Add the replies of `path` to `session`; False (and a warning) when it is no session."""
+    try:
+        snap = load(path)
+    except JournalError as e:
+        warnings.append(UsageWarning(path, f"not counted: {e}"))
+        return False
+    if snap.header is None and not snap.entries:
+        warnings.append(UsageWarning(path, "not counted: not a session file "
+                                     "(no session header, no entries)"))
+        return False
+    if snap.diagnostics:
+        warnings.append(UsageWarning(path, f"{len(snap.diagnostics)} unreadable line(s) not "
+                                     f"counted; run 'journal repair {path}'"))
+    if snap.session_id is not None:
+        session.session_id = snap.session_id  # the live file's id, the last read
+    cells = session.cells
+    for entry in snap.entries:
+        entry_id = entry.get("id")
+        if isinstance(entry_id, str):
+            if entry_id in seen:
+                continue
+            seen.add(entry_id)
+        kind = entry.get("type")
+        if kind == "session_info":
+            name = entry.get("name")
+            session.name = name if isinstance(name, str) and name else session.name
+            continue
+        message = entry.get("message") if kind == "message" else None
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        recorded = message.get("usage")
+        if not isinstance(recorded, dict):
+            continue
+        model = message.get("model")
+        model = model if isinstance(model, str) and model else "unknown"
+        key = (model, _day(message, entry))
+        tally = cells.get(key)
+        if tally is None:
+            tally = cells[key] = Tally()
+        counts = (_tokens(recorded.get("input")), _tokens(recorded.get("output")),
+                  _tokens(recorded.get("cacheRead")), _tokens(recorded.get("cacheWrite")))
+        tally.messages += 1
+        tally.input += counts[0]
+        tally.output += counts[1]
+        tally.cache_read += counts[2]
+        tally.cache_write += counts[3]
+        cost = _recorded_cost(recorded)
+        if cost is not None and (cost > 0 or not any(counts)):
+            tally.cost += cost
+            tally.recorded_cost += cost
+            continue
+        price = prices.price_for(model)
+        if price is None:  # no cost recorded (or a zero one), and no price to compute it
+            tally.unpriced += 1
+            session.unpriced_models.add(model)
+            continue
+        computed = price.cost(*counts)
+        tally.cost += computed
+        tally.computed_cost += computed
+        tally.computed += 1
+    return True
