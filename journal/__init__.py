@@ -29,6 +29,10 @@ Keeping files healthy
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
     live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
 
+Finding sessions
+    `sessions` and `SessionRow` (one row per logical session under some folders: what
+    `journal ls` prints), `prune` and `PruneReport` (retention of whole idle lineages).
+
 Following sessions live
     `follow`, `follow_events`, and their asyncio twins `afollow`, `afollow_events`, yielding
     entries or `TailEvent`s.
@@ -47,6 +51,7 @@ Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or wa
 """
 
 from .boundary import Boundary, boundary
+from .catalog import PruneReport, SessionRow, prune, sessions
 from .codec import Diagnostic
 from .context import (
     Context,
@@ -125,6 +130,11 @@ __all__ = [
     "resolve_live",
     "read_quarantine",
     "Quarantined",
+    # finding sessions
+    "sessions",
+    "SessionRow",
+    "prune",
+    "PruneReport",
     # following sessions live
     "follow",
     "follow_events",
