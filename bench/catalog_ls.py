@@ -1,8 +1,9 @@
 """Benchmark for "[catalog]" item 1: `journal ls` over a folder of many small sessions.
 
 Writes ``--count`` small pi v3 sessions (default 10,000) into a new temporary folder: a few
-distinct sessions from ``bench/gen_session.py`` (``--distinct``, each about ``--size`` bytes,
-with compactions and branches), copied under fresh names until the count is reached. Then
+distinct sessions written by ``journal.Session`` (``--distinct``; ``--turns`` user, assistant
+and tool-result turns each, a name, a model and a compaction: about 9 KB), copied under fresh
+names until the count is reached (``bench/gen_session.py`` writes nothing under 500 KB). Then
 measures, each ``--repeat`` times (median reported):
 
 * ``sessions``: ``journal.catalog.sessions([folder])`` in this process (rows for every file);
@@ -15,16 +16,16 @@ afterwards unless ``--keep``.
 
 Usage::
 
-    python bench/catalog_ls.py [--count 10000] [--distinct 20] [--size 4KB] [--repeat 3]
+    python bench/catalog_ls.py [--count 10000] [--distinct 20] [--turns 8] [--repeat 3]
                                [--dir DIR] [--keep] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -37,28 +38,47 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
-from journal import load  # noqa: E402
+from journal import Session, load  # noqa: E402
 from journal.catalog import sessions  # noqa: E402
 
 
-def _gen_module() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_gen_session", BENCH / "gen_session.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def small_session(folder: Path, seed: int, turns: int) -> bytes:
+    """A small session written by `journal.Session`: a name, a model, `turns` user and
+    assistant turns (one with a tool call and its result each), a compaction half way."""
+    rng = random.Random(seed)
+    words = ["read", "file", "test", "fix", "the", "bug", "in", "parser", "and", "run"]
+
+    def say(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    with Session.create(str(folder), cwd=f"/work/project-{seed % 7}") as s:
+        s.append_session_info(f"task {seed}")
+        s.append_model_change("anthropic", "claude-sonnet-4-5")
+        s.append_thinking_level_change("medium")
+        kept = None
+        for turn in range(turns):
+            asked = s.append_message({"role": "user", "content": [
+                {"type": "text", "text": say(12)}], "timestamp": 1})
+            kept = kept or (asked if turn == turns // 2 else None)
+            call = f"toolu_{seed:04d}{turn:04d}"
+            s.append_message({"role": "assistant", "content": [
+                {"type": "text", "text": say(20)},
+                {"type": "toolCall", "id": call, "name": "read", "arguments": {"path": "a.py"}}],
+                "provider": "anthropic", "model": "claude-sonnet-4-5", "stopReason": "toolUse",
+                "timestamp": 2})
+            s.append_message({"role": "toolResult", "toolCallId": call, "toolName": "read",
+                              "content": [{"type": "text", "text": say(40)}],
+                              "isError": False, "timestamp": 3})
+            if turn == turns // 2 + 1 and kept is not None:
+                s.append_compaction(say(30), kept, 5000)
+        path = s.path
+    data = Path(path).read_bytes()
+    os.unlink(path)
+    return data
 
 
-def populate(folder: Path, count: int, distinct: int, size: int) -> int:
-    gen = _gen_module()
-    templates = []
-    for seed in range(distinct):
-        path = folder / f"template-{seed}.jsonl"
-        gen.generate(path, target_bytes=size, seed=seed, branch_every=4,
-                     compaction_every_bytes=max(size // 2, 1))
-        templates.append(path.read_bytes())
-        path.unlink()
+def populate(folder: Path, count: int, distinct: int, turns: int) -> int:
+    templates = [small_session(folder, seed, turns) for seed in range(distinct)]
     total = 0
     for i in range(count):
         data = templates[i % distinct]
@@ -80,16 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=10_000)
     ap.add_argument("--distinct", type=int, default=20)
-    ap.add_argument("--size", default="4KB")
+    ap.add_argument("--turns", type=int, default=8, help="turns per session (default 8)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=".")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    size = _gen_module().parse_size(args.size)
     folder = Path(tempfile.mkdtemp(prefix="catalog-ls-", dir=args.dir))
     try:
-        total = populate(folder, args.count, args.distinct, size)
+        total = populate(folder, args.count, args.distinct, args.turns)
         rows: list[Any] = []
 
         def run_sessions() -> None:

@@ -33,6 +33,8 @@ from .idscan import scan_ids
 from .lineage import ARCHIVE_DIR, intent_path, lineage, seal_of
 from .lock import WriterLock, current_holder
 from .model import Entry
+from .progress import Progress
+from .seal import is_seal
 from .snapshot import Snapshot, find_last_of_type, open_for_reading, resume
 
 __all__ = ["PruneItem", "PruneReport", "SessionRow", "parse_age", "prune", "session_paths",
@@ -89,37 +91,49 @@ def _is_session_name(name: str) -> bool:
     return not any(part in name for part in _IGNORED_PARTS)
 
 
-def sessions(dirs: Iterable[str], *, errors: list[str] | None = None) -> list[SessionRow]:
+def sessions(dirs: Iterable[str], *, progress: Progress | None = None) -> list[SessionRow]:
     """One row per logical session under `dirs` (folders, searched recursively, or files).
 
     A rotated session is one row however many files it has. A file that cannot be read is a
     row in state `needs-repair` with its problem; nothing raises for one bad file. A folder
-    that cannot be listed raises `JournalError`. `errors`, if given, collects files skipped
-    altogether (gone while listed, or not readable at all).
+    given that does not exist or cannot be entered raises `JournalError`. `progress`, if
+    given, is called with (bytes done, bytes in all) as the files are read.
     """
     dirs = list(dirs)
-    rows: list[SessionRow] = []
-    claimed: set[str] = set()
     for top in dirs:
         if not os.path.exists(top):
             raise JournalError(f"{top}: no such file or folder")
         if os.path.isdir(top) and not os.access(top, os.R_OK | os.X_OK):
             raise JournalError(f"{top}: permission denied")
-    for path in session_paths(dirs):
+    found = [(path, _size_of(path)) for path in session_paths(dirs)]
+    total, done = sum(size for _, size in found), 0
+    rows: list[SessionRow] = []
+    claimed: set[str] = set()
+    for path, size in found:
+        done += size
         real = os.path.realpath(path)
         if real in claimed:
             continue
         try:
             files = _chain(real)
-        except OSError as e:
-            if errors is not None:
-                errors.append(describe_os_error(e))
-            continue
+        except (OSError, JournalError):
+            files = [real]  # its row says what is wrong with it
         if any(f in claimed for f in files):
             files = [f for f in files if f not in claimed] or [real]
         claimed.update(files)
         rows.append(row_for(files))
+        if progress is not None:
+            progress(done, total)
+    if progress is not None:
+        progress(total, total)
     return rows
+
+
+def _size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def session_paths(dirs: Iterable[str]) -> Iterator[str]:
@@ -187,6 +201,15 @@ def _name(snap: Snapshot) -> str | None:
     return name.strip() or None if isinstance(name, str) else None
 
 
+def _id_key(value: object) -> int | str:
+    """An entry id as `scan_ids` keeps it (8 hex digits as an integer), so ids read from
+    entries and ids scanned from bytes compare."""
+    text = str(value)
+    if len(text) == 8 and all(c in "0123456789abcdef" for c in text):
+        return int(text, 16)
+    return text
+
+
 def row_for(files: list[str]) -> SessionRow:
     """The row of one lineage (`files` oldest first, the live one last)."""
     live = files[-1]
@@ -213,8 +236,11 @@ def row_for(files: list[str]) -> SessionRow:
         problems.extend(f"{d.reason} at byte {d.offset:,}" for d in snap.diagnostics)
     if os.path.lexists(intent_path(live)):
         problems.append("an interrupted rotation is pending")
-    ids: set[int] = set()
+    ids: set[int | str] = set()
     for f in files:
+        if f == live and snap is not None and snap.complete:
+            ids.update(_id_key(e.get("id")) for e in snap.entries)  # all read already
+            continue
         try:
             ids |= scan_ids(f)
         except (OSError, EOFError, JournalError, ValueError) as e:
@@ -231,7 +257,7 @@ def row_for(files: list[str]) -> SessionRow:
         state = "locked"
     elif problems:
         state = "needs-repair"
-    elif seal_of(live) is not None:
+    elif entries and is_seal(entries[-1]):
         state = "sealed"
     else:
         state = "live"
@@ -371,7 +397,7 @@ def prune(dirs: Iterable[str], older_than: timedelta, *, dry_run: bool = False,
     cutoff = now - older_than
     tops = list(dirs)
     report = PruneReport(cutoff.isoformat(), dry_run, [])
-    for row in sort_rows(sessions(tops), "path", reverse=False):
+    for row in sort_rows(sessions(tops), "path"):
         action = "archive" if archive_to is not None else "remove"
         reason = _why_kept(row, cutoff)
         item = PruneItem(row, "skip" if reason else action, reason, _side_files(row.files))

@@ -49,6 +49,10 @@ def age(*paths: str | Path) -> None:
         os.utime(p, (OLD, OLD))
 
 
+def files_under(folder: Path) -> list[str]:
+    return sorted(os.path.realpath(p) for p in folder.rglob("*") if p.is_file())
+
+
 def run_cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(tmp_path), "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "journal.cli", *argv], capture_output=True,
@@ -162,6 +166,8 @@ def test_parse_age():
 
 
 def test_prune_removes_whole_idle_lineages_and_never_a_locked_one(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     live, archive = rotated(tmp_path / "a")
     held = Session.create(str(tmp_path / "b"), cwd="/w")
     held.append_message({"role": "user", "content": "hi", "timestamp": 1})
@@ -171,11 +177,11 @@ def test_prune_removes_whole_idle_lineages_and_never_a_locked_one(tmp_path):
     quarantine = live + ".quarantine"
     Path(quarantine).write_bytes(b"kept bytes")
     later = datetime.now(UTC) + timedelta(days=100)
-    everything = sorted(str(p) for p in tmp_path.rglob("*") if p.is_file())
+    everything = files_under(tmp_path)
     try:
         age(live, archive, quarantine, held.path, junk)
         dry = prune([str(tmp_path)], timedelta(days=90), dry_run=True, now=later)
-        assert sorted(str(p) for p in tmp_path.rglob("*") if p.is_file()) == everything
+        assert files_under(tmp_path) == everything
         [chosen] = dry.pruned
         assert chosen.files == [os.path.realpath(archive), os.path.realpath(live),
                                 os.path.realpath(quarantine)]
@@ -186,7 +192,7 @@ def test_prune_removes_whole_idle_lineages_and_never_a_locked_one(tmp_path):
         done = prune([str(tmp_path)], timedelta(days=90), now=later)
         [gone] = done.pruned
         assert gone.done and gone.files == chosen.files
-        left = sorted(str(p) for p in tmp_path.rglob("*") if p.is_file())
+        left = files_under(tmp_path)
         assert left == sorted(set(everything) - set(chosen.files))
         assert os.path.exists(held.path) and junk.exists()
     finally:
@@ -212,8 +218,11 @@ def test_prune_cli_archives_to_a_folder_and_says_what_it_moved(tmp_path):
     dest = tmp_path / "cold"
     proc = run_cli(tmp_path, "prune", str(sessions_dir), "--older-than", "90d", "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert f"would move {old}" in proc.stdout.replace(os.path.realpath(old), str(old))
-    assert old.exists()
+    assert f"would remove {os.path.realpath(old)} (last activity 2026-01-15" in proc.stdout
+    proc = run_cli(tmp_path, "prune", str(sessions_dir), "--older-than", "90d", "--dry-run",
+                   "--archive-to", str(dest))
+    assert f"    {os.path.realpath(old)} -> {dest / 'sessions' / old.name}" in proc.stdout
+    assert old.exists() and not dest.exists()
     proc = run_cli(tmp_path, "prune", str(sessions_dir), "--older-than", "90d",
                    "--archive-to", str(dest), "--json")
     assert proc.returncode == 0, proc.stderr

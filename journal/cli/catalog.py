@@ -11,6 +11,7 @@ import orjson
 
 from .. import codec
 from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
+from .app import ByteProgress
 
 LS_DESCRIPTION = (
     "One row per logical session under the folders given (searched recursively; default "
@@ -55,10 +56,9 @@ HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", 
 def cmd_ls(args: argparse.Namespace) -> int:
     dirs = args.dirs or [os.environ.get("JOURNAL_SESSIONS_DIR")
                          or os.path.join(os.getcwd(), "sessions")]
-    skipped: list[str] = []
-    rows = sort_rows(sessions(dirs, errors=skipped), args.sort, args.reverse)
-    for message in skipped:
-        print(f"journal: skipped {message}", file=sys.stderr)
+    with ByteProgress("reading sessions") as bar:
+        found = sessions(dirs, progress=bar)
+    rows = sort_rows(found, args.sort, args.reverse)
     if args.json:
         _emit_json([r.to_json() for r in rows])
         return 0
