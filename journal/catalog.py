@@ -111,7 +111,7 @@ def sessions(dirs: Iterable[str], *, progress: Progress | None = None) -> list[S
     claimed: set[str] = set()
     for path, size in found:
         done += size
-        real = os.path.realpath(path)
+        real = path  # session_paths gives real paths
         if real in claimed:
             continue
         try:
@@ -137,10 +137,12 @@ def _size_of(path: str) -> int:
 
 
 def session_paths(dirs: Iterable[str]) -> Iterator[str]:
-    """Session files under `dirs`: plain files outside `archive/` folders first, then
-    archives (an archive is normally claimed by its live file's row before it is met)."""
+    """Session files under `dirs`, by their real paths (links in the folders are not
+    followed): plain files outside `archive/` folders first, then archives (an archive is
+    normally claimed by its live file's row before it is met)."""
     later: list[str] = []
-    for top in dirs:
+    for given in dirs:
+        top = os.path.realpath(given)
         if os.path.isfile(top):
             yield top
             continue
@@ -160,7 +162,7 @@ def session_paths(dirs: Iterable[str]) -> Iterator[str]:
 def _chain(path: str) -> list[str]:
     """The lineage of `path`, cut to the files rotation links: a predecessor counts only when
     it is sealed (a fork's parent, which names no successor, is a session of its own)."""
-    files = [os.path.realpath(f) for f in lineage(path)]
+    files = lineage(path)  # real paths: the live file's, and its folder's
     kept = [files[-1]]
     for earlier in reversed(files[:-1]):
         if seal_of(earlier) is None:
