@@ -29,6 +29,10 @@ Keeping files healthy
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
     live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
 
+Finding sessions
+    `sessions` and `SessionRow` (one row per logical session under some folders: what
+    `journal ls` prints), `prune` and `PruneReport` (retention of whole idle lineages).
+
 Accounting for sessions
     `usage` with `UsageReport`, `SessionUsage`, `Tally` and `UsageWarning` (tokens and cost
     per session, model or day, each rotated lineage once); `load_prices`, `PriceTable` and
@@ -53,6 +57,7 @@ Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or wa
 """
 
 from .boundary import Boundary, boundary
+from .catalog import PruneReport, SessionRow, prune, sessions
 from .codec import Diagnostic
 from .context import (
     Context,
@@ -133,6 +138,11 @@ __all__ = [
     "resolve_live",
     "read_quarantine",
     "Quarantined",
+    # finding sessions
+    "sessions",
+    "SessionRow",
+    "prune",
+    "PruneReport",
     # accounting for sessions
     "usage",
     "UsageReport",

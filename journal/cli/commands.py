@@ -24,6 +24,7 @@ from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
 from ..view import View, check_session, locate
 from .app import ByteProgress, entry_parser, run
+from .catalog import add_catalog_parsers
 from .repair import add_repair_parser
 from .tail import add_tail_parser
 from .usage import add_usage_parser
@@ -488,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_repair_parser(sub)
     add_tail_parser(sub)
+    add_catalog_parsers(sub)
     add_usage_parser(sub)
     return parser
 

@@ -1,0 +1,459 @@
+"""The catalog: every logical session under some folders, one row each, and retention.
+
+A logical session is a lineage (`journal.lineage`): the live file plus the sealed files it
+continues (archived beside it or in `archive/`, possibly `.gz`). `sessions(dirs)` finds them
+and summarises each in a `SessionRow`; it is what `journal ls` prints and what other catalog
+commands use to enumerate sessions. `prune(...)` removes (or moves away) whole lineages that
+have been at rest longer than a given age, never one a writer holds.
+
+Speed: a row reads the header of each file of its lineage, the tail of the live file
+(`resume`: back to its latest compaction), and one byte scan per file for the entry ids (the
+only way to count entries without counting twice the ones a rotated successor repeats). No
+JSON is parsed beyond the header and the tail.
+
+What a row says about damage is what the header and the tail show (a torn last line, bad
+lines in the tail, a missing header, a rotation left half done); `journal repair --check`
+reads the whole file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .errors import JournalError, LockTimeout, describe_os_error
+from .header import read_header
+from .idscan import scan_ids
+from .lineage import ARCHIVE_DIR, intent_path, lineage, seal_of
+from .lock import WriterLock, current_holder
+from .model import Entry
+from .progress import Progress
+from .seal import is_seal
+from .snapshot import Snapshot, find_last_of_type, open_for_reading, resume
+
+__all__ = ["PruneItem", "PruneReport", "SessionRow", "parse_age", "prune", "session_paths",
+           "sessions"]
+
+STATES = ("live", "locked", "sealed", "needs-repair")
+"""`live`: nobody writes it now and it can be continued; `locked`: a writer holds it;
+`sealed`: its last file is sealed and no successor was found; `needs-repair`: the header or
+tail is damaged, or a rotation was left half done (`journal repair` fixes it)."""
+
+SIDE_SUFFIXES = (".quarantine", ".bak")
+"""Side files that belong to a session file and go with it when it is pruned."""
+
+_IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One logical session. `path` is its live file, `files` every file of its lineage,
+    oldest first (the live one last). Times are the ISO strings the files record."""
+
+    path: str
+    files: tuple[str, ...]
+    session_id: str | None
+    name: str | None
+    cwd: str | None
+    models: tuple[str, ...]
+    first: str | None
+    """The header time of the lineage's first file."""
+    last: str | None
+    """The time of the live file's last entry (its header's if it has none)."""
+    entries: int
+    """Distinct entry ids across the lineage (an entry a successor repeats counts once)."""
+    size: int
+    """Bytes on disk, live file and archives together (compressed size for `.gz`)."""
+    state: str
+    holder_pid: int | None = None
+    problems: tuple[str, ...] = ()
+    mtime: float = 0.0
+    """The latest modification time of any file of the lineage (seconds since the epoch)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "files": list(self.files), "id": self.session_id,
+            "name": self.name, "cwd": self.cwd, "models": list(self.models),
+            "first": self.first, "last": self.last, "entries": self.entries, "size": self.size,
+            "state": self.state, "holderPid": self.holder_pid, "problems": list(self.problems),
+        }
+
+
+def _is_session_name(name: str) -> bool:
+    if name.startswith(".") or not (name.endswith(".jsonl") or name.endswith(".jsonl.gz")):
+        return False
+    return not any(part in name for part in _IGNORED_PARTS)
+
+
+def sessions(dirs: Iterable[str], *, progress: Progress | None = None) -> list[SessionRow]:
+    """One row per logical session under `dirs` (folders, searched recursively, or files).
+
+    A rotated session is one row however many files it has. A file that cannot be read is a
+    row in state `needs-repair` with its problem; nothing raises for one bad file. A folder
+    given that does not exist or cannot be entered raises `JournalError`. `progress`, if
+    given, is called with (bytes done, bytes in all) as the files are read.
+    """
+    dirs = list(dirs)
+    for top in dirs:
+        if not os.path.exists(top):
+            raise JournalError(f"{top}: no such file or folder")
+        if os.path.isdir(top) and not os.access(top, os.R_OK | os.X_OK):
+            raise JournalError(f"{top}: permission denied")
+    found = [(path, _size_of(path)) for path in session_paths(dirs)]
+    total, done = sum(size for _, size in found), 0
+    rows: list[SessionRow] = []
+    claimed: set[str] = set()
+    for path, size in found:
+        done += size
+        real = path  # session_paths gives real paths
+        if real in claimed:
+            continue
+        try:
+            files = _chain(real)
+        except (OSError, JournalError):
+            files = [real]  # its row says what is wrong with it
+        if any(f in claimed for f in files):
+            files = [f for f in files if f not in claimed] or [real]
+        claimed.update(files)
+        rows.append(row_for(files))
+        if progress is not None:
+            progress(done, total)
+    if progress is not None:
+        progress(total, total)
+    return rows
+
+
+def _size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def session_paths(dirs: Iterable[str]) -> Iterator[str]:
+    """Session files under `dirs`, by their real paths (links in the folders are not
+    followed): plain files outside `archive/` folders first, then archives (an archive is
+    normally claimed by its live file's row before it is met)."""
+    later: list[str] = []
+    for given in dirs:
+        top = os.path.realpath(given)
+        if os.path.isfile(top):
+            yield top
+            continue
+        for root, subdirs, names in os.walk(top):
+            subdirs.sort()
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if not _is_session_name(name) or os.path.islink(path):
+                    continue
+                if os.path.basename(root) == ARCHIVE_DIR or name.endswith(".gz"):
+                    later.append(path)
+                else:
+                    yield path
+    yield from later
+
+
+def _chain(path: str) -> list[str]:
+    """The lineage of `path`, cut to the files rotation links: a predecessor counts only when
+    it is sealed (a fork's parent, which names no successor, is a session of its own)."""
+    files = lineage(path)  # real paths: the live file's, and its folder's
+    kept = [files[-1]]
+    for earlier in reversed(files[:-1]):
+        if seal_of(earlier) is None:
+            break
+        kept.append(earlier)
+    kept.reverse()
+    return kept
+
+
+def _stamp(entry: Entry | None) -> str | None:
+    value = entry.get("timestamp") if entry else None
+    return value if isinstance(value, str) else None
+
+
+def _models(entries: list[Entry]) -> tuple[str, ...]:
+    found: dict[str, None] = {}
+    for entry in entries:
+        model: object = None
+        if entry.get("type") == "model_change":
+            model = entry.get("modelId")
+        elif entry.get("type") == "message":
+            message = entry.get("message")
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                model = message.get("model")
+        if isinstance(model, str) and model:
+            found[model] = None
+    return tuple(found)
+
+
+def _name(snap: Snapshot) -> str | None:
+    """The session's name: its latest `session_info` (rotation copies it into a successor,
+    so the live file holds it); a byte search when the tail read does not have it."""
+    entry = next((e for e in reversed(snap.entries) if e.get("type") == "session_info"), None)
+    if entry is None and not snap.complete:
+        with open_for_reading(snap.path) as f:
+            entry = find_last_of_type(f, snap.end, "session_info")
+    name = entry.get("name") if entry else None
+    return name.strip() or None if isinstance(name, str) else None
+
+
+def _id_key(value: object) -> int | str:
+    """An entry id as `scan_ids` keeps it (8 hex digits as an integer), so ids read from
+    entries and ids scanned from bytes compare."""
+    text = str(value)
+    if len(text) == 8 and all(c in "0123456789abcdef" for c in text):
+        return int(text, 16)
+    return text
+
+
+def row_for(files: list[str]) -> SessionRow:
+    """The row of one lineage (`files` oldest first, the live one last)."""
+    live = files[-1]
+    problems: list[str] = []
+    size, mtime = 0, 0.0
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError as e:
+            problems.append(describe_os_error(e))
+            continue
+        size += st.st_size
+        mtime = max(mtime, st.st_mtime)
+    first_header = read_header(files[0])
+    snap: Snapshot | None = None
+    try:
+        snap = resume(live)
+    except (JournalError, OSError) as e:
+        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
+    header = snap.header if snap is not None else None
+    if snap is not None and header is None:
+        problems.append("no session header")
+    if snap is not None:
+        problems.extend(f"{d.reason} at byte {d.offset:,}" for d in snap.diagnostics)
+    if os.path.lexists(intent_path(live)):
+        problems.append("an interrupted rotation is pending")
+    ids: set[int | str] = set()
+    for f in files:
+        if f == live and snap is not None and snap.complete:
+            ids.update(_id_key(e.get("id")) for e in snap.entries)  # all read already
+            continue
+        try:
+            ids |= scan_ids(f)
+        except (OSError, EOFError, JournalError, ValueError) as e:
+            problems.append(f"{f}: ids unreadable ({e})")
+    entries = snap.entries if snap is not None else []
+    name: str | None = None
+    if snap is not None:
+        try:
+            name = _name(snap)
+        except (JournalError, OSError):
+            name = None
+    holder = current_holder(live)
+    if holder is not None:
+        state = "locked"
+    elif problems:
+        state = "needs-repair"
+    elif entries and is_seal(entries[-1]):
+        state = "sealed"
+    else:
+        state = "live"
+    pid = holder.get("pid") if holder else None
+    last = next((t for t in map(_stamp, reversed(entries)) if t), None) or _stamp(header)
+    cwd = (header or first_header or {}).get("cwd")
+    sid = (header or {}).get("id")
+    return SessionRow(
+        path=live, files=tuple(files), session_id=sid if isinstance(sid, str) else None,
+        name=name, cwd=cwd if isinstance(cwd, str) else None, models=_models(entries),
+        first=_stamp(first_header) or _stamp(header), last=last, entries=len(ids), size=size,
+        state=state, holder_pid=pid if isinstance(pid, int) else None,
+        problems=tuple(problems), mtime=mtime,
+    )
+
+
+SORT_KEYS = ("last", "first", "size", "entries", "name", "path")
+
+
+def sort_rows(rows: list[SessionRow], key: str = "last", reverse: bool = False) -> list[SessionRow]:
+    """Rows by `key` (one of `SORT_KEYS`): times, size and entries newest/largest first,
+    name and path A to Z; `reverse` turns the order round. Missing values go last."""
+    if key not in SORT_KEYS:
+        raise JournalError(f"cannot sort by {key!r}; choose one of {', '.join(SORT_KEYS)}")
+    descending = key in ("last", "first", "size", "entries")
+
+    def value(row: SessionRow) -> Any:
+        return getattr(row, key)
+
+    present = [r for r in rows if value(r) is not None]
+    missing = [r for r in rows if value(r) is None]
+    present.sort(key=lambda r: (value(r), r.path), reverse=descending != reverse)
+    return present + missing
+
+
+# retention
+
+_AGE = re.compile(r"([0-9]+)\s*([smhdw])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> timedelta:
+    """`90d`, `12h`, `2w`, `30m`, `45s` as a duration."""
+    match = _AGE.fullmatch(text.strip())
+    if match is None:
+        raise JournalError(f"{text!r} is not an age; write a number and a unit: 90d, 12h, 2w, "
+                           "30m or 45s")
+    return timedelta(seconds=int(match.group(1)) * _UNIT[match.group(2)])
+
+
+@dataclass
+class PruneItem:
+    """What prune did (or would do) with one lineage: `action` is `remove`, `archive` or
+    `skip` (with `reason`); `files` every file concerned (side files included), and for
+    `archive` where each went."""
+
+    row: SessionRow
+    action: str
+    reason: str | None = None
+    files: list[str] = field(default_factory=list)
+    moved_to: list[str] = field(default_factory=list)
+    done: bool = False
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.row.path, "id": self.row.session_id, "last": self.row.last,
+                "action": self.action, "reason": self.reason, "files": self.files,
+                "movedTo": self.moved_to, "done": self.done, "error": self.error}
+
+
+@dataclass
+class PruneReport:
+    cutoff: str
+    dry_run: bool
+    items: list[PruneItem]
+
+    @property
+    def pruned(self) -> list[PruneItem]:
+        return [i for i in self.items if i.action != "skip"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cutoff": self.cutoff, "dryRun": self.dry_run,
+                "items": [i.to_json() for i in self.items]}
+
+
+def _last_time(row: SessionRow) -> datetime | None:
+    if row.last is None:
+        return None
+    try:
+        when = datetime.fromisoformat(row.last.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _side_files(files: Iterable[str]) -> list[str]:
+    found: list[str] = []
+    for f in files:
+        found.append(f)
+        for suffix in SIDE_SUFFIXES:
+            side = f + suffix
+            try:
+                if stat.S_ISREG(os.lstat(side).st_mode):
+                    found.append(side)
+            except OSError:
+                pass
+    return found
+
+
+def _why_kept(row: SessionRow, cutoff: datetime) -> str | None:
+    if row.state == "locked":
+        return f"locked by pid {row.holder_pid}" if row.holder_pid else "locked by a writer"
+    if row.state == "needs-repair":
+        return "needs repair: " + "; ".join(row.problems[:3])
+    when = _last_time(row)
+    if when is None:
+        return "no readable time of last activity"
+    if when >= cutoff:
+        return "active since the cutoff"
+    if datetime.fromtimestamp(row.mtime, UTC) >= cutoff:
+        return "a file was modified since the cutoff"
+    return None
+
+
+def prune(dirs: Iterable[str], older_than: timedelta, *, dry_run: bool = False,
+          archive_to: str | None = None, now: datetime | None = None) -> PruneReport:
+    """Remove (or, with `archive_to`, move there) every whole lineage under `dirs` whose last
+    activity, and every file's modification time, is older than `older_than`.
+
+    A lineage a writer holds, or one that needs repair, is skipped with its reason. Each one
+    pruned is done under its writer lock (taken without waiting; the lineage is read again
+    under it, and skipped if it changed), oldest file first, with its `.quarantine` and
+    `.bak` side files. Moved files keep their path relative to the folder given; a move never
+    replaces a file. `dry_run` says what would happen and touches nothing.
+    """
+    now = now or datetime.now(UTC)
+    cutoff = now - older_than
+    tops = list(dirs)
+    report = PruneReport(cutoff.isoformat(), dry_run, [])
+    for row in sort_rows(sessions(tops), "path"):
+        action = "archive" if archive_to is not None else "remove"
+        reason = _why_kept(row, cutoff)
+        item = PruneItem(row, "skip" if reason else action, reason, _side_files(row.files))
+        report.items.append(item)
+        if reason is None and archive_to is not None:
+            item.moved_to = [_destination(f, tops, archive_to) for f in item.files]
+        if reason is None and not dry_run:
+            _prune_one(item, cutoff)
+    return report
+
+
+def _destination(path: str, tops: list[str], archive_to: str) -> str:
+    for top in tops:
+        base = os.path.realpath(top)
+        if os.path.isdir(base) and path.startswith(base + os.sep):
+            return os.path.join(archive_to, os.path.basename(base), os.path.relpath(path, base))
+    return os.path.join(archive_to, os.path.basename(path))
+
+
+def _prune_one(item: PruneItem, cutoff: datetime) -> None:
+    lock = WriterLock(item.row.path, timeout=0)
+    try:
+        lock.acquire()
+    except LockTimeout:
+        item.action, item.reason = "skip", "a writer took the lock"
+        return
+    except JournalError as e:
+        item.action, item.reason = "skip", str(e)
+        return
+    try:
+        again = row_for(list(item.row.files))
+        reason = _why_kept(again, cutoff) if again.state != "locked" else None
+        if reason is None and (again.size, again.mtime, again.entries) != (
+                item.row.size, item.row.mtime, item.row.entries):
+            reason = "changed while being pruned"
+        if reason is not None:
+            item.action, item.reason = "skip", reason
+            return
+        for i, f in enumerate(item.files):
+            try:
+                if item.moved_to:
+                    _move(f, item.moved_to[i])
+                else:
+                    os.unlink(f)
+            except OSError as e:
+                item.error = describe_os_error(e)
+                return
+        item.done = True
+    finally:
+        lock.release()
+
+
+def _move(src: str, dst: str) -> None:
+    if os.path.lexists(dst):
+        raise FileExistsError(17, "already exists; not replaced", dst)
+    os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)
+    shutil.move(src, dst)

@@ -1,0 +1,140 @@
+"""`journal ls` and `journal prune`: argument handling and output only (`journal.catalog`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from .. import codec
+from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
+from .app import ByteProgress
+
+LS_DESCRIPTION = (
+    "One row per logical session under the folders given (searched recursively; default "
+    "$JOURNAL_SESSIONS_DIR or ./sessions): a rotated session is one row with its file count. "
+    "Reads each file's header and tail, never a whole file. Token and cost columns are "
+    "'journal usage''s.")
+PRUNE_DESCRIPTION = (
+    "Remove (or with --archive-to, move) every whole session under DIR whose last activity is "
+    "older than --older-than: its live file, its archives and their .quarantine and .bak "
+    "files. A session a writer holds, or one that needs repair, is never touched; each one "
+    "is pruned under its writer lock. Says exactly what it would remove (--dry-run) or did.")
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(codec.dumps(value, orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _state(row: SessionRow) -> str:
+    if row.state == "locked" and row.holder_pid is not None:
+        return f"locked ({row.holder_pid})"
+    return row.state
+
+
+def _cells(row: SessionRow) -> list[str]:
+    return [row.name or "", (row.session_id or "?")[:8], row.cwd or "", ", ".join(row.models),
+            (row.first or "")[:19], (row.last or "")[:19], f"{row.entries:,}",
+            str(len(row.files)), _size(row.size), _state(row)]
+
+
+HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", "size", "state"]
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    dirs = args.dirs or [os.environ.get("JOURNAL_SESSIONS_DIR")
+                         or os.path.join(os.getcwd(), "sessions")]
+    with ByteProgress("reading sessions") as bar:
+        found = sessions(dirs, progress=bar)
+    rows = sort_rows(found, args.sort, args.reverse)
+    if args.json:
+        _emit_json([r.to_json() for r in rows])
+        return 0
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table()
+        for heading in HEADINGS:
+            table.add_column(heading, justify="right" if heading in (
+                "entries", "files", "size") else "left")
+        for row in rows:
+            table.add_row(*_cells(row), style="red" if row.state == "needs-repair" else None)
+        Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
+    else:
+        print("\t".join([*HEADINGS, "path"]))
+        for row in rows:
+            print("\t".join([*_cells(row), row.path]))
+    for row in rows:
+        if row.problems:
+            print(f"journal: {row.path}: {'; '.join(row.problems)}", file=sys.stderr)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    report = prune([args.dir], parse_age(args.older_than), dry_run=args.dry_run,
+                   archive_to=args.archive_to)
+    if args.json:
+        _emit_json(report.to_json())
+    else:
+        _print_prune(report)
+    return 2 if any(i.error for i in report.items) else 0
+
+
+def _print_prune(report: PruneReport) -> None:
+    would = report.dry_run
+    for item in report.items:
+        if item.action == "skip":
+            print(f"kept      {item.row.path}: {item.reason}")
+            continue
+        verb = {"remove": "removed", "archive": "moved"}[item.action]
+        if would:
+            verb = "would " + {"remove": "remove", "archive": "move"}[item.action]
+        elif not item.done:
+            verb = "FAILED"
+        print(f"{verb:<9} {item.row.path} (last activity {item.row.last}, "
+              f"{len(item.files)} file(s))")
+        for i, f in enumerate(item.files):
+            print(f"    {f}" + (f" -> {item.moved_to[i]}" if item.moved_to else ""))
+        if item.error:
+            print(f"Error: {item.error}", file=sys.stderr)
+    count = len(report.pruned)
+    done = sum(1 for i in report.pruned if i.done)
+    files = sum(len(i.files) for i in report.pruned if i.done or would)
+    summary = (f"{count} session(s), {files} file(s) would be pruned" if would
+               else f"{done} session(s), {files} file(s) pruned")
+    print(f"{summary}; {len(report.items) - count} kept (cutoff {report.cutoff})")
+
+
+def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("ls", help="one row per session: name, id, models, times, size, state",
+                       description=LS_DESCRIPTION)
+    p.add_argument("dirs", nargs="*", metavar="DIR", help="folders (or session files)")
+    p.add_argument("--sort", choices=SORT_KEYS, default="last",
+                   help="order rows by this (default last activity, newest first)")
+    p.add_argument("--reverse", action="store_true", help="the other way round")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("prune", help="remove whole sessions idle longer than an age",
+                       description=PRUNE_DESCRIPTION)
+    p.add_argument("dir", metavar="DIR", help="folder of sessions")
+    p.add_argument("--older-than", required=True, metavar="AGE",
+                   help="last activity older than this: 90d, 12h, 2w, 30m, 45s")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; touch nothing")
+    p.add_argument("--archive-to", metavar="DIR",
+                   help="move the files under DIR (keeping their paths) instead of removing")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_prune)
