@@ -29,6 +29,10 @@ Keeping files healthy
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
     live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
 
+Finding sessions
+    `search` (full text across sessions and their archives) with `SearchResult`, `Hit` and
+    `SearchProblem`.
+
 Following sessions live
     `follow`, `follow_events`, and their asyncio twins `afollow`, `afollow_events`, yielding
     entries or `TailEvent`s.
@@ -75,6 +79,7 @@ from .pairing import Fix, PairingReport, sanitize
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
 from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
+from .search import Hit, SearchProblem, SearchResult, search
 from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tail import TailEvent, afollow, afollow_events, follow, follow_events
@@ -124,6 +129,11 @@ __all__ = [
     "lineage",
     "resolve_live",
     "read_quarantine",
+    # finding sessions
+    "search",
+    "SearchResult",
+    "Hit",
+    "SearchProblem",
     "Quarantined",
     # following sessions live
     "follow",

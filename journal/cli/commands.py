@@ -25,6 +25,7 @@ from ..tree import TreeNode
 from ..view import View, check_session, locate
 from .app import ByteProgress, entry_parser, run
 from .repair import add_repair_parser
+from .search import add_search_parser
 from .tail import add_tail_parser
 
 
@@ -487,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_repair_parser(sub)
     add_tail_parser(sub)
+    add_search_parser(sub, _default_sessions_dir)
     return parser
 
 
