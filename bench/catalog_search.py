@@ -50,6 +50,7 @@ def _gen_module() -> Any:
     spec = importlib.util.spec_from_file_location("bench_gen_session", BENCH / "gen_session.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
