@@ -31,7 +31,9 @@ Keeping files healthy
 
 Finding sessions
     `sessions` and `SessionRow` (one row per logical session under some folders: what
-    `journal ls` prints), `prune` and `PruneReport` (retention of whole idle lineages).
+    `journal ls` prints), `prune` and `PruneReport` (retention of whole idle lineages),
+    `search` (full text across sessions and their archives) with `SearchResult`, `Hit` and
+    `SearchProblem`.
 
 Accounting for sessions
     `usage` with `UsageReport`, `SessionUsage`, `Tally` and `UsageWarning` (tokens and cost
@@ -87,6 +89,7 @@ from .prices import ModelPrice, PriceTable, canonical_model, load_prices
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
 from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
+from .search import Hit, SearchProblem, SearchResult, search
 from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tail import TailEvent, afollow, afollow_events, follow, follow_events
@@ -137,6 +140,11 @@ __all__ = [
     "lineage",
     "resolve_live",
     "read_quarantine",
+    # finding sessions
+    "search",
+    "SearchResult",
+    "Hit",
+    "SearchProblem",
     "Quarantined",
     # finding sessions
     "sessions",

@@ -26,6 +26,7 @@ from ..view import View, check_session, locate
 from .app import ByteProgress, entry_parser, run
 from .catalog import add_catalog_parsers
 from .repair import add_repair_parser
+from .search import add_search_parser
 from .tail import add_tail_parser
 from .usage import add_usage_parser
 
@@ -491,6 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tail_parser(sub)
     add_catalog_parsers(sub)
     add_usage_parser(sub)
+    add_search_parser(sub, _default_sessions_dir)
     return parser
 
 
