@@ -101,15 +101,16 @@ def _print_rich(result: SearchResult) -> None:
     from rich.text import Text
 
     table = Table(show_lines=False)
-    table.add_column("session")
-    table.add_column("entry")
-    table.add_column("time")
-    table.add_column("role")
-    table.add_column("match", overflow="fold")
+    table.add_column("session", overflow="ellipsis", max_width=32)
+    table.add_column("entry", no_wrap=True)
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("match", overflow="fold", min_width=20)
     for hit in result.hits:
         snippet = Text(hit.snippet)
         for start, end in hit.spans:
             snippet.stylize("bold red", start, end)
-        table.add_row(os.path.basename(hit.session), hit.entry_id or "", hit.timestamp or "",
-                      _who(hit), snippet)
+        when = (hit.timestamp or "")[:16].replace("T", " ")
+        table.add_row(os.path.basename(hit.session), hit.entry_id or "", when, _who(hit),
+                      snippet)
     Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
