@@ -24,6 +24,7 @@ from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
 from ..view import View, check_session, locate
 from .app import ByteProgress, entry_parser, run
+from .export import add_export_parser
 from .repair import add_repair_parser
 from .tail import add_tail_parser
 
@@ -487,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_repair_parser(sub)
     add_tail_parser(sub)
+    add_export_parser(sub)
     return parser
 
 
