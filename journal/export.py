@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,10 +183,14 @@ class ExportResult:
     """What `export_session` made: the text, the files read, the entries (each id once) and
     what could not be read (damaged lines, an unreadable archive)."""
 
-    text: str
+    data: bytes
     files: list[str]
     entries: int
     warnings: list[str]
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "surrogateescape")
 
 
 def export(path: str | os.PathLike[str], fmt: str, *, all_branches: bool = False,
@@ -212,12 +215,12 @@ def export_session(path: str | os.PathLike[str], fmt: str, *, all_branches: bool
                            Tree(redact_value(e) for e in session.tree.entries),
                            session.live_leaf, session.warnings)
     if fmt == "jsonl":
-        text = to_jsonl(session, all_branches=all_branches)
+        data = jsonl_bytes(session, all_branches=all_branches)
     elif fmt == "md":
-        text = to_markdown(session, all_branches=all_branches)
+        data = to_markdown(session, all_branches=all_branches).encode("utf-8", "backslashreplace")
     else:
-        text = to_html(session)
-    return ExportResult(text, session.files, len(session.tree.entries), session.warnings)
+        data = html_bytes(session)
+    return ExportResult(data, session.files, len(session.tree.entries), session.warnings)
 
 
 # JSONL
@@ -229,13 +232,15 @@ def _selected(session: Exported, all_branches: bool) -> list[Entry]:
     return [session.tree.entries[i] for i in session.live_path]
 
 
-def to_jsonl(session: Exported, *, all_branches: bool = False) -> str:
+def jsonl_bytes(session: Exported, *, all_branches: bool = False) -> bytes:
+    """The header (without `parentSession`) and the entries, one JSON per line."""
     lines: list[bytes] = []
     if session.header is not None:
         header = {k: v for k, v in session.header.items() if k != "parentSession"}
         lines.append(codec.dumps(header))
     lines.extend(codec.dumps(e) for e in _selected(session, all_branches))
-    return b"".join(line + b"\n" for line in lines).decode()
+    lines.append(b"")
+    return b"\n".join(lines)
 
 
 # Markdown
@@ -417,12 +422,8 @@ def _script_safe(data: bytes) -> bytes:
     return data.replace(b"<", b"\\u003c")
 
 
-def _entry_lines(entries: list[Entry]) -> Iterator[bytes]:
-    for entry in entries:
-        yield codec.dumps(entry)
-
-
-def to_html(session: Exported) -> str:
+def html_bytes(session: Exported) -> bytes:
+    """The page (see `journal.export_page`) with the session's metadata and entries in it."""
     tree = session.tree
     header = session.header or {}
     meta = {
@@ -431,13 +432,10 @@ def to_html(session: Exported) -> str:
         "lineage": session.files, "warnings": session.warnings,
         "exported": _now(), **session.stats(),
     }
-    head_line = codec.dumps({k: v for k, v in header.items() if k != "parentSession"}) \
-        if header else b""
-    body = b"\n".join(_entry_lines(tree.entries))
-    raw = (head_line + b"\n" + body) if head_line else body
+    raw = jsonl_bytes(session, all_branches=True).rstrip(b"\n")
     before, rest = PAGE.split("{{TITLE}}", 1)
     middle, rest = rest.split("{{META}}", 1)
     between, end = rest.split("{{JSONL}}", 1)
     title = _html_escape(first_line(str(tree.name or header.get("id") or "session"), 200))
-    return (before + title + middle + _script_safe(codec.dumps(meta)).decode() + between
-            + _script_safe(raw).decode() + end)
+    return b"".join([(before + title + middle).encode(), _script_safe(codec.dumps(meta)),
+                     between.encode(), _script_safe(raw), end.encode()])

@@ -123,6 +123,9 @@ function describe(e) {
   if (e.type === "branch_summary") return "branch summary: " + firstLine(e.summary, 50);
   if (e.type === "model_change") return "model " + e.provider + "/" + e.modelId;
   if (e.type === "custom") return "custom " + e.customType;
+  if (e.type === "session_info") return "name: " + firstLine(e.name, 50);
+  if (e.type === "thinking_level_change") return "thinking " + e.thinkingLevel;
+  if (e.type === "label") return "label " + e.targetId + (e.label ? " = " + e.label : " cleared");
   return e.type;
 }
 
@@ -169,9 +172,9 @@ while (stack.length) {
   n.style.paddingLeft = (6 + depth * 12) + "px";
   n.dataset.start = String(start); n.dataset.end = String(end);
   if (onLive.has(start)) n.classList.add("on-live");
+  if (end === liveLeaf) n.appendChild(el("span", "live-mark", "\u25cf live leaf \u00b7 "));
   n.appendChild(el("span", null, describe(entries[start]) + " (" + count + ")"));
   labels.forEach(l => n.appendChild(el("span", "label", l)));
-  if (end === liveLeaf) n.appendChild(el("span", "live-mark", " \u25cf live leaf"));
   n.addEventListener("click", () => { select(pathTo(end).concat(downToLeaf(end))); location.hash = ""; });
   treeBox.appendChild(n); segNodes.push(n);
   const kids = children[end];
@@ -314,6 +317,7 @@ function goToHash() {
 window.addEventListener("hashchange", goToHash);
 select(livePath);
 goToHash();
+document.body.dataset.renderMs = String(Math.round(performance.now()));
 document.body.dataset.ready = "1";
 })();
 </script>

@@ -21,7 +21,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                             redact=args.redact)
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
-    data = result.text.encode("utf-8", "backslashreplace")
+    data = result.data
     if args.output is None:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
