@@ -171,10 +171,10 @@ def redact_value(value: Any) -> Any:
 
 def redact_text(text: str) -> str:
     """`text` with API keys, tokens and e-mail addresses replaced by `[REDACTED:<kind>]`."""
-    for kind, pattern in _SECRETS:
-        if kind == "email" and "@" not in text:
+    for secret, pattern in _SECRETS:
+        if secret == "email" and "@" not in text:
             continue
-        text = pattern.sub(f"[REDACTED:{kind}]", text)
+        text = pattern.sub(f"[REDACTED:{secret}]", text)
     return text
 
 
