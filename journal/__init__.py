@@ -14,7 +14,9 @@ Reading a session (never locks)
     `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
     they return), `Diagnostic` (an unreadable byte range), `Entry`, `CURRENT_VERSION`,
     `View` (a read-only session), `Tree`, `TreeNode`, `TreeIssue` (the entry tree),
-    `inspect` and `SessionInfo` (a summary, as `journal info` prints it).
+    `inspect` and `SessionInfo` (a summary, as `journal info` prints it), `export`,
+    `export_session` and `ExportResult` (a session's whole lineage as Markdown, one
+    self-contained HTML page, or JSONL).
 
 What the model sees
     `build_context` and `Context` (the projection of the branch ending at a leaf id:
@@ -80,6 +82,7 @@ from .errors import (
     UnsupportedVersion,
     WriteFailed,
 )
+from .export import ExportResult, export, export_session
 from .info import SessionInfo, inspect
 from .lineage import lineage, resolve_live
 from .lock import current_holder
@@ -116,6 +119,9 @@ __all__ = [
     "TreeIssue",
     "inspect",
     "SessionInfo",
+    "export",
+    "export_session",
+    "ExportResult",
     # what the model sees
     "build_context",
     "branch_context",

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import stat
+import zlib
 from typing import Any, BinaryIO
 
 import orjson
@@ -76,7 +77,7 @@ def last_entry(path: str) -> Entry | None:
             for line in codec.iter_lines_reverse(f, end):
                 if line.raw.strip():
                     return _entry_of(line.raw)
-    except (OSError, EOFError, JournalError):
+    except (OSError, EOFError, zlib.error, JournalError):  # a damaged archive has no last entry
         return None
     return None
 

@@ -25,6 +25,7 @@ from ..tree import TreeNode
 from ..view import View, check_session, locate
 from .app import ByteProgress, entry_parser, run
 from .catalog import add_catalog_parsers
+from .export import add_export_parser
 from .repair import add_repair_parser
 from .search import add_search_parser
 from .tail import add_tail_parser
@@ -493,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_catalog_parsers(sub)
     add_usage_parser(sub)
     add_search_parser(sub, _default_sessions_dir)
+    add_export_parser(sub)
     return parser
 
 

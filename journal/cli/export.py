@@ -1,0 +1,58 @@
+"""`journal export`: a session (its whole lineage) as Markdown, one HTML page, or JSONL."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from .. import codec
+from ..errors import JournalError
+from ..export import FORMATS, export_session
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.json and not args.output:
+        raise JournalError("--json reports on the file written; give -o FILE")
+    print(f"journal: exporting {args.path} as {args.format}", file=sys.stderr)
+    result = export_session(args.path, args.format, all_branches=args.all_branches,
+                            redact=args.redact)
+    for warning in result.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    data = result.data
+    if args.output is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        return 0
+    with open(args.output, "wb") as f:
+        f.write(data)
+    report: dict[str, Any] = {"path": args.output, "format": args.format, "bytes": len(data),
+                              "entries": result.entries, "files": result.files,
+                              "warnings": result.warnings}
+    if args.json:
+        sys.stdout.write(codec.dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(f"wrote {len(data):,} bytes ({result.entries:,} entries from "
+              f"{len(result.files)} file(s)) to {args.output}")
+    return 0
+
+
+def add_export_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "export", help="export a session as Markdown, one HTML page, or JSONL",
+        description="Export a session, all files of a rotated lineage read as one (each entry "
+        "once), as Markdown, a self-contained HTML page (no request at view time), or JSONL. "
+        "The live branch by default.")
+    p.add_argument("path", help="session file (any file of a lineage; archives .gz included)")
+    p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
+    p.add_argument("--all-branches", action="store_true",
+                   help="every branch, not only the live one (md, jsonl; the HTML page always "
+                   "holds every branch in its tree)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p.add_argument("--redact", action="store_true",
+                   help="replace what looks like an API key, a token or an e-mail address")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON report of the file written (with -o)")
+    p.set_defaults(func=cmd_export)
