@@ -332,3 +332,20 @@ def test_the_agent_prices_replies_from_journals_table(tmp_path, monkeypatch):
     monkeypatch.setenv("JOURNAL_PRICES", str(write_prices(tmp_path / "p.json", 42.0)))
     model = AnthropicModel("claude-sonnet-4-5", client=object())  # type: ignore[arg-type]
     assert model.price is not None and model.price.output == 42.0
+
+
+def test_with_no_path_usage_reads_the_sessions_folder_every_command_reads(
+        tmp_path, capsys, monkeypatch):
+    """No path means `$JOURNAL_SESSIONS_DIR` (else ./sessions), as for ls and search."""
+    folder = tmp_path / "kept here"
+    folder.mkdir()
+    files, written = rotated_lineage(folder)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(folder))
+    code, out, _ = run(capsys, "usage", "--json")
+    assert code == 0
+    rows = orjson.loads(out)["rows"]
+    assert [row["session"] for row in rows] == [os.path.realpath(files[-1])]
+    assert rows[0]["messages"] == len(written)

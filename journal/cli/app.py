@@ -111,6 +111,12 @@ def run(
     return code
 
 
+def default_sessions_dir() -> str:
+    """Where commands look for sessions when given no path: `$JOURNAL_SESSIONS_DIR`, else
+    `./sessions` (the one default every command shares)."""
+    return os.environ.get("JOURNAL_SESSIONS_DIR") or os.path.join(os.getcwd(), "sessions")
+
+
 def print_error(message: str) -> None:
     """Report an error the way every entry point does: one `Error: ...` line on stderr."""
     print(f"Error: {message}", file=sys.stderr)

@@ -11,7 +11,7 @@ import orjson
 
 from .. import codec
 from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
-from .app import ByteProgress
+from .app import ByteProgress, default_sessions_dir
 
 LS_DESCRIPTION = (
     "One row per logical session under the folders given (searched recursively; default "
@@ -54,8 +54,7 @@ HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", 
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    dirs = args.dirs or [os.environ.get("JOURNAL_SESSIONS_DIR")
-                         or os.path.join(os.getcwd(), "sessions")]
+    dirs = args.dirs or [default_sessions_dir()]
     with ByteProgress("reading sessions") as bar:
         found = sessions(dirs, progress=bar)
     rows = sort_rows(found, args.sort, args.reverse)

@@ -23,17 +23,13 @@ from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
 from ..view import View, check_session, locate
-from .app import ByteProgress, entry_parser, run
+from .app import ByteProgress, default_sessions_dir, entry_parser, run
 from .catalog import add_catalog_parsers
 from .export import add_export_parser
 from .repair import add_repair_parser
 from .search import add_search_parser
 from .tail import add_tail_parser
 from .usage import add_usage_parser
-
-
-def _default_sessions_dir() -> str:
-    return os.environ.get("JOURNAL_SESSIONS_DIR") or os.path.join(os.getcwd(), "sessions")
 
 
 def _emit_json(value: Any) -> None:
@@ -57,7 +53,7 @@ def reading(args: argparse.Namespace) -> str:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    with Session.create(args.dir or _default_sessions_dir(), cwd=args.cwd) as session:
+    with Session.create(args.dir or default_sessions_dir(), cwd=args.cwd) as session:
         result = {"path": session.path, "id": session.session_id}
     if args.json:
         _emit_json(result)
@@ -493,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tail_parser(sub)
     add_catalog_parsers(sub)
     add_usage_parser(sub)
-    add_search_parser(sub, _default_sessions_dir)
+    add_search_parser(sub, default_sessions_dir)
     add_export_parser(sub)
     return parser
 

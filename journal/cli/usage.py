@@ -12,13 +12,13 @@ import orjson
 from .. import codec
 from ..prices import PRICES_ENV, load_prices
 from ..usage import BY, By, Tally, UsageReport, usage
-from .app import ByteProgress
+from .app import ByteProgress, default_sessions_dir
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
     with ByteProgress("reading sessions", enabled=not args.json) as bar:
-        report = usage(args.paths or ["."], prices=prices, progress=bar)
+        report = usage(args.paths or [default_sessions_dir()], prices=prices, progress=bar)
     for warning in report.warnings:
         print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
     if args.json:
@@ -86,7 +86,8 @@ def add_usage_parser(sub: Any) -> None:
         "kept entries not counted twice). A message that recorded no cost is priced from "
         f"the price table (bundled; --prices FILE or ${PRICES_ENV} replace it).")
     p.add_argument("paths", nargs="*", metavar="PATH|DIR",
-                   help="session files or folders, searched at any depth (default: .)")
+                   help="session files or folders, searched at any depth (default: "
+                   "$JOURNAL_SESSIONS_DIR or ./sessions)")
     p.add_argument("--by", choices=BY, default="session",
                    help="one row per session (default), model or day (UTC)")
     p.add_argument("--prices", metavar="FILE",
