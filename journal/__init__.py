@@ -60,8 +60,10 @@ Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or wa
 (the live tail imports those when it starts waiting).
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .boundary import Boundary, boundary
-from .catalog import PruneReport, SessionRow, prune, sessions
 from .codec import Diagnostic
 from .context import (
     Context,
@@ -82,23 +84,26 @@ from .errors import (
     UnsupportedVersion,
     WriteFailed,
 )
-from .export import ExportResult, export, export_session
 from .info import SessionInfo, inspect
 from .lineage import lineage, resolve_live
 from .lock import current_holder
 from .model import CURRENT_VERSION, Entry, Message
 from .pairing import Fix, PairingReport, sanitize
-from .prices import ModelPrice, PriceTable, canonical_model, load_prices
 from .quarantine import Quarantined, read_quarantine
 from .repair import Problem, RepairReport, repair
 from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
-from .search import Hit, SearchProblem, SearchResult, search
 from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tail import TailEvent, afollow, afollow_events, follow, follow_events
 from .tree import Tree, TreeIssue, TreeNode
-from .usage import SessionUsage, Tally, UsageReport, UsageWarning, usage
 from .view import View
+
+if TYPE_CHECKING:
+    from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
+    from .catalog import PruneReport, SessionRow, prune, sessions
+    from .exporting import ExportResult, export, export_session
+    from .prices import ModelPrice, PriceTable, canonical_model, load_prices
+    from .textsearch import Hit, SearchProblem, SearchResult, search
 
 __all__ = [
     # writing a session
@@ -182,3 +187,24 @@ __all__ = [
     "UnsupportedVersion",
     "WriteFailed",
 ]
+
+
+# The catalog commands' modules load on first use: `import journal` stays as quick as the
+# core needs (their names are each module's, so none is shadowed by a submodule).
+_LAZY = {
+    "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
+    "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
+    "journal.exporting": ("ExportResult", "export", "export_session",),
+    "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
+    "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
+}
+_HOME_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

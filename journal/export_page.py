@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the page is HTML, CSS and JS: its lines are not Python)
 """The page `journal export --format html` fills in: inline CSS and JS, no request at view time.
 
-Three markers are replaced by `journal.export.to_html`: the title (escaped), the metadata (one
+Three markers are replaced by `journal.exporting.to_html`: the title (escaped), the metadata (one
 JSON object) and the session as JSONL, both made safe to sit in a <script> element. The page
 parses the JSONL, builds the tree, and renders the selected branch in chunks as it scrolls;
 every piece of session text is set with `textContent`.

@@ -20,7 +20,7 @@ from test_rotate import build_session
 from journal import Session, export, export_session, load, rotate
 from journal.cli import main
 from journal.context import build_context
-from journal.export import redact_text
+from journal.exporting import redact_text
 from journal.pairing import synthetic_result
 from journal.tree import Tree
 

@@ -10,7 +10,7 @@ import orjson
 
 from .. import codec
 from ..errors import JournalError
-from ..export import FORMATS, export_session
+from ..exporting import FORMATS, export_session
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from .. import codec
-from ..search import ROLES, Hit, SearchResult, search
+from ..textsearch import ROLES, Hit, SearchResult, search
 from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress
 
 DESCRIPTION = (

@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 
 from .. import codec
+from ..accounting import BY, By, Tally, UsageReport, usage
 from ..prices import PRICES_ENV, load_prices
-from ..usage import BY, By, Tally, UsageReport, usage
 from .app import ByteProgress, default_sessions_dir
 
 
