@@ -1,0 +1,85 @@
+"""Issue 17, the context-engine half: the gaps a review against the context-management design
+found, each tested through the real run loop (`Runner`) with the scripted model, and where the
+wire matters with the Anthropic model over the mock transport.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
+
+from agent.compaction import CompactionHooks, CompactionPreparation
+from agent.models.scripted import ScriptedModel
+from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.window import run_settings, run_window
+from journal import Session
+
+FAST = replace(DEFAULT_SETTINGS, retry_min_delay=0.0, retry_max_delay=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _no_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(tmp_path / "default-sessions"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    logging.getLogger("agent.window").setLevel(logging.ERROR)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+def busy(n: int, lines: int = 30, prefix: str = "") -> list[dict[str, Any]]:
+    return [{"text": f"Step {i}: writing {prefix}notes_{i}.txt.",
+             "tool_calls": [call("write", path=f"{prefix}notes_{i}.txt",
+                                 content=filler(f"n{i}", lines))]}
+            for i in range(n)]
+
+
+# --- 2. one window for the whole run
+
+
+def test_the_model_objects_window_is_the_one_window_of_the_run(tmp_path: Path,
+                                                                 workspace: Path) -> None:
+    """The issue's case: the model object says 40,000, its id ("claude-...") says 200,000 in
+    the table. The runner and compaction must both plan with 40,000 (compaction used to keep
+    20,000 tokens, 85% of the 40,000-token window's prompt budget)."""
+    turns = busy(5, lines=200)  # ~15,000 tokens: fits 40,000, more than 11,808 to keep
+    turns.append({"text": "Reading back.", "fail": "overflow",
+                  "tool_calls": [call("read", path="notes_4.txt")]})
+    turns.append({"text": "Done."})
+    model = Checked(ScriptedModel(scenario(*turns, model="claude-sonnet-4-6"),
+                                  context_window=40_000))
+    prepared: list[CompactionPreparation] = []
+    hooks = CompactionHooks(before_compaction=prepared.append)
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=FAST,
+                                compaction_hooks=hooks)
+        result = runner.run("Write five notes and read the last back.")
+        assert_journal_ok(session)
+    assert result.stop_reason == "stop" and result.compactions == 1
+    assert runner.budget.window == 40_000
+    assert [p.window for p in prepared] == [40_000]
+    # the kept share is computed from the 40,000-token prompt budget (half of 23,616)
+    assert prepared[0].keep_recent_tokens == (40_000 - 16_384) // 2
+
+
+def test_run_window_order() -> None:
+    class M:
+        model_id = "claude-sonnet-4-6"
+        context_window: int | None = 40_000
+
+    m = M()
+    assert run_window(m) == 40_000
+    assert run_window(m, ContextSettings(context_window=50_000)) == 50_000
+    m.context_window = None
+    assert run_window(m) == 200_000
+    assert run_settings(m).context_window == 200_000
+    assert run_settings(None).context_window == DEFAULT_SETTINGS.default_context_window
