@@ -16,8 +16,10 @@ from test_runner import Checked, assert_journal_ok, call, filler, make_runner, s
 from agent.compaction import CompactionHooks, CompactionPreparation
 from agent.models.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.truncate import tail_looks_important, truncate_text
 from agent.window import run_settings, run_window
 from journal import Session
+from tools import Tool, ToolResult, Workspace, default_tools
 
 FAST = replace(DEFAULT_SETTINGS, retry_min_delay=0.0, retry_max_delay=0.0)
 
@@ -83,3 +85,49 @@ def test_run_window_order() -> None:
     assert run_window(m) == 200_000
     assert run_settings(m).context_window == 200_000
     assert run_settings(None).context_window == DEFAULT_SETTINGS.default_context_window
+
+
+# --- 6. important tails
+
+
+@pytest.mark.parametrize("ending", [
+    "  File 'x.py', line 3\nstack trace follows above",
+    "[Errno 28] No space left on device",
+    "open: errno=13",
+    "Build done in 3.2s",
+    "migration complete",
+    "Indexing completed",
+    "All jobs finished.",
+    "Summary: all good",
+    "Result: ok",
+])
+def test_tail_words_of_the_design_are_known(ending: str) -> None:
+    body = "".join(f"reading chunk {i} of the document body\n" for i in range(2_000))
+    assert tail_looks_important(body + ending)
+    text, cut = truncate_text(body + ending, 4_000)
+    assert cut and text.endswith(ending)
+
+
+def test_a_long_tool_output_ending_in_done_keeps_its_tail_in_the_run(tmp_path: Path,
+                                                                     workspace: Path) -> None:
+    verdict = "build finished: 0 problems"
+    body = "".join(f"compiling unit {i} of the project tree\n" for i in range(20_000))
+
+    class Build(Tool):
+        name = "build"
+        description = "Builds the project."
+        input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+        def execute(self, args: dict[str, Any]) -> ToolResult:
+            return ToolResult(body + verdict)
+
+    model = Checked(ScriptedModel(scenario({"text": "Building.", "tool_calls": [call("build")]},
+                                           {"text": "Built."})))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=FAST,
+                                tools=[*default_tools(workspace), Build(Workspace(str(workspace)))])
+        assert runner.run("Build it.").stop_reason == "stop"
+        assert_journal_ok(session)
+    sent = [m for m in model.requests[-1].messages if m["role"] == "toolResult"][0]
+    text = sent["content"][0]["text"]
+    assert "characters truncated" in text and text.endswith(verdict)
