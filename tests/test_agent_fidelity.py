@@ -131,3 +131,47 @@ def test_a_long_tool_output_ending_in_done_keeps_its_tail_in_the_run(tmp_path: P
     sent = [m for m in model.requests[-1].messages if m["role"] == "toolResult"][0]
     text = sent["content"][0]["text"]
     assert "characters truncated" in text and text.endswith(verdict)
+
+
+# --- 4. hard clear staged after soft trim
+
+
+class Measured(Checked):
+    """Also records the runner's context estimate at each request."""
+
+    runner: Any = None
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.estimates: list[int] = []
+
+    def complete(self, request: Any, **kwargs: Any) -> dict[str, Any]:
+        self.estimates.append(self.runner.current_tokens())
+        return super().complete(request, **kwargs)
+
+
+def test_between_50_and_55_percent_the_run_only_trims(tmp_path: Path, workspace: Path) -> None:
+    for i in range(24):
+        (workspace / f"f{i}.txt").write_text(
+            "".join(f"file {i} line {k:03d} abcdefghijklmnop\n" for k in range(180)))
+    turns: list[dict[str, Any]] = [{"text": f"Reading f{i}.",
+                                    "tool_calls": [call("read", path=f"f{i}.txt")]}
+                                   for i in range(24)]
+    turns.append({"text": "Read them all."})
+    model = Measured(ScriptedModel(scenario(*turns), context_window=40_000))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=FAST)
+        model.runner = runner
+        assert runner.run("Read every file.").stop_reason == "stop"
+        assert_journal_ok(session)
+    assert runner.compactions == 0
+    hard = 20_000  # 50% of 40,000; compaction would start at the 23,616-token budget
+    staged = 0
+    for estimate, request in zip(model.estimates, model.requests, strict=True):
+        texts = [m["content"][0]["text"] for m in request.messages if m["role"] == "toolResult"]
+        cleared = sum(t.startswith("[old tool result cleared") for t in texts)
+        trimmed = sum("characters cut from this old tool result" in t for t in texts)
+        if hard <= estimate < 22_000:  # 50% to 55%: trimming old results saves far more
+            staged += 1
+            assert trimmed and not cleared, (estimate, trimmed, cleared)
+    assert staged >= 2
