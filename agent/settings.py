@@ -79,6 +79,16 @@ class ContextSettings:
     aggregate_min_keep_chars: int = 2_000
     """Aggregate truncation never shrinks one result below this many characters."""
 
+    # --- overflow recovery (agent.overflow, the runner)
+    overflow_compactions: int = 3
+    """Compactions the overflow ladder may run for one model call (a compaction already run
+    while that call's request was built counts as one). Then tool results are truncated in
+    the session, then the run stops."""
+    timeout_compactions: int = 2
+    """Compactions after a timeout, for one model call, when the prompt is large."""
+    timeout_compact_share: float = 0.65
+    """A timeout compacts only when the prompt estimate is above this share of the window."""
+
     # --- compaction (agent.compaction)
     keep_recent_tokens: int = 20_000
     """Tokens of the newest messages kept verbatim after a compaction (see find_cut_point)."""
