@@ -49,6 +49,7 @@ from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
+    aggregate_budget_chars,
     cuttable_tool_result_tokens,
     max_result_chars,
     oversized_tool_result_tokens,
@@ -273,7 +274,10 @@ class Runner:
                             "tokensAfter": result.tokens_after, "entryId": result.entry_id})
 
     def _overflow_truncate(self) -> RungOutcome:
-        report = truncate_session_tool_results(self.session, self.budget.window, self.settings)
+        budget = aggregate_budget_chars(self.session.live_context().messages,
+                                        self.budget.window, self.settings)
+        report = truncate_session_tool_results(self.session, self.budget.window, self.settings,
+                                               budget_chars=budget)
         self._emit("session_truncated", report=report)
         if not report.changed:
             return RungOutcome(False, "nothing to truncate")
@@ -328,10 +332,11 @@ class Runner:
                                      self.settings, self.estimator)
         if decision.route != Route.FITS:
             messages, _ = truncate_tool_results(messages, self.budget.window, self.settings)
+            chars = aggregate_budget_chars(messages, self.budget.window, self.settings)
             excess = estimate.tokens - self.budget.prompt
             if excess > 0:
-                chars = _result_chars(messages) - excess * self.settings.chars_per_token
-                messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
+                chars = min(chars, _result_chars(messages) - excess * self.settings.chars_per_token)
+            messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
         if messages is raw.messages:
             messages = list(messages)  # the request must not share the session's live list
         return ModelRequest(

@@ -78,6 +78,10 @@ class ContextSettings:
     """How much of the end of a result is searched for signs of an important tail."""
     aggregate_min_keep_chars: int = 2_000
     """Aggregate truncation never shrinks one result below this many characters."""
+    aggregate_input_headroom: float = 0.75
+    """Aggregate truncation (before a request over budget, and the overflow ladder's
+    truncation rung) cuts tool results until the whole input fits this share of the window,
+    leaving the rest for the reply and the estimate's error (the design's 0.75)."""
 
     # --- overflow recovery (agent.overflow, the runner)
     overflow_compactions: int = 3

@@ -31,7 +31,8 @@ from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
 from agent.overflow import RUNG_TYPE
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.truncate import tail_looks_important, truncate_text
+from agent.tokens import message_parts
+from agent.truncate import aggregate_budget_chars, tail_looks_important, truncate_text
 from agent.window import run_settings, run_window
 from journal import Session
 from journal.cli.tail import describe
@@ -352,3 +353,40 @@ def test_anthropic_overflow_with_nothing_to_compact_is_not_resent(tmp_path: Path
     assert len(api.bodies) == 1 and api.replies == []
     assert notes == [("compact", "nothing to compact"), ("truncate", "nothing to truncate"),
                      ("give_up", "gave up")]
+
+
+# --- 5. the 0.75 input headroom of aggregate truncation
+
+
+def test_aggregate_budget_leaves_a_quarter_of_the_window() -> None:
+    messages = [{"role": "user", "content": "u" * 1_000},
+                {"role": "toolResult", "toolCallId": "a", "content": "r" * 50_000}]
+    assert aggregate_budget_chars(messages, 100_000) == 300_000 - 1_000
+    assert aggregate_budget_chars(messages, 100_000,
+                                  replace(FAST, aggregate_input_headroom=0.5)) == 199_000
+
+
+def test_a_request_over_budget_is_cut_to_the_input_headroom(tmp_path: Path,
+                                                            workspace: Path) -> None:
+    """With a 100,000-token window the prompt budget is 83,616 tokens (84%): cutting tool
+    results only by what is over it would send more than the design's 75%."""
+    for i in range(14):
+        (workspace / f"f{i}.txt").write_text(
+            "".join(f"file {i} row {k:04d} " + "x" * 40 + "\n" for k in range(480)))
+    turns: list[dict[str, Any]] = [{"text": f"Reading f{i}.",
+                                    "tool_calls": [call("read", path=f"f{i}.txt")]}
+                                   for i in range(14)]
+    turns.append({"text": "Read them all."})
+    settings = replace(FAST, soft_trim_ratio=0.99, hard_clear_ratio=0.995)
+    model = Measured(ScriptedModel(scenario(*turns), context_window=100_000))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=settings)
+        model.runner = runner
+        assert runner.run("Read every file.").stop_reason == "stop"
+        assert_journal_ok(session)
+    over = [r for e, r in zip(model.estimates, model.requests, strict=True)
+            if e > runner.budget.prompt]
+    assert over, "no request went over the prompt budget"
+    for request in over:
+        sent = sum(len(t) for m in request.messages for t in message_parts(m)[0])
+        assert sent <= 300_000
