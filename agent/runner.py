@@ -44,7 +44,7 @@ from agent.models import (
 )
 from agent.models.payload import drop_replayed_thinking
 from agent.overflow import OverflowLadder, RungOutcome, truncate_session_tool_results
-from agent.prune import prune_messages
+from agent.prune import limit_history_turns, prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import ContextEstimate, Estimator, estimate_context
@@ -328,7 +328,8 @@ class Runner:
         sendable = drop_replayed_thinking(raw.messages, raw.fresh_from)
         if sendable is not raw.messages:
             raw = dataclasses.replace(raw, messages=cast(list[dict[str, Any]], sendable))
-        messages, _ = prune_messages(self._sanitized(raw), self.budget.window, estimate,
+        sanitized = limit_history_turns(self._sanitized(raw), self.settings.history_turn_limit)
+        messages, _ = prune_messages(sanitized, self.budget.window, estimate,
                                      self.settings, self.estimator)
         if decision.route != Route.FITS:
             messages, _ = truncate_tool_results(messages, self.budget.window, self.settings)

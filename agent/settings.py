@@ -58,6 +58,10 @@ class ContextSettings:
     """The reserve is clamped so min(this, window / 2) stays available for the prompt."""
 
     # --- request-level pruning (agent.prune)
+    history_turn_limit: int = 0
+    """Send only the last this many user turns (a user message and all that follows it up
+    to the next); 0: no limit, the design's default (`limitHistoryTurns`). Unlike the design,
+    a compaction summary at the start is kept: it stands for everything before and is short."""
     soft_trim_ratio: float = 0.30
     hard_clear_ratio: float = 0.50
     soft_trim_min_chars: int = 4_000

@@ -30,6 +30,7 @@ from agent.models import ContextOverflow
 from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
 from agent.overflow import RUNG_TYPE
+from agent.prune import limit_history_turns
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import message_parts
 from agent.truncate import aggregate_budget_chars, tail_looks_important, truncate_text
@@ -390,3 +391,35 @@ def test_a_request_over_budget_is_cut_to_the_input_headroom(tmp_path: Path,
     for request in over:
         sent = sum(len(t) for m in request.messages for t in message_parts(m)[0])
         assert sent <= 300_000
+
+
+# --- 5. the history-turn limit
+
+
+def test_history_turn_limit_sends_the_last_user_turns(tmp_path: Path, workspace: Path) -> None:
+    turns = [{"text": "Writing.", "tool_calls": [call("write", path="a.txt", content="a")]},
+             {"text": "One."}, {"text": "Two."},
+             {"text": "Listing.", "tool_calls": [call("ls")]}, {"text": "Three."}]
+    model = Checked(ScriptedModel(scenario(*turns)))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, history_turn_limit=2))
+        for prompt in ("first", "second", "third"):
+            assert runner.run(prompt).stop_reason == "stop"
+        assert_journal_ok(session)
+        assert [m["role"] for m in session.context().messages].count("user") == 3
+    last = model.requests[-1].messages
+    users = [m["content"][0]["text"] for m in last if m["role"] == "user"]
+    assert users == ["second", "third"]
+    assert last[0]["role"] == "user" and last[-1]["role"] == "toolResult"
+    first = model.requests[1].messages  # within the first turn nothing is cut
+    assert [m["role"] for m in first] == ["user", "assistant", "toolResult"]
+
+
+def test_history_turn_limit_keeps_the_summary_in_front() -> None:
+    messages = [{"role": "compactionSummary", "summary": "s"},
+                {"role": "user", "content": "a"}, {"role": "assistant", "content": []},
+                {"role": "user", "content": "b"}, {"role": "assistant", "content": []}]
+    assert limit_history_turns(messages, 1) == [messages[0], *messages[3:]]
+    assert limit_history_turns(messages, 0) is messages
+    assert limit_history_turns(messages, 2) is messages
