@@ -103,6 +103,10 @@ class ContextSettings:
     keep_recent_max_share: float = 0.5
     """keep_recent_tokens is clamped to this share of the prompt budget, so that what is kept
     leaves room for the summary in small windows."""
+    max_history_share: float = 0.5
+    """When the history to summarize exceeds this share of the prompt budget, its oldest half
+    is dropped (repeatedly) and summarized on its own first, its summary then serving as the
+    previous summary of the rest (the design's `maxHistoryShare`)."""
     summary_reserve_share: float = 0.8
     """Largest summary, as a share of the reply reserve (pi: 0.8)."""
     summary_budget_share: float = 0.25

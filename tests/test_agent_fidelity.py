@@ -25,7 +25,7 @@ from anthropic_mock import (
 )
 from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
 
-from agent.compaction import CompactionHooks, CompactionPreparation
+from agent.compaction import CompactionHooks, CompactionPreparation, ExtractiveSummarizer
 from agent.models import ContextOverflow
 from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
@@ -423,3 +423,53 @@ def test_history_turn_limit_keeps_the_summary_in_front() -> None:
     assert limit_history_turns(messages, 1) == [messages[0], *messages[3:]]
     assert limit_history_turns(messages, 0) is messages
     assert limit_history_turns(messages, 2) is messages
+
+
+# --- 5. history-share pruning in compaction
+
+
+class Recording:
+    """An extractive summarizer that keeps each call's messages and previous summary."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+        self.calls: list[tuple[list[dict[str, Any]], str | None, str]] = []
+
+    def summarize(self, messages: Any, **kwargs: Any) -> str:
+        text = self.inner.summarize(messages, **kwargs)
+        self.calls.append((list(messages), kwargs.get("previous_summary"), text))
+        return text
+
+
+def test_history_over_half_the_budget_is_summarized_oldest_half_first(
+        tmp_path: Path, workspace: Path) -> None:
+    summarizer = Recording()
+    results: list[Any] = []
+    hooks = CompactionHooks(after_compaction=results.append)
+    turns: list[dict[str, Any]] = []
+    for turn in busy(9, lines=200):
+        turns += [turn, {"text": "Written."}]
+    model = Checked(ScriptedModel(scenario(*turns), context_window=40_000))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, keep_recent_tokens=2_000),
+                                summarizer=summarizer, compaction_hooks=hooks)
+        for i in range(9):
+            assert runner.run(f"Write note {i}.").stop_reason == "stop"
+        assert_journal_ok(session)
+    assert results, "nothing compacted"
+    first = results[0]
+    budget = (40_000 - 16_384) // 2  # half the prompt budget
+    assert first.details["historyDropped"] > 0
+    older, newer = summarizer.calls[0], summarizer.calls[1]
+    # the oldest part goes first (the run's prompt is in it), then the rest, with the oldest
+    # part's summary as its previous summary
+    assert older[0][0]["role"] == "user" and "Write note 0." in str(older[0][0])
+    assert newer[1] == older[2]
+    assert all(m not in newer[0] for m in older[0])
+    estimator = runner.estimator
+    assert estimator.estimate_messages(newer[0]) <= budget
+    for messages, _, _ in summarizer.calls[:2]:  # pairing re-checked after each drop
+        called = {b["id"] for m in messages if m["role"] == "assistant"
+                  for b in m["content"] if b["type"] == "toolCall"}
+        assert {m["toolCallId"] for m in messages if m["role"] == "toolResult"} <= called

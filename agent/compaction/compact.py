@@ -43,6 +43,7 @@ from agent.compaction.facts import (
 from agent.compaction.staged import (
     FallbackLevel,
     SummaryOutcome,
+    drop_oldest_history,
     summarize_messages,
     summary_max_tokens,
 )
@@ -50,6 +51,7 @@ from agent.compaction.summarize import Summarizer, SummaryAborted
 from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import Estimator
+from agent.window import prompt_budget
 from journal import Session
 
 __all__ = [
@@ -344,9 +346,22 @@ def compact(
     window = preparation.window
     common: dict[str, Any] = dict(window=window, estimator=estimator, sleep=sleep, abort=abort,
                                   rng=rng)
+    budget = prompt_budget(window, settings) * settings.max_history_share
+    recent, older = drop_oldest_history(preparation.messages_to_summarize, int(budget),
+                                        estimator)
+    previous_summary = preparation.previous_summary
+    earlier: SummaryOutcome | None = None
+    if older:  # history over its share: the oldest part is summarized first, on its own
+        earlier = summarize_messages(
+            older, summarizer, settings, previous_summary=previous_summary, focus=focus,
+            max_tokens=summary_max_tokens(window, settings), **common,
+        )
+        previous_summary = earlier.text
+        log.info("history over %.0f%% of the prompt budget: %d oldest message(s) summarized "
+                 "first", settings.max_history_share * 100, len(older))
     history = summarize_messages(
-        preparation.messages_to_summarize, summarizer, settings,
-        previous_summary=preparation.previous_summary, focus=focus,
+        recent, summarizer, settings,
+        previous_summary=previous_summary, focus=focus,
         max_tokens=summary_max_tokens(window, settings), **common,
     )
     prefix: SummaryOutcome | None = None
@@ -359,10 +374,13 @@ def compact(
         )
     if abort is not None and abort.is_set():
         raise SummaryAborted("compaction aborted")
-    level = max(history.level, prefix.level if prefix else FallbackLevel.NONE)
+    level = max(history.level, prefix.level if prefix else FallbackLevel.NONE,
+                earlier.level if earlier else FallbackLevel.NONE)
     summary = compose_summary(preparation, history.text, prefix.text if prefix else None,
                               settings)
-    extra = {"reason": reason, "fallbackLevel": int(level)}
+    extra: dict[str, Any] = {"reason": reason, "fallbackLevel": int(level)}
+    if older:
+        extra["historyDropped"] = len(older)
     entry_id = record_compaction(session, preparation, summary, extra_details=extra)
     after = estimate_branch_context(session.get_branch(), estimator, settings).tokens
     result = CompactionResult(
@@ -377,7 +395,8 @@ def compact(
         turn_prefix_messages=len(preparation.turn_prefix_messages),
         is_split_turn=preparation.is_split_turn,
         duplicates_dropped=preparation.duplicates_dropped,
-        model_calls=history.calls + (prefix.calls if prefix else 0),
+        model_calls=history.calls + (prefix.calls if prefix else 0)
+        + (earlier.calls if earlier else 0),
         details={"readFiles": list(preparation.read_files),
                  "modifiedFiles": list(preparation.modified_files), **extra},
         memory_file=str(flushed) if flushed else None,
