@@ -144,6 +144,14 @@ class ContextSettings:
     duplicate_prompt_window_seconds: float = 60.0
     hook_timeout_seconds: float = 5.0
     """Longest wait for a before/after compaction hook; a slower hook is left behind."""
+    agents_file: str = "AGENTS.md"
+    """The workspace file whose rules every compaction summary carries ('' for none)."""
+    agents_sections: tuple[str, ...] = ("Session Startup", "Red Lines")
+    """Headings (any level, matched case-insensitively) whose sections are carried. A file
+    with none of them has its opening carried instead: we differ from the design here because
+    most AGENTS.md files name their sections otherwise and put the rules first."""
+    agents_facts_chars: int = 2_000
+    """Most characters of AGENTS.md carried into one summary."""
     memory_flush: bool = False
     """Before compacting, append key facts to <workspace>/memory/YYYY-MM-DD.md."""
 

@@ -25,7 +25,12 @@ from anthropic_mock import (
 )
 from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
 
-from agent.compaction import CompactionHooks, CompactionPreparation, ExtractiveSummarizer
+from agent.compaction import (
+    CompactionHooks,
+    CompactionPreparation,
+    ExtractiveSummarizer,
+    agents_rules,
+)
 from agent.models import ContextOverflow
 from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
@@ -473,3 +478,54 @@ def test_history_over_half_the_budget_is_summarized_oldest_half_first(
         called = {b["id"] for m in messages if m["role"] == "assistant"
                   for b in m["content"] if b["type"] == "toolCall"}
         assert {m["toolCallId"] for m in messages if m["role"] == "toolResult"} <= called
+
+
+# --- 5. AGENTS.md rules carried into summaries
+
+
+AGENTS = """# Project agents
+
+Intro text that is not a rule.
+
+## Session Startup
+- Read docs/architecture.md first.
+
+### Details of startup
+- Then run the tests.
+
+## Style
+- irrelevant styling note
+
+## Red Lines
+- Never push to main.
+"""
+
+
+def test_a_compaction_summary_carries_the_agents_md_rules(tmp_path: Path,
+                                                          workspace: Path) -> None:
+    (workspace / "AGENTS.md").write_text(AGENTS)
+    turns = busy(4)
+    turns.append({"text": "Reading back.", "fail": "overflow",
+                  "tool_calls": [call("read", path="notes_3.txt")]})
+    turns.append({"text": "Done."})
+    model = Checked(ScriptedModel(scenario(*turns)))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, keep_recent_tokens=500))
+        assert runner.run("Write four notes.").stop_reason == "stop"
+        assert_journal_ok(session)
+        compaction = [e for e in session.get_branch() if e["type"] == "compaction"][-1]
+    summary = compaction["summary"]
+    assert "Never push to main." in summary and "Read docs/architecture.md first." in summary
+    assert "Then run the tests." in summary
+    assert "irrelevant styling note" not in summary and "Intro text" not in summary
+    retry = model.requests[5].messages[0]
+    assert retry["role"] == "compactionSummary" and "Never push to main." in retry["summary"]
+
+
+def test_agents_rules_fall_back_to_the_opening_and_are_capped(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("Always write tests.\n" + "x" * 5_000)
+    rules = agents_rules(tmp_path, replace(FAST, agents_facts_chars=100))
+    assert rules.startswith("Always write tests.") and len(rules) < 200
+    assert agents_rules(tmp_path / "missing") == ""
+    assert agents_rules(tmp_path, replace(FAST, agents_file="")) == ""

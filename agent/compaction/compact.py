@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,9 @@ from agent.window import prompt_budget
 from journal import Session
 
 __all__ = [
+    "AGENTS_HEADING",
     "SPLIT_TURN_HEADING",
+    "agents_rules",
     "TURN_PREFIX_INSTRUCTIONS",
     "CompactionHooks",
     "CompactionResult",
@@ -167,6 +170,47 @@ def record_compaction(
     details.update(extra_details or {})
     return session.append_compaction(summary, preparation.first_kept_entry_id,
                                      preparation.tokens_before, details)
+
+
+AGENTS_HEADING = "## Workspace rules (AGENTS.md)"
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def agents_rules(workspace: str | os.PathLike[str] | None,
+                 settings: ContextSettings = DEFAULT_SETTINGS) -> str:
+    """The rules of the workspace's AGENTS.md that a summary must carry ('' if none).
+
+    The sections under `settings.agents_sections` headings (each up to the next heading of
+    the same or a higher level), else the file's opening; at most `agents_facts_chars`.
+    A compaction drops the conversation in which the agent read them, and the agent must
+    still follow them afterwards.
+    """
+    if workspace is None or not settings.agents_file:
+        return ""
+    try:
+        text = (Path(workspace) / settings.agents_file).read_text(encoding="utf-8",
+                                                                  errors="replace")
+    except OSError:
+        return ""
+    wanted = {name.strip().lower() for name in settings.agents_sections}
+    lines = text.splitlines()
+    picked: list[str] = []
+    level = 0
+    for line in lines:
+        heading = _HEADING.match(line)
+        if heading:
+            depth, title = len(heading.group(1)), heading.group(2).strip().lower()
+            if level and depth <= level:
+                level = 0
+            if not level and title in wanted:
+                level = depth
+        if level:
+            picked.append(line)
+    chosen = "\n".join(picked).strip() or text.strip()
+    limit = settings.agents_facts_chars
+    if len(chosen) > limit:
+        chosen = chosen[:limit].rstrip() + "\n[... AGENTS.md continues]"
+    return chosen
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,7 +365,8 @@ def compact(
         focus: an extra instruction for the summary (as pi's `/compact <focus>`).
         reason: why ("threshold", "overflow", "manual"): recorded in details and logs.
         hooks: before/after callbacks (bounded in time, errors logged).
-        workspace: where `memory/YYYY-MM-DD.md` is written when `settings.memory_flush`.
+        workspace: where `memory/YYYY-MM-DD.md` is written when `settings.memory_flush`,
+            and whose AGENTS.md rules the summary carries (`agents_rules`).
         sleep: replaces the backoff sleep (tests); abort: an event that stops the compaction.
         rng: source of backoff jitter.
 
@@ -378,6 +423,9 @@ def compact(
                 earlier.level if earlier else FallbackLevel.NONE)
     summary = compose_summary(preparation, history.text, prefix.text if prefix else None,
                               settings)
+    rules = agents_rules(workspace, settings)
+    if rules and rules not in summary:
+        summary += f"\n\n{AGENTS_HEADING}\n\n{rules}"
     extra: dict[str, Any] = {"reason": reason, "fallbackLevel": int(level)}
     if older:
         extra["historyDropped"] = len(older)
