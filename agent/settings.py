@@ -153,7 +153,11 @@ class ContextSettings:
     agents_facts_chars: int = 2_000
     """Most characters of AGENTS.md carried into one summary."""
     memory_flush: bool = False
-    """Before compacting, append key facts to <workspace>/memory/YYYY-MM-DD.md."""
+    """Append key facts to <workspace>/memory/YYYY-MM-DD.md before they are compacted away."""
+    memory_flush_soft_tokens: int = 4_000
+    """The runner flushes once per compaction cycle, as soon as the context estimate comes
+    within this many tokens of the prompt budget (where compaction starts): the design's
+    `softThresholdTokens`. The compaction of that cycle then does not flush again."""
 
 
 DEFAULT_SETTINGS = ContextSettings()

@@ -529,3 +529,42 @@ def test_agents_rules_fall_back_to_the_opening_and_are_capped(tmp_path: Path) ->
     assert rules.startswith("Always write tests.") and len(rules) < 200
     assert agents_rules(tmp_path / "missing") == ""
     assert agents_rules(tmp_path, replace(FAST, agents_file="")) == ""
+
+
+# --- 5. a threshold for the memory flush
+
+
+def test_memory_is_flushed_once_per_cycle_before_compaction_is_needed(
+        tmp_path: Path, workspace: Path) -> None:
+    turns: list[dict[str, Any]] = [*busy(14, lines=100), {"text": "Done."}]
+    model = Measured(ScriptedModel(scenario(*turns), context_window=40_000))
+    seen: list[tuple[int, int, int]] = []  # (estimate, compactions, flushed blocks)
+    memory = workspace / "memory"
+
+    def blocks() -> int:
+        return sum(f.read_text().count(" compaction (") for f in memory.glob("*.md"))
+
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, memory_flush=True,
+                                                 keep_recent_tokens=2_000))
+        model.runner = runner
+        original = model.complete
+
+        def watching(request: Any, **kwargs: Any) -> dict[str, Any]:
+            reply = original(request, **kwargs)
+            seen.append((model.estimates[-1], runner.compactions, blocks()))
+            return reply
+
+        model.complete = watching  # type: ignore[method-assign]
+        assert runner.run("Write the notes.").stop_reason == "stop"
+        assert_journal_ok(session)
+    threshold = (40_000 - 16_384) - 4_000
+    assert runner.compactions >= 1
+    # flushed before the first compaction, at the first request past the soft threshold
+    first = next(i for i, (e, _, _) in enumerate(seen) if e >= threshold)
+    assert all(b == 0 for _, _, b in seen[:first])
+    assert seen[first][1] == 0 and seen[first][2] == 1
+    # one block per compaction cycle: the compaction did not flush the same cycle again
+    assert blocks() <= runner.compactions + 1
+    assert all(b <= c + 1 for _, c, b in seen)

@@ -62,6 +62,7 @@ __all__ = [
     "TURN_PREFIX_INSTRUCTIONS",
     "CompactionHooks",
     "CompactionResult",
+    "MemoryFlusher",
     "compact",
     "compose_summary",
     "file_lists_section",
@@ -317,6 +318,37 @@ def flush_memory(
     return path
 
 
+class MemoryFlusher:
+    """The runner's memory flush: once per compaction cycle, `memory_flush_soft_tokens` before
+    the prompt budget (where compaction starts), so the facts are saved before a compaction
+    needs them; `compact` is then told not to flush again in that cycle."""
+
+    def __init__(self, settings: ContextSettings, workspace: str | os.PathLike[str] | None
+                 ) -> None:
+        self.settings = settings
+        self.workspace = workspace
+        self._cycles: set[str | None] = set()
+        """Compaction ids (None: before the first) whose cycle has been flushed."""
+
+    def due(self, tokens: int, window: int) -> bool:
+        """Is the estimate `tokens` at or past the flush threshold of `window`?"""
+        threshold = prompt_budget(window, self.settings) - self.settings.memory_flush_soft_tokens
+        return self.settings.memory_flush and tokens >= threshold
+
+    def flushed(self, cycle: str | None) -> bool:
+        """Has the cycle after compaction `cycle` (None: the first) been flushed?"""
+        return cycle in self._cycles
+
+    def before_request(self, messages: Sequence[Message], cycle: str | None, tokens: int,
+                       window: int, session_id: str | None = None) -> Path | None:
+        """Flush `messages` when due and not yet done in this cycle."""
+        if self.workspace is None or cycle in self._cycles or not self.due(tokens, window):
+            return None
+        self._cycles.add(cycle)
+        return flush_memory(self.workspace, messages, session_id=session_id,
+                            reason="before compaction")
+
+
 # ---------------------------------------------------------------------------------------
 # compact
 
@@ -354,6 +386,7 @@ def compact(
     sleep: Callable[[float], Any] | None = None,
     abort: threading.Event | None = None,
     rng: random.Random | None = None,
+    flush: bool = True,
 ) -> CompactionResult | None:
     """Compact the active branch of `session`; None when there is nothing to summarize.
 
@@ -369,6 +402,7 @@ def compact(
             and whose AGENTS.md rules the summary carries (`agents_rules`).
         sleep: replaces the backoff sleep (tests); abort: an event that stops the compaction.
         rng: source of backoff jitter.
+        flush: False when the memory of this cycle was already flushed (`MemoryFlusher`).
 
     Raises:
         SummaryAborted: `abort` was set or the summarizer was aborted; nothing was written.
@@ -384,7 +418,7 @@ def compact(
     if hooks is not None:
         run_hook("before_compaction", hooks.before_compaction, preparation, hook_timeout)
     flushed = None
-    if settings.memory_flush and workspace is not None:
+    if settings.memory_flush and workspace is not None and flush:
         flushed = flush_memory(workspace, preparation.all_messages,
                                session_id=session.session_id, reason=reason)
 
