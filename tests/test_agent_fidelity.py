@@ -31,13 +31,14 @@ from agent.compaction import (
     ExtractiveSummarizer,
     agents_rules,
 )
+from agent.compaction.staged import drop_oldest_history
 from agent.models import ContextOverflow
 from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
-from agent.overflow import RUNG_TYPE
+from agent.overflow import RUNG_TYPE, OverflowLadder, RungOutcome
 from agent.prune import limit_history_turns
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.tokens import message_parts
+from agent.tokens import Estimator, message_parts
 from agent.truncate import aggregate_budget_chars, tail_looks_important, truncate_text
 from agent.window import run_settings, run_window
 from journal import Session
@@ -568,3 +569,50 @@ def test_memory_is_flushed_once_per_cycle_before_compaction_is_needed(
     # one block per compaction cycle: the compaction did not flush the same cycle again
     assert blocks() <= runner.compactions + 1
     assert all(b <= c + 1 for _, c, b in seen)
+
+
+def test_a_rung_whose_request_is_unchanged_climbs_on(tmp_path: Path) -> None:
+    """A rung may change the session without changing what is sent (say, it cut a result
+    the history limit leaves out): the identical request is not sent; the next rung runs."""
+    ran: list[str] = []
+
+    def compact() -> RungOutcome:
+        ran.append("compact")
+        return RungOutcome(True, "compacted")
+
+    def truncate() -> RungOutcome:
+        ran.append("truncate")
+        return RungOutcome(False, "nothing to truncate")
+
+    with Session.create(str(tmp_path / "s"), cwd=str(tmp_path)) as session:
+        ladder = OverflowLadder(session, replace(FAST, overflow_compactions=1),
+                                compact=compact, truncate=truncate)
+        request = {"messages": ["same"]}
+        assert ladder.overflowed(request, "too long", False)
+        assert not ladder.repeats({"messages": ["other"]})
+        assert ladder.repeats(dict(request)) and ladder.gave_up
+        assert ran == ["compact", "truncate"]
+        assert rungs(session) == [("compact", "compacted"), ("compact", "request unchanged"),
+                                  ("truncate", "nothing to truncate"), ("give_up", "gave up")]
+        assert "Start a new session" in ladder.advice()
+
+
+def test_history_share_drop_moves_orphaned_results_with_their_call() -> None:
+    def assistant(call_id: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [
+            {"type": "toolCall", "id": call_id, "name": "ls", "arguments": {}},
+            {"type": "text", "text": "x" * 4_000}]}
+
+    def result(call_id: str) -> dict[str, Any]:
+        return {"role": "toolResult", "toolCallId": call_id, "content": "r"}
+
+    # a result separated from its call by a user message (as a broken history may be)
+    messages = [{"role": "user", "content": "a" * 4_000}, assistant("c1"),
+                {"role": "user", "content": "b" * 4_000}, result("c1"),
+                assistant("c2"), result("c2")]
+    kept, dropped = drop_oldest_history(messages, 1_500, Estimator())
+    assert kept and dropped and len(kept) + len(dropped) == len(messages)
+    assert messages[3] in dropped  # went with its call
+    called = {b["id"] for m in kept if m["role"] == "assistant" for b in m["content"]
+              if b["type"] == "toolCall"}
+    assert {m["toolCallId"] for m in kept if m["role"] == "toolResult"} <= called
