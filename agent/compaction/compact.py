@@ -346,7 +346,7 @@ class MemoryFlusher:
             return None
         self._cycles.add(cycle)
         return flush_memory(self.workspace, messages, session_id=session_id,
-                            reason="before compaction")
+                            reason="soft threshold")
 
 
 # ---------------------------------------------------------------------------------------
