@@ -70,6 +70,15 @@ class Batch:
     types: list[str | None]
     offsets: list[int]
     total: int
+    kept: str | None = None
+    """The firstKeptEntryId of the batch's last compaction."""
+
+    def kept_offset(self) -> int | None:
+        """The offset (in the batch) of the last entry with the id `kept`."""
+        if self.kept is None:
+            return None
+        found = [o for o, i in zip(self.offsets, self.ids, strict=True) if i == self.kept]
+        return found[-1] if found else None
 
 
 def split_batch(locator: str, at: int, data: bytes) -> Batch:
@@ -88,6 +97,7 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
     types: list[str | None] = []
     offsets: list[int] = []
     offset = 0
+    kept: str | None = None
     for line in lines:
         offsets.append(offset)
         offset += len(line.encode("utf-8")) + 1
@@ -99,11 +109,13 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
             ids.append(_text(value.get("id")))
             parents.append(_text(value.get("parentId")))
             types.append(_text(value.get("type")))
+            if value.get("type") == "compaction":
+                kept = _text(value.get("firstKeptEntryId"))
         else:
             ids.append(None)
             parents.append(None)
             types.append(None)
-    return Batch(lines, ids, parents, types, offsets, offset)
+    return Batch(lines, ids, parents, types, offsets, offset, kept)
 
 
 def _text(value: object) -> str | None:
@@ -161,8 +173,7 @@ class PostgresReader:
         self._size = size
         self._resume_from = resume_from
         self._stream: io.BufferedReader | None = None
-        self._cache_start = 0
-        self._cache = b""
+        self._cached: list[tuple[int, bytes]] = []
         self._final_extent: int | None = None
 
     @property
@@ -213,25 +224,33 @@ class PostgresReader:
         return found
 
     def fetch(self, offset: int, length: int, limit: int | None) -> bytes:
-        """Up to `length` bytes at `offset` (not past `limit`): from the rows covering them,
-        with read-ahead (a resume reads the tail back to the latest compaction at once)."""
+        """Up to `length` bytes at `offset` (not past `limit`), from the rows covering them.
+
+        Reads of the stream (`limit` set) read ahead: the last block of the session is read
+        from the resume hint (the earliest of where the latest compaction's kept entries
+        start, the latest model change and thinking-level change), so a resume reads its tail
+        in one query; a read just before the previous one (a backward scan) takes READ_AHEAD
+        bytes before it; a forward read takes at least READ_AHEAD bytes. The two latest
+        ranges are kept (the header and the tail, during a resume)."""
         end = offset + length if limit is None else min(offset + length, limit)
         if end <= offset:
             return b""
-        cached_end = self._cache_start + len(self._cache)
-        if self._cache_start <= offset and end <= cached_end:
-            return self._cache[offset - self._cache_start:end - self._cache_start]
+        for first, data in self._cached:
+            if first <= offset and end <= first + len(data):
+                return data[offset - first:end - first]
         start = offset
         if limit is not None:
-            # reading the last block backwards: take the tail from the resume hint at once
             hint = self._resume_from
+            backwards = any(first == end for first, _ in self._cached)
             if (hint is not None and end == limit and hint < offset
                     and limit - hint <= RESUME_READ_AHEAD):
                 start = hint
+            elif backwards:
+                start = max(0, offset - READ_AHEAD)
             elif end - start < READ_AHEAD:
                 end = min(limit, start + READ_AHEAD)
         first, data = self._rows(start, end)
-        self._cache_start, self._cache = first, data
+        self._cached = [(first, data), *self._cached[:1]]
         lo = offset - first
         hi = min(offset + length, first + len(data)) - first
         if limit is not None:
@@ -264,7 +283,7 @@ class PostgresReader:
     def close(self) -> None:
         if self._stream is not None:
             self._stream.close()
-        self._cache = b""
+        self._cached = []
 
     def __enter__(self) -> PostgresReader:
         return self
@@ -300,7 +319,7 @@ class PostgresAppender:
             raise JournalError(f"{locator}: the appender is closed")
         batch = split_batch(locator, -1, data)
         params = (self.storage.session, self.epoch, batch.lines, batch.ids, batch.parents,
-                  batch.types, batch.offsets, batch.total)
+                  batch.types, batch.offsets, batch.total, batch.kept)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
         attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
         last: BaseException | None = None
@@ -310,7 +329,7 @@ class PostgresAppender:
                     self._conn = self._connect()
                 row = self._conn.execute(
                     "SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], "
-                    "%s::text[], %s::bigint[], %s)", params).fetchone()
+                    "%s::text[], %s::bigint[], %s, %s)", params).fetchone()
             except psycopg.OperationalError as e:
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
                     raise self._refused(e) from e
@@ -405,8 +424,8 @@ class PostgresStorage:
 
         def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
             return conn.execute(
-                "SELECT id, generation, size, least(last_compaction, last_model_change, "
-                "last_thinking_change) FROM journal.streams WHERE session = %s "
+                "SELECT id, generation, size, least(last_compaction, last_kept, "
+                "last_model_change, last_thinking_change) FROM journal.streams WHERE session = %s "
                 "AND generation IS NOT NULL", (session,)).fetchone()
 
         return with_shared(self.conninfo, query)
@@ -504,9 +523,10 @@ class PostgresStorage:
                                 line))
         conn.execute(
             "UPDATE journal.streams SET generation = %s, size = %s, entries = %s, "
-            "last_compaction = %s, last_model_change = %s, last_thinking_change = %s, "
-            "updated_at = now() WHERE id = %s",
+            "last_compaction = %s, last_kept = %s, last_model_change = %s, "
+            "last_thinking_change = %s, updated_at = now() WHERE id = %s",
             (generation, batch.total, len(batch.lines), _last_of(batch, "compaction"),
+             batch.kept_offset(),
              _last_of(batch, "model_change"), _last_of(batch, "thinking_level_change"), stream))
 
     # -- the writer lock
