@@ -188,10 +188,11 @@ def locate(path: str | os.PathLike[str], *, follow: bool = True) -> tuple[str, s
 
     A path that no longer exists (a rotation moved the file into the archive, or it was
     moved) is followed to the live file of its lineage when `follow`; a file that exists is
-    read as it is named, an archive (`.jsonl.gz`) included. Nothing is locked or written.
+    read as it is named, an archive (`.jsonl.gz`) included, and so is a database session
+    (a `postgresql://` URL or `pg:<id>`). Nothing is locked or written.
     """
     named = os.fspath(path)
-    if not follow or os.path.lexists(named):
+    if not follow or os.path.lexists(named) or is_database_url(named):
         return named, None
     live, _ = resolve_live(named)
     if not os.path.exists(live):
