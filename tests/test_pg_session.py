@@ -181,3 +181,17 @@ def test_a_view_takes_in_appends_and_replacements(pg_url: str) -> None:
     header = stored_bytes(storage).split(b"\n")[0] + b"\n"
     storage.publish(header, "test")
     assert view.refresh() == [] and view.leaf_id is None
+
+
+def test_import_journal_loads_no_driver_until_a_database_is_named(pg_url: str) -> None:
+    import subprocess
+
+    code = ("import sys, journal\n"
+            "from journal.storage import as_storage\n"
+            "as_storage('x.jsonl')\n"
+            "before = 'psycopg' in sys.modules\n"
+            f"as_storage({session_url(pg_url, 'n')!r})\n"
+            "print(before, 'psycopg' in sys.modules, journal.PostgresStorage.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.stdout.split() == ["False", "True", "PostgresStorage"], out.stderr

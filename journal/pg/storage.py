@@ -312,6 +312,14 @@ class PostgresAppender:
     def closed(self) -> bool:
         return self._conn is None
 
+    @property
+    def synchronous_commit(self) -> str:
+        """The server's `synchronous_commit` for this appender's commits (`on` or `off`)."""
+        if self._conn is None:
+            raise JournalError(f"{self.storage.locator}: the appender is closed")
+        row = self._conn.execute("SHOW synchronous_commit").fetchone()
+        return str(row[0]) if row is not None else ""
+
     def commit(self, data: bytes) -> int:
         """Append `data` (complete lines) as one unit; return the offset it starts at."""
         locator = self.storage.locator
@@ -384,7 +392,8 @@ class PostgresAppender:
         if conn is None:
             return
         try:
-            if self._clock.pending and self.durability.describe() != "never":
+            never = self.durability.every == 0 and self.durability.interval_ms is None
+            if self._clock.pending and not never:
                 with conn.transaction():
                     conn.execute("SET LOCAL synchronous_commit = on")
                     conn.execute("SELECT pg_current_xact_id()")
