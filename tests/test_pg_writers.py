@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
 
-from journal import Durability, Session, load  # noqa: E402
+from journal import Durability, Session, inspect, load  # noqa: E402
 from journal.errors import LeaseLost, LockTimeout  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
@@ -94,9 +94,12 @@ def test_a_waiting_writer_times_out_naming_the_holder(pg_url: str) -> None:
         assert caught.value.holder["pid"] == holder.pid
         assert caught.value.holder["host"] == socket.gethostname()
         assert f"pid {holder.pid}" in str(caught.value)
+        info = inspect(url)  # `journal info` names the holder too
+        assert info.lock_holder is not None and info.lock_holder["pid"] == holder.pid
     finally:
         holder.kill()
         holder.wait()
+    assert inspect(url).lock_holder is None
     # the dead holder's lease freed itself: no cleanup needed
     with Session.open(url, lock_timeout=10) as session:
         session.append_message({"role": "user", "content": "after", "timestamp": 1})

@@ -27,7 +27,7 @@ import psycopg
 from ..errors import LeaseLost, LockTimeout
 from .connect import DatabaseUnavailable, connect
 
-__all__ = ["Lease", "LeaseLost", "acquire", "advisory_key"]
+__all__ = ["Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
 
 
 def advisory_key(session: str) -> int:
@@ -113,9 +113,23 @@ def _wait_for_lock(conn: psycopg.Connection[Any], key: int, timeout: float) -> b
         return False
 
 
+def current_holder(conn: psycopg.Connection[Any], session: str) -> dict[str, Any] | None:
+    """The lease's holder (pid, host, since) if its connection still holds the lock."""
+    row = conn.execute(
+        "SELECT s.holder_pid, s.holder_host, s.holder_since FROM journal.streams s "
+        "WHERE s.session = %s AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE "
+        "l.locktype = 'advisory' AND l.granted AND l.pid = s.holder_backend)",
+        (session,)).fetchone()
+    return _as_holder(row)
+
+
 def _holder(conn: psycopg.Connection[Any], session: str) -> dict[str, Any] | None:
     row = conn.execute("SELECT holder_pid, holder_host, holder_since FROM journal.streams "
                        "WHERE session = %s", (session,)).fetchone()
+    return _as_holder(row)
+
+
+def _as_holder(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
     if row is None or row[0] is None:
         return None
     since = row[2].isoformat().replace("+00:00", "Z") if row[2] is not None else None

@@ -49,7 +49,7 @@ from ..errors import JournalError, LeaseLost, NotASession, WriteFailed
 from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseUnavailable, connect, with_shared
-from .lease import Lease, acquire
+from .lease import Lease, acquire, current_holder
 from .url import SessionUrl, parse_url
 
 __all__ = ["PostgresReader", "PostgresStorage", "PostgresWatch", "PostgresAppender"]
@@ -547,6 +547,16 @@ class PostgresStorage:
         with self._lease_lock:
             self._lease = lease
         return lease
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the session's lease now (pid, host, since), or None: the holder
+        recorded in the stream row, if its lease connection still holds the advisory lock."""
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+            return current_holder(conn, session)
+
+        return with_shared(self.conninfo, query)
 
     # -- waiting for change
 
