@@ -18,7 +18,8 @@ import psycopg
 from ..errors import JournalError
 from . import schema
 
-__all__ = ["DatabaseUnavailable", "connect", "shared", "with_shared"]
+__all__ = ["DatabaseError", "DatabaseUnavailable", "connect", "describe", "shared",
+           "with_shared"]
 
 CONNECT_TIMEOUT = 10
 T = TypeVar("T")
@@ -28,7 +29,11 @@ _shared: dict[tuple[int, str], psycopg.Connection[Any]] = {}
 _ready: set[tuple[int, str]] = set()
 
 
-class DatabaseUnavailable(JournalError):
+class DatabaseError(JournalError):
+    """The database refused an operation (a permission, a constraint) or failed it."""
+
+
+class DatabaseUnavailable(DatabaseError):
     """The database could not be reached (or refused the connection)."""
 
 
@@ -41,11 +46,14 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **extra)
     except psycopg.Error as e:
-        raise DatabaseUnavailable(f"cannot connect to the database: {_first_line(e)}") from e
+        raise DatabaseUnavailable(f"cannot connect to the database: {describe(e)}") from e
     key = (os.getpid(), conninfo)
     if key not in _ready:
         try:
             schema.ensure(conn)
+        except psycopg.Error as e:
+            conn.close()
+            raise DatabaseError(f"cannot check the journal schema: {describe(e)}") from e
         except BaseException:
             conn.close()
             raise
@@ -65,16 +73,21 @@ def shared(conninfo: str) -> psycopg.Connection[Any]:
 
 def with_shared(conninfo: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
     """`work(conn)` on the shared connection, once more on a new one if the connection was
-    lost (the work must be a read, or safe to repeat)."""
+    lost (the work must be a read, or safe to repeat). DatabaseError for what the database
+    refuses."""
     conn = shared(conninfo)
     try:
-        return work(conn)
-    except psycopg.OperationalError:
-        if not (conn.broken or conn.closed):
-            raise
-    return work(shared(conninfo))
+        try:
+            return work(conn)
+        except psycopg.OperationalError:
+            if not (conn.broken or conn.closed):
+                raise
+        return work(shared(conninfo))
+    except psycopg.Error as e:
+        raise DatabaseError(f"the database refused a read: {describe(e)}") from e
 
 
-def _first_line(e: BaseException) -> str:
+def describe(e: BaseException) -> str:
+    """An error's first line (the driver's messages go on with context lines)."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from ..errors import LeaseLost, LockTimeout
-from .connect import DatabaseUnavailable, connect
+from .connect import DatabaseError, DatabaseUnavailable, connect, describe
 
 __all__ = ["Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
 
@@ -96,7 +96,10 @@ def acquire(conninfo: str, session: str, locator: str, timeout: float) -> Lease:
     except psycopg.OperationalError as e:
         conn.close()
         raise DatabaseUnavailable(f"{locator}: lost the database while taking the lease: "
-                                  f"{str(e).strip().splitlines()[0] if str(e) else e}") from e
+                                  f"{describe(e)}") from e
+    except psycopg.Error as e:
+        conn.close()
+        raise DatabaseError(f"{locator}: cannot take the writer lease: {describe(e)}") from e
     except BaseException:
         conn.close()
         raise

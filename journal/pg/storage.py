@@ -48,7 +48,7 @@ from ..durability import Durability, SyncClock
 from ..errors import JournalError, LeaseLost, NotASession, WriteFailed
 from ..storage.mark import Mark, StopFlag
 from . import schema
-from .connect import DatabaseUnavailable, connect, with_shared
+from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease, acquire, current_holder
 from .url import SessionUrl, parse_url
 
@@ -478,46 +478,58 @@ class PostgresStorage:
         batch = split_batch(self._name, 0, data)
         conn = connect(self.conninfo)
         try:
-            with conn.transaction():
-                row = conn.execute(
-                    "INSERT INTO journal.streams AS s (session, generation) "
-                    "VALUES (%s, nextval('journal.generations')) ON CONFLICT (session) DO "
-                    "UPDATE SET generation = nextval('journal.generations'), updated_at = now() "
-                    "WHERE s.generation IS NULL RETURNING id, generation",
-                    (self.session,)).fetchone()
-                if row is None:
-                    raise FileExistsError(f"{self._name}: the session exists")
-                self._fill(conn, int(row[0]), int(row[1]), batch)
+            self._create(conn, batch)
+        except psycopg.Error as e:
+            raise DatabaseError(f"{self._name}: cannot create the session: {describe(e)}") from e
         finally:
             conn.close()
+
+    def _create(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO journal.streams AS s (session, generation) "
+                "VALUES (%s, nextval('journal.generations')) ON CONFLICT (session) DO "
+                "UPDATE SET generation = nextval('journal.generations'), updated_at = now() "
+                "WHERE s.generation IS NULL RETURNING id, generation",
+                (self.session,)).fetchone()
+            if row is None:
+                raise FileExistsError(f"{self._name}: the session exists")
+            self._fill(conn, int(row[0]), int(row[1]), batch)
 
     def publish(self, data: bytes, tag: str,
                 before_swap: Callable[[], None] | None = None) -> None:
         """Replace the session with `data` as a new generation, atomically (see module doc)."""
         batch = split_batch(self._name, 0, data)
-        lease = self._lease
         conn = connect(self.conninfo)
         try:
-            with conn.transaction():
-                row = conn.execute(
-                    "SELECT id, generation, epoch FROM journal.streams WHERE session = %s "
-                    "AND generation IS NOT NULL FOR UPDATE", (self.session,)).fetchone()
-                if row is None:
-                    raise NotASession(self._name, "no such session in the database")
-                stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
-                if lease is not None and lease.held and epoch != lease.epoch:
-                    raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")
-                new_row = conn.execute("SELECT nextval('journal.generations')").fetchone()
-                assert new_row is not None
-                generation = int(new_row[0])
-                self._fill(conn, stream, generation, batch)
-                if before_swap is not None:
-                    before_swap()
-                conn.execute("DELETE FROM journal.entries WHERE stream = %s "
-                             "AND generation <> %s AND generation <> %s",
-                             (stream, old, generation))
+            self._publish(conn, batch, before_swap)
+        except psycopg.Error as e:
+            raise DatabaseError(f"{self._name}: the replacement was not published (the "
+                                f"session is as it was): {describe(e)}") from e
         finally:
             conn.close()
+
+    def _publish(self, conn: psycopg.Connection[Any], batch: Batch,
+                 before_swap: Callable[[], None] | None) -> None:
+        lease = self._lease
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT id, generation, epoch FROM journal.streams WHERE session = %s "
+                "AND generation IS NOT NULL FOR UPDATE", (self.session,)).fetchone()
+            if row is None:
+                raise NotASession(self._name, "no such session in the database")
+            stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
+            if lease is not None and lease.held and epoch != lease.epoch:
+                raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")
+            new_row = conn.execute("SELECT nextval('journal.generations')").fetchone()
+            assert new_row is not None
+            generation = int(new_row[0])
+            self._fill(conn, stream, generation, batch)
+            if before_swap is not None:
+                before_swap()
+            conn.execute("DELETE FROM journal.entries WHERE stream = %s "
+                         "AND generation <> %s AND generation <> %s",
+                         (stream, old, generation))
 
     def _fill(self, conn: psycopg.Connection[Any], stream: int, generation: int,
               batch: Batch) -> None:
