@@ -22,7 +22,7 @@ pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
 
 from journal import Durability, Session, inspect, load  # noqa: E402
-from journal.errors import LeaseLost, LockTimeout  # noqa: E402
+from journal.errors import JournalError, LeaseLost, LockTimeout  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
 from journal.storage import as_storage  # noqa: E402
@@ -79,6 +79,28 @@ def test_four_processes_contending_for_one_session_are_serialized(pg_url: str) -
         assert {(name, turn) for name, turn, _ in group} == {(group[0][0], group[0][1])}
         assert [k for _, _, k in group] == ["0", "1", "2", "3"]
     assert Counter(name for name, _, _ in tags) == {f"w{n}": turns * 4 for n in range(4)}
+    # positions are gap-free and every byte offset follows the line before it
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        rows = conn.execute(
+            "SELECT e.position, e.byte_offset, octet_length(e.line) FROM journal.entries e "
+            "JOIN journal.streams s ON s.id = e.stream AND s.generation = e.generation "
+            "WHERE s.session = 'contended' ORDER BY e.position").fetchall()
+    assert [r[0] for r in rows] == list(range(len(rows))) == list(range(len(entries) + 1))
+    assert all(b[1] == a[1] + a[2] + 1 for a, b in zip(rows, rows[1:], strict=False))
+    assert storage.size() == rows[-1][1] + rows[-1][2] + 1
+
+
+def test_opening_a_missing_session_fails_and_leaves_nothing_behind(pg_url: str) -> None:
+    url = session_url(pg_url, "missing")
+    with pytest.raises(JournalError, match="no such session"):
+        Session.open(url)
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        row = conn.execute("SELECT count(*) FROM journal.streams").fetchone()
+    assert row is not None and row[0] == 0
 
 
 def test_a_waiting_writer_times_out_naming_the_holder(pg_url: str) -> None:

@@ -56,6 +56,10 @@ class Lease:
         self._released = True
         try:
             if not self.conn.broken and not self.conn.closed:
+                # a session that was never created leaves no row behind
+                self.conn.execute("DELETE FROM journal.streams WHERE session = %s "
+                                  "AND generation IS NULL AND epoch = %s",
+                                  (self.session, self.epoch))
                 self.conn.execute(
                     "UPDATE journal.streams SET holder_host = NULL, holder_pid = NULL, "
                     "holder_since = NULL, holder_backend = NULL "
