@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 from third_party import pi_bytes  # noqa: E402
 
-from journal import Session, View, load, resume  # noqa: E402
+from journal import Session, View, WriteFailed, load, resume  # noqa: E402
 from journal.context import build_context  # noqa: E402
 from journal.pg import storage as pg_storage  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
@@ -195,3 +195,21 @@ def test_import_journal_loads_no_driver_until_a_database_is_named(pg_url: str) -
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert out.stdout.split() == ["False", "True", "PostgresStorage"], out.stderr
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b'{"type":"custom","id":"a"}', "whole lines"),
+    (b'{"type":"custom","id":"\xff"}\n', "UTF-8"),
+    (b'{"type":"custom","id":"a\x00"}\n', "NUL"),
+])
+def test_bytes_a_text_column_cannot_hold_are_refused_whole(
+        pg_url: str, data: bytes, why: str) -> None:
+    storage = stored(pg_url, "refused", b'{"type":"session","version":3,"id":"r","cwd":"/"}\n')
+    before = stored_bytes(storage)
+    appender = storage.open_appender()
+    try:
+        with pytest.raises(WriteFailed, match=why):
+            appender.commit(b'{"type":"custom","id":"ok"}\n' + data)
+    finally:
+        appender.close()
+    assert stored_bytes(storage) == before

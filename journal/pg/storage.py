@@ -325,7 +325,10 @@ class PostgresAppender:
         locator = self.storage.locator
         if self._conn is None:
             raise JournalError(f"{locator}: the appender is closed")
-        batch = split_batch(locator, -1, data)
+        try:
+            batch = split_batch(locator, 0, data)
+        except WriteFailed as e:
+            raise WriteFailed(locator, self.storage.size_or(0), e.reason) from None
         params = (self.storage.session, self.epoch, batch.lines, batch.ids, batch.parents,
                   batch.types, batch.offsets, batch.total, batch.kept)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
