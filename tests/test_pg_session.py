@@ -213,3 +213,22 @@ def test_bytes_a_text_column_cannot_hold_are_refused_whole(
     finally:
         appender.close()
     assert stored_bytes(storage) == before
+
+
+def test_a_resumed_session_learns_the_older_ids_from_the_id_column(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.idscan import IdScan
+
+    storage = as_storage(session_url(pg_url, "ids"))
+    with Session.create(storage, cwd="/") as session:
+        ids = [session.append_message({"role": "user", "content": f"m{n}", "timestamp": 1})
+               for n in range(50)]
+    assert isinstance(storage, PostgresStorage)
+    assert storage.entry_ids() == {int(i, 16) for i in ids}
+
+    def no_bulk_read(self: object, start: int, end: int) -> tuple[int, bytes]:
+        raise AssertionError("the id scan read the session's lines")
+
+    monkeypatch.setattr(pg_storage.PostgresReader, "_rows", no_bulk_read)
+    scan = IdScan(storage)
+    assert scan.wait(10) and all(i in scan for i in ids) and "ffffffff" not in scan

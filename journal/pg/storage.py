@@ -563,6 +563,20 @@ class PostgresStorage:
             self._lease = lease
         return lease
 
+    def entry_ids(self) -> set[int]:
+        """Every 8-hex entry id of the current generation, as integers (what
+        `journal.idscan` gathers from a file's bytes), from the id column: a resumed
+        session learns the ids it must not reuse without reading the whole session."""
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT e.id FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
+                "AND s.generation = e.generation WHERE s.session = %s "
+                "AND e.id ~ '^[0-9a-f]{8}$'", (session,)).fetchall()
+
+        return {int(row[0], 16) for row in with_shared(self.conninfo, query)}
+
     def holder(self) -> dict[str, Any] | None:
         """Who holds the session's lease now (pid, host, since), or None: the holder
         recorded in the stream row, if its lease connection still holds the advisory lock."""
