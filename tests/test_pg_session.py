@@ -232,3 +232,37 @@ def test_a_resumed_session_learns_the_older_ids_from_the_id_column(
     monkeypatch.setattr(pg_storage.PostgresReader, "_rows", no_bulk_read)
     scan = IdScan(storage)
     assert scan.wait(10) and all(i in scan for i in ids) and "ffffffff" not in scan
+
+
+def test_the_stream_row_keeps_the_offsets_a_resume_starts_from(pg_url: str) -> None:
+    import psycopg
+
+    url = session_url(pg_url, "offsets")
+    with Session.create(url, cwd="/") as session:
+        session.append_message({"role": "user", "content": "a", "timestamp": 1})
+        session.append_model_change("anthropic", "m")
+        kept = session.append_message({"role": "user", "content": "b", "timestamp": 1})
+        session.append_thinking_level_change("high")
+        compaction = session.append_compaction("sum", kept, 10)  # settings follow it
+        session.append_message({"role": "user", "content": "c", "timestamp": 1})
+    entries = load(url).entries
+    model = [e["id"] for e in entries if e["type"] == "model_change"][-1]
+    thinking = [e["id"] for e in entries if e["type"] == "thinking_level_change"][-1]
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        offsets = dict(conn.execute(
+            "SELECT e.id, e.byte_offset FROM journal.entries e JOIN journal.streams s "
+            "ON s.id = e.stream AND s.generation = e.generation "
+            "WHERE s.session = 'offsets'").fetchall())
+        row = conn.execute("SELECT last_compaction, last_kept, last_model_change, "
+                           "last_thinking_change FROM journal.streams "
+                           "WHERE session = 'offsets'").fetchone()
+    assert row == (offsets[compaction], offsets[kept], offsets[model], offsets[thinking])
+    # a replacement computes them from its own bytes
+    storage.publish(stored_bytes(storage), "test")
+    with psycopg.connect(storage.conninfo) as conn:
+        again = conn.execute("SELECT last_compaction, last_kept, last_model_change, "
+                             "last_thinking_change FROM journal.streams "
+                             "WHERE session = 'offsets'").fetchone()
+    assert again == row

@@ -230,8 +230,8 @@ class PostgresReader:
         from the resume hint (the earliest of where the latest compaction's kept entries
         start, the latest model change and thinking-level change), so a resume reads its tail
         in one query; a read just before the previous one (a backward scan) takes READ_AHEAD
-        bytes before it; a forward read takes at least READ_AHEAD bytes. The two latest
-        ranges are kept (the header and the tail, during a resume)."""
+        bytes before it. The two latest ranges are kept (the header and the tail, during a
+        resume)."""
         end = offset + length if limit is None else min(offset + length, limit)
         if end <= offset:
             return b""
@@ -247,8 +247,6 @@ class PostgresReader:
                 start = hint
             elif backwards:
                 start = max(0, offset - READ_AHEAD)
-            elif end - start < READ_AHEAD:
-                end = min(limit, start + READ_AHEAD)
         first, data = self._rows(start, end)
         self._cached = [(first, data), *self._cached[:1]]
         lo = offset - first
