@@ -565,15 +565,17 @@ class PostgresStorage:
         """Every 8-hex entry id of the current generation, as integers (what
         `journal.idscan` gathers from a file's bytes), from the id column: a resumed
         session learns the ids it must not reuse without reading the whole session."""
-        session = self.session
-
-        def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(
+        conn = connect(self.conninfo)  # its own: a long read must not hold up the shared one
+        try:
+            rows = conn.execute(
                 "SELECT e.id FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
                 "AND s.generation = e.generation WHERE s.session = %s "
-                "AND e.id ~ '^[0-9a-f]{8}$'", (session,)).fetchall()
-
-        return {int(row[0], 16) for row in with_shared(self.conninfo, query)}
+                "AND e.id ~ '^[0-9a-f]{8}$'", (self.session,)).fetchall()
+        except psycopg.Error as e:
+            raise DatabaseError(f"{self._name}: cannot list the entry ids: {describe(e)}") from e
+        finally:
+            conn.close()
+        return {int(row[0], 16) for row in rows}
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds the session's lease now (pid, host, since), or None: the holder
