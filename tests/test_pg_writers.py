@@ -115,6 +115,8 @@ def test_a_waiting_writer_times_out_naming_the_holder(pg_url: str) -> None:
         assert caught.value.holder is not None
         assert caught.value.holder["pid"] == holder.pid
         assert caught.value.holder["host"] == socket.gethostname()
+        assert caught.value.holder["since"] is not None  # an ISO time, when it took the lease
+        assert caught.value.holder["since"] >= "2020"
         assert f"pid {holder.pid}" in str(caught.value)
         info = inspect(url)  # `journal info` names the holder too
         assert info.lock_holder is not None and info.lock_holder["pid"] == holder.pid
