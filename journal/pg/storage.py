@@ -473,7 +473,8 @@ class PostgresStorage:
 
     def open_appender(self, durability: Durability | None = None) -> PostgresAppender:
         lease = self._lease
-        epoch = lease.epoch if lease is not None and lease.held else None
+        # the epoch fences even when the lease connection broke since: never unfenced then
+        epoch = lease.epoch if lease is not None and not lease.released else None
         return PostgresAppender(self, durability, epoch)
 
     def create(self, data: bytes) -> None:
@@ -522,7 +523,7 @@ class PostgresStorage:
             if row is None:
                 raise NotASession(self._name, "no such session in the database")
             stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
-            if lease is not None and lease.held and epoch != lease.epoch:
+            if lease is not None and not lease.released and epoch != lease.epoch:
                 raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")
             new_row = conn.execute("SELECT nextval('journal.generations')").fetchone()
             assert new_row is not None
