@@ -31,7 +31,7 @@ from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
-from agent.window import ContextWindowTooSmall, resolve_window
+from agent.window import ContextWindowTooSmall, run_window
 from journal import JournalError, Session
 from journal.cli import entry_parser, run
 from tools import SandboxUnavailable, require_sandbox
@@ -201,8 +201,7 @@ def check_arguments(args: argparse.Namespace) -> Plan:
     settings = replace(settings, fallback_models=specs)
     fallbacks = tuple(make_model(spec, args.window) for spec in specs)
     try:  # the window the runner will use: from the flag, the model, or the model table
-        resolve_window(model.model_id, replace(
-            settings, context_window=settings.context_window or model.context_window))
+        run_window(model, settings)
     except ContextWindowTooSmall as e:
         raise JournalError(
             f"the model's context window of {e.window:,} tokens is below the minimum of "

@@ -4,15 +4,22 @@ Pruning only shapes what is sent for one request; the session log is never
 changed. The messages come back as a new list in which pruned tool results
 are new dicts and everything else is the caller's original object.
 
-Levels, by the context estimate as a share of the window:
+Levels, by the context estimate as a share of the window, staged as in the design:
 
 * below ``soft_trim_ratio`` (30%): nothing happens;
 * from ``soft_trim_ratio``: old tool results with more than
   ``soft_trim_min_chars`` of text keep only their first and last
   ``soft_trim_head_chars`` / ``soft_trim_tail_chars`` characters, with a note
   in between saying how many characters were cut;
-* from ``hard_clear_ratio`` (50%): old tool results are replaced by
-  ``[old tool result cleared: N chars]`` (images are dropped and counted).
+* from ``hard_clear_ratio`` (50%): soft-trimming runs first, and only if the
+  estimate minus what it saved is still at or above ``hard_clear_ratio`` are old
+  tool results replaced by ``[old tool result cleared: N chars]`` (images are
+  dropped and counted), oldest first, one at a time, until the estimate is under
+  the threshold. So between 50% and ~55% of the window, where trimming alone is
+  enough, nothing is cleared.
+
+What a trim or a clear saves is counted as its characters / ``chars_per_token``
+plus ``image_tokens`` per dropped image (the estimator's own rule for "chars").
 
 "Old" means before the ``protected_assistant_turns`` (3) most recent assistant
 messages: results that follow any of those belong to a recent turn and are
@@ -122,6 +129,12 @@ def _clear(msg: Message) -> Message | None:
     return with_text(msg, placeholder, keep_images=False)
 
 
+def _saved_tokens(before: Message, after: Message, settings: ContextSettings) -> int:
+    chars = len(result_text(before)) - len(result_text(after))
+    images = image_count(before) - image_count(after)
+    return math.ceil(chars / settings.chars_per_token) + images * settings.image_tokens
+
+
 def prune_messages(
     messages: Sequence[Message],
     window: int,
@@ -129,11 +142,13 @@ def prune_messages(
     settings: ContextSettings = DEFAULT_SETTINGS,
     estimator: Estimator | None = None,
 ) -> tuple[list[Message], PruneReport]:
-    """Prune old tool results according to how full the window is.
+    """Prune old tool results according to how full the window is (staged, see the module).
 
     ``estimate`` is the current context size in tokens; when omitted it is
     computed with :func:`agent.tokens.estimate_context`. When nothing needs pruning
     the input list itself is returned (no copy: this runs before every request).
+    The report's ``level`` is the level actually applied: ``SOFT_TRIM`` when the
+    estimate reached the hard-clear ratio but trimming brought it back under.
     """
     if estimate is None:
         estimate = estimate_context(
@@ -148,27 +163,40 @@ def prune_messages(
         unchanged = messages if isinstance(messages, list) else list(messages)
         return unchanged, PruneReport(level, tokens, window, boundary)
     out = list(messages)
+    old = [i for i in range(boundary) if messages[i].get("role") == "toolResult"]
 
-    changed: list[int] = []
-    removed = 0
-    for index in range(boundary):
-        msg = messages[index]
-        if msg.get("role") != "toolResult":
-            continue
-        new = _clear(msg) if level is PruneLevel.CLEAR else _soft_trim(msg, settings)
-        if new is None:
-            continue
-        removed += len(result_text(msg)) - len(result_text(new))
-        out[index] = new
-        changed.append(index)
+    trimmed: list[int] = []
+    remaining = tokens
+    for index in old:
+        new = _soft_trim(messages[index], settings)
+        if new is not None:
+            remaining -= _saved_tokens(messages[index], new, settings)
+            out[index] = new
+            trimmed.append(index)
 
-    is_clear = level is PruneLevel.CLEAR
+    cleared: list[int] = []
+    hard = ratio_threshold(settings.hard_clear_ratio, window)
+    if remaining >= hard:
+        for index in old:
+            if remaining < hard:
+                break
+            new = _clear(messages[index])
+            if new is None:
+                continue
+            remaining -= _saved_tokens(out[index], new, settings)
+            out[index] = new
+            cleared.append(index)
+
+    changed = set(trimmed) | set(cleared)
+    removed = sum(len(result_text(messages[i])) - len(result_text(out[i])) for i in changed)
+    if not changed:
+        out = messages if isinstance(messages, list) else list(messages)
     return out, PruneReport(
-        level=level,
+        level=PruneLevel.CLEAR if cleared else PruneLevel.SOFT_TRIM if trimmed else level,
         estimate_tokens=tokens,
         window=window,
         protected_from=boundary,
-        trimmed=() if is_clear else tuple(changed),
-        cleared=tuple(changed) if is_clear else (),
+        trimmed=tuple(i for i in trimmed if i not in cleared),
+        cleared=tuple(cleared),
         chars_removed=removed,
     )

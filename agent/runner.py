@@ -68,7 +68,7 @@ from agent.truncate import (
     truncate_tool_result,
     truncate_tool_results,
 )
-from agent.window import Budget, check_window, clamp_reserve, resolve_window
+from agent.window import resolve_budget, run_settings
 from journal import Context, Session, sanitize
 from tools import Tool, ToolResult, run_tool, tool_schemas
 
@@ -181,7 +181,7 @@ class Runner:
         self._inboxes: list[str] = []
         self.tools = {tool.name: tool for tool in tools}
         self.schemas = tool_schemas(tools)
-        self.settings = settings
+        self.settings = settings = run_settings(model, settings)  # one window for the run
         self.summarizer = summarizer or default_summarizer()
         self.system_prompt = system_prompt
         self.workspace = workspace
@@ -193,11 +193,7 @@ class Runner:
         self.compactions = 0
         self.auto_compact = True
         self._sanitized = _IncrementalSanitizer()
-        window = settings.context_window or model.context_window or resolve_window(
-            model.model_id, settings)
-        check_window(window, settings)
-        reserve = clamp_reserve(window, settings)
-        self.budget = Budget(window=window, reserve=reserve, prompt=window - reserve)
+        self.budget = resolve_budget(model.model_id, settings)
 
     # observers
 

@@ -18,6 +18,8 @@ from agent.settings import DEFAULT_SETTINGS, ContextSettings
 _IMPORTANT_TAIL = re.compile(
     r"""
       \b(?:errors?|exceptions?|traceback|failed|failures?|fatal|panic(?:ked)?)\b
+    | \bstack\s*trace\b | \berrno\b
+    | \b(?:done|complete[d]?|finished|summary|results?)\b
     | \berr!
     | (?-i:[A-Za-z0-9_](?:Error|Exception))\b
     | \bexit(?:ed)?(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*-?\d+\b
@@ -85,7 +87,8 @@ def max_result_chars(window: int, settings: ContextSettings = DEFAULT_SETTINGS) 
 
 
 def tail_looks_important(text: str, settings: ContextSettings = DEFAULT_SETTINGS) -> bool:
-    """Does the end of ``text`` carry the outcome (errors, exit codes, totals, closing brace)?
+    """Does the end of ``text`` carry the outcome (errors, stack traces, errno, exit codes,
+    totals, result words such as done, complete, finished, summary, result; a closing brace)?
 
     Command output usually ends with its verdict, so cutting the tail of such a
     result would remove the one part the model needs.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 
@@ -85,3 +86,43 @@ def resolve_budget(
     window = resolve_window(model, settings)
     reserve = clamp_reserve(window, settings)
     return Budget(window=window, reserve=reserve, prompt=window - reserve)
+
+
+class HasWindow(Protocol):
+    """What `run_settings` reads of a model (`agent.models.Model` has both)."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def context_window(self) -> int | None: ...
+
+
+def run_window(model: HasWindow | None, settings: ContextSettings = DEFAULT_SETTINGS) -> int:
+    """The one window of a run: the explicit setting, else the model object's own window,
+    else the model table for its id, else the default; then checked.
+
+    The model object's window comes before the table because it is the more specific: a
+    model made with ``context_window=40_000`` is believed over the table's 200,000.
+    """
+    window = settings.context_window
+    if window is None and model is not None:
+        window = model.context_window
+    if window is None:
+        return resolve_window(model.model_id if model is not None else None, settings)
+    return check_window(window, settings)
+
+
+def run_settings(model: HasWindow | None, settings: ContextSettings = DEFAULT_SETTINGS,
+                 ) -> ContextSettings:
+    """`settings` with `context_window` pinned to `run_window(model, settings)`.
+
+    Everything of a run (the runner's budget, compaction's cut point and summary sizes,
+    pruning, truncation, the overflow rungs) takes these settings, so all of them resolve the
+    same window: nothing downstream can fall back to the model table or the default and plan
+    with another number.
+    """
+    window = run_window(model, settings)
+    if settings.context_window == window:
+        return settings
+    return replace(settings, context_window=window)

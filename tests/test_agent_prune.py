@@ -153,7 +153,8 @@ def test_at_50_percent_old_results_are_cleared():
     msgs[4] = result(1, "short", images=0)
     msgs[6] = result(2, "z" * 300, images=2)
     before = copy.deepcopy(msgs)
-    out, report = prune_messages(msgs, WINDOW, 50_000)
+    # 60,000: trimming index 2 saves ~1,850 tokens, not enough to get under 50,000
+    out, report = prune_messages(msgs, WINDOW, 60_000)
     assert msgs == before
     assert report.level is PruneLevel.CLEAR
     assert report.cleared == (2, 6)
@@ -226,3 +227,29 @@ def test_estimate_is_computed_when_omitted():
     out, report = prune_messages(msgs, WINDOW)
     assert report.level is PruneLevel.SOFT_TRIM
     assert report.estimate_tokens == 40_000 + 2_600  # usage + BIG after it at chars/4
+
+
+# --- hard clear is staged after soft trim
+
+
+def test_over_50_percent_trimming_alone_is_enough_so_nothing_is_cleared():
+    """Three old results of 10,400 chars trim to ~3,050 each: ~5,500 tokens saved, so at
+    52,000 (between 50% and ~55%) the context is back under 50% without clearing."""
+    msgs = conversation(6)
+    out, report = prune_messages(msgs, WINDOW, 52_000)
+    assert report.level is PruneLevel.SOFT_TRIM
+    assert report.trimmed == (2, 4, 6) and report.cleared == ()
+    assert all("cleared" not in result_text(out[i]) for i in (2, 4, 6))
+
+
+def test_still_over_after_trimming_clears_oldest_first_only_as_far_as_needed():
+    msgs = conversation(6)
+    # trimming saves ~5,513 tokens; clearing one trimmed result ~757 more
+    out, report = prune_messages(msgs, WINDOW, 50_000 + 5_513 + 500)
+    assert report.level is PruneLevel.CLEAR
+    assert report.cleared == (2,)
+    assert report.trimmed == (4, 6)
+    assert result_text(out[2]).startswith("[old tool result cleared")
+    assert "characters cut" in result_text(out[4])
+    out, report = prune_messages(msgs, WINDOW, 90_000)
+    assert report.cleared == (2, 4, 6) and report.trimmed == ()

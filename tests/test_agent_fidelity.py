@@ -1,0 +1,177 @@
+"""Issue 17, the context-engine half: the gaps a review against the context-management design
+found, each tested through the real run loop (`Runner`) with the scripted model, and where the
+wire matters with the Anthropic model over the mock transport.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
+
+from agent.compaction import CompactionHooks, CompactionPreparation
+from agent.models.scripted import ScriptedModel
+from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.truncate import tail_looks_important, truncate_text
+from agent.window import run_settings, run_window
+from journal import Session
+from tools import Tool, ToolResult, Workspace, default_tools
+
+FAST = replace(DEFAULT_SETTINGS, retry_min_delay=0.0, retry_max_delay=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _no_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOURNAL_SESSIONS_DIR", str(tmp_path / "default-sessions"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    logging.getLogger("agent.window").setLevel(logging.ERROR)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+def busy(n: int, lines: int = 30, prefix: str = "") -> list[dict[str, Any]]:
+    return [{"text": f"Step {i}: writing {prefix}notes_{i}.txt.",
+             "tool_calls": [call("write", path=f"{prefix}notes_{i}.txt",
+                                 content=filler(f"n{i}", lines))]}
+            for i in range(n)]
+
+
+# --- 2. one window for the whole run
+
+
+def test_the_model_objects_window_is_the_one_window_of_the_run(tmp_path: Path,
+                                                                 workspace: Path) -> None:
+    """The issue's case: the model object says 40,000, its id ("claude-...") says 200,000 in
+    the table. The runner and compaction must both plan with 40,000 (compaction used to keep
+    20,000 tokens, 85% of the 40,000-token window's prompt budget)."""
+    turns = busy(5, lines=200)  # ~15,000 tokens: fits 40,000, more than 11,808 to keep
+    turns.append({"text": "Reading back.", "fail": "overflow",
+                  "tool_calls": [call("read", path="notes_4.txt")]})
+    turns.append({"text": "Done."})
+    model = Checked(ScriptedModel(scenario(*turns, model="claude-sonnet-4-6"),
+                                  context_window=40_000))
+    prepared: list[CompactionPreparation] = []
+    hooks = CompactionHooks(before_compaction=prepared.append)
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=FAST,
+                                compaction_hooks=hooks)
+        result = runner.run("Write five notes and read the last back.")
+        assert_journal_ok(session)
+    assert result.stop_reason == "stop" and result.compactions == 1
+    assert runner.budget.window == 40_000
+    assert [p.window for p in prepared] == [40_000]
+    # the kept share is computed from the 40,000-token prompt budget (half of 23,616)
+    assert prepared[0].keep_recent_tokens == (40_000 - 16_384) // 2
+
+
+def test_run_window_order() -> None:
+    class M:
+        model_id = "claude-sonnet-4-6"
+        context_window: int | None = 40_000
+
+    m = M()
+    assert run_window(m) == 40_000
+    assert run_window(m, ContextSettings(context_window=50_000)) == 50_000
+    m.context_window = None
+    assert run_window(m) == 200_000
+    assert run_settings(m).context_window == 200_000
+    assert run_settings(None).context_window == DEFAULT_SETTINGS.default_context_window
+
+
+# --- 6. important tails
+
+
+@pytest.mark.parametrize("ending", [
+    "  File 'x.py', line 3\nstack trace follows above",
+    "[Errno 28] No space left on device",
+    "open: errno=13",
+    "Build done in 3.2s",
+    "migration complete",
+    "Indexing completed",
+    "All jobs finished.",
+    "Summary: all good",
+    "Result: ok",
+])
+def test_tail_words_of_the_design_are_known(ending: str) -> None:
+    body = "".join(f"reading chunk {i} of the document body\n" for i in range(2_000))
+    assert tail_looks_important(body + ending)
+    text, cut = truncate_text(body + ending, 4_000)
+    assert cut and text.endswith(ending)
+
+
+def test_a_long_tool_output_ending_in_done_keeps_its_tail_in_the_run(tmp_path: Path,
+                                                                     workspace: Path) -> None:
+    verdict = "build finished: 0 problems"
+    body = "".join(f"compiling unit {i} of the project tree\n" for i in range(20_000))
+
+    class Build(Tool):
+        name = "build"
+        description = "Builds the project."
+        input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+        def execute(self, args: dict[str, Any]) -> ToolResult:
+            return ToolResult(body + verdict)
+
+    model = Checked(ScriptedModel(scenario({"text": "Building.", "tool_calls": [call("build")]},
+                                           {"text": "Built."})))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=FAST,
+                                tools=[*default_tools(workspace), Build(Workspace(str(workspace)))])
+        assert runner.run("Build it.").stop_reason == "stop"
+        assert_journal_ok(session)
+    sent = [m for m in model.requests[-1].messages if m["role"] == "toolResult"][0]
+    text = sent["content"][0]["text"]
+    assert "characters truncated" in text and text.endswith(verdict)
+
+
+# --- 4. hard clear staged after soft trim
+
+
+class Measured(Checked):
+    """Also records the runner's context estimate at each request."""
+
+    runner: Any = None
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.estimates: list[int] = []
+
+    def complete(self, request: Any, **kwargs: Any) -> dict[str, Any]:
+        self.estimates.append(self.runner.current_tokens())
+        return super().complete(request, **kwargs)
+
+
+def test_between_50_and_55_percent_the_run_only_trims(tmp_path: Path, workspace: Path) -> None:
+    for i in range(24):
+        (workspace / f"f{i}.txt").write_text(
+            "".join(f"file {i} line {k:03d} abcdefghijklmnop\n" for k in range(180)))
+    turns: list[dict[str, Any]] = [{"text": f"Reading f{i}.",
+                                    "tool_calls": [call("read", path=f"f{i}.txt")]}
+                                   for i in range(24)]
+    turns.append({"text": "Read them all."})
+    model = Measured(ScriptedModel(scenario(*turns), context_window=40_000))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=FAST)
+        model.runner = runner
+        assert runner.run("Read every file.").stop_reason == "stop"
+        assert_journal_ok(session)
+    assert runner.compactions == 0
+    hard = 20_000  # 50% of 40,000; compaction would start at the 23,616-token budget
+    staged = 0
+    for estimate, request in zip(model.estimates, model.requests, strict=True):
+        texts = [m["content"][0]["text"] for m in request.messages if m["role"] == "toolResult"]
+        cleared = sum(t.startswith("[old tool result cleared") for t in texts)
+        trimmed = sum("characters cut from this old tool result" in t for t in texts)
+        if hard <= estimate < 22_000:  # 50% to 55%: trimming old results saves far more
+            staged += 1
+            assert trimmed and not cleared, (estimate, trimmed, cleared)
+    assert staged >= 2
