@@ -292,9 +292,9 @@ def test_pending_message_survives_a_compaction_and_a_resume(tmp_path: Path,
     holder: dict[str, Runner] = {}
 
     def during(_: int) -> None:
-        holder["runner"].follow_up("do this next")
-        holder["runner"]._ingest()  # recorded now, as at the end of this tool call
-        holder["runner"].compact_now()
+        runner = holder["runner"]  # the tool runs on the runner's thread: record it now
+        runner.queues.queue(runner.session, "do this next", FOLLOW_UP)
+        runner.compact_now()
 
     tools = [*default_tools(workspace), Gate(Workspace(workspace), during)]
     with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
