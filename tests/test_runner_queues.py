@@ -283,40 +283,29 @@ def test_message_queued_to_a_killed_agent_is_delivered_by_the_resumed_run(
 
 def test_pending_message_survives_a_compaction_and_a_resume(tmp_path: Path,
                                                             workspace: Path) -> None:
-    """A follow-up queued long before it is delivered is recorded again after each
-    compaction, so a session resumed from its tail still holds it."""
-    model = Checked(ScriptedModel(scenario(
-        {"text": "Working.", "tool_calls": [call("gate")]},
-        {"text": "Stopping here."},
-    )))
-    holder: dict[str, Runner] = {}
-
-    def during(_: int) -> None:
-        runner = holder["runner"]  # the tool runs on the runner's thread: record it now
-        runner.queues.queue(runner.session, "do this next", FOLLOW_UP)
-        runner.compact_now()
-
-    tools = [*default_tools(workspace), Gate(Workspace(workspace), during)]
+    """A follow-up queued long before a compaction (its entry now before the kept part) is
+    recorded again after it, so a session resumed from its tail still holds it."""
     with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
-        for k in range(30):  # something to compact
+        runner, _ = make_runner(session, Checked(ScriptedModel(scenario({"text": "-"}))),
+                                workspace)
+        runner.queues.queue(session, "do this next", FOLLOW_UP)
+        for k in range(30):  # then a long stretch of work to compact
             session.append_message({"role": "user", "content": [{"type": "text",
                                     "text": f"old note {k} " + "x" * 400}], "timestamp": k})
             session.append_message({"role": "assistant", "content": [{"type": "text",
                                     "text": "ok"}], "stopReason": "stop", "timestamp": k,
                                     "api": "scripted", "provider": "scripted",
                                     "model": "scripted-1"})
-        runner, _ = make_runner(session, model, workspace, tools=tools, max_turns=1)
-        holder["runner"] = runner
-        runner.run("Go.")
-        assert runner.compactions == 1
+        assert runner.compact_now() is not None
         path = session.path
     with Session.open(path) as session:
         assert not session.tree.complete  # resumed from the tail
-        runner, _ = make_runner(session, Checked(ScriptedModel(scenario(
-            {"text": "Doing it."}))), workspace)
+        model = Checked(ScriptedModel(scenario({"text": "Doing it."})))
+        runner, _ = make_runner(session, model, workspace)
         runner.run(None)
-        entries = [e for e in load(path).entries]
+        entries = load(path).entries
     assert delivered(entries, FOLLOW_UP_TYPE) == ["do this next"]
+    assert "do this next" in texts_sent(model.requests[-1])
 
 
 # --- chat: typing while the agent works steers it
