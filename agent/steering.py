@@ -48,9 +48,9 @@ from journal import Session, resolve_live
 STEER = "steer"
 FOLLOW_UP = "followUp"
 KINDS = (STEER, FOLLOW_UP)
-QUEUED_TYPE = "journal.agent.queued"
-STEER_TYPE = "journal.agent.steer"
-FOLLOW_UP_TYPE = "journal.agent.followUp"
+QUEUED_TYPE = "journal.queued"
+STEER_TYPE = "journal.steer"
+FOLLOW_UP_TYPE = "journal.follow_up"
 DELIVERED_TYPES = {STEER: STEER_TYPE, FOLLOW_UP: FOLLOW_UP_TYPE}
 INBOX_SUFFIX = ".inbox"
 
