@@ -4,7 +4,8 @@ One `Runner.run(prompt)`:
 1. appends the user prompt;
 2. before each model call, routes the request (fits / truncate / compact / compact then
    truncate) from the context estimate and the prompt budget, then prunes old tool results on
-   the copy it sends (the journal is never edited);
+   the copy it sends (the journal is never edited), and leaves out the thinking of turns
+   written before the latest compaction (`agent.models.payload.drop_replayed_thinking`);
 3. sends the sanitized projection; around the call runs the recovery ladder: on a context
    overflow compact and retry (at most 3 times), then truncate oversized tool results in the
    session (a new branch), then stop with a message that says what to do; on a timeout with
@@ -32,12 +33,13 @@ model again (recording that change too).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agent.compaction import CompactionHooks, CompactionResult, compact
 from agent.compaction.summarize import Summarizer, SummaryAborted, default_summarizer
@@ -54,6 +56,7 @@ from agent.models import (
     assistant_message,
     tool_calls,
 )
+from agent.models.payload import drop_replayed_thinking
 from agent.overflow import truncate_session_tool_results
 from agent.prune import prune_messages
 from agent.routing import Route, decide_route
@@ -427,6 +430,9 @@ class Runner:
             if self._compact("threshold", will_retry=False) is not None:
                 raw = self.session.live_context()
                 estimate = self._estimate_of(raw)
+        sendable = drop_replayed_thinking(raw.messages, raw.fresh_from)
+        if sendable is not raw.messages:
+            raw = dataclasses.replace(raw, messages=cast(list[dict[str, Any]], sendable))
         messages, _ = prune_messages(self._sanitized(raw), self.budget.window, estimate,
                                      self.settings, self.estimator)
         if decision.route != Route.FITS:

@@ -5,15 +5,28 @@ wire matters with the Anthropic model over the mock transport.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic_mock import (
+    MockAPI,
+    end,
+    error_response,
+    redacted_block,
+    start,
+    stream_response,
+    text_block,
+    thinking_block,
+    tool_block,
+)
 from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
 
 from agent.compaction import CompactionHooks, CompactionPreparation
+from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.truncate import tail_looks_important, truncate_text
@@ -175,3 +188,76 @@ def test_between_50_and_55_percent_the_run_only_trims(tmp_path: Path, workspace:
             staged += 1
             assert trimmed and not cleared, (estimate, trimmed, cleared)
     assert staged >= 2
+
+
+# --- 3. no signed thinking replayed from before the latest compaction
+
+
+def _thinking_tool_reply(sig: str, call_id: str, path: str) -> Any:
+    return stream_response([start(100), *thinking_block(0, f"thinking {sig}", sig),
+                            *text_block(1, f"Reading {path}."),
+                            *tool_block(2, call_id, "read", {"path": path}), *end("tool_use")])
+
+
+def _signatures(body: dict[str, Any]) -> list[str]:
+    return [b.get("signature") or b.get("data") for m in body["messages"]
+            if m["role"] == "assistant" for b in m["content"]
+            if b["type"] in ("thinking", "redacted_thinking")]
+
+
+def test_anthropic_request_carries_no_thinking_from_before_the_compaction(
+        tmp_path: Path, workspace: Path) -> None:
+    api = MockAPI()
+    for name in ("a", "b", "c"):
+        (workspace / f"{name}.txt").write_text(
+            "\n".join(f"{name} row {k}: " + "0123456789" * 7 for k in range(100)))
+    too_long = error_response(400, "invalid_request_error",
+                              "prompt is too long: 210034 tokens > 200000 maximum")
+    api.queue(
+        _thinking_tool_reply("sig_a", "toolu_a", "a.txt"),
+        _thinking_tool_reply("sig_b", "toolu_b", "b.txt"),
+        _thinking_tool_reply("sig_c", "toolu_c", "c.txt"),
+        too_long,
+        _thinking_tool_reply("sig_d", "toolu_d", "a.txt"),
+        stream_response([start(100), *redacted_block(0, "opaque_e"),
+                         *text_block(1, "Read them."), *end()]),
+    )
+    settings = replace(FAST, keep_recent_tokens=1_000)
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, api.model(), workspace, settings=settings)
+        result = runner.run("Read a.txt, b.txt and c.txt, then a.txt again.")
+        assert_journal_ok(session)
+        kept_turn = [m for m in session.context().messages if m["role"] == "assistant"][0]
+    assert (result.stop_reason, result.compactions) == ("stop", 1)
+    assert api.problems == [] and api.replies == []
+    # before the compaction every turn's signed thinking is replayed as it came
+    assert _signatures(api.bodies[2]) == ["sig_a", "sig_b"]
+    assert _signatures(api.bodies[3]) == ["sig_a", "sig_b", "sig_c"]
+    # after it: the kept turn (toolu_c, written before the compaction) is sent without its
+    # thinking, while the journal keeps it; the turn after the compaction keeps its signature
+    retry, last = api.bodies[4], api.bodies[5]
+    assert _signatures(retry) == []
+    assert any(b.get("id") == "toolu_c" for m in retry["messages"] for b in m["content"]
+               if isinstance(b, dict))
+    assert kept_turn["content"][0]["thinkingSignature"] == "sig_c"
+    assert _signatures(last) == ["sig_d"]
+    after = [b for m in last["messages"] if m["role"] == "assistant" for b in m["content"]]
+    assert {"type": "thinking", "thinking": "thinking sig_d", "signature": "sig_d"} in after
+    assert "thinking sig_c" not in json.dumps(last)
+
+
+def test_drop_replayed_thinking_keeps_readable_thinking_of_a_thinking_only_turn() -> None:
+    signed = {"type": "thinking", "thinking": "why", "thinkingSignature": "s1"}
+    redacted = {"type": "redactedThinking", "data": "opaque"}
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [signed, redacted, {"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [signed, redacted]},
+        {"role": "assistant", "content": [signed, {"type": "text", "text": "new"}]},
+    ]
+    out = drop_replayed_thinking(messages, 3)
+    assert out[1]["content"] == [{"type": "text", "text": "hi"}]
+    assert out[2]["content"] == [{"type": "thinking", "thinking": "why"}]
+    assert out[3] is messages[3] and messages[1]["content"][0] is signed
+    assert to_api_messages([out[2]])[0]["content"] == [{"type": "text", "text": "why"}]
+    assert drop_replayed_thinking(messages, 0) is messages

@@ -61,6 +61,44 @@ _CACHEABLE = frozenset({"text", "image", "tool_result", "tool_use"})
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
+THINKING_TYPES = frozenset({"thinking", "redactedThinking", "redacted_thinking"})
+
+
+def drop_replayed_thinking(messages: Sequence[Message], before: int) -> list[Message]:
+    """``messages`` with the thinking blocks of assistant messages before index ``before``
+    (where the latest compaction's kept part ends) dropped; later messages untouched.
+
+    A signed thinking block is tied to the conversation that preceded it; after a compaction
+    that conversation is a summary, and the API rejects the replayed block ("Invalid
+    signature in thinking block"). The design: drop the thinking of turns before the latest
+    compaction, keep the latest turns' thinking (signature and all) as it is. A message that
+    held nothing but thinking keeps its readable thinking unsigned, which the payload sends as
+    plain text (a message left with nothing at all is left out by the sanitizer). Returns
+    ``messages`` itself (as a list) when there is nothing to drop.
+    """
+    out: list[Message] | None = None
+    for index in range(min(before, len(messages))):
+        message = messages[index]
+        content = message.get("content")
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        if not any(isinstance(b, dict) and b.get("type") in THINKING_TYPES for b in content):
+            continue
+        kept = [b for b in content
+                if not (isinstance(b, dict) and b.get("type") in THINKING_TYPES)]
+        if not kept:
+            kept = [{"type": "thinking", "thinking": b["thinking"]} for b in content
+                    if isinstance(b, dict) and b.get("type") == "thinking"
+                    and b.get("redacted") is not True
+                    and isinstance(b.get("thinking"), str) and b["thinking"].strip()]
+        if out is None:
+            out = list(messages)
+        out[index] = {**message, "content": kept}
+    if out is not None:
+        return out
+    return messages if isinstance(messages, list) else list(messages)
+
+
 def to_api_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The ``messages`` of an Anthropic request for pi-shaped ``messages``."""
     ids = _IdMap()
