@@ -181,7 +181,9 @@ class Runner:
         failed)."""
         self.fallback_models = list(fallback_models)
         self.queues = MessageQueues()
-        self._inboxes: list[str] = []
+        self._inboxes: list[str] = [*session.followed]
+        """Paths whose inbox folders are read: the files this session was followed from
+        (a message queued to a file that has since rotated) and each path it writes to."""
         self.tools = {tool.name: tool for tool in tools}
         self.schemas = tool_schemas(tools)
         self.settings = settings = run_settings(model, settings)  # one window for the run
