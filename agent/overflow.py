@@ -26,13 +26,24 @@ at or before it too, as the next compaction starts summarizing there.)
 Example:
     >>> report = truncate_session_tool_results(session, 200_000)  # doctest: +SKIP
     >>> report.truncated, report.chars_cut, report.new_leaf_id  # doctest: +SKIP
+
+`OverflowLadder` is the order of recovery for one model call that overflows: compaction (at
+most `settings.overflow_compactions`), then this truncation, then giving up. It never sends the
+same request twice: a rung that changes nothing (a compaction that finds nothing to compact, a
+truncation that truncates nothing, or a rung after which the request is still identical)
+moves straight to the next rung. When a compaction already ran while the failed request was
+built, another one is not run at once for the same overflow: it counts as one of the
+compactions and truncation comes first. Each rung and its outcome is recorded in the session
+as a `journal.overflow_rung` custom entry, with a readable `text` that `journal tail` and
+`journal show` print.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from agent.messages import Message
@@ -51,6 +62,7 @@ log = logging.getLogger(__name__)
 Entry = dict[str, Any]
 
 MARKER_TYPE = "journal.tool_results_truncated"
+RUNG_TYPE = "journal.overflow_rung"
 _STAMP_KEYS = ("id", "parentId", "timestamp")
 
 
@@ -149,11 +161,14 @@ def truncate_session_tool_results(
     parent = branch[first - 1]["id"] if first > 0 else None
     copies: list[Entry] = []
     for i in range(first, len(branch)):
+        if branch[i].get("type") == "custom" and branch[i].get("customType") == RUNG_TYPE:
+            continue  # the ladder's notes stay on the old branch; they are not history
         entry = _copy(branch[i])
         if i in plan:
             entry["message"] = dict(plan[i][0])
         copies.append(entry)
-    originals = [e.get("id") for e in branch[first:]]
+    originals = [e.get("id") for e in branch[first:]
+                 if not (e.get("type") == "custom" and e.get("customType") == RUNG_TYPE)]
 
     chars_cut = sum(cut for _, cut in plan.values())
     marker: Entry = {
@@ -181,3 +196,121 @@ def truncate_session_tool_results(
              len(plan), chars_cut, parent, leaf)
     return SessionTruncationReport(len(plan), chars_cut, old_leaf, leaf, parent,
                                    len(copies), replaced)
+
+
+class Rung(StrEnum):
+    COMPACT = "compact"
+    TRUNCATE = "truncate"
+    GIVE_UP = "give_up"
+
+
+@dataclass(frozen=True)
+class RungOutcome:
+    """What one rung did: `changed` says whether the next request can differ."""
+
+    changed: bool
+    outcome: str
+    """One word or two: compacted, nothing to compact, truncated, nothing to truncate."""
+    detail: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class OverflowLadder:
+    """The recovery rungs for one model call; see the module docstring.
+
+    The runner calls `overflowed(request, reason, compacted_in_attempt)` when a request
+    overflows and `repeats(request)` before sending the next one; both climb to the next rung
+    that changes something and return False when none is left.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        settings: ContextSettings,
+        *,
+        compact: Callable[[], RungOutcome],
+        truncate: Callable[[], RungOutcome],
+    ) -> None:
+        self.session = session
+        self.max_compactions = settings.overflow_compactions
+        self._compact = compact
+        self._truncate = truncate
+        self.compactions = 0
+        """Compaction rungs used (run, or skipped because one ran in the attempt)."""
+        self.compaction_exhausted = False
+        """A compaction found nothing: another on the same branch would find nothing too."""
+        self.truncated = False
+        self.steps = 0
+        self.failed: Any = None
+        """The request that overflowed last."""
+        self.reason = ""
+        self.gave_up = False
+        self._last = Rung.COMPACT
+
+    def overflowed(self, request: Any, reason: str, compacted_in_attempt: bool) -> bool:
+        """`request` overflowed: run rungs until one changes the session (True) or none is
+        left (False, recorded as a give-up)."""
+        self.failed, self.reason = request, reason
+        if compacted_in_attempt:
+            if self._can_compact():
+                self.compactions += 1
+                self._record(Rung.COMPACT, "skipped",
+                             "a compaction already ran in this attempt")
+            return self._climb((Rung.TRUNCATE, Rung.COMPACT))
+        return self._climb((Rung.COMPACT, Rung.TRUNCATE))
+
+    def repeats(self, request: Any) -> bool:
+        """Whether `request` is the one that overflowed last (the rung changed nothing the
+        model sees); when it is, the ladder has already climbed on (check `gave_up`)."""
+        if self.failed is None or request != self.failed:
+            return False
+        self._record(self._last, "request unchanged",
+                     "the request after this rung is identical; next rung")
+        self.gave_up = not self._climb((Rung.COMPACT, Rung.TRUNCATE))
+        return True
+
+    def _can_compact(self) -> bool:
+        return not self.compaction_exhausted and self.compactions < self.max_compactions
+
+    def _climb(self, order: tuple[Rung, ...]) -> bool:
+        for rung in order:
+            if rung is Rung.COMPACT and self._can_compact():
+                self.compactions += 1
+                result = self._compact()
+                if not result.changed:
+                    self.compaction_exhausted = True
+            elif rung is Rung.TRUNCATE and not self.truncated:
+                self.truncated = True
+                result = self._truncate()
+            else:
+                continue
+            self._last = rung
+            self._record(rung, result.outcome, result.detail, result.data)
+            if result.changed:
+                return True
+        self.gave_up = True
+        self._record(Rung.GIVE_UP, "gave up",
+                     f"after {self.compactions} compaction rung(s) and "
+                     f"{'a' if self.truncated else 'no'} truncation")
+        return False
+
+    def advice(self) -> str:
+        return (
+            "The conversation no longer fits the model's context window, even after "
+            f"{self.compactions} compaction rung(s) and truncating tool results "
+            f"({self.reason}). Start a new session, or use a model with a larger window."
+        )
+
+    def _record(self, rung: Rung, outcome: str, detail: str = "",
+                extra: dict[str, Any] | None = None) -> None:
+        self.steps += 1
+        text = f"overflow rung {self.steps}: {rung.value}: {outcome}"
+        if detail:
+            text += f" ({detail})"
+        data: dict[str, Any] = {"step": self.steps, "rung": rung.value, "outcome": outcome,
+                                "reason": self.reason[:300], "text": text, **(extra or {})}
+        try:
+            self.session.append_custom_entry(RUNG_TYPE, data)
+        except Exception:  # a note must never stop the recovery
+            log.exception("could not record %s", text)
+        log.info("%s", text)

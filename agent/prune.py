@@ -21,6 +21,9 @@ Levels, by the context estimate as a share of the window, staged as in the desig
 What a trim or a clear saves is counted as its characters / ``chars_per_token``
 plus ``image_tokens`` per dropped image (the estimator's own rule for "chars").
 
+``limit_history_turns`` (the design's ``limitHistoryTurns``, off by default) keeps only the
+last N user turns of a request.
+
 "Old" means before the ``protected_assistant_turns`` (3) most recent assistant
 messages: results that follow any of those belong to a recent turn and are
 never touched. Assistant messages (and so thinking blocks) are never touched.
@@ -127,6 +130,30 @@ def _clear(msg: Message) -> Message | None:
     if not images and len(placeholder) >= len(text):
         return None
     return with_text(msg, placeholder, keep_images=False)
+
+
+_SUMMARY_ROLES = frozenset({"compactionSummary", "branchSummary"})
+
+
+def limit_history_turns(messages: Sequence[Message], limit: int) -> list[Message]:
+    """The last ``limit`` user turns of ``messages`` (a turn starts at a ``user`` message and
+    holds everything up to the next one); ``limit`` <= 0 keeps everything.
+
+    A cut at a user message never separates a tool call from its result. Summaries at the
+    start (the latest compaction's) stay in front of what is kept. Returns ``messages``
+    itself (as a list) when nothing is cut.
+    """
+    whole = messages if isinstance(messages, list) else list(messages)
+    if limit <= 0:
+        return whole
+    starts = [i for i, m in enumerate(whole) if m.get("role") == "user"]
+    if len(starts) <= limit:
+        return whole
+    cut = starts[-limit]
+    lead = 0
+    while lead < cut and whole[lead].get("role") in _SUMMARY_ROLES:
+        lead += 1
+    return whole[:lead] + whole[cut:]
 
 
 def _saved_tokens(before: Message, after: Message, settings: ContextSettings) -> int:

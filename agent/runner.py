@@ -6,10 +6,12 @@ One `Runner.run(prompt)`:
    truncate) from the context estimate and the prompt budget, then prunes old tool results on
    the copy it sends (the journal is never edited), and leaves out the thinking of turns
    written before the latest compaction (`agent.models.payload.drop_replayed_thinking`);
-3. sends the sanitized projection; around the call runs the recovery ladder: on a context
-   overflow compact and retry (at most 3 times), then truncate oversized tool results in the
-   session (a new branch), then stop with a message that says what to do; on a timeout with
-   the prompt above 65% of the window compact and retry (at most 2 times);
+3. sends the sanitized projection; around the call runs the recovery ladder
+   (`agent.overflow.OverflowLadder`): on a context overflow compact and retry (at most 3
+   times), then truncate oversized tool results in the session (a new branch), then stop with
+   a message that says what to do; a rung that changes nothing moves straight to the next, so
+   no request is sent twice, and each rung is recorded in the session; on a timeout with the
+   prompt above 65% of the window compact and retry (at most 2 times);
 4. appends the assistant message when it completes (an interrupted one with stopReason
    "aborted", a failed one with "error"), then runs its tool calls one by one, appending each
    result as soon as it exists; an interrupted tool call still gets a result, so the file never
@@ -57,13 +59,14 @@ from agent.models import (
     tool_calls,
 )
 from agent.models.payload import drop_replayed_thinking
-from agent.overflow import truncate_session_tool_results
-from agent.prune import prune_messages
+from agent.overflow import OverflowLadder, RungOutcome, truncate_session_tool_results
+from agent.prune import limit_history_turns, prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.steering import FOLLOW_UP, STEER, MessageQueues, queue_message
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
+    aggregate_budget_chars,
     cuttable_tool_result_tokens,
     max_result_chars,
     oversized_tool_result_tokens,
@@ -82,9 +85,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "write and edit files and to run shell commands there. Keep answers short; say what you "
     "changed and why."
 )
-MAX_OVERFLOW_COMPACTIONS = 3
-MAX_TIMEOUT_COMPACTIONS = 2
-TIMEOUT_COMPACT_SHARE = 0.65
+MAX_OVERFLOW_COMPACTIONS = DEFAULT_SETTINGS.overflow_compactions
+MAX_TIMEOUT_COMPACTIONS = DEFAULT_SETTINGS.timeout_compactions
+TIMEOUT_COMPACT_SHARE = DEFAULT_SETTINGS.timeout_compact_share
 
 
 @dataclass(frozen=True)
@@ -322,33 +325,26 @@ class Runner:
     # one model call with routing and recovery
 
     def _complete(self, abort: threading.Event) -> dict[str, Any]:
-        overflow_compactions = 0
+        ladder = OverflowLadder(self.session, self.settings, compact=self._overflow_compact,
+                                truncate=self._overflow_truncate)
         timeout_compactions = 0
-        truncated_session = False
         while True:
+            compactions = self.compactions
             request = self._request()
+            if ladder.repeats(request):  # the last rung changed nothing the model would see
+                if ladder.gave_up:
+                    raise OverflowUnrecoverable(ladder.advice())
+                continue
             try:
                 return self._call_model(request, abort)
             except ContextOverflow as e:
-                if overflow_compactions < MAX_OVERFLOW_COMPACTIONS:
-                    overflow_compactions += 1
-                    self._compact("overflow", will_retry=True)
+                if ladder.overflowed(request, e.message, self.compactions > compactions):
                     continue
-                if not truncated_session:
-                    truncated_session = True
-                    report = truncate_session_tool_results(
-                        self.session, self.budget.window, self.settings)
-                    self._emit("session_truncated", report=report)
-                    continue
-                raise OverflowUnrecoverable(
-                    "The conversation no longer fits the model's context window, even after "
-                    f"{MAX_OVERFLOW_COMPACTIONS} compactions and truncating tool results "
-                    f"({e.message}). Start a new session, or use a model with a larger window.",
-                    status=e.status,
-                ) from e
+                raise OverflowUnrecoverable(ladder.advice(), status=e.status) from e
             except ModelTimeout as e:
                 share = self._estimate() / self.budget.window
-                if share > TIMEOUT_COMPACT_SHARE and timeout_compactions < MAX_TIMEOUT_COMPACTIONS:
+                if (share > self.settings.timeout_compact_share
+                        and timeout_compactions < self.settings.timeout_compactions):
                     timeout_compactions += 1
                     self._compact("timeout", will_retry=True)
                     continue
@@ -391,6 +387,27 @@ class Runner:
                 (m.provider, m.model_id) == (recorded.get("provider"), recorded.get("modelId"))
                 for m in self.fallback_models):
             self._switch_model(primary, "a new run starts on the primary model")
+
+    def _overflow_compact(self) -> RungOutcome:
+        result = self._compact("overflow", will_retry=True)
+        if result is None:
+            return RungOutcome(False, "nothing to compact")
+        return RungOutcome(True, "compacted",
+                           f"{result.tokens_before:,} -> {result.tokens_after:,} tokens",
+                           {"tokensBefore": result.tokens_before,
+                            "tokensAfter": result.tokens_after, "entryId": result.entry_id})
+
+    def _overflow_truncate(self) -> RungOutcome:
+        budget = aggregate_budget_chars(self.session.live_context().messages,
+                                        self.budget.window, self.settings)
+        report = truncate_session_tool_results(self.session, self.budget.window, self.settings,
+                                               budget_chars=budget)
+        self._emit("session_truncated", report=report)
+        if not report.changed:
+            return RungOutcome(False, "nothing to truncate")
+        return RungOutcome(True, "truncated",
+                           f"{report.truncated} tool result(s), {report.chars_cut:,} chars",
+                           {"truncated": report.truncated, "charsCut": report.chars_cut})
 
     def _failed_turn(self, error: ModelError, stop: str) -> dict[str, Any]:
         partial = error.partial
@@ -435,14 +452,16 @@ class Runner:
         sendable = drop_replayed_thinking(raw.messages, raw.fresh_from)
         if sendable is not raw.messages:
             raw = dataclasses.replace(raw, messages=cast(list[dict[str, Any]], sendable))
-        messages, _ = prune_messages(self._sanitized(raw), self.budget.window, estimate,
+        sanitized = limit_history_turns(self._sanitized(raw), self.settings.history_turn_limit)
+        messages, _ = prune_messages(sanitized, self.budget.window, estimate,
                                      self.settings, self.estimator)
         if decision.route != Route.FITS:
             messages, _ = truncate_tool_results(messages, self.budget.window, self.settings)
+            chars = aggregate_budget_chars(messages, self.budget.window, self.settings)
             excess = estimate.tokens - self.budget.prompt
             if excess > 0:
-                chars = _result_chars(messages) - excess * self.settings.chars_per_token
-                messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
+                chars = min(chars, _result_chars(messages) - excess * self.settings.chars_per_token)
+            messages, _ = truncate_aggregate(messages, max(0, chars), self.settings)
         if messages is raw.messages:
             messages = list(messages)  # the request must not share the session's live list
         return ModelRequest(

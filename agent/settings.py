@@ -73,6 +73,10 @@ class ContextSettings:
     next run starts on the primary model again. ``--fallback-model`` adds to them."""
 
     # --- request-level pruning (agent.prune)
+    history_turn_limit: int = 0
+    """Send only the last this many user turns (a user message and all that follows it up
+    to the next); 0: no limit, the design's default (`limitHistoryTurns`). Unlike the design,
+    a compaction summary at the start is kept: it stands for everything before and is short."""
     soft_trim_ratio: float = 0.30
     hard_clear_ratio: float = 0.50
     soft_trim_min_chars: int = 4_000
@@ -93,6 +97,20 @@ class ContextSettings:
     """How much of the end of a result is searched for signs of an important tail."""
     aggregate_min_keep_chars: int = 2_000
     """Aggregate truncation never shrinks one result below this many characters."""
+    aggregate_input_headroom: float = 0.75
+    """Aggregate truncation (before a request over budget, and the overflow ladder's
+    truncation rung) cuts tool results until the whole input fits this share of the window,
+    leaving the rest for the reply and the estimate's error (the design's 0.75)."""
+
+    # --- overflow recovery (agent.overflow, the runner)
+    overflow_compactions: int = 3
+    """Compactions the overflow ladder may run for one model call (a compaction already run
+    while that call's request was built counts as one). Then tool results are truncated in
+    the session, then the run stops."""
+    timeout_compactions: int = 2
+    """Compactions after a timeout, for one model call, when the prompt is large."""
+    timeout_compact_share: float = 0.65
+    """A timeout compacts only when the prompt estimate is above this share of the window."""
 
     # --- compaction (agent.compaction)
     keep_recent_tokens: int = 20_000

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.tokens import message_parts
 
 _IMPORTANT_TAIL = re.compile(
     r"""
@@ -285,3 +286,15 @@ def cuttable_tool_result_tokens(
     floor = settings.aggregate_min_keep_chars
     over = sum(max(0, n - floor) for n in _tool_result_sizes(messages, start).values())
     return over // settings.chars_per_token
+
+
+def aggregate_budget_chars(
+    messages: Sequence[Message], window: int, settings: ContextSettings = DEFAULT_SETTINGS
+) -> int:
+    """Characters all tool results together may keep so that the whole input stays within
+    ``aggregate_input_headroom`` (0.75) of ``window``: that share in characters, minus the
+    text of every message that is not a tool result."""
+    total = int(window * settings.aggregate_input_headroom * settings.chars_per_token)
+    other = sum(len(text) for m in messages if m.get("role") != "toolResult"
+                for text in message_parts(m)[0])
+    return max(0, total - other)

@@ -78,6 +78,13 @@ def describe_message(message: dict[str, Any]) -> str:
     return first_line(content_text(content))
 
 
+def custom_text(entry: Entry) -> str:
+    """The readable line a `custom` entry offers in `data.text` ('' when it offers none)."""
+    data = entry.get("data")
+    text = data.get("text") if isinstance(data, dict) else None
+    return first_line(text) if isinstance(text, str) else ""
+
+
 def describe_entry(entry: Entry) -> str:
     """A short description of what an entry holds, without its type or id."""
     kind = entry.get("type")
@@ -105,7 +112,8 @@ def describe_entry(entry: Entry) -> str:
     if kind == "session_info":
         return f"name {entry.get('name')!r}"
     if kind == "custom":
-        return f"custom {entry.get('customType')}"
+        text = custom_text(entry)
+        return f"custom {entry.get('customType')}" + (f": {text}" if text else "")
     if kind == "custom_message":
         text = first_line(content_text(entry.get("content")))
         return f"custom message {entry.get('customType')}: {text}"

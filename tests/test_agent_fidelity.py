@@ -26,12 +26,18 @@ from anthropic_mock import (
 from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
 
 from agent.compaction import CompactionHooks, CompactionPreparation
+from agent.models import ContextOverflow
 from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
+from agent.overflow import RUNG_TYPE
+from agent.prune import limit_history_turns
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.truncate import tail_looks_important, truncate_text
+from agent.tokens import message_parts
+from agent.truncate import aggregate_budget_chars, tail_looks_important, truncate_text
 from agent.window import run_settings, run_window
 from journal import Session
+from journal.cli.tail import describe
+from journal.render import describe_entry
 from tools import Tool, ToolResult, Workspace, default_tools
 
 FAST = replace(DEFAULT_SETTINGS, retry_min_delay=0.0, retry_max_delay=0.0)
@@ -261,3 +267,159 @@ def test_drop_replayed_thinking_keeps_readable_thinking_of_a_thinking_only_turn(
     assert out[3] is messages[3] and messages[1]["content"][0] is signed
     assert to_api_messages([out[2]])[0]["content"] == [{"type": "text", "text": "why"}]
     assert drop_replayed_thinking(messages, 0) is messages
+
+
+# --- 1. the overflow ladder never sends the same request twice
+
+
+def rungs(session: Session) -> list[tuple[str, str]]:
+    return [(e["data"]["rung"], e["data"]["outcome"]) for e in session.get_branch()
+            if e.get("type") == "custom" and e.get("customType") == RUNG_TYPE]
+
+
+def test_a_model_that_always_overflows_gets_no_identical_request(tmp_path: Path,
+                                                                  workspace: Path) -> None:
+    """The issue's case: with a model that overflows every time we saw compact, two no-op
+    compactions, truncation, then failure: five calls, four of them identical."""
+    model = Checked(ScriptedModel(scenario(*busy(3), {"text": "never reached"})))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, keep_recent_tokens=500))
+        assert runner.run("Write three notes.").stop_reason == "stop"
+        sent = len(model.requests)
+        model.inner.overflow_above = 50
+        result = runner.run("Now something that cannot fit.")
+        assert_journal_ok(session)
+        notes = rungs(session)
+        shown = [describe_entry(e) for e in session.get_branch() if e["type"] == "custom"]
+        tailed = ["".join(t for t, _ in describe(e)[2]) for e in session.get_branch()
+                  if e["type"] == "custom"]
+    assert result.stop_reason == "overflow" and "Start a new session" in result.message
+    failing = model.requests[sent:]
+    assert len(failing) == 2  # the first request, and the one after the compaction
+    assert failing[0] != failing[1]
+    assert notes == [("compact", "compacted"), ("compact", "nothing to compact"),
+                     ("truncate", "nothing to truncate"), ("give_up", "gave up")]
+    assert shown[0].startswith(f"custom {RUNG_TYPE}: overflow rung 1: compact: compacted")
+    assert tailed[1] == f"{RUNG_TYPE}: overflow rung 2: compact: nothing to compact"
+
+
+def test_a_compaction_in_the_attempt_is_not_followed_by_another(tmp_path: Path,
+                                                                workspace: Path) -> None:
+    """The request was built after a threshold compaction and still overflows: the ladder
+    does not compact again at once; it counts that compaction and truncates first."""
+    settings = replace(FAST, context_window=16_000, keep_recent_tokens=2_000,
+                       soft_trim_ratio=0.85, hard_clear_ratio=0.95,
+                       aggregate_min_keep_chars=1_000_000)
+    for i in range(3):
+        (workspace / f"big{i}.txt").write_text(filler(f"b{i}", 240))  # ~14,000 chars each
+    turns = [{"text": f"Reading big{i}.", "tool_calls": [call("read", path=f"big{i}.txt")]}
+             for i in range(3)]
+    turns.append({"text": "All read."})
+    model = Checked(ScriptedModel(scenario(*turns)))
+    compactions: list[str] = []
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, watch = make_runner(session, model, workspace, settings=settings)
+        original = runner.model.complete
+
+        def overflow_after_threshold(request: Any, **kwargs: Any) -> dict[str, Any]:
+            compactions.extend(d["reason"] for d in watch.kinds("compaction_start")
+                               [len(compactions):])
+            if compactions == ["threshold"] and not rungs(session):
+                raise ContextOverflow("prompt is too long")
+            return original(request, **kwargs)
+
+        runner.model.complete = overflow_after_threshold  # type: ignore[method-assign]
+        result = runner.run("Read the three big files.")
+        assert_journal_ok(session)
+        notes = rungs(session)
+    assert notes[0] == ("compact", "skipped")
+    assert notes[1][0] == "truncate"
+    assert all(a != b for a, b in zip(model.requests, model.requests[1:], strict=False))
+    assert result.stop_reason in ("stop", "overflow")
+
+
+def test_anthropic_overflow_with_nothing_to_compact_is_not_resent(tmp_path: Path,
+                                                                  workspace: Path) -> None:
+    api = MockAPI()
+    too_long = error_response(400, "invalid_request_error",
+                              "prompt is too long: 210034 tokens > 200000 maximum")
+    api.queue(too_long)
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, api.model(), workspace, settings=FAST)
+        result = runner.run("Hello.")
+        assert_journal_ok(session)
+        notes = rungs(session)
+    assert result.stop_reason == "overflow"
+    assert len(api.bodies) == 1 and api.replies == []
+    assert notes == [("compact", "nothing to compact"), ("truncate", "nothing to truncate"),
+                     ("give_up", "gave up")]
+
+
+# --- 5. the 0.75 input headroom of aggregate truncation
+
+
+def test_aggregate_budget_leaves_a_quarter_of_the_window() -> None:
+    messages = [{"role": "user", "content": "u" * 1_000},
+                {"role": "toolResult", "toolCallId": "a", "content": "r" * 50_000}]
+    assert aggregate_budget_chars(messages, 100_000) == 300_000 - 1_000
+    assert aggregate_budget_chars(messages, 100_000,
+                                  replace(FAST, aggregate_input_headroom=0.5)) == 199_000
+
+
+def test_a_request_over_budget_is_cut_to_the_input_headroom(tmp_path: Path,
+                                                            workspace: Path) -> None:
+    """With a 100,000-token window the prompt budget is 83,616 tokens (84%): cutting tool
+    results only by what is over it would send more than the design's 75%."""
+    for i in range(14):
+        (workspace / f"f{i}.txt").write_text(
+            "".join(f"file {i} row {k:04d} " + "x" * 40 + "\n" for k in range(480)))
+    turns: list[dict[str, Any]] = [{"text": f"Reading f{i}.",
+                                    "tool_calls": [call("read", path=f"f{i}.txt")]}
+                                   for i in range(14)]
+    turns.append({"text": "Read them all."})
+    settings = replace(FAST, soft_trim_ratio=0.99, hard_clear_ratio=0.995)
+    model = Measured(ScriptedModel(scenario(*turns), context_window=100_000))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, settings=settings)
+        model.runner = runner
+        assert runner.run("Read every file.").stop_reason == "stop"
+        assert_journal_ok(session)
+    over = [r for e, r in zip(model.estimates, model.requests, strict=True)
+            if e > runner.budget.prompt]
+    assert over, "no request went over the prompt budget"
+    for request in over:
+        sent = sum(len(t) for m in request.messages for t in message_parts(m)[0])
+        assert sent <= 300_000
+
+
+# --- 5. the history-turn limit
+
+
+def test_history_turn_limit_sends_the_last_user_turns(tmp_path: Path, workspace: Path) -> None:
+    turns = [{"text": "Writing.", "tool_calls": [call("write", path="a.txt", content="a")]},
+             {"text": "One."}, {"text": "Two."},
+             {"text": "Listing.", "tool_calls": [call("ls")]}, {"text": "Three."}]
+    model = Checked(ScriptedModel(scenario(*turns)))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, history_turn_limit=2))
+        for prompt in ("first", "second", "third"):
+            assert runner.run(prompt).stop_reason == "stop"
+        assert_journal_ok(session)
+        assert [m["role"] for m in session.context().messages].count("user") == 3
+    last = model.requests[-1].messages
+    users = [m["content"][0]["text"] for m in last if m["role"] == "user"]
+    assert users == ["second", "third"]
+    assert last[0]["role"] == "user" and last[-1]["role"] == "toolResult"
+    first = model.requests[1].messages  # within the first turn nothing is cut
+    assert [m["role"] for m in first] == ["user", "assistant", "toolResult"]
+
+
+def test_history_turn_limit_keeps_the_summary_in_front() -> None:
+    messages = [{"role": "compactionSummary", "summary": "s"},
+                {"role": "user", "content": "a"}, {"role": "assistant", "content": []},
+                {"role": "user", "content": "b"}, {"role": "assistant", "content": []}]
+    assert limit_history_turns(messages, 1) == [messages[0], *messages[3:]]
+    assert limit_history_turns(messages, 0) is messages
+    assert limit_history_turns(messages, 2) is messages

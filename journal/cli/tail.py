@@ -33,7 +33,13 @@ from .. import codec
 from ..errors import JournalError
 from ..lineage import resolve_live
 from ..model import Entry
-from ..render import content_size, content_text, first_line, summarize_arguments
+from ..render import (
+    content_size,
+    content_text,
+    custom_text,
+    first_line,
+    summarize_arguments,
+)
 from ..seal import is_seal
 from ..snapshot import is_compressed, load
 from ..tail import (
@@ -264,7 +270,9 @@ def describe(entry: Entry) -> tuple[str, str, Segments]:
     if kind == "session_info":
         return "name", "dim", [(repr(entry.get("name")), "")]
     if kind == "custom":
-        return "custom", "dim", [(str(entry.get("customType")), "dim")]
+        text = custom_text(entry)
+        return "custom", "dim", [(str(entry.get("customType")), "dim"),
+                                 *([(f": {text}", "")] if text else [])]
     if kind == "custom_message":
         text = first_line(content_text(entry.get("content")))
         return "custom", "dim", [(f"{entry.get('customType')}: {text}", "")]
