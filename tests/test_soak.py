@@ -31,6 +31,7 @@ import pytest
 import journal
 from agent.steering import FOLLOW_UP, FOLLOW_UP_TYPE, STEER, STEER_TYPE, queue_message
 from journal import Session
+from journal.validate import pairing_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("soak_worker.py")
@@ -141,4 +142,4 @@ def test_soak_2000_turns_with_failures_steering_and_a_sigkill(tmp_path: Path) ->
     live = journal.resolve_live(path)[0]
     assert journal.load(live).diagnostics == []
     with Session.open(live) as session:
-        assert journal.pairing_problems(session.context().messages) == []
+        assert pairing_problems(session.context().messages) == []
