@@ -159,3 +159,16 @@ def test_fallback_model_flag(tmp_path: Path, workspace: Path) -> None:
     assert [m.model_id for m in plan.fallbacks] == ["fallback-1", "fallback-1"]
     assert all(isinstance(m, ScriptedModel) for m in plan.fallbacks)
     assert len(plan.settings.fallback_models) == 2
+
+
+def test_a_new_process_on_a_session_left_on_the_fallback_starts_on_the_primary(
+        api: MockAPI, tmp_path: Path, workspace: Path) -> None:
+    api.queue(text_reply("Primary again."))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        session.append_model_change("anthropic", FALLBACK)  # where a killed run was left
+        runner, _ = make_runner(session, api.model(), workspace,
+                                fallback_models=[on(api, FALLBACK)])
+        runner.run("Hello?")
+        entries = check_journal(session)
+    assert [b["model"] for b in api.bodies] == [api.model().model_id]
+    assert model_changes(entries) == [FALLBACK, api.model().model_id]
