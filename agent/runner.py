@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from agent.compaction import CompactionHooks, CompactionResult, compact
+from agent.compaction import CompactionHooks, CompactionResult, MemoryFlusher, compact
 from agent.compaction.summarize import Summarizer, SummaryAborted, default_summarizer
 from agent.models import (
     ContextOverflow,
@@ -202,6 +202,7 @@ class Runner:
         self.auto_compact = True
         self._sanitized = _IncrementalSanitizer()
         self.budget = resolve_budget(model.model_id, settings)
+        self._memory = MemoryFlusher(settings, workspace)
 
     # observers
 
@@ -436,6 +437,8 @@ class Runner:
         """Route, then build what is sent: sanitized, pruned, truncated copies."""
         raw = self.session.live_context()
         estimate = self._estimate_of(raw)
+        self._memory.before_request(raw.messages, raw.compaction_id, estimate.tokens,
+                                    self.budget.window, self.session.session_id)
         # the two tool-result sizes only matter over budget: skip their walk of the context
         over = estimate.tokens > self.budget.prompt
         decision = decide_route(
@@ -483,7 +486,9 @@ class Runner:
         try:
             result = compact(self.session, self.summarizer, self.settings,
                              estimator=self.estimator, focus=focus, reason=reason,
-                             hooks=self.compaction_hooks, workspace=self.workspace)
+                             hooks=self.compaction_hooks, workspace=self.workspace,
+                             flush=not self._memory.flushed(
+                                 self.session.live_context().compaction_id))
         except SummaryAborted:
             result = None
         after = self._estimate()

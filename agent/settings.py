@@ -118,6 +118,10 @@ class ContextSettings:
     keep_recent_max_share: float = 0.5
     """keep_recent_tokens is clamped to this share of the prompt budget, so that what is kept
     leaves room for the summary in small windows."""
+    max_history_share: float = 0.5
+    """When the history to summarize exceeds this share of the prompt budget, its oldest half
+    is dropped (repeatedly) and summarized on its own first, its summary then serving as the
+    previous summary of the rest (the design's `maxHistoryShare`)."""
     summary_reserve_share: float = 0.8
     """Largest summary, as a share of the reply reserve (pi: 0.8)."""
     summary_budget_share: float = 0.25
@@ -155,8 +159,20 @@ class ContextSettings:
     duplicate_prompt_window_seconds: float = 60.0
     hook_timeout_seconds: float = 5.0
     """Longest wait for a before/after compaction hook; a slower hook is left behind."""
+    agents_file: str = "AGENTS.md"
+    """The workspace file whose rules every compaction summary carries ('' for none)."""
+    agents_sections: tuple[str, ...] = ("Session Startup", "Red Lines")
+    """Headings (any level, matched case-insensitively) whose sections are carried. A file
+    with none of them has its opening carried instead: we differ from the design here because
+    most AGENTS.md files name their sections otherwise and put the rules first."""
+    agents_facts_chars: int = 2_000
+    """Most characters of AGENTS.md carried into one summary."""
     memory_flush: bool = False
-    """Before compacting, append key facts to <workspace>/memory/YYYY-MM-DD.md."""
+    """Append key facts to <workspace>/memory/YYYY-MM-DD.md before they are compacted away."""
+    memory_flush_soft_tokens: int = 4_000
+    """The runner flushes once per compaction cycle, as soon as the context estimate comes
+    within this many tokens of the prompt budget (where compaction starts): the design's
+    `softThresholdTokens`. The compaction of that cycle then does not flush again."""
 
 
 DEFAULT_SETTINGS = ContextSettings()

@@ -25,14 +25,20 @@ from anthropic_mock import (
 )
 from test_runner import Checked, assert_journal_ok, call, filler, make_runner, scenario
 
-from agent.compaction import CompactionHooks, CompactionPreparation
+from agent.compaction import (
+    CompactionHooks,
+    CompactionPreparation,
+    ExtractiveSummarizer,
+    agents_rules,
+)
+from agent.compaction.staged import drop_oldest_history
 from agent.models import ContextOverflow
 from agent.models.payload import drop_replayed_thinking, to_api_messages
 from agent.models.scripted import ScriptedModel
-from agent.overflow import RUNG_TYPE
+from agent.overflow import RUNG_TYPE, OverflowLadder, RungOutcome
 from agent.prune import limit_history_turns
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.tokens import message_parts
+from agent.tokens import Estimator, message_parts
 from agent.truncate import aggregate_budget_chars, tail_looks_important, truncate_text
 from agent.window import run_settings, run_window
 from journal import Session
@@ -423,3 +429,190 @@ def test_history_turn_limit_keeps_the_summary_in_front() -> None:
     assert limit_history_turns(messages, 1) == [messages[0], *messages[3:]]
     assert limit_history_turns(messages, 0) is messages
     assert limit_history_turns(messages, 2) is messages
+
+
+# --- 5. history-share pruning in compaction
+
+
+class Recording:
+    """An extractive summarizer that keeps each call's messages and previous summary."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+        self.calls: list[tuple[list[dict[str, Any]], str | None, str]] = []
+
+    def summarize(self, messages: Any, **kwargs: Any) -> str:
+        text = self.inner.summarize(messages, **kwargs)
+        self.calls.append((list(messages), kwargs.get("previous_summary"), text))
+        return text
+
+
+def test_history_over_half_the_budget_is_summarized_oldest_half_first(
+        tmp_path: Path, workspace: Path) -> None:
+    summarizer = Recording()
+    results: list[Any] = []
+    hooks = CompactionHooks(after_compaction=results.append)
+    turns: list[dict[str, Any]] = []
+    for turn in busy(9, lines=200):
+        turns += [turn, {"text": "Written."}]
+    model = Checked(ScriptedModel(scenario(*turns), context_window=40_000))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, keep_recent_tokens=2_000),
+                                summarizer=summarizer, compaction_hooks=hooks)
+        for i in range(9):
+            assert runner.run(f"Write note {i}.").stop_reason == "stop"
+        assert_journal_ok(session)
+    assert results, "nothing compacted"
+    first = results[0]
+    budget = (40_000 - 16_384) // 2  # half the prompt budget
+    assert first.details["historyDropped"] > 0
+    older, newer = summarizer.calls[0], summarizer.calls[1]
+    # the oldest part goes first (the run's prompt is in it), then the rest, with the oldest
+    # part's summary as its previous summary
+    assert older[0][0]["role"] == "user" and "Write note 0." in str(older[0][0])
+    assert newer[1] == older[2]
+    assert all(m not in newer[0] for m in older[0])
+    estimator = runner.estimator
+    assert estimator.estimate_messages(newer[0]) <= budget
+    for messages, _, _ in summarizer.calls[:2]:  # pairing re-checked after each drop
+        called = {b["id"] for m in messages if m["role"] == "assistant"
+                  for b in m["content"] if b["type"] == "toolCall"}
+        assert {m["toolCallId"] for m in messages if m["role"] == "toolResult"} <= called
+
+
+# --- 5. AGENTS.md rules carried into summaries
+
+
+AGENTS = """# Project agents
+
+Intro text that is not a rule.
+
+## Session Startup
+- Read docs/architecture.md first.
+
+### Details of startup
+- Then run the tests.
+
+## Style
+- irrelevant styling note
+
+## Red Lines
+- Never push to main.
+"""
+
+
+def test_a_compaction_summary_carries_the_agents_md_rules(tmp_path: Path,
+                                                          workspace: Path) -> None:
+    (workspace / "AGENTS.md").write_text(AGENTS)
+    turns = busy(4)
+    turns.append({"text": "Reading back.", "fail": "overflow",
+                  "tool_calls": [call("read", path="notes_3.txt")]})
+    turns.append({"text": "Done."})
+    model = Checked(ScriptedModel(scenario(*turns)))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, keep_recent_tokens=500))
+        assert runner.run("Write four notes.").stop_reason == "stop"
+        assert_journal_ok(session)
+        compaction = [e for e in session.get_branch() if e["type"] == "compaction"][-1]
+    summary = compaction["summary"]
+    assert "Never push to main." in summary and "Read docs/architecture.md first." in summary
+    assert "Then run the tests." in summary
+    assert "irrelevant styling note" not in summary and "Intro text" not in summary
+    retry = model.requests[5].messages[0]
+    assert retry["role"] == "compactionSummary" and "Never push to main." in retry["summary"]
+
+
+def test_agents_rules_fall_back_to_the_opening_and_are_capped(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("Always write tests.\n" + "x" * 5_000)
+    rules = agents_rules(tmp_path, replace(FAST, agents_facts_chars=100))
+    assert rules.startswith("Always write tests.") and len(rules) < 200
+    assert agents_rules(tmp_path / "missing") == ""
+    assert agents_rules(tmp_path, replace(FAST, agents_file="")) == ""
+
+
+# --- 5. a threshold for the memory flush
+
+
+def test_memory_is_flushed_once_per_cycle_before_compaction_is_needed(
+        tmp_path: Path, workspace: Path) -> None:
+    turns: list[dict[str, Any]] = [*busy(14, lines=100), {"text": "Done."}]
+    model = Measured(ScriptedModel(scenario(*turns), context_window=40_000))
+    seen: list[tuple[int, int, int]] = []  # (estimate, compactions, flushed blocks)
+    memory = workspace / "memory"
+
+    def blocks() -> int:
+        return sum(f.read_text().count(" compaction (") for f in memory.glob("*.md"))
+
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace,
+                                settings=replace(FAST, memory_flush=True,
+                                                 keep_recent_tokens=2_000))
+        model.runner = runner
+        original = model.complete
+
+        def watching(request: Any, **kwargs: Any) -> dict[str, Any]:
+            reply = original(request, **kwargs)
+            seen.append((model.estimates[-1], runner.compactions, blocks()))
+            return reply
+
+        model.complete = watching  # type: ignore[method-assign]
+        assert runner.run("Write the notes.").stop_reason == "stop"
+        assert_journal_ok(session)
+    threshold = (40_000 - 16_384) - 4_000
+    assert runner.compactions >= 1
+    # flushed before the first compaction, at the first request past the soft threshold
+    first = next(i for i, (e, _, _) in enumerate(seen) if e >= threshold)
+    assert all(b == 0 for _, _, b in seen[:first])
+    assert seen[first][1] == 0 and seen[first][2] == 1
+    # one block per compaction cycle: the compaction did not flush the same cycle again
+    assert blocks() <= runner.compactions + 1
+    assert all(b <= c + 1 for _, c, b in seen)
+
+
+def test_a_rung_whose_request_is_unchanged_climbs_on(tmp_path: Path) -> None:
+    """A rung may change the session without changing what is sent (say, it cut a result
+    the history limit leaves out): the identical request is not sent; the next rung runs."""
+    ran: list[str] = []
+
+    def compact() -> RungOutcome:
+        ran.append("compact")
+        return RungOutcome(True, "compacted")
+
+    def truncate() -> RungOutcome:
+        ran.append("truncate")
+        return RungOutcome(False, "nothing to truncate")
+
+    with Session.create(str(tmp_path / "s"), cwd=str(tmp_path)) as session:
+        ladder = OverflowLadder(session, replace(FAST, overflow_compactions=1),
+                                compact=compact, truncate=truncate)
+        request = {"messages": ["same"]}
+        assert ladder.overflowed(request, "too long", False)
+        assert not ladder.repeats({"messages": ["other"]})
+        assert ladder.repeats(dict(request)) and ladder.gave_up
+        assert ran == ["compact", "truncate"]
+        assert rungs(session) == [("compact", "compacted"), ("compact", "request unchanged"),
+                                  ("truncate", "nothing to truncate"), ("give_up", "gave up")]
+        assert "Start a new session" in ladder.advice()
+
+
+def test_history_share_drop_moves_orphaned_results_with_their_call() -> None:
+    def assistant(call_id: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [
+            {"type": "toolCall", "id": call_id, "name": "ls", "arguments": {}},
+            {"type": "text", "text": "x" * 4_000}]}
+
+    def result(call_id: str) -> dict[str, Any]:
+        return {"role": "toolResult", "toolCallId": call_id, "content": "r"}
+
+    # a result separated from its call by a user message (as a broken history may be)
+    messages = [{"role": "user", "content": "a" * 4_000}, assistant("c1"),
+                {"role": "user", "content": "b" * 4_000}, result("c1"),
+                assistant("c2"), result("c2")]
+    kept, dropped = drop_oldest_history(messages, 1_500, Estimator())
+    assert kept and dropped and len(kept) + len(dropped) == len(messages)
+    assert messages[3] in dropped  # went with its call
+    called = {b["id"] for m in kept if m["role"] == "assistant" for b in m["content"]
+              if b["type"] == "toolCall"}
+    assert {m["toolCallId"] for m in kept if m["role"] == "toolResult"} <= called

@@ -19,10 +19,13 @@ Everything a caller needs is importable from here.
 from __future__ import annotations
 
 from agent.compaction.compact import (
+    AGENTS_HEADING,
     SPLIT_TURN_HEADING,
     TURN_PREFIX_INSTRUCTIONS,
     CompactionHooks,
     CompactionResult,
+    MemoryFlusher,
+    agents_rules,
     compact,
     compose_summary,
     file_lists_section,
@@ -77,10 +80,13 @@ from agent.compaction.summarize import (
 
 __all__ = [
     # compact
+    "AGENTS_HEADING",
     "SPLIT_TURN_HEADING",
     "TURN_PREFIX_INSTRUCTIONS",
     "CompactionHooks",
     "CompactionResult",
+    "MemoryFlusher",
+    "agents_rules",
     "compact",
     "compose_summary",
     "file_lists_section",

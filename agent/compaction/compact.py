@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from agent.compaction.facts import (
 from agent.compaction.staged import (
     FallbackLevel,
     SummaryOutcome,
+    drop_oldest_history,
     summarize_messages,
     summary_max_tokens,
 )
@@ -50,13 +52,17 @@ from agent.compaction.summarize import Summarizer, SummaryAborted
 from agent.messages import Message
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
 from agent.tokens import Estimator
+from agent.window import prompt_budget
 from journal import Session
 
 __all__ = [
+    "AGENTS_HEADING",
     "SPLIT_TURN_HEADING",
+    "agents_rules",
     "TURN_PREFIX_INSTRUCTIONS",
     "CompactionHooks",
     "CompactionResult",
+    "MemoryFlusher",
     "compact",
     "compose_summary",
     "file_lists_section",
@@ -167,6 +173,47 @@ def record_compaction(
                                      preparation.tokens_before, details)
 
 
+AGENTS_HEADING = "## Workspace rules (AGENTS.md)"
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def agents_rules(workspace: str | os.PathLike[str] | None,
+                 settings: ContextSettings = DEFAULT_SETTINGS) -> str:
+    """The rules of the workspace's AGENTS.md that a summary must carry ('' if none).
+
+    The sections under `settings.agents_sections` headings (each up to the next heading of
+    the same or a higher level), else the file's opening; at most `agents_facts_chars`.
+    A compaction drops the conversation in which the agent read them, and the agent must
+    still follow them afterwards.
+    """
+    if workspace is None or not settings.agents_file:
+        return ""
+    try:
+        text = (Path(workspace) / settings.agents_file).read_text(encoding="utf-8",
+                                                                  errors="replace")
+    except OSError:
+        return ""
+    wanted = {name.strip().lower() for name in settings.agents_sections}
+    lines = text.splitlines()
+    picked: list[str] = []
+    level = 0
+    for line in lines:
+        heading = _HEADING.match(line)
+        if heading:
+            depth, title = len(heading.group(1)), heading.group(2).strip().lower()
+            if level and depth <= level:
+                level = 0
+            if not level and title in wanted:
+                level = depth
+        if level:
+            picked.append(line)
+    chosen = "\n".join(picked).strip() or text.strip()
+    limit = settings.agents_facts_chars
+    if len(chosen) > limit:
+        chosen = chosen[:limit].rstrip() + "\n[... AGENTS.md continues]"
+    return chosen
+
+
 # ---------------------------------------------------------------------------------------
 # hooks and the memory flush
 
@@ -271,6 +318,37 @@ def flush_memory(
     return path
 
 
+class MemoryFlusher:
+    """The runner's memory flush: once per compaction cycle, `memory_flush_soft_tokens` before
+    the prompt budget (where compaction starts), so the facts are saved before a compaction
+    needs them; `compact` is then told not to flush again in that cycle."""
+
+    def __init__(self, settings: ContextSettings, workspace: str | os.PathLike[str] | None
+                 ) -> None:
+        self.settings = settings
+        self.workspace = workspace
+        self._cycles: set[str | None] = set()
+        """Compaction ids (None: before the first) whose cycle has been flushed."""
+
+    def due(self, tokens: int, window: int) -> bool:
+        """Is the estimate `tokens` at or past the flush threshold of `window`?"""
+        threshold = prompt_budget(window, self.settings) - self.settings.memory_flush_soft_tokens
+        return self.settings.memory_flush and tokens >= threshold
+
+    def flushed(self, cycle: str | None) -> bool:
+        """Has the cycle after compaction `cycle` (None: the first) been flushed?"""
+        return cycle in self._cycles
+
+    def before_request(self, messages: Sequence[Message], cycle: str | None, tokens: int,
+                       window: int, session_id: str | None = None) -> Path | None:
+        """Flush `messages` when due and not yet done in this cycle."""
+        if self.workspace is None or cycle in self._cycles or not self.due(tokens, window):
+            return None
+        self._cycles.add(cycle)
+        return flush_memory(self.workspace, messages, session_id=session_id,
+                            reason="soft threshold")
+
+
 # ---------------------------------------------------------------------------------------
 # compact
 
@@ -308,6 +386,7 @@ def compact(
     sleep: Callable[[float], Any] | None = None,
     abort: threading.Event | None = None,
     rng: random.Random | None = None,
+    flush: bool = True,
 ) -> CompactionResult | None:
     """Compact the active branch of `session`; None when there is nothing to summarize.
 
@@ -319,9 +398,11 @@ def compact(
         focus: an extra instruction for the summary (as pi's `/compact <focus>`).
         reason: why ("threshold", "overflow", "manual"): recorded in details and logs.
         hooks: before/after callbacks (bounded in time, errors logged).
-        workspace: where `memory/YYYY-MM-DD.md` is written when `settings.memory_flush`.
+        workspace: where `memory/YYYY-MM-DD.md` is written when `settings.memory_flush`,
+            and whose AGENTS.md rules the summary carries (`agents_rules`).
         sleep: replaces the backoff sleep (tests); abort: an event that stops the compaction.
         rng: source of backoff jitter.
+        flush: False when the memory of this cycle was already flushed (`MemoryFlusher`).
 
     Raises:
         SummaryAborted: `abort` was set or the summarizer was aborted; nothing was written.
@@ -337,16 +418,29 @@ def compact(
     if hooks is not None:
         run_hook("before_compaction", hooks.before_compaction, preparation, hook_timeout)
     flushed = None
-    if settings.memory_flush and workspace is not None:
+    if settings.memory_flush and workspace is not None and flush:
         flushed = flush_memory(workspace, preparation.all_messages,
                                session_id=session.session_id, reason=reason)
 
     window = preparation.window
     common: dict[str, Any] = dict(window=window, estimator=estimator, sleep=sleep, abort=abort,
                                   rng=rng)
+    budget = prompt_budget(window, settings) * settings.max_history_share
+    recent, older = drop_oldest_history(preparation.messages_to_summarize, int(budget),
+                                        estimator)
+    previous_summary = preparation.previous_summary
+    earlier: SummaryOutcome | None = None
+    if older:  # history over its share: the oldest part is summarized first, on its own
+        earlier = summarize_messages(
+            older, summarizer, settings, previous_summary=previous_summary, focus=focus,
+            max_tokens=summary_max_tokens(window, settings), **common,
+        )
+        previous_summary = earlier.text
+        log.info("history over %.0f%% of the prompt budget: %d oldest message(s) summarized "
+                 "first", settings.max_history_share * 100, len(older))
     history = summarize_messages(
-        preparation.messages_to_summarize, summarizer, settings,
-        previous_summary=preparation.previous_summary, focus=focus,
+        recent, summarizer, settings,
+        previous_summary=previous_summary, focus=focus,
         max_tokens=summary_max_tokens(window, settings), **common,
     )
     prefix: SummaryOutcome | None = None
@@ -359,10 +453,16 @@ def compact(
         )
     if abort is not None and abort.is_set():
         raise SummaryAborted("compaction aborted")
-    level = max(history.level, prefix.level if prefix else FallbackLevel.NONE)
+    level = max(history.level, prefix.level if prefix else FallbackLevel.NONE,
+                earlier.level if earlier else FallbackLevel.NONE)
     summary = compose_summary(preparation, history.text, prefix.text if prefix else None,
                               settings)
-    extra = {"reason": reason, "fallbackLevel": int(level)}
+    rules = agents_rules(workspace, settings)
+    if rules and rules not in summary:
+        summary += f"\n\n{AGENTS_HEADING}\n\n{rules}"
+    extra: dict[str, Any] = {"reason": reason, "fallbackLevel": int(level)}
+    if older:
+        extra["historyDropped"] = len(older)
     entry_id = record_compaction(session, preparation, summary, extra_details=extra)
     after = estimate_branch_context(session.get_branch(), estimator, settings).tokens
     result = CompactionResult(
@@ -377,7 +477,8 @@ def compact(
         turn_prefix_messages=len(preparation.turn_prefix_messages),
         is_split_turn=preparation.is_split_turn,
         duplicates_dropped=preparation.duplicates_dropped,
-        model_calls=history.calls + (prefix.calls if prefix else 0),
+        model_calls=history.calls + (prefix.calls if prefix else 0)
+        + (earlier.calls if earlier else 0),
         details={"readFiles": list(preparation.read_files),
                  "modifiedFiles": list(preparation.modified_files), **extra},
         memory_file=str(flushed) if flushed else None,

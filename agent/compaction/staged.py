@@ -101,6 +101,37 @@ def chunk_messages(
     return chunks
 
 
+def drop_oldest_history(
+    messages: Sequence[Message], budget_tokens: int, estimator: Estimator
+) -> tuple[list[Message], list[Message]]:
+    """(kept, dropped): while `messages` exceed `budget_tokens`, drop the oldest half (by
+    tokens, at a call-group boundary), then re-check pairing: a tool result whose call was
+    dropped goes with it. Stops when one group is left. `dropped` is in history order."""
+    kept = list(messages)
+    dropped: list[Message] = []
+    while True:
+        sizes = [estimator.estimate_message(m) for m in kept]
+        total = sum(sizes)
+        groups = call_groups(kept)
+        if total <= budget_tokens or len(groups) < 2:
+            return kept, dropped
+        cut, running = groups[1][0], 0
+        for start, end in groups[:-1]:
+            running += sum(sizes[start:end])
+            cut = end
+            if running * 2 >= total:
+                break
+        dropped += kept[:cut]
+        gone = {b.get("id") for m in dropped if m.get("role") == "assistant"
+                for b in m.get("content") or () if isinstance(b, dict)
+                and b.get("type") == "toolCall"}
+        rest = kept[cut:]
+        orphans = [m for m in rest if m.get("role") == "toolResult"
+                   and m.get("toolCallId") in gone]
+        dropped += orphans
+        kept = [m for m in rest if not any(m is o for o in orphans)]
+
+
 def adaptive_chunk_ratio(
     sizes: Sequence[int], window: int, settings: ContextSettings = DEFAULT_SETTINGS
 ) -> float:
@@ -283,12 +314,16 @@ class _Pipeline:
         oversized = [is_oversized(s, self.window, self.settings) for s in sizes]
         count = sum(oversized)
         small = [m for m, big in zip(messages, oversized, strict=True) if not big]
+        notes = [
+            f"[Left out of this summary: a {m.get('role')} message of about "
+            f"{sizes[i]:,} tokens, too large to summarize]"
+            for i, m in enumerate(messages) if oversized[i]
+        ]
+        if count and not small:  # nothing but oversized messages: the notes are the summary
+            lead = f"{previous}\n\n" if previous else ""
+            return SummaryOutcome(lead + "\n".join(notes), FallbackLevel.PARTIAL,
+                                  oversized=count)
         if small and count:
-            notes = [
-                f"[Left out of this summary: a {m.get('role')} message of about "
-                f"{sizes[i]:,} tokens, too large to summarize]"
-                for i, m in enumerate(messages) if oversized[i]
-            ]
             small_sizes = [s for s, big in zip(sizes, oversized, strict=True) if not big]
             try:
                 text = self.staged(small, small_sizes, previous, focus, max_tokens)
