@@ -93,8 +93,8 @@ class Server:
         self.counts = {"requests": 0, "invalid": 0, "overflows": 0, "overloads": 0,
                        "summarizer_requests": 0, "summarizer_failures": 0,
                        "identical_after_overflow": 0, "fallback_requests": 0}
-        self.overflowed: set[str] = set()
-        self.previous: str | None = None
+        self.overflowed: set[bytes] = set()
+        self.previous: bytes | None = None
         self.previous_overflowed = False
         self.overload_burst = 0
 
@@ -105,7 +105,7 @@ class Server:
         if journal.validate.api_pairing_problems(body["messages"]):
             c["invalid"] += 1
             say("invalid")
-        raw = json.dumps(body, sort_keys=True)
+        raw = request.content  # the SDK serializes the same request to the same bytes
         if self.previous_overflowed and raw == self.previous:
             c["identical_after_overflow"] += 1
             say("identical")
@@ -177,7 +177,8 @@ def main(argv: list[str]) -> int:
             http_client=httpx2.Client(transport=httpx2.MockTransport(server.handle)))
 
     turns = sum(completed(journal.load(p).entries) for p in journal.lineage(path))
-    done = {"turns": turns, "runs": 0, "stops": {}, "model_changes": 0, "compactions": 0}
+    done: dict[str, Any] = {"turns": turns, "runs": 0, "stops": {}, "model_changes": 0,
+                            "compactions": 0}
 
     def observe(event: RunnerEvent) -> None:
         if event.kind == "turn_end" and event.data["stop_reason"] not in ("error", "aborted"):
