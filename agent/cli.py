@@ -32,7 +32,7 @@ from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
-from journal import JournalError, Session
+from journal import JournalError, Session, resolve_live
 from journal.cli import entry_parser, run
 from tools import SandboxUnavailable, require_sandbox
 
@@ -301,6 +301,24 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_queue(args: argparse.Namespace) -> int:
+    from agent.steering import FOLLOW_UP, STEER, queue_message
+
+    if not args.text.strip():
+        raise JournalError("the message is empty: say what the agent should know")
+    if not os.path.isfile(resolve_live(args.session)[0]):
+        raise JournalError(f"{args.session}: no such session file")
+    kind = FOLLOW_UP if args.follow_up else STEER
+    message_id = queue_message(args.session, args.text, kind)
+    if args.json:
+        print(json.dumps({"id": message_id, "kind": kind, "session": args.session}))
+    else:
+        what = "a follow-up" if args.follow_up else "a steering message"
+        print(f"queued {what} ({message_id}): the agent reads it "
+              f"{'when it would stop' if args.follow_up else 'after its current tool call'}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from agent.demo import run_demo
 
@@ -357,6 +375,21 @@ def build_parser() -> argparse.ArgumentParser:
                        "starting with / are commands (/help lists them).")
     common(p)
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("queue", help="queue a message for the agent working on a session",
+                       description="Queue TEXT for the agent working on SESSION (a `run` or "
+                       "`chat` in another terminal): a steering message, read after the tool "
+                       "call it runs now, or with --follow-up when it would stop. With no agent "
+                       "working, the next run on the session reads it. Recorded in the session, "
+                       "it is delivered once, also after a crash.")
+    p.add_argument("session", metavar="SESSION", help="the session file (a rotated one is "
+                   "followed to its live file)")
+    p.add_argument("text", metavar="TEXT", help="the message (not empty)")
+    p.add_argument("--follow-up", action="store_true",
+                   help="deliver it when the agent would stop instead of after the current tool "
+                   "call")
+    p.add_argument("--json", action="store_true", help="print the id as JSON")
+    p.set_defaults(func=cmd_queue)
 
     p = sub.add_parser("demo", help="the offline demo: compaction, rotation, crash, repair",
                        description="Run a scripted coding session with the real tools and a "

@@ -378,3 +378,35 @@ def test_journal_agent_rotates_by_default_and_not_with_no_rotate(tmp_path: Path,
     files = list(plain.rglob("*.jsonl*"))
     assert len(files) == 1 and not any("archive" in str(p) for p in files)
     assert any(e.get("type") == "compaction" for e in load(str(files[0])).entries)
+
+
+def test_journal_agent_queue_command_reaches_a_running_agent(tmp_path: Path,
+                                                             workspace: Path,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             ) -> None:
+    from agent.cli import main
+
+    model = Checked(ScriptedModel(scenario(
+        {"text": "Working.", "tool_calls": [call("gate")]},
+        {"text": "Read it."},
+        {"text": "And the follow-up."},
+    )))
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        path = session.path
+
+        def during(_: int) -> None:  # the command, as from another terminal
+            assert main(["queue", path, "look at b.py too"]) == 0
+            assert main(["queue", path, "then stop", "--follow-up", "--json"]) == 0
+
+        tools = [*default_tools(workspace), Gate(Workspace(workspace), during)]
+        runner, _ = make_runner(session, model, workspace, tools=tools)
+        runner.run("Go.")
+        entries = assert_journal_ok(session)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("queued a steering message (")
+    assert json.loads(out[1])["kind"] == FOLLOW_UP
+    assert delivered(entries, STEER_TYPE) == ["look at b.py too"]
+    assert delivered(entries, FOLLOW_UP_TYPE) == ["then stop"]
+    assert main(["queue", path, "  "]) == 2
+    assert main(["queue", str(tmp_path / "missing.jsonl"), "hi"]) == 2
+    assert "Error: " in capsys.readouterr().err
