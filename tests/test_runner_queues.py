@@ -410,3 +410,20 @@ def test_journal_agent_queue_command_reaches_a_running_agent(tmp_path: Path,
     assert main(["queue", path, "  "]) == 2
     assert main(["queue", str(tmp_path / "missing.jsonl"), "hi"]) == 2
     assert "Error: " in capsys.readouterr().err
+
+
+def test_journal_agent_sessions_get_a_rotation_policy_by_default(tmp_path: Path,
+                                                                 workspace: Path) -> None:
+    from agent.cli import build_parser, build_runner, check_arguments
+
+    scenario_file = tmp_path / "one.json"
+    scenario_file.write_text(json.dumps(scenario({"text": "hi"})))
+    base = ["run", "t", "--model", f"scripted:{scenario_file}", "--workspace", str(workspace)]
+    policies = []
+    for extra in ([], ["--rotate-bytes", "1000"], ["--no-rotate"]):
+        plan = check_arguments(build_parser().parse_args([*base, *extra]))
+        with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+            build_runner(session, plan.model, plan.workspace, plan.settings, quiet=True)
+            policies.append(session.rotation_policy)
+    assert policies == [journal.RotationPolicy(max_bytes=8 * 1024 * 1024),
+                        journal.RotationPolicy(max_bytes=1000), None]
