@@ -90,7 +90,11 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
     os.makedirs(folder, mode=0o700, exist_ok=True)
     message_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
     body = json.dumps({"id": message_id, "kind": kind, "text": text}).encode()
-    fd, temp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+    except FileNotFoundError:  # the agent removed the folder of a file that rotated away
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)
@@ -129,6 +133,15 @@ def read_inbox(session_path: str) -> list[tuple[str, Queued]]:
         if item is not None:
             out.append((path, item))
     return out
+
+
+def remove_inbox(session_path: str) -> bool:
+    """Remove the inbox folder of `session_path` if it is there and empty; True if it was."""
+    try:
+        os.rmdir(inbox_path(session_path))
+    except OSError:
+        return False
+    return True
 
 
 class MessageQueues:

@@ -141,5 +141,9 @@ def test_soak_2000_turns_with_failures_steering_and_a_sigkill(tmp_path: Path) ->
     assert set(deliveries.values()) == {1}, "a queued message was delivered twice"
     live = journal.resolve_live(path)[0]
     assert journal.load(live).diagnostics == []
+    # every inbox was emptied; those of files that rotated away are gone
+    inboxes = list(Path(live).parent.glob("*.inbox"))
+    assert all(os.listdir(p) == [] for p in inboxes)
+    assert {str(p) for p in inboxes} <= {live + ".inbox"}
     with Session.open(live) as session:
         assert pairing_problems(session.context().messages) == []
