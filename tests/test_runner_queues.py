@@ -427,3 +427,37 @@ def test_journal_agent_sessions_get_a_rotation_policy_by_default(tmp_path: Path,
             policies.append(session.rotation_policy)
     assert policies == [journal.RotationPolicy(max_bytes=8 * 1024 * 1024),
                         journal.RotationPolicy(max_bytes=1000), None]
+
+
+def test_queue_message_refuses_what_it_cannot_deliver(tmp_path: Path) -> None:
+    path = str(tmp_path / "a.jsonl")
+    with pytest.raises(ValueError, match="kind"):
+        queue_message(path, "hi", "later")
+    with pytest.raises(ValueError, match="text"):
+        queue_message(path, " \n")
+    assert not os.path.exists(inbox_path(path))
+    Path(inbox_path(path)).mkdir()
+    Path(inbox_path(path), "stray.txt").write_text("not a message")
+    Path(inbox_path(path), ".partial.tmp").write_text("{")
+    Path(inbox_path(path), "bad.json").write_text(json.dumps({"id": "x", "kind": "steer"}))
+    assert read_inbox(path) == []
+
+
+def test_console_shows_model_changes_and_deliveries() -> None:
+    import io
+
+    from agent.console import print_event
+    from agent.runner import RunnerEvent
+
+    out = io.StringIO()
+    print_event(RunnerEvent("model_change", {"previous": "a", "model": "b",
+                                             "reason": "overloaded: busy"}), stream=out)
+    print_event(RunnerEvent("queued_delivered", {"queue": STEER, "text": "look here\nmore"}),
+                stream=out)
+    print_event(RunnerEvent("queued_delivered", {"queue": FOLLOW_UP, "text": "next"}),
+                stream=out)
+    assert out.getvalue().splitlines() == [
+        "  ⇄ model a → b (overloaded: busy)",
+        "  ✉ steering message delivered: look here",
+        "  ✉ follow-up delivered: next",
+    ]
