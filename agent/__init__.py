@@ -25,7 +25,9 @@ With a key in `ANTHROPIC_API_KEY`, `AnthropicModel("claude-sonnet-4-6")` takes t
 model's place and `default_summarizer()` picks `AnthropicSummarizer`. What is here:
 
 Running
-    `Runner` (the run loop), `RunResult`, `RunnerEvent` (what `on_event` observers get).
+    `Runner` (the run loop), `RunResult`, `RunnerEvent` (what `on_event` observers get),
+    `queue_message` (a steering or follow-up message for the agent working on a session, from
+    any thread or process; `Runner.steer` and `Runner.follow_up` do the same for one runner).
 
 Models
     `Model` (the interface), `ModelRequest`, `ModelEvent`, `ScriptedModel` (replays a
@@ -83,12 +85,14 @@ if TYPE_CHECKING:
     from agent.runner import Runner, RunnerEvent, RunResult
     from agent.scenarios import SCENARIOS, scenario_path
     from agent.settings import DEFAULT_SETTINGS, ContextSettings
+    from agent.steering import queue_message
 
 __all__ = [
     # running
     "Runner",
     "RunResult",
     "RunnerEvent",
+    "queue_message",
     # models
     "Model",
     "ModelRequest",
@@ -128,6 +132,7 @@ _HOMES = {
     "agent.models.anthropic": ("AnthropicModel",),
     "agent.scenarios": ("scenario_path", "SCENARIOS"),
     "agent.settings": ("ContextSettings", "DEFAULT_SETTINGS"),
+    "agent.steering": ("queue_message",),
     "agent.compaction": ("compact", "CompactionResult", "CompactionHooks", "Summarizer",
                          "ExtractiveSummarizer", "AnthropicSummarizer", "default_summarizer",
                          "SummarizerError"),

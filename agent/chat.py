@@ -3,10 +3,17 @@
 `/retry` asks the model again without a new message (after an error, an overflow or Ctrl-C);
 `/resume` is its older name and still works. Neither picks another session: `--session PATH`
 does that when chat starts.
+
+On a terminal the agent works in the background while chat keeps reading: a line typed while
+it works is queued as a steering message (delivered after the tool call running now, the rest
+of that turn's calls skipped), `/followup TEXT` queues a follow-up (delivered when the agent
+would stop), and Ctrl-C stops the agent. With input from a pipe or a file, each line waits
+for the previous task to finish, as before.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from agent.console import print_result, status_line
@@ -19,6 +26,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("/status", "tokens used of the window, compactions so far, the session file and its size"),
     ("/retry", "ask the model again without a new message (after an error, an overflow or "
                "Ctrl-C); /resume is its old name"),
+    ("/followup TEXT", "while the agent works: queue TEXT for when it would stop (a line "
+                       "typed while it works steers it after the current tool call)"),
     ("/help", "this list"),
     ("/quit", "leave (so do end of input and Ctrl-C)"),
 )
@@ -41,18 +50,45 @@ class Chat:
     """
 
     def __init__(self, runner: Runner, new_runner: Callable[[], Runner],
-                 read: Callable[[str], str] = input) -> None:
+                 read: Callable[[str], str] = input, *, background: bool = False) -> None:
         self.runner = runner
         self.new_runner = new_runner
         self.read = read
+        self.background = background
+        """Run each task in a worker thread and keep reading (see the module docstring)."""
+        self._worker: threading.Thread | None = None
+        self._abort = threading.Event()
+
+    @property
+    def working(self) -> bool:
+        """Whether a task runs in the background now."""
+        return self._worker is not None and self._worker.is_alive()
 
     def loop(self) -> None:
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+        finally:
+            self._wait()
+
+    def _loop(self) -> None:
         while True:
             try:
                 line = self.read("> ").strip()
             except EOFError:
                 return
+            except KeyboardInterrupt:
+                if not self.working:
+                    raise
+                self._stop()  # Ctrl-C while the agent works stops the agent, not chat
+                continue
             if not line:
+                continue
+            if self.working:
+                if not self._while_working(line):
+                    return
                 continue
             if line.startswith("/"):
                 if not self.command(line):
@@ -88,6 +124,46 @@ class Chat:
             print(f"unknown command {name}: /help lists the commands")
         return True
 
+    def _while_working(self, line: str) -> bool:
+        """A line typed while the agent works; False when it was `/quit`."""
+        name, _, rest = line.partition(" ")
+        runner = self.runner
+        if name == "/quit":
+            self._stop()
+            return False
+        if name == "/followup" and rest.strip():
+            runner.follow_up(rest.strip())
+            print("queued as a follow-up: the agent reads it when it would stop")
+        elif name == "/status":
+            print(status_line(runner))
+        elif name.startswith("/"):
+            print(f"the agent is working: {name} waits until it stops (Ctrl-C stops it); "
+                  "a plain line steers it, /followup TEXT queues a follow-up")
+        else:
+            runner.steer(line)
+            print("queued: the agent reads it after the current tool call")
+        return True
+
     def _run(self, task: str | None) -> None:
-        result = self.runner.run(task)
-        print_result(result, self.runner.session.path)
+        if not self.background:
+            result = self.runner.run(task)
+            print_result(result, self.runner.session.path)
+            return
+        self._abort = threading.Event()
+        runner, abort = self.runner, self._abort
+
+        def work() -> None:
+            result = runner.run(task, abort=abort)
+            print_result(result, runner.session.path)
+
+        self._worker = threading.Thread(target=work, name="agent-run", daemon=True)
+        self._worker.start()
+
+    def _stop(self) -> None:
+        self._abort.set()
+        self._wait()
+
+    def _wait(self) -> None:
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None

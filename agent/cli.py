@@ -30,9 +30,9 @@ from agent.models import Model, ModelError, ScenarioError
 from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
-from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
-from journal import JournalError, Session
+from journal import JournalError, Session, resolve_live
 from journal.cli import entry_parser, run
 from tools import SandboxUnavailable, require_sandbox
 
@@ -146,16 +146,18 @@ def read_scenario(path: Path) -> dict[str, Any]:
 
 
 def build_runner(session: Session, model: Model, workspace: str, settings: ContextSettings,
-                 quiet: bool = False, sandbox: bool = False) -> Runner:
+                 quiet: bool = False, sandbox: bool = False,
+                 fallbacks: Sequence[Model] = ()) -> Runner:
     from agent.compaction import ExtractiveSummarizer
     from agent.models import ScriptedModel
     from tools import default_tools
 
     # a replayed scenario stays offline: its compactions never call Anthropic, key or not
     summarizer = ExtractiveSummarizer() if isinstance(model, ScriptedModel) else None
+    session.rotation_policy = rotation_policy(settings)
     return Runner(session, model, default_tools(workspace, sandbox=sandbox), settings=settings,
                   summarizer=summarizer, workspace=workspace,
-                  on_event=None if quiet else print_event)
+                  on_event=None if quiet else print_event, fallback_models=fallbacks)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,8 @@ class Plan:
     settings: ContextSettings
     sessions_dir: Path | None
     """Where new sessions go; None when `--session` names the session to continue."""
+    fallbacks: tuple[Model, ...] = ()
+    """Models to fall back on, in order (the settings' list, then `--fallback-model`)."""
 
 
 def check_arguments(args: argparse.Namespace) -> Plan:
@@ -186,6 +190,16 @@ def check_arguments(args: argparse.Namespace) -> Plan:
     model = make_model(args.model, args.window)
     settings = (replace(DEFAULT_SETTINGS, context_window=args.window) if args.window
                 else DEFAULT_SETTINGS)
+    if args.rotate_bytes is not None:
+        if args.rotate_bytes < 0:
+            raise JournalError(f"--rotate-bytes {args.rotate_bytes}: give a size in bytes, "
+                               "0 or more")
+        settings = replace(settings, rotate_min_bytes=args.rotate_bytes)
+    if args.no_rotate:
+        settings = replace(settings, rotate=False)
+    specs = (*settings.fallback_models, *(args.fallback_model or ()))
+    settings = replace(settings, fallback_models=specs)
+    fallbacks = tuple(make_model(spec, args.window) for spec in specs)
     try:  # the window the runner will use: from the flag, the model, or the model table
         run_window(model, settings)
     except ContextWindowTooSmall as e:
@@ -194,7 +208,7 @@ def check_arguments(args: argparse.Namespace) -> Plan:
             f"{e.minimum:,}: if it is really larger, pass --window N") from e
     continuing = bool(args.session) and not args.new
     sessions_dir = None if continuing else sessions_dir_for(workspace, args.sessions_dir)
-    return Plan(workspace, model, settings, sessions_dir)
+    return Plan(workspace, model, settings, sessions_dir, fallbacks)
 
 
 def checked_workspace(path: str) -> str:
@@ -251,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"session {session.path}")
             runner = build_runner(session, plan.model, plan.workspace, plan.settings,
-                                  args.quiet, sandbox=args.sandbox)
+                                  args.quiet, sandbox=args.sandbox, fallbacks=plan.fallbacks)
             result = runner.run(args.task)
             path = session.path
     if not args.quiet:
@@ -271,18 +285,37 @@ def cmd_chat(args: argparse.Namespace) -> int:
             directory = plan.sessions_dir or sessions_dir_for(workspace, args.sessions_dir)
             fresh = Session.create(str(directory), cwd=workspace)
             return build_runner(fresh, plan.model, workspace, plan.settings,
-                                sandbox=args.sandbox)
+                                sandbox=args.sandbox, fallbacks=plan.fallbacks)
 
         print(f"session {session.path}\n{BANNER}")
         chat: Chat | None = None
         try:
             chat = Chat(build_runner(session, plan.model, workspace, plan.settings,
-                                     sandbox=args.sandbox), new_runner)
+                                     sandbox=args.sandbox, fallbacks=plan.fallbacks), new_runner,
+                        background=sys.stdin.isatty())
             chat.loop()
         except KeyboardInterrupt:
             print()
         finally:
             (chat.runner.session if chat is not None else session).close()
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from agent.steering import FOLLOW_UP, STEER, queue_message
+
+    if not args.text.strip():
+        raise JournalError("the message is empty: say what the agent should know")
+    if not os.path.isfile(resolve_live(args.session)[0]):
+        raise JournalError(f"{args.session}: no such session file")
+    kind = FOLLOW_UP if args.follow_up else STEER
+    message_id = queue_message(args.session, args.text, kind)
+    if args.json:
+        print(json.dumps({"id": message_id, "kind": kind, "session": args.session}))
+    else:
+        what = "a follow-up" if args.follow_up else "a steering message"
+        print(f"queued {what} ({message_id}): the agent reads it "
+              f"{'when it would stop' if args.follow_up else 'after its current tool call'}")
     return 0
 
 
@@ -321,6 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the bash tool under bubblewrap: only the workspace writable, "
                        "host processes and environment hidden (the shell otherwise runs with "
                        "your rights)")
+        p.add_argument("--fallback-model", action="append", metavar="SPEC",
+                       help="a model to switch to when the model in use stays overloaded, rate "
+                       "limited or failing on the server side after its retries (repeatable: "
+                       "tried in order; the next run starts on --model again)")
+        p.add_argument("--no-rotate", action="store_true",
+                       help="never rotate the session file (by default, after a compaction a "
+                       "file of at least --rotate-bytes moves into a short successor)")
+        p.add_argument("--rotate-bytes", type=int, metavar="N",
+                       help=f"rotate after a compaction once the file holds N bytes (default "
+                       f"{DEFAULT_SETTINGS.rotate_min_bytes:,}; 0: after every compaction)")
         p.add_argument("--sessions-dir", metavar="DIR",
                        help="where new sessions go (default $JOURNAL_SESSIONS_DIR/<workspace>, "
                        "else ~/.journal-agent/sessions/<workspace>)")
@@ -337,6 +380,21 @@ def build_parser() -> argparse.ArgumentParser:
                        "starting with / are commands (/help lists them).")
     common(p)
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("queue", help="queue a message for the agent working on a session",
+                       description="Queue TEXT for the agent working on SESSION (a `run` or "
+                       "`chat` in another terminal): a steering message, read after the tool "
+                       "call it runs now, or with --follow-up when it would stop. With no agent "
+                       "working, the next run on the session reads it. Recorded in the session, "
+                       "it is delivered once, also after a crash.")
+    p.add_argument("session", metavar="SESSION", help="the session file (a rotated one is "
+                   "followed to its live file)")
+    p.add_argument("text", metavar="TEXT", help="the message (not empty)")
+    p.add_argument("--follow-up", action="store_true",
+                   help="deliver it when the agent would stop instead of after the current tool "
+                   "call")
+    p.add_argument("--json", action="store_true", help="print the id as JSON")
+    p.set_defaults(func=cmd_queue)
 
     p = sub.add_parser("demo", help="the offline demo: compaction, rotation, crash, repair",
                        description="Run a scripted coding session with the real tools and a "

@@ -34,6 +34,11 @@ def print_event(event: RunnerEvent, *, stream: IO[str] | None = None) -> None:
         else:
             print(f"  ⟳ nothing to compact ({d['reason']}): {d['tokens_before']:,} "
                   f"tokens{retry}", file=out)
+    elif event.kind == "model_change":
+        print(f"  ⇄ model {d['previous']} → {d['model']} ({d['reason']})", file=out)
+    elif event.kind == "queued_delivered":
+        what = "steering message" if d["queue"] == "steer" else "follow-up"
+        print(f"  ✉ {what} delivered: {_short_text(d['text'])}", file=out)
     elif event.kind == "session_truncated":
         print("  ✂ truncated oversized tool results on a new branch", file=out)
 
@@ -65,3 +70,8 @@ def _short(arguments: Any, width: int = 70) -> str:
                 text = arguments[key].splitlines()[0] if arguments[key] else ""
                 return text if len(text) <= width else text[: width - 1] + "…"
     return ""
+
+
+def _short_text(text: str, width: int = 70) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"

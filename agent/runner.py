@@ -15,8 +15,22 @@ One `Runner.run(prompt)`:
 4. appends the assistant message when it completes (an interrupted one with stopReason
    "aborted", a failed one with "error"), then runs its tool calls one by one, appending each
    result as soon as it exists; an interrupted tool call still gets a result, so the file never
-   holds a call without one;
+   holds a call without one. Tools run only when the reply stopped to use them (stopReason
+   "toolUse", as the design says): a complete call in a reply that stopped for another reason
+   (the output limit, ...) is answered with a result saying why it was not run, and the
+   model is asked again;
 5. repeats until the model stops calling tools.
+
+Steering and follow-up messages (`agent.steering`): queued from any thread or process
+(`Runner.steer`, `Runner.follow_up`, `agent.steering.queue_message`) and recorded in the
+session, steering messages are delivered after the tool call running now (the rest of that
+turn's calls are answered as skipped) or before the next request; follow-ups, one at a time,
+when the run would end.
+
+Model fallback: when the model fails with an overload, a rate limit or a server error after
+its client's own retries, the runner switches to the next of `fallback_models`, records a
+`model_change` entry and sends the same request again; the next run starts on the primary
+model again (recording that change too).
 """
 
 from __future__ import annotations
@@ -39,6 +53,8 @@ from agent.models import (
     ModelEvent,
     ModelRequest,
     ModelTimeout,
+    Overloaded,
+    RateLimited,
     assistant_message,
     tool_calls,
 )
@@ -47,6 +63,7 @@ from agent.overflow import OverflowLadder, RungOutcome, truncate_session_tool_re
 from agent.prune import limit_history_turns, prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
+from agent.steering import FOLLOW_UP, STEER, MessageQueues, queue_message, remove_inbox
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
     aggregate_budget_chars,
@@ -120,6 +137,26 @@ def _error_result(call: dict[str, Any], text: str) -> dict[str, Any]:
                                                 details={"interrupted": True}))
 
 
+def _not_run_result(call: dict[str, Any], text: str, why: str) -> dict[str, Any]:
+    return tool_result_message(call, ToolResult(text, is_error=True, details={"notRun": why}))
+
+
+_NOT_RUN = {
+    "length": "Not run: the reply reached the output limit (max_tokens) before it finished, "
+              "so this call was not executed. Send it again if it is still needed.",
+}
+SKIPPED_FOR_STEERING = ("Skipped: the user sent a new message while the previous tool call ran; "
+                        "read it before running this call.")
+
+
+def falls_back(error: ModelError) -> bool:
+    """Whether a model failure moves the run to its next fallback model: an overload, a rate
+    limit or a server error (5xx) that outlasted the client's own retries."""
+    if isinstance(error, Overloaded | RateLimited):
+        return True
+    return type(error) is ModelError and error.status is not None and error.status >= 500
+
+
 class Runner:
     """Runs an agent on a journal session. Collaborators are injected so tests swap them."""
 
@@ -138,9 +175,18 @@ class Runner:
         estimator: Estimator | None = None,
         max_turns: int = 200,
         compaction_hooks: CompactionHooks | None = None,
+        fallback_models: Sequence[Model] = (),
     ) -> None:
         self.session = session
         self.model = model
+        self.primary = model
+        """The model every run starts on; `model` is the one in use (a fallback after one
+        failed)."""
+        self.fallback_models = list(fallback_models)
+        self.queues = MessageQueues()
+        self._inboxes: list[str] = [*session.followed]
+        """Paths whose inbox folders are read: the files this session was followed from
+        (a message queued to a file that has since rotated) and each path it writes to."""
         self.tools = {tool.name: tool for tool in tools}
         self.schemas = tool_schemas(tools)
         self.settings = settings = run_settings(model, settings)  # one window for the run
@@ -167,16 +213,48 @@ class Runner:
             except Exception:  # an observer must never break a run
                 log.exception("event observer failed on %s", kind)
 
+    # queued messages
+
+    def steer(self, text: str) -> str:
+        """Queue a steering message; safe from any thread. Returns its id."""
+        return queue_message(self.session.path, text, STEER, follow=False)
+
+    def follow_up(self, text: str) -> str:
+        """Queue a follow-up message; safe from any thread. Returns its id."""
+        return queue_message(self.session.path, text, FOLLOW_UP, follow=False)
+
+    def _ingest(self) -> None:
+        """Record the messages other threads and processes left in the session's inbox."""
+        if self.session.path not in self._inboxes:
+            self._inboxes.append(self.session.path)
+        self.queues.ingest(self.session, self._inboxes)
+        for path in self._inboxes:
+            if path != self.session.path:  # a file rotated away: its emptied inbox goes
+                remove_inbox(path)
+
+    def _deliver(self, kind: str, *, limit: int | None = None) -> int:
+        delivered = 0
+        for item in self.queues.pending(kind)[:limit]:
+            entry_id = self.queues.deliver(self.session, item)
+            delivered += 1
+            self._emit("queued_delivered", queue=kind, queue_id=item.id, entry_id=entry_id,
+                       text=item.text)
+        return delivered
+
     # the loop
 
     def run(self, prompt: str | None, *, abort: threading.Event | None = None) -> RunResult:
         """Append `prompt` (None: continue the session as it is) and run until the model stops."""
         abort = abort or threading.Event()
+        self._start_on_primary()
         if prompt is not None:
             self.session.append_message(user_message(prompt))
+        self.queues.load(self.session.entries)
         turns = 0
         while turns < self.max_turns:
             turns += 1
+            self._ingest()
+            self._deliver(STEER)
             self._emit("turn_start", turn=turns)
             try:
                 assistant = self._complete(abort)
@@ -196,7 +274,16 @@ class Runner:
                         call, "Not run: the assistant turn was interrupted before it finished."))
                 message = assistant.get("errorMessage") or f"the model turn ended with {stop}"
                 return RunResult(stop, turns, self.compactions, message)
+            if calls and stop != "toolUse":
+                for call in calls:
+                    self.session.append_message(_not_run_result(call, _NOT_RUN.get(
+                        str(stop), f"Not run: the reply ended with stopReason {stop!r}, not "
+                        "toolUse, so this call was not executed."), str(stop)))
+                continue
             if not calls:
+                self._ingest()
+                if self.queues.pending(STEER) or self._deliver(FOLLOW_UP, limit=1):
+                    continue
                 return RunResult("stop", turns, self.compactions,
                                  final_text=_text_of(assistant))
             if not self._run_tools(calls, abort):
@@ -227,6 +314,12 @@ class Runner:
             self.session.append_message(message)
             self._emit("tool_end", name=call.get("name"), call_id=call.get("id"),
                        is_error=result.is_error, chars=len(result.content))
+            self._ingest()
+            if self.queues.pending(STEER):  # delivered before the next request
+                for rest in calls[index + 1:]:
+                    self.session.append_message(
+                        _not_run_result(rest, SKIPPED_FOR_STEERING, "steering"))
+                break
         return True
 
     def _interrupt_rest(self, calls: list[dict[str, Any]], text: str) -> None:
@@ -247,7 +340,7 @@ class Runner:
                     raise OverflowUnrecoverable(ladder.advice())
                 continue
             try:
-                return self.model.complete(request, on_event=self.on_model_event, abort=abort)
+                return self._call_model(request, abort)
             except ContextOverflow as e:
                 if ladder.overflowed(request, e.message, self.compactions > compactions):
                     continue
@@ -264,6 +357,40 @@ class Runner:
                 return self._failed_turn(e, "aborted")
             except ModelError as e:
                 return self._failed_turn(e, "error")
+
+    def _call_model(self, request: ModelRequest, abort: threading.Event) -> dict[str, Any]:
+        """One model call; on a failure that `falls_back`, the same request to the next
+        fallback model, until one answers or none is left."""
+        while True:
+            try:
+                return self.model.complete(request, on_event=self.on_model_event, abort=abort)
+            except ModelError as e:
+                chain = [self.primary, *self.fallback_models]
+                at = next((i for i, m in enumerate(chain) if m is self.model), len(chain))
+                if not falls_back(e) or abort.is_set() or at + 1 >= len(chain):
+                    raise
+                self._switch_model(chain[at + 1], f"{e.kind}: {e.message}")
+
+    def _switch_model(self, model: Model, reason: str) -> None:
+        previous = self.model
+        self.model = model
+        entry_id = self.session.append_model_change(model.provider, model.model_id)
+        self._emit("model_change", provider=model.provider, model=model.model_id,
+                   previous=previous.model_id, reason=reason, entry_id=entry_id)
+
+    def _start_on_primary(self) -> None:
+        """A run starts on the primary model, recording the change back from a fallback
+        (also one a previous process switched to, as the session says)."""
+        primary = self.primary
+        if self.model is not primary:
+            self._switch_model(primary, "a new run starts on the primary model")
+            return
+        recorded = self.session.live_context().model
+        if recorded and (recorded.get("provider"), recorded.get("modelId")) != (
+                primary.provider, primary.model_id) and self.fallback_models and any(
+                (m.provider, m.model_id) == (recorded.get("provider"), recorded.get("modelId"))
+                for m in self.fallback_models):
+            self._switch_model(primary, "a new run starts on the primary model")
 
     def _overflow_compact(self) -> RungOutcome:
         result = self._compact("overflow", will_retry=True)
@@ -370,6 +497,7 @@ class Runner:
         after = self._estimate()
         if result is not None:
             self.compactions += 1
+            self.queues.carry(self.session)
         self._emit("compaction_end", reason=reason, tokens_before=before, tokens_after=after,
                    will_retry=will_retry, compacted=result is not None,
                    session=self.session.path)

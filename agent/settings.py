@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from journal import RotationPolicy
+
 # (glob pattern, window) pairs; first match wins, so specific patterns go first.
 # Patterns are matched case-insensitively against the model id with any
 # "provider/" prefix removed.
@@ -56,6 +58,19 @@ class ContextSettings:
     """Tokens kept free for the model's reply."""
     min_prompt_tokens: int = 8_000
     """The reserve is clamped so min(this, window / 2) stays available for the prompt."""
+
+    # --- the session file and the model (journal-agent run and chat)
+    rotate: bool = True
+    """Rotate the session into a short successor file after a compaction (journal's
+    `RotationPolicy`), so the files of long sessions stop growing; `--no-rotate` turns it off."""
+    rotate_min_bytes: int = 8 * 1024 * 1024
+    """...but only once the file holds at least this many bytes: a small file is not worth a
+    successor (each rotation archives a file and starts a new one), a large one is read and
+    copied less often. 8 MiB is a few hours of a busy coding session."""
+    fallback_models: tuple[str, ...] = ()
+    """Models (``anthropic:NAME``, ``scripted:FILE``) tried in order when the model in use is
+    overloaded, rate limited or failing on the server side after its client's retries; the
+    next run starts on the primary model again. ``--fallback-model`` adds to them."""
 
     # --- request-level pruning (agent.prune)
     history_turn_limit: int = 0
@@ -161,3 +176,10 @@ class ContextSettings:
 
 
 DEFAULT_SETTINGS = ContextSettings()
+
+
+def rotation_policy(settings: ContextSettings = DEFAULT_SETTINGS) -> RotationPolicy | None:
+    """The rotation policy of `journal-agent` sessions, None when rotation is off."""
+    if not settings.rotate:
+        return None
+    return RotationPolicy(max_bytes=settings.rotate_min_bytes, after_compaction=True)

@@ -208,8 +208,9 @@ class _AbortWatcher:
                 return
 
     def stop(self) -> None:
+        # not joined: the thread sleeps up to one poll interval before it sees `_done`, and
+        # waiting for it added that to every model call; once `_done` is set it closes nothing
         self._done.set()
-        self._thread.join()
 
 
 class _Turn:
