@@ -90,7 +90,9 @@ def write(path: Path, records: list[dict[str, Any]]) -> Path:
 def test_load_projects_what_the_generator_wrote(generated: Any) -> None:
     snap = load(generated.path)
     assert snap.dialect == claude.CLAUDE and snap.header is None
-    assert snap.leaf_id == generated.leaf
+    assert snap.claude is not None and snap.leaf_id is not None
+    # the leaf is the entry of the last main-chain record (a response's first line)
+    assert generated.leaf in [r["uuid"] for r in snap.claude.translator.raw[snap.leaf_id]]
     context = project(snap)
     assert kinds(snap, context) == expected(generated)
     assert context.compaction_id is not None
