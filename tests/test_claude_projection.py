@@ -386,3 +386,13 @@ def test_todowrite_sample_projects_its_chain() -> None:
     results = [m["toolCallId"] for m in context.messages if m["role"] == "toolResult"]
     assert calls and results == calls
     assert pairing_problems(context.messages) == []
+
+
+def test_a_record_without_a_message_object_is_reported_not_kept(tmp_path: Path) -> None:
+    broken = _rec("user", "u2", "u1", message="error")
+    path = write(tmp_path / "t.jsonl", [_user("u1", None, "a"), broken, _user("u2", "u1", "b")])
+    snap = load(path)
+    assert [d.reason for d in snap.diagnostics] == ["bad_field"]
+    assert snap.diagnostics[0].line == 2
+    assert [e["id"] for e in snap.entries] == ["u1", "u2"]
+    assert snap.entries[1]["message"]["content"] == "b"
