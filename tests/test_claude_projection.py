@@ -16,11 +16,13 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from third_party import claude_path, pi_path
 
 import journal
 from journal import claude
-from journal.context import Context, build_context, for_model
+from journal.context import Context, build_context, for_model, iso_to_millis
 from journal.errors import ForeignSession
 from journal.snapshot import load, resume
 from journal.validate import pairing_problems
@@ -450,3 +452,13 @@ def test_a_compaction_that_keeps_a_segment(tmp_path: Path) -> None:
     assert "old" not in [m.get("content") for m in context.messages]
     tail = resume(path)
     assert not tail.complete and project(tail).same_as(context)
+
+
+@given(st.one_of(
+    st.datetimes(min_value=__import__("datetime").datetime(1971, 1, 1)).map(
+        lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"),
+    st.text(alphabet="0123456789-T:.Z²x", min_size=20, max_size=26)))
+@settings(max_examples=300, deadline=None)
+def test_message_times_read_as_the_projection_reads_them(stamp: str) -> None:
+    record = {"timestamp": stamp, "message": {"role": "assistant", "content": []}}
+    assert claude.assistant_message(record)["timestamp"] == iso_to_millis(stamp)
