@@ -169,14 +169,19 @@ def merge_assistant(into: Message, record: Record) -> None:
     """Add the next line of the same API response to its message: its blocks after the
     ones before, its usage, stop reason and model replacing theirs (the last line has the
     final counts)."""
-    line = assistant_message(record)
-    into["content"] = [*into["content"], *line["content"]]
-    if "usage" in line:
-        into["usage"] = line["usage"]
-    if record["message"].get("stop_reason") is not None or "errorMessage" in line:
-        into["stopReason"] = line["stopReason"]
-    else:
-        into["stopReason"] = stop_reason({"message": {}}, into["content"])
-    if "errorMessage" in line:
-        into["errorMessage"] = line["errorMessage"]
-    into["model"] = line["model"]
+    message = record["message"]
+    content = message.get("content")
+    blocks = [assistant_block(b) for b in content] if isinstance(content, list) else (
+        [{"type": "text", "text": content}] if isinstance(content, str) else [])
+    into["content"] = [*into["content"], *blocks]
+    found = usage(message.get("usage"))
+    if found is not None:
+        into["usage"] = found
+    raw = message.get("stop_reason")
+    into["stopReason"] = _STOP[raw] if isinstance(raw, str) and raw in _STOP else (
+        stop_reason({"message": {}}, into["content"]))
+    if record.get("isApiErrorMessage") is True:
+        into["stopReason"] = "error"
+        into["errorMessage"] = " ".join(b.get("text", "") for b in blocks
+                                        if isinstance(b, dict) and b.get("type") == "text")
+    into["model"] = message.get("model")

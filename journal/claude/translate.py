@@ -42,7 +42,6 @@ from .records import (
     SYSTEM,
     USER,
     Record,
-    content_blocks,
     is_compact_boundary,
     is_compact_summary,
     is_sidechain,
@@ -171,8 +170,11 @@ class Translator:
                 self.summary_leaf = self._alias[leaf]
 
     def _note_calls(self, record: Record) -> None:
-        for block in content_blocks(record):
-            if isinstance(block, dict) and block.get("type") == "tool_use":
+        content = record["message"].get("content")
+        if type(content) is not list:
+            return
+        for block in content:
+            if type(block) is dict and block.get("type") == "tool_use":
                 call_id, name = block.get("id"), block.get("name")
                 if isinstance(call_id, str) and isinstance(name, str):
                     self._tool_names[call_id] = name
@@ -280,8 +282,12 @@ class Translator:
             copy["id"] = f"{entry_id}@{anchor}"
             copy["parentId"] = parent
             message = copy.get("message")
-            if isinstance(message, dict) and "usage" in message:
-                copy["message"] = {**message, "usage": messages.usage({})}
+            if isinstance(message, dict):
+                copy["message"] = dict(message)
+                if isinstance(message.get("content"), list):
+                    copy["message"]["content"] = list(message["content"])
+                if "usage" in message:
+                    copy["message"]["usage"] = messages.usage({})
             mapping[entry_id] = parent = copy["id"]
             self._entries[copy["id"]] = copy
             if entry_id in self.raw:
