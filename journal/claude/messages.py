@@ -66,6 +66,8 @@ def image_block(block: dict[str, Any]) -> dict[str, Any]:
 def _user_block(block: Any) -> Any:
     if isinstance(block, dict) and block.get("type") == "image":
         return image_block(block)
+    if isinstance(block, str):  # a bare string in a content list reads as its text
+        return {"type": "text", "text": block}
     return block
 
 
