@@ -20,7 +20,8 @@ Reading a session (never locks)
     `View` (a read-only session), `Tree`, `TreeNode`, `TreeIssue` (the entry tree),
     `inspect` and `SessionInfo` (a summary, as `journal info` prints it), `export`,
     `export_session` and `ExportResult` (a session's whole lineage as Markdown, one
-    self-contained HTML page, or JSONL).
+    self-contained HTML page, or JSONL). Claude Code transcripts are read in place by all of
+    these (`journal.claude`; `dialect_of` tells which a file is).
 
 What the model sees
     `build_context` and `Context` (the projection of the branch ending at a leaf id:
@@ -53,8 +54,9 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `LeaseLost`, `LockTimeout`, `NotASession`, `UnknownEntry`, `UnsafeLockFile`,
-    `UnsupportedVersion`, `WriteFailed`.
+    `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
+    transcript, never appended to), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
+    `WriteFailed`.
 
 Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
 rules: `pairing_problems`, `api_pairing_problems`, `assert_valid_pairing`, `InvalidPairing`)
@@ -68,6 +70,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .boundary import Boundary, boundary
+from .claude import dialect_of
 from .codec import Diagnostic
 from .context import (
     Context,
@@ -80,6 +83,7 @@ from .context import (
 )
 from .durability import Durability
 from .errors import (
+    ForeignSession,
     JournalError,
     LeaseLost,
     LockTimeout,
@@ -128,6 +132,7 @@ __all__ = [
     "Entry",
     "CURRENT_VERSION",
     "View",
+    "dialect_of",
     "Tree",
     "TreeNode",
     "TreeIssue",
@@ -192,6 +197,7 @@ __all__ = [
     "LeaseLost",
     "LockTimeout",
     "NotASession",
+    "ForeignSession",
     "UnknownEntry",
     "UnsafeLockFile",
     "UnsupportedVersion",

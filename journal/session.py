@@ -51,6 +51,7 @@ from .snapshot import (
     find_last_of_type,
     last_newline_end,
     load,
+    refuse_foreign,
     resume,
 )
 from .storage import Appender, FileStorage, Lock, Storage, as_storage
@@ -152,6 +153,8 @@ class Session:
         """
         if is_database_url(target):
             target = as_storage(target)
+        else:
+            refuse_foreign(target)
         if isinstance(target, (str, os.PathLike, FileStorage)):
             opened = _open_file(target, lock_timeout, migrate)
         else:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable
+from typing import BinaryIO
 
-from .codec import Diagnostic
+from .claude import ClaudeRead, feed_lines
+from .codec import Diagnostic, iter_lines
 from .context import Context, build_context, for_model
 from .errors import NotASession
 from .identity import real_path
@@ -21,7 +23,6 @@ from .model import CURRENT_VERSION, Entry
 from .pg.url import is_database_url
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
 from .storage import FileStorage, Storage, as_storage
-from .tree import Tree
 
 
 class View:
@@ -31,28 +32,32 @@ class View:
     """
 
     def __init__(self, path: str, snap: Snapshot, inode: Hashable,
-                 storage: Storage | None = None) -> None:
+                 storage: Storage | None = None, dialect: str | None = None) -> None:
         self.path = path
         self._storage = storage
+        self._forced = dialect  # a dialect the caller forced (None: detected per reading)
         self._take(snap, inode)
 
     def _take(self, snap: Snapshot, inode: Hashable) -> None:
         """Hold what `snap` read from the file with inode `inode`."""
         self.header: Entry | None = snap.header
         self.diagnostics: list[Diagnostic] = list(snap.diagnostics)
-        self.tree = Tree(snap.entries, complete=snap.complete)
+        self.tree = snap.tree()
+        self.dialect = snap.dialect
+        self.claude = snap.claude
         self._end = snap.end
         self._inode = inode
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | Storage, *, full: bool = False,
-             follow: bool = True) -> View:
+             follow: bool = True, dialect: str | None = None) -> View:
         """Load a session for reading; `full=False` reads only the tail the context needs.
 
         Links are resolved first. A file that a concurrent rotation moved away is followed
         to the file that continues it (unless `follow=False`); one replaced while it was
-        read is read again. A database URL or another backend's `Storage` is read through
-        the storage seam.
+        read is read again. A Claude Code transcript is detected (or forced with
+        `dialect="claude"`) and read in place. A database URL or another backend's `Storage`
+        is read through the storage seam.
         """
         if is_database_url(path) or (isinstance(path, Storage)
                                      and not isinstance(path, FileStorage)):
@@ -61,7 +66,7 @@ class View:
         if isinstance(path, FileStorage):
             path = path.path
         assert not isinstance(path, Storage)
-        return cls(*read_live(path, full=full, follow=follow))
+        return cls(*read_live(path, full=full, follow=follow, dialect=dialect), dialect=dialect)
 
     @property
     def leaf_id(self) -> str | None:
@@ -92,12 +97,30 @@ class View:
             opened = os.fstat(f.fileno())
             if opened.st_ino != self._inode or opened.st_size < self._end:
                 return self._reload()  # replaced between the stat and the open
+            if self.claude is not None:
+                return self._refresh_claude(f, self.claude)
             snap = read_stream(self.path, f, start=self._end, version=self._version())
         for entry in snap.entries:
             self.tree.add(entry)
         self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
         self._end = snap.end
         return snap.entries
+
+    def _refresh_claude(self, f: BinaryIO, read: ClaudeRead) -> list[Entry]:
+        """Feed the records appended to a Claude Code transcript to its translator."""
+        entries: list[Entry] = []
+        numbers: list[int] = []
+        diagnostics: list[Diagnostic] = []
+        end = feed_lines(read.translator, iter_lines(f, self._end), entries, numbers,
+                         diagnostics)
+        for entry in entries:
+            self.tree.add(entry)
+        leaf = read.translator.leaf_id
+        if leaf is not None:
+            self.tree.leaf = self.tree.index_of(leaf)
+        self.diagnostics.extend(d for d in diagnostics if d.reason != "torn_tail")
+        self._end = max(self._end, end)
+        return entries
 
     def _version(self) -> int:
         if self.header is None:
@@ -127,7 +150,7 @@ class View:
     def _read(self, *, full: bool) -> tuple[Snapshot, Hashable]:
         if self._storage is not None:
             return read_stored(self._storage, full=full)
-        _, snap, inode = read_live(self.path, full=full)
+        _, snap, inode = read_live(self.path, full=full, dialect=self._forced)
         return snap, inode
 
     def _reload(self) -> list[Entry]:
@@ -152,8 +175,8 @@ def read_stored(storage: Storage, *, full: bool) -> tuple[Snapshot, Hashable]:
     raise NotASession(storage.locator, "kept being replaced while it was read; try again")
 
 
-def read_live(path: str | os.PathLike[str], *, full: bool,
-              follow: bool = True) -> tuple[str, Snapshot, int]:
+def read_live(path: str | os.PathLike[str], *, full: bool, follow: bool = True,
+              dialect: str | None = None) -> tuple[str, Snapshot, int]:
     """(the file read, what was read, its inode) for a session, following it if it moved.
 
     Links are resolved first. A file that a concurrent rotation moved away is followed to the
@@ -164,7 +187,8 @@ def read_live(path: str | os.PathLike[str], *, full: bool,
     for _ in range(MAX_HOPS):
         try:
             before = os.stat(target)
-            snap = load(target) if full else resume(target)
+            forced = {} if dialect is None else {"dialect": dialect}
+            snap = load(target, **forced) if full else resume(target, **forced)
             after = os.stat(target)
         except (FileNotFoundError, NotASession):
             if os.path.exists(target):
@@ -200,11 +224,11 @@ def locate(path: str | os.PathLike[str], *, follow: bool = True) -> tuple[str, s
     return live, named
 
 
-def check_session(path: str | os.PathLike[str]) -> Snapshot:
+def check_session(path: str | os.PathLike[str], *, dialect: str | None = None) -> Snapshot:
     """Read the tail of `path` (see `resume`) and refuse it unless it is a readable session:
     an unreadable file, an empty one, or one with neither a header nor an entry raises
     `NotASession`. Returns what was read."""
-    snap = resume(path)
+    snap = resume(path) if dialect is None else resume(path, dialect=dialect)
     if snap.header is None and not snap.entries:
         raise NotASession(snap.path, "not a session file (no session header, no entries)")
     return snap
