@@ -77,11 +77,12 @@ def open_for_reading(path: str | os.PathLike[str]) -> BinaryIO:
 def dialect_of_storage(storage: Storage, dialect: str | None = None) -> str:
     """The dialect of a session's bytes (`journal.claude.detect`), or `dialect` if given.
 
-    Compressed archives are pi's: this library writes them.
+    Compressed archives are pi's: this library writes them. So is every session of another
+    backend (a database holds only what this library wrote), which is not read twice to tell.
     """
     if claude.check_dialect(dialect) is not None:
         return dialect  # type: ignore[return-value]
-    if is_compressed(storage.locator):
+    if not isinstance(storage, FileStorage) or is_compressed(storage.locator):
         return claude.PI
     with storage.open_reader() as reader:
         return claude.detect_stream(reader.stream)
