@@ -33,7 +33,9 @@ Keeping files healthy
 
 Finding sessions
     `sessions` and `SessionRow` (one row per logical session under some folders: what
-    `journal ls` prints), `prune` and `PruneReport` (retention of whole idle lineages),
+    `journal ls` prints; `RowCache` keeps what was read between runs), `find_lineages` (the
+    one rule for which files are sessions, grouped by lineage), `prune` and `PruneReport`
+    (retention of whole idle lineages),
     `search` (full text across sessions and their archives) with `SearchResult`, `Hit` and
     `SearchProblem`.
 
@@ -101,8 +103,10 @@ from .view import View
 if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
+    from .discovery import find_lineages
     from .exporting import ExportResult, export, export_session
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
+    from .rowcache import RowCache
     from .textsearch import Hit, SearchProblem, SearchResult, search
 
 __all__ = [
@@ -160,6 +164,8 @@ __all__ = [
     # finding sessions
     "sessions",
     "SessionRow",
+    "RowCache",
+    "find_lineages",
     "prune",
     "PruneReport",
     # accounting for sessions
@@ -194,6 +200,8 @@ __all__ = [
 _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
+    "journal.discovery": ("find_lineages",),
+    "journal.rowcache": ("RowCache",),
     "journal.exporting": ("ExportResult", "export", "export_session",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),

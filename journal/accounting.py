@@ -15,13 +15,13 @@ are reported as warnings, and the other sessions are still counted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from .discovery import find_lineages
 from .errors import JournalError
-from .lineage import lineage
 from .prices import PriceTable, load_prices
 from .progress import Progress
 from .snapshot import load
@@ -165,8 +165,9 @@ class UsageReport:
 
 def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None = None,
           progress: Progress | None = None) -> UsageReport:
-    """Count the tokens and cost of the sessions at `paths` (files, or folders searched for
-    `*.jsonl` and `*.jsonl.gz` files at any depth), each rotated lineage once.
+    """Count the tokens and cost of the sessions at `paths` (files, or folders: their
+    sessions as `journal.discovery` finds them), each rotated lineage once. A path that does
+    not exist is a warning.
 
     `prices` defaults to `load_prices()` (the bundled table, or `$JOURNAL_PRICES`).
     `progress` is called with (bytes read, bytes in all) after each file.
@@ -176,72 +177,45 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
         >>> [(model, t.cost) for model, t in report.rows("model")]
     """
     table = prices if prices is not None else load_prices()
-    files, warnings = find_session_files(paths)
-    chains = group_lineages(files, warnings)
+    warnings: list[UsageWarning] = []
+    present = []
+    for given in paths:
+        path = os.fspath(given)
+        if os.path.lexists(path):
+            present.append(path)
+        else:
+            warnings.append(UsageWarning(path, "no such file or folder"))
+    chains = find_lineages(present) if present else []
     total = sum(_size(f) for chain in chains for f in chain)
     done = 0
     sessions = []
     for chain in chains:
-        session = SessionUsage(chain[-1], list(chain))
-        seen: set[str] = set()
-        counted = False
-        for path in chain:
-            counted = _count_file(path, session, seen, table, warnings) or counted
+        def step(path: str) -> None:
+            nonlocal done
             done += _size(path)
             if progress is not None:
                 progress(done, total)
-        if counted:  # a lineage none of whose files could be read is only a warning
+        session = lineage_usage(chain, table, warnings, after_file=step)
+        if session is not None:
             sessions.append(session)
     return UsageReport(sessions, warnings, table)
 
 
-# finding sessions (to be replaced by the catalog's enumeration once journal/catalog.py lands)
-
-
-def find_session_files(paths: Iterable[str | os.PathLike[str]]
-                       ) -> tuple[list[str], list[UsageWarning]]:
-    """The session files named by `paths`: a file as it is, a folder's `*.jsonl` and
-    `*.jsonl.gz` at any depth (hidden temps left out), in sorted order, each once."""
-    found: list[str] = []
-    warnings: list[UsageWarning] = []
-    for given in paths:
-        path = os.fspath(given)
-        if os.path.isdir(path):
-            def complain(e: OSError, folder: str = path) -> None:
-                warnings.append(UsageWarning(e.filename or folder,
-                                             f"cannot list the folder ({e.strerror})"))
-            for folder, dirs, names in os.walk(path, onerror=complain):
-                dirs.sort()
-                found.extend(os.path.join(folder, n) for n in sorted(names)
-                             if n.endswith((".jsonl", ".jsonl.gz")) and not n.startswith("."))
-        elif os.path.lexists(path):
-            found.append(path)
-        else:
-            warnings.append(UsageWarning(path, "no such file or folder"))
-    unique = list(dict.fromkeys(os.path.realpath(f) for f in found))
-    return unique, warnings
-
-
-def group_lineages(files: list[str], warnings: list[UsageWarning]) -> list[list[str]]:
-    """`files` grouped into lineages (oldest file first, live last), each once, in the order
-    their first file was met; a file whose lineage cannot be followed stands alone."""
-    chains: list[list[str]] = []
-    placed: set[str] = set()
+def lineage_usage(files: Sequence[str], prices: PriceTable,
+                  warnings: list[UsageWarning] | None = None, *,
+                  after_file: Callable[[str], None] | None = None) -> SessionUsage | None:
+    """The usage of one logical session, `files` its lineage oldest first (as
+    `journal.discovery.find_lineages` gives it): each entry counted once. None when no file
+    of it could be read as a session (the reasons are added to `warnings`)."""
+    warned = warnings if warnings is not None else []
+    session = SessionUsage(files[-1], list(files))
+    seen: set[str] = set()
+    counted = False
     for path in files:
-        if path in placed:
-            continue
-        try:
-            chain = [os.path.realpath(p) for p in lineage(path)]
-        except (JournalError, OSError) as e:
-            warnings.append(UsageWarning(path, f"cannot follow its lineage ({e}); "
-                                         "counted alone"))
-            chain = [path]
-        if path not in chain:  # an unusual file (a copy, a link): count what was named
-            chain = [path]
-        chain = [p for p in chain if p not in placed and os.path.exists(p)] or [path]
-        placed.update(chain)
-        chains.append(chain)
-    return chains
+        counted = _count_file(path, session, seen, prices, warned) or counted
+        if after_file is not None:
+            after_file(path)
+    return session if counted else None
 
 
 # counting
