@@ -16,7 +16,8 @@ Reading a session (never locks)
     `View` (a read-only session), `Tree`, `TreeNode`, `TreeIssue` (the entry tree),
     `inspect` and `SessionInfo` (a summary, as `journal info` prints it), `export`,
     `export_session` and `ExportResult` (a session's whole lineage as Markdown, one
-    self-contained HTML page, or JSONL).
+    self-contained HTML page, or JSONL), `export_to` and `ExportReport` (the same written
+    into a stream as the files are read).
 
 What the model sees
     `build_context` and `Context` (the projection of the branch ending at a leaf id:
@@ -104,7 +105,7 @@ if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
     from .discovery import find_lineages
-    from .exporting import ExportResult, export, export_session
+    from .exporting import ExportReport, ExportResult, export, export_session, export_to
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
     from .rowcache import RowCache
     from .textsearch import Hit, SearchProblem, SearchResult, search
@@ -130,6 +131,8 @@ __all__ = [
     "SessionInfo",
     "export",
     "export_session",
+    "export_to",
+    "ExportReport",
     "ExportResult",
     # what the model sees
     "build_context",
@@ -202,7 +205,8 @@ _LAZY = {
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
     "journal.discovery": ("find_lineages",),
     "journal.rowcache": ("RowCache",),
-    "journal.exporting": ("ExportResult", "export", "export_session",),
+    "journal.exporting": ("ExportReport", "ExportResult", "export", "export_session",
+                          "export_to",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
 }
