@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
+
+from .errors import JournalError
+from .publish import publish_bytes
 
 __all__ = ["RACY_SECONDS", "RowCache", "default_cache_path", "file_signature"]
 
@@ -129,18 +131,9 @@ class RowCache:
             del self.entries[key]
         if not self.changed and not stale:
             return
-        folder = os.path.dirname(self.path) or "."
         try:
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=folder)
-        except OSError:
-            return
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(orjson.dumps({"version": VERSION, "sessions": self.entries}))
-            os.replace(tmp, self.path)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+            publish_bytes(self.path, orjson.dumps({"version": VERSION,
+                                                   "sessions": self.entries}), "cache")
+        except (OSError, JournalError):
+            pass  # the cache is an optimisation: a run that cannot keep it still listed

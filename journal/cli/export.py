@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import tempfile
 from typing import Any
 
 import orjson
@@ -14,6 +12,7 @@ import orjson
 from .. import codec
 from ..errors import JournalError
 from ..exporting import FORMATS, ExportReport, export_to
+from ..publish import NewFile
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -43,22 +42,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportReport:
-    """Export into a new file beside `output`, renamed over it once complete: a failed
-    export leaves nothing behind, and a reader never sees half a file."""
-    folder = os.path.dirname(os.path.abspath(output))
+    """Export into a new file beside `output`, published over it once complete
+    (`journal.publish`): a failed export leaves nothing behind, and a reader never sees half
+    a file."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".tmp", dir=folder)
+        new = NewFile(os.path.abspath(output), "export", mode=0o666 & ~_umask())
     except OSError as e:
         raise JournalError(f"{output}: cannot write ({e.strerror})") from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            result = export_to(path, fmt, f, **options)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with new:
+        with new.stream() as stream:  # closing it flushes it
+            result = export_to(path, fmt, stream, **options)
+        new.publish()
     return result
 
 
