@@ -1,7 +1,11 @@
 """Token and cost accounting: what sessions used, per session, per model and per day.
 
 Every assistant message records its `usage` (`input`, `output`, `cacheRead`, `cacheWrite`,
-`cost`). Each one is counted once per logical session, on every branch (an abandoned branch
+`cost`). A Claude Code transcript is read by `journal.claude` (detected by `load`): the lines
+of one API response (one `message.id`) are one message there, so its usage counts once, and
+its `input_tokens`, `output_tokens`, `cache_read_input_tokens` and
+`cache_creation_input_tokens` are read under these names; it records no cost, so it is priced
+from the table. Each one is counted once per logical session, on every branch (an abandoned branch
 was paid for too): a rotated session is read as its whole lineage, oldest file first, and an
 entry whose id was already counted (a successor repeats the kept entries of its predecessor)
 is skipped. The cost of a message is the one it recorded; a message that recorded none (or a
@@ -284,6 +288,10 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
                                      f"counted; run 'journal repair {path}'"))
     if snap.session_id is not None:
         session.session_id = snap.session_id  # the live file's id, the last read
+    if snap.claude is not None:  # a Claude Code transcript: its id and title are records'
+        sid, title = snap.claude.first("sessionId"), snap.claude.title
+        session.session_id = sid if isinstance(sid, str) else session.session_id
+        session.name = title if isinstance(title, str) and title else session.name
     cells = session.cells
     for entry in snap.entries:
         entry_id = entry.get("id")

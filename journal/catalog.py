@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .accounting import Tally, lineage_usage
+from .claude import CLAUDE, PI, dialect_of, subagent_files
 from .discovery import find_lineages, session_paths
 from .errors import JournalError, LockTimeout, describe_os_error
 from .header import read_header
@@ -39,7 +40,7 @@ from .prices import PriceTable
 from .progress import Progress
 from .rowcache import RowCache, file_signature, prices_key
 from .seal import is_seal
-from .snapshot import Snapshot, find_last_of_type, open_for_reading, resume
+from .snapshot import Snapshot, find_last_of_type, load, open_for_reading, resume
 
 __all__ = ["PruneItem", "PruneReport", "SessionRow", "parse_age", "prune", "session_paths",
            "sessions"]
@@ -80,6 +81,8 @@ class SessionRow:
     usage: Tally | None = None
     """Tokens and cost, when asked for (`sessions(prices=...)`); None if not asked for or no
     file of the lineage could be counted."""
+    dialect: str = PI
+    """`pi`, or `claude` for a Claude Code transcript (read in place; never pruned)."""
 
     @property
     def tokens(self) -> int | None:
@@ -95,7 +98,7 @@ class SessionRow:
             "name": self.name, "cwd": self.cwd, "models": list(self.models),
             "first": self.first, "last": self.last, "entries": self.entries, "size": self.size,
             "state": self.state, "holderPid": self.holder_pid, "problems": list(self.problems),
-            "tokens": self.tokens, "cost": self.cost,
+            "tokens": self.tokens, "cost": self.cost, "dialect": self.dialect,
             "usage": self.usage.to_json() if self.usage is not None else None,
         }
 
@@ -137,21 +140,23 @@ def _row(files: list[str], prices: PriceTable | None, key: str | None,
          cache: RowCache | None) -> SessionRow:
     live = files[-1]
     entry = cache.lookup(live) if cache is not None else None
-    if entry is not None and [sig[0] for sig in entry["files"]] != files:
+    if entry is not None and cache is not None and cache.files_of(live) != files:
         entry = None
     facts = entry.get("facts") if entry is not None else None
     cached_usage = entry.get("usage") if entry is not None else None
     signatures = None
+    extra = subagent_files(live)
     if not isinstance(facts, dict):
-        signatures = [file_signature(f) for f in files]  # before reading: a change shows
-        facts = _read_facts(files)
+        # taken before reading: a change while reading shows next time
+        signatures = [file_signature(f) for f in [*files, *extra]]
+        facts = _read_facts(files, extra)
     tally: Tally | None = None
     if prices is not None:
         if isinstance(cached_usage, dict) and cached_usage.get("prices") == key:
             raw = cached_usage.get("tally")
             tally = Tally(**raw) if isinstance(raw, dict) else None
         else:
-            signatures = signatures or [file_signature(f) for f in files]
+            signatures = signatures or [file_signature(f) for f in [*files, *extra]]
             counted = lineage_usage(files, prices)
             tally = counted.total if counted is not None else None
             cached_usage = {"prices": key, "tally": asdict(tally) if tally else None}
@@ -159,7 +164,7 @@ def _row(files: list[str], prices: PriceTable | None, key: str | None,
         data: dict[str, Any] = {"facts": facts}
         if isinstance(cached_usage, dict):
             data["usage"] = cached_usage
-        cache.store(live, signatures, data)
+        cache.store(live, signatures, data, lineage=len(files))
     return _finish(files, facts, tally)
 
 
@@ -212,13 +217,23 @@ def _id_key(value: object) -> int | str:
 
 def row_for(files: list[str]) -> SessionRow:
     """The row of one lineage (`files` oldest first, the live one last), read now."""
-    return _finish(files, _read_facts(files), None)
+    return _finish(files, _read_facts(files, subagent_files(files[-1])), None)
 
 
-def _read_facts(files: list[str]) -> dict[str, Any]:
+def _dialect(path: str) -> str:
+    try:
+        return dialect_of(path)
+    except (JournalError, OSError):
+        return PI  # the pi readers say what is wrong with it
+
+
+def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
     """What reading the files of a lineage says about it: everything of a row but what
-    changes without the files changing (the lock holder, a pending rotation)."""
+    changes without the files changing (the lock holder, a pending rotation). `extra` are
+    a Claude Code transcript's subagent files (their size counts)."""
     live = files[-1]
+    if len(files) == 1 and _dialect(live) == CLAUDE:
+        return _claude_facts(live, extra)
     problems: list[str] = []
     size, mtime = 0, 0.0
     for f in files:
@@ -263,7 +278,47 @@ def _read_facts(files: list[str]) -> dict[str, Any]:
             "cwd": cwd if isinstance(cwd, str) else None, "models": list(_models(entries)),
             "first": _stamp(first_header) or _stamp(header), "last": last,
             "entries": len(ids), "size": size, "mtime": mtime, "problems": problems,
-            "sealed": bool(entries) and is_seal(entries[-1])}
+            "sealed": bool(entries) and is_seal(entries[-1]), "dialect": PI}
+
+
+def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
+    """A Claude Code transcript's row: read whole (with its subagent files) by
+    `journal.claude`, as `journal info` reads it; its id, cwd and first time come from its
+    records, its name from its latest title (`ai-title`, or an older `summary`)."""
+    size, mtime = 0, 0.0
+    problems: list[str] = []
+    for f in [live, *extra]:
+        try:
+            st = os.stat(f)
+        except OSError as e:
+            problems.append(describe_os_error(e))
+            continue
+        size += st.st_size
+        mtime = max(mtime, st.st_mtime)
+    facts: dict[str, Any] = {"id": None, "name": None, "cwd": None, "models": [],
+                             "first": None, "last": None, "entries": 0, "size": size,
+                             "mtime": mtime, "problems": problems, "sealed": False,
+                             "dialect": CLAUDE}
+    try:
+        snap = load(live, dialect=CLAUDE)
+    except (JournalError, OSError) as e:
+        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
+        return facts
+    read = snap.claude
+    problems.extend(f"{d.reason} at byte {d.offset:,}" for d in snap.diagnostics)
+    stamps = [t for t in map(_stamp, snap.entries) if t]
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    facts.update(
+        id=text(read.first("sessionId")) if read else None,
+        name=text(read.title) if read else None,
+        cwd=text(read.first("cwd")) if read else None,
+        models=list(_models(snap.entries)),
+        first=min(stamps) if stamps else None, last=max(stamps) if stamps else None,
+        entries=len(snap.entries))
+    return facts
 
 
 def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> SessionRow:
@@ -274,6 +329,8 @@ def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> Ses
     holder = current_holder(live)
     if holder is not None:
         state = "locked"
+    elif problems and facts.get("dialect") == CLAUDE:
+        state = "live"  # Claude Code owns it: damage is said, never repaired by journal
     elif problems:
         state = "needs-repair"
     elif facts["sealed"]:
@@ -286,7 +343,7 @@ def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> Ses
         cwd=facts["cwd"], models=tuple(facts["models"]), first=facts["first"],
         last=facts["last"], entries=facts["entries"], size=facts["size"], state=state,
         holder_pid=pid if isinstance(pid, int) else None, problems=tuple(problems),
-        mtime=facts["mtime"], usage=tally,
+        mtime=facts["mtime"], usage=tally, dialect=facts.get("dialect", PI),
     )
 
 
@@ -384,6 +441,8 @@ def _side_files(files: Iterable[str]) -> list[str]:
 
 
 def _why_kept(row: SessionRow, cutoff: datetime) -> str | None:
+    if row.dialect == CLAUDE:
+        return "a Claude Code transcript: Claude Code owns it"
     if row.state == "locked":
         return f"locked by pid {row.holder_pid}" if row.holder_pid else "locked by a writer"
     if row.state == "needs-repair":

@@ -8,6 +8,9 @@ The one rule every catalog command (`ls`, `prune`, `search`, `usage`) finds sess
   `*.jsonl.N` and `*.jsonl.N.gz` (the names rotation gives when a name is taken); hidden
   files and side files (`.quarantine`, `.lock`, `.bak`, `.orig`, `.tmp`, `.swp`, `~`,
   `.rotating`) are not sessions;
+* a Claude Code transcript's subagent files (`<session>/subagents/agent-*.jsonl` beside
+  `<session>.jsonl`) belong to that transcript (`journal.claude` reads them with it): they
+  are not sessions of their own while it exists;
 * files are grouped into lineages (`journal.lineage`): the live file and the sealed files it
   continues, oldest first. A predecessor belongs to the lineage only when it is sealed (a
   fork's parent names no successor and is a session of its own). Each file is in one
@@ -23,10 +26,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from .claude.reading import SUBAGENTS
 from .errors import JournalError
 from .lineage import ARCHIVE_DIR, lineage, seal_of
 
-__all__ = ["find_lineages", "is_session_name", "lineage_of", "session_paths"]
+__all__ = ["find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
+           "session_paths"]
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")
 _ARCHIVED_NAME = re.compile(r".+\.jsonl(\.[0-9]+)?(\.gz)?")
@@ -67,11 +72,23 @@ def session_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
                 path = os.path.join(root, name)
                 if not is_session_name(name, in_archive=in_archive) or os.path.islink(path):
                     continue
+                if is_subagent_file(path):
+                    continue
                 if in_archive or not name.endswith(".jsonl"):
                     later.append(path)
                 else:
                     yield path
     yield from later
+
+
+def is_subagent_file(path: str) -> bool:
+    """Whether `path` is a subagent transcript of a Claude Code session that exists:
+    `<dir>/<session>/subagents/agent-*.jsonl` with `<dir>/<session>.jsonl` beside."""
+    folder, name = os.path.split(path)
+    if os.path.basename(folder) != SUBAGENTS or not name.startswith("agent-"):
+        return False
+    session_dir = os.path.dirname(folder)
+    return os.path.isfile(session_dir + ".jsonl")
 
 
 def lineage_of(path: str) -> list[str]:

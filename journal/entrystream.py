@@ -1,7 +1,8 @@
 """The entries of a lineage, read as a stream: one entry in memory at a time.
 
 `LineageStream(files)` walks the files of a lineage oldest first (archives in `.gz`
-included) and yields each entry once (a successor repeats the kept entries of its
+included; a Claude Code transcript is read by `journal.claude`, with its subagent files) and
+yields each entry once (a successor repeats the kept entries of its
 predecessor), leaving out the rotation seals; it can be walked again (a second pass gives
 the same entries). A version 3 file is streamed line by line; a version 1 or 2 file (whose
 ids come from migration) or one whose first line is no header is read whole by `load`.
@@ -39,6 +40,8 @@ class LineageStream:
         """The id of the live file's last entry that is no seal (set by a walk)."""
         self.warnings: list[str] = []
         """What the last walk could not read."""
+        self.title: str | None = None
+        """A Claude Code transcript's title (its latest `ai-title` or `summary`)."""
 
     def entries(self) -> Iterator[Entry]:
         """Every entry of the lineage once, in file order, seals left out."""
@@ -47,6 +50,7 @@ class LineageStream:
         self.live_leaf = None
         seen: set[str] = set()
         live = self.files[-1]
+        self._leaf: str | None = None
         for path in self.files:
             try:
                 for entry in self._file(path, path == live):
@@ -62,6 +66,8 @@ class LineageStream:
                 if path == live:
                     raise
                 self.warnings.append(f"{path}: not read ({e})")
+        if self._leaf is not None:  # a Claude Code transcript names its leaf itself
+            self.live_leaf = self._leaf
 
     def _file(self, path: str, is_live: bool) -> Iterator[Entry]:
         with open_for_reading(path) as raw:
@@ -108,6 +114,12 @@ class LineageStream:
         snap = load(path)
         if snap.header is None and not snap.entries:
             raise NotASession(path, "not a session file (no session header, no entries)")
+        if self.header is None and snap.claude is not None:  # a Claude Code transcript
+            read = snap.claude
+            self.header = {"type": "session", "id": read.first("sessionId"),
+                           "cwd": read.first("cwd"), "timestamp": read.first("timestamp")}
+            self.title = read.title
+            self._leaf = read.leaf_id
         if self.header is None:
             self.header = snap.header
         for d in snap.diagnostics:

@@ -133,6 +133,8 @@ class Exported:
     stream: LineageStream
     redact: bool = False
     warnings: list[str] = field(default_factory=list)
+    title: str | None = None
+    """A Claude Code transcript's title (its sessions have no `session_info`)."""
 
     @property
     def live_path(self) -> list[int]:
@@ -172,8 +174,9 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     tree = Tree(skeletons)
     header = redact_value(stream.header) if redact else stream.header
     live_leaf = stream.live_leaf if stream.live_leaf in tree else tree.leaf_id
+    title = redact_text(stream.title) if redact and stream.title else stream.title
     return Exported(files, header, tree, live_leaf, stats.to_json(), stream, redact,
-                    list(stream.warnings))
+                    list(stream.warnings), title)
 
 
 def redact_value(value: Any) -> Any:
@@ -516,7 +519,8 @@ def write_markdown(session: Exported, out: _Counting, *, all_branches: bool = Fa
     header = session.header or {}
     stats = session.stats
     path = session.live_path
-    front = ["---", f"session: {_yaml_str(header.get('id'))}", f"name: {_yaml_str(tree.name)}",
+    name = tree.name or session.title
+    front = ["---", f"session: {_yaml_str(header.get('id'))}", f"name: {_yaml_str(name)}",
              f"cwd: {_yaml_str(header.get('cwd'))}",
              f"created: {_yaml_str(header.get('timestamp'))}",
              "models: [" + ", ".join(_yaml_str(m) for m in stats["models"]) + "]",
@@ -526,7 +530,7 @@ def write_markdown(session: Exported, out: _Counting, *, all_branches: bool = Fa
              "files: [" + ", ".join(_yaml_str(f) for f in session.files) + "]",
              f"exported: {_yaml_str(_now())}", "---"]
     pieces = _Pieces(out)
-    pieces.put(["\n".join(front), f"# {md_inline(tree.name or header.get('id') or 'session')}"])
+    pieces.put(["\n".join(front), f"# {md_inline(name or header.get('id') or 'session')}"])
     pieces.put([f"> **Warning**: {md_inline(w)}" for w in session.warnings])
     on_path = set(path)
     turns = _Turns(tree, path, "##")
@@ -576,16 +580,17 @@ def write_html(session: Exported, out: _Counting) -> None:
     the entries written as they are read."""
     tree = session.tree
     header = session.header or {}
+    name = tree.name or session.title
     meta = {
         "id": header.get("id"), "cwd": header.get("cwd"), "created": header.get("timestamp"),
-        "name": tree.name, "liveLeaf": session.live_leaf, "labels": tree.labels,
+        "name": name, "liveLeaf": session.live_leaf, "labels": tree.labels,
         "lineage": session.files, "warnings": session.warnings,
         "exported": _now(), **session.stats,
     }
     before, rest = PAGE.split("{{TITLE}}", 1)
     middle, rest = rest.split("{{META}}", 1)
     between, end = rest.split("{{JSONL}}", 1)
-    title = _html_escape(first_line(str(tree.name or header.get("id") or "session"), 200))
+    title = _html_escape(first_line(str(name or header.get("id") or "session"), 200))
     out.write((before + title + middle).encode())
     out.write(_script_safe(codec.dumps(meta)))
     out.write(between.encode())

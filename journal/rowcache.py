@@ -1,6 +1,7 @@
 """The catalog's cache: what `journal ls` read of each lineage, kept between runs.
 
-One JSON file maps the live path of each lineage to what reading it found (its files, and
+One JSON file maps the live path of each lineage to what reading it found (its files, a
+Claude Code transcript's subagent files with them, and
 what `journal.catalog` reads of them: ids, names, times, entry count, damage, and tokens and
 cost under a given price table). An entry is used only while every file of its lineage is
 the same file as when it was read: same device and inode, size, modification and change
@@ -28,12 +29,13 @@ from typing import Any
 
 import orjson
 
+from .claude import subagent_files
 from .errors import JournalError
 from .publish import publish_bytes
 
 __all__ = ["RACY_SECONDS", "RowCache", "default_cache_path", "file_signature"]
 
-VERSION = 1
+VERSION = 2
 RACY_SECONDS = 2.0
 
 Signature = list[Any]
@@ -92,9 +94,10 @@ class RowCache:
             return self.checked[live]
         entry = self.entries.get(live)
         files = entry.get("files") if entry is not None else None
-        valid = isinstance(files, list) and bool(files) and all(
+        count = entry.get("lineage") if entry is not None else None
+        valid = isinstance(files, list) and bool(files) and isinstance(count, int) and all(
             isinstance(sig, list) and sig and file_signature(str(sig[0])) == sig
-            for sig in files)
+            for sig in files) and [str(sig[0]) for sig in files[count:]] == subagent_files(live)
         self.checked[live] = entry if valid else None
         if not valid:
             self.misses += 1
@@ -106,19 +109,24 @@ class RowCache:
     def files_of(self, live: str) -> list[str] | None:
         """The lineage of `live` as cached, if it is still valid (see `lookup`)."""
         entry = self.lookup(live)
-        return [str(sig[0]) for sig in entry["files"]] if entry is not None else None
+        if entry is None:
+            return None
+        return [str(sig[0]) for sig in entry["files"][:entry["lineage"]]]
 
-    def store(self, live: str, signatures: Sequence[Signature | None],
-              data: dict[str, Any]) -> bool:
-        """Keep `data` for the lineage whose files had `signatures` before they were read.
-        Nothing is kept if a file could not be statted or was modified too recently."""
+    def store(self, live: str, signatures: Sequence[Signature | None], data: dict[str, Any],
+              lineage: int | None = None) -> bool:
+        """Keep `data` for the lineage whose files had `signatures` before they were read:
+        the first `lineage` are the lineage's files (all when None), the others the
+        subagent files of a Claude Code transcript (`journal.claude.subagent_files`). Nothing
+        is kept if a file could not be statted or was modified too recently."""
         self.touched.add(live)
         if any(sig is None for sig in signatures):
             return False
         if any(sig[4] >= self.started_ns - self.racy_ns for sig in signatures if sig):
             self.entries.pop(live, None)
             return False
-        self.entries[live] = {**data, "files": list(signatures)}
+        count = len(signatures) if lineage is None else lineage
+        self.entries[live] = {**data, "files": list(signatures), "lineage": count}
         self.checked.pop(live, None)
         self.changed = True
         return True
