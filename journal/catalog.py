@@ -156,7 +156,10 @@ def _row(files: list[str], prices: PriceTable | None, key: str | None,
             raw = cached_usage.get("tally")
             tally = Tally(**raw) if isinstance(raw, dict) else None
         else:
-            signatures = signatures or [file_signature(f) for f in [*files, *extra]]
+            if signatures is None:  # the facts came from the cache: keep what it checked,
+                # so a change since is seen next time
+                signatures = list(entry["files"]) if entry is not None else [
+                    file_signature(f) for f in [*files, *extra]]
             counted = lineage_usage(files, prices)
             tally = counted.total if counted is not None else None
             cached_usage = {"prices": key, "tally": asdict(tally) if tally else None}
