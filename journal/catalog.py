@@ -9,7 +9,12 @@ have been at rest longer than a given age, never one a writer holds.
 Speed: a row reads the header of each file of its lineage, the tail of the live file
 (`resume`: back to its latest compaction), and one byte scan per file for the entry ids (the
 only way to count entries without counting twice the ones a rotated successor repeats). No
-JSON is parsed beyond the header and the tail.
+JSON is parsed beyond the header and the tail. Tokens and cost (`prices=`) need every file
+read whole (`journal.accounting`), and so does a Claude Code transcript (it has no tail to
+stop at); a `RowCache` keeps what was read while the files stay the same.
+
+Which files are sessions, and how they group into lineages, is `journal.discovery`'s rule,
+shared with `search` and `usage`.
 
 What a row says about damage is what the header and the tail show (a torn last line, bad
 lines in the tail, a missing header, a rotation left half done); `journal repair --check`
