@@ -54,7 +54,7 @@ from .progress import Meter, Progress
 from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
-from .snapshot import is_compressed
+from .snapshot import is_compressed, refuse_foreign
 from .storage import as_storage
 from .tree import Tree
 
@@ -799,6 +799,7 @@ def repair(
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
+    refuse_foreign(path)  # a Claude Code transcript is not repaired as a pi file
     if dry_run:
         return assess(path, migrate=migrate, strict=strict, progress=progress)
     if is_compressed(path):
