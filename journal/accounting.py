@@ -2,7 +2,8 @@
 
 Every assistant message records its `usage` (`input`, `output`, `cacheRead`, `cacheWrite`,
 `cost`). A Claude Code transcript is read by `journal.claude` (detected by `load`): the lines
-of one API response (one `message.id`) are one message there, so its usage counts once, and
+of one API response (one `message.id`) are one message there, so its usage counts once (and
+once only when the tree shows the response twice: a compaction's preserved segment), and
 its `input_tokens`, `output_tokens`, `cache_read_input_tokens` and
 `cache_creation_input_tokens` are read under these names; it records no cost, so it is priced
 from the table. Each one is counted once per logical session, on every branch (an abandoned branch
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from .claude import ClaudeRead
 from .discovery import find_lineages
 from .errors import JournalError
 from .prices import PriceTable, load_prices
@@ -271,6 +273,43 @@ def _day(message: dict[str, Any], entry: dict[str, Any]) -> str:
     return "unknown"
 
 
+@dataclass
+class _Responses:
+    skipped: set[str]
+    """Entries that repeat an API response another entry counts."""
+
+
+def _claude_responses(read: ClaudeRead) -> _Responses:
+    """Which entries of a Claude Code transcript stand for the same API response (one
+    `message.id`): the translator merges a response's lines into one entry, but may show a
+    response twice in the tree (a compaction's preserved segment is copied under its anchor,
+    its usage zeroed). The entry with the most tokens counts; the others are skipped."""
+    best: dict[str, tuple[int, str]] = {}
+    others: list[str] = []
+    for entry in read.entries:
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict) \
+                or message.get("role") != "assistant":
+            continue
+        records = read.translator.raw.get(entry["id"]) or []
+        api = records[0].get("message") if records else None
+        key = api.get("id") if isinstance(api, dict) else None
+        if not isinstance(key, str):
+            continue
+        recorded = message.get("usage")
+        tokens = sum(_tokens(recorded.get(k)) for k in ("input", "output", "cacheRead",
+                                                         "cacheWrite")
+                     ) if isinstance(recorded, dict) else -1
+        held = best.get(key)
+        if held is None or tokens > held[0]:
+            if held is not None:
+                others.append(held[1])
+            best[key] = (tokens, entry["id"])
+        else:
+            others.append(entry["id"])
+    return _Responses(set(others))
+
+
 def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceTable,
                 warnings: list[UsageWarning]) -> bool:
     """Add the replies of `path` to `session`; False (and a warning) when it is no session."""
@@ -293,12 +332,15 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
         session.session_id = sid if isinstance(sid, str) else session.session_id
         session.name = title if isinstance(title, str) and title else session.name
     cells = session.cells
+    responses = _claude_responses(snap.claude) if snap.claude is not None else None
     for entry in snap.entries:
         entry_id = entry.get("id")
         if isinstance(entry_id, str):
             if entry_id in seen:
                 continue
             seen.add(entry_id)
+            if responses is not None and entry_id in responses.skipped:
+                continue
         kind = entry.get("type")
         if kind == "session_info":
             name = entry.get("name")

@@ -25,13 +25,23 @@ SAMPLES = ("representative_messages.jsonl", "edge_cases.jsonl", "todowrite_examp
            "session_b.jsonl")
 
 
+def with_subagents(folder: Path, mb: float, first_seed: int, **options: int):
+    """A generated transcript in `folder` that has subagent files: the first seed from
+    `first_seed` whose transcript has some (the generator draws them at random)."""
+    for seed in range(first_seed, first_seed + 40):
+        made = gc.generate(folder, mb=mb, seed=seed, **options)
+        if made.subagents:
+            return made
+        shutil.rmtree(folder)
+    raise AssertionError("the generator wrote no subagent file for 40 seeds")
+
+
 def projects(tmp_path: Path) -> tuple[Path, list]:
     """`<home>/.claude/projects` with two generated projects (one transcript each, with
     subagent files) and nothing else."""
     root = tmp_path / "home" / ".claude" / "projects"
-    made = [gc.generate(root / "-home-user-project", mb=0.6, seed=4, compactions=2, rewinds=2),
-            gc.generate(root / "-home-user-other", mb=0.3, seed=5, compactions=1, rewinds=1)]
-    assert all(m.subagents for m in made)
+    made = [with_subagents(root / "-home-user-project", 0.6, 4, compactions=2, rewinds=2),
+            with_subagents(root / "-home-user-other", 0.3, 5, compactions=1, rewinds=1)]
     return root, made
 
 
