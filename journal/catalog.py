@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .accounting import Tally, lineage_usage
-from .claude import CLAUDE, PI, dialect_of, subagent_files
+from .claude import CLAUDE, PI, subagent_files
 from .discovery import find_lineages, session_paths
 from .errors import JournalError, LockTimeout, describe_os_error
 from .header import read_header
@@ -228,21 +228,19 @@ def row_for(files: list[str]) -> SessionRow:
     return _finish(files, _read_facts(files, subagent_files(files[-1])), None)
 
 
-def _dialect(path: str) -> str:
-    try:
-        return dialect_of(path)
-    except (JournalError, OSError):
-        return PI  # the pi readers say what is wrong with it
-
-
 def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
     """What reading the files of a lineage says about it: everything of a row but what
     changes without the files changing (the lock holder, a pending rotation). `extra` are
     a Claude Code transcript's subagent files (their size counts)."""
     live = files[-1]
-    if len(files) == 1 and _dialect(live) == CLAUDE:
-        return _claude_facts(live, extra)
+    snap: Snapshot | None = None
     problems: list[str] = []
+    try:
+        snap = resume(live)  # it tells a Claude Code transcript by itself
+    except (JournalError, OSError) as e:
+        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
+    if snap is not None and snap.claude is not None and len(files) == 1:
+        return _claude_facts(live, extra)
     size, mtime = 0, 0.0
     for f in files:
         try:
@@ -253,11 +251,6 @@ def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
         size += st.st_size
         mtime = max(mtime, st.st_mtime)
     first_header = read_header(files[0])
-    snap: Snapshot | None = None
-    try:
-        snap = resume(live)
-    except (JournalError, OSError) as e:
-        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
     header = snap.header if snap is not None else None
     if snap is not None and header is None:
         problems.append("no session header")

@@ -124,7 +124,7 @@ def find_lineages(paths: Iterable[str | os.PathLike[str]], *,
         files = known(path) if known is not None else None
         if files is None:
             try:
-                files = [os.path.realpath(f) for f in lineage_of(path)]
+                files = lineage_of(path)  # real paths: the live file's, and its folder's
             except (OSError, JournalError):
                 files = [path]
             if path not in files:  # a copy or a link the lineage does not reach: itself
