@@ -88,7 +88,9 @@ def run_measured(argv: list[str], home: Path) -> tuple[float, int, str]:
     return seconds, usage.ru_maxrss * 1024, out_path.read_text(errors="replace")
 
 
-TOKENS = re.compile(r"Input: (\d+) \| Output: (\d+) \| Cache Creation: (\d+) \| Cache Read: (\d+)")
+TOKENS = re.compile(r"(Input|Output|Cache Creation|Cache Read): (\d+)")
+NAMES = {"Input": "input", "Output": "output", "Cache Creation": "cacheWrite",
+         "Cache Read": "cacheRead"}
 
 
 def ccl_tokens(ccl: list[str], path: Path, work: Path) -> dict[str, int] | None:
@@ -102,12 +104,9 @@ def ccl_tokens(ccl: list[str], path: Path, work: Path) -> dict[str, int] | None:
     sums = {"input": 0, "output": 0, "cacheWrite": 0, "cacheRead": 0}
     found = False
     for session in data.get("sessions", []):
-        match = TOKENS.search(session.get("token_summary") or "")
-        if match:
+        for name, value in TOKENS.findall(session.get("token_summary") or ""):
             found = True
-            for key, value in zip(("input", "output", "cacheWrite", "cacheRead"),
-                                  match.groups(), strict=True):
-                sums[key] += int(value)
+            sums[NAMES[name]] += int(value)
     return sums if found else None
 
 
