@@ -17,6 +17,14 @@ Usage::
 
     python bench/catalog_export.py [--size 100MB] [--repeat 3] [--dir DIR] [--keep]
                                    [--formats md,html,jsonl] [--no-browser] [--json]
+                                   [--code CHECKOUT] [--session FILE]
+
+Before and after a change, on the same session::
+
+    git archive OLD_COMMIT | tar -x -C /tmp/before
+    python bench/gen_session.py /tmp/s.jsonl --size 100MB --seed 16
+    python bench/catalog_export.py --session /tmp/s.jsonl --code /tmp/before
+    python bench/catalog_export.py --session /tmp/s.jsonl
 """
 
 from __future__ import annotations
@@ -44,12 +52,13 @@ def generate(path: Path, size: str, seed: int) -> None:
                     "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
 
 
-def run_export(path: Path, fmt: str, out: Path) -> tuple[float, int]:
-    """(seconds, peak RSS in bytes) of one `journal export` command."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_export(path: Path, fmt: str, out: Path, code: Path = ROOT) -> tuple[float, int]:
+    """(seconds, peak RSS in bytes) of one `journal export` command, run from the checkout
+    `code` (its `journal` package is the one imported)."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "journal.cli", "export", str(path),
-                             "--format", fmt, "-o", str(out)],
+                             "--format", fmt, "-o", str(out)], cwd=code,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
@@ -84,17 +93,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", default="md,html")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--code", type=Path, default=ROOT,
+                        help="the checkout whose journal runs (default this one): e.g. an "
+                        "older commit's 'git archive' to compare before and after")
+    parser.add_argument("--session", type=Path,
+                        help="export this session instead of generating one")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-export-", dir=args.dir))
     results: list[dict[str, Any]] = []
     try:
-        session = work / "session.jsonl"
-        generate(session, args.size, args.seed)
+        session = args.session or work / "session.jsonl"
+        if args.session is None:
+            generate(session, args.size, args.seed)
         size = session.stat().st_size
         own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         for fmt in args.formats.split(","):
             out = work / f"export.{fmt}"
-            runs = [run_export(session, fmt, out) for _ in range(args.repeat)]
+            runs = [run_export(session, fmt, out, args.code.resolve())
+                    for _ in range(args.repeat)]
             row: dict[str, Any] = {
                 "format": fmt, "session_bytes": size,
                 "seconds": statistics.median(r[0] for r in runs),
@@ -108,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"results": results, "parent_peak_rss_mb": own_peak / 2**20},
                              indent=2))
         else:
-            print(f"session: {size / 2**20:.1f} MiB ({args.size}, seed {args.seed}); "
+            what = str(args.session) if args.session else f"{args.size}, seed {args.seed}"
+            print(f"session: {size / 2**20:.1f} MiB ({what}); code {args.code}; "
                   f"median of {args.repeat}; this parent's peak RSS {own_peak / 2**20:.0f} MiB")
             for row in results:
                 line = (f"  export --format {row['format']:<5} {row['seconds']:6.2f} s  "

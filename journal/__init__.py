@@ -20,7 +20,8 @@ Reading a session (never locks)
     `View` (a read-only session), `Tree`, `TreeNode`, `TreeIssue` (the entry tree),
     `inspect` and `SessionInfo` (a summary, as `journal info` prints it), `export`,
     `export_session` and `ExportResult` (a session's whole lineage as Markdown, one
-    self-contained HTML page, or JSONL). Claude Code transcripts are read in place by all of
+    self-contained HTML page, or JSONL), `export_to` and `ExportReport` (the same written
+    into a stream as the files are read). Claude Code transcripts are read in place by all of
     these (`journal.claude`; `dialect_of` tells which a file is).
 
 What the model sees
@@ -38,7 +39,9 @@ Keeping files healthy
 
 Finding sessions
     `sessions` and `SessionRow` (one row per logical session under some folders: what
-    `journal ls` prints), `prune` and `PruneReport` (retention of whole idle lineages),
+    `journal ls` prints; `RowCache` keeps what was read between runs), `find_lineages` (the
+    one rule for which files are sessions, grouped by lineage), `prune` and `PruneReport`
+    (retention of whole idle lineages),
     `search` (full text across sessions and their archives) with `SearchResult`, `Hit` and
     `SearchProblem`.
 
@@ -110,10 +113,12 @@ from .view import View
 if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
-    from .exporting import ExportResult, export, export_session
+    from .discovery import find_lineages
+    from .exporting import ExportReport, ExportResult, export, export_session, export_to
     from .pg.server import EmbeddedServer
     from .pg.storage import PostgresStorage
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
+    from .rowcache import RowCache
     from .textsearch import Hit, SearchProblem, SearchResult, search
 
 __all__ = [
@@ -140,6 +145,8 @@ __all__ = [
     "SessionInfo",
     "export",
     "export_session",
+    "export_to",
+    "ExportReport",
     "ExportResult",
     # what the model sees
     "build_context",
@@ -174,6 +181,8 @@ __all__ = [
     # finding sessions
     "sessions",
     "SessionRow",
+    "RowCache",
+    "find_lineages",
     "prune",
     "PruneReport",
     # accounting for sessions
@@ -210,7 +219,10 @@ __all__ = [
 _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
-    "journal.exporting": ("ExportResult", "export", "export_session",),
+    "journal.discovery": ("find_lineages",),
+    "journal.rowcache": ("RowCache",),
+    "journal.exporting": ("ExportReport", "ExportResult", "export", "export_session",
+                          "export_to",),
     "journal.pg.server": ("EmbeddedServer",),
     "journal.pg.storage": ("PostgresStorage",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),

@@ -1,7 +1,12 @@
 """Token and cost accounting: what sessions used, per session, per model and per day.
 
 Every assistant message records its `usage` (`input`, `output`, `cacheRead`, `cacheWrite`,
-`cost`). Each one is counted once per logical session, on every branch (an abandoned branch
+`cost`). A Claude Code transcript is read by `journal.claude` (detected by `load`): the lines
+of one API response (one `message.id`) are one message there, so its usage counts once (and
+once only when the tree shows the response twice: a compaction's preserved segment), and
+its `input_tokens`, `output_tokens`, `cache_read_input_tokens` and
+`cache_creation_input_tokens` are read under these names; it records no cost, so it is priced
+from the table. Each one is counted once per logical session, on every branch (an abandoned branch
 was paid for too): a rotated session is read as its whole lineage, oldest file first, and an
 entry whose id was already counted (a successor repeats the kept entries of its predecessor)
 is skipped. The cost of a message is the one it recorded; a message that recorded none (or a
@@ -15,13 +20,14 @@ are reported as warnings, and the other sessions are still counted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from .claude import ClaudeRead
+from .discovery import find_lineages
 from .errors import JournalError
-from .lineage import lineage
 from .prices import PriceTable, load_prices
 from .progress import Progress
 from .snapshot import load
@@ -165,8 +171,9 @@ class UsageReport:
 
 def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None = None,
           progress: Progress | None = None) -> UsageReport:
-    """Count the tokens and cost of the sessions at `paths` (files, or folders searched for
-    `*.jsonl` and `*.jsonl.gz` files at any depth), each rotated lineage once.
+    """Count the tokens and cost of the sessions at `paths` (files, or folders: their
+    sessions as `journal.discovery` finds them), each rotated lineage once. A path that does
+    not exist is a warning.
 
     `prices` defaults to `load_prices()` (the bundled table, or `$JOURNAL_PRICES`).
     `progress` is called with (bytes read, bytes in all) after each file.
@@ -176,72 +183,45 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
         >>> [(model, t.cost) for model, t in report.rows("model")]
     """
     table = prices if prices is not None else load_prices()
-    files, warnings = find_session_files(paths)
-    chains = group_lineages(files, warnings)
+    warnings: list[UsageWarning] = []
+    present = []
+    for given in paths:
+        path = os.fspath(given)
+        if os.path.lexists(path):
+            present.append(path)
+        else:
+            warnings.append(UsageWarning(path, "no such file or folder"))
+    chains = find_lineages(present) if present else []
     total = sum(_size(f) for chain in chains for f in chain)
     done = 0
     sessions = []
     for chain in chains:
-        session = SessionUsage(chain[-1], list(chain))
-        seen: set[str] = set()
-        counted = False
-        for path in chain:
-            counted = _count_file(path, session, seen, table, warnings) or counted
+        def step(path: str) -> None:
+            nonlocal done
             done += _size(path)
             if progress is not None:
                 progress(done, total)
-        if counted:  # a lineage none of whose files could be read is only a warning
+        session = lineage_usage(chain, table, warnings, after_file=step)
+        if session is not None:
             sessions.append(session)
     return UsageReport(sessions, warnings, table)
 
 
-# finding sessions (to be replaced by the catalog's enumeration once journal/catalog.py lands)
-
-
-def find_session_files(paths: Iterable[str | os.PathLike[str]]
-                       ) -> tuple[list[str], list[UsageWarning]]:
-    """The session files named by `paths`: a file as it is, a folder's `*.jsonl` and
-    `*.jsonl.gz` at any depth (hidden temps left out), in sorted order, each once."""
-    found: list[str] = []
-    warnings: list[UsageWarning] = []
-    for given in paths:
-        path = os.fspath(given)
-        if os.path.isdir(path):
-            def complain(e: OSError, folder: str = path) -> None:
-                warnings.append(UsageWarning(e.filename or folder,
-                                             f"cannot list the folder ({e.strerror})"))
-            for folder, dirs, names in os.walk(path, onerror=complain):
-                dirs.sort()
-                found.extend(os.path.join(folder, n) for n in sorted(names)
-                             if n.endswith((".jsonl", ".jsonl.gz")) and not n.startswith("."))
-        elif os.path.lexists(path):
-            found.append(path)
-        else:
-            warnings.append(UsageWarning(path, "no such file or folder"))
-    unique = list(dict.fromkeys(os.path.realpath(f) for f in found))
-    return unique, warnings
-
-
-def group_lineages(files: list[str], warnings: list[UsageWarning]) -> list[list[str]]:
-    """`files` grouped into lineages (oldest file first, live last), each once, in the order
-    their first file was met; a file whose lineage cannot be followed stands alone."""
-    chains: list[list[str]] = []
-    placed: set[str] = set()
+def lineage_usage(files: Sequence[str], prices: PriceTable,
+                  warnings: list[UsageWarning] | None = None, *,
+                  after_file: Callable[[str], None] | None = None) -> SessionUsage | None:
+    """The usage of one logical session, `files` its lineage oldest first (as
+    `journal.discovery.find_lineages` gives it): each entry counted once. None when no file
+    of it could be read as a session (the reasons are added to `warnings`)."""
+    warned = warnings if warnings is not None else []
+    session = SessionUsage(files[-1], list(files))
+    seen: set[str] = set()
+    counted = False
     for path in files:
-        if path in placed:
-            continue
-        try:
-            chain = [os.path.realpath(p) for p in lineage(path)]
-        except (JournalError, OSError) as e:
-            warnings.append(UsageWarning(path, f"cannot follow its lineage ({e}); "
-                                         "counted alone"))
-            chain = [path]
-        if path not in chain:  # an unusual file (a copy, a link): count what was named
-            chain = [path]
-        chain = [p for p in chain if p not in placed and os.path.exists(p)] or [path]
-        placed.update(chain)
-        chains.append(chain)
-    return chains
+        counted = _count_file(path, session, seen, prices, warned) or counted
+        if after_file is not None:
+            after_file(path)
+    return session if counted else None
 
 
 # counting
@@ -293,6 +273,43 @@ def _day(message: dict[str, Any], entry: dict[str, Any]) -> str:
     return "unknown"
 
 
+@dataclass
+class _Responses:
+    skipped: set[str]
+    """Entries that repeat an API response another entry counts."""
+
+
+def _claude_responses(read: ClaudeRead) -> _Responses:
+    """Which entries of a Claude Code transcript stand for the same API response (one
+    `message.id`): the translator merges a response's lines into one entry, but may show a
+    response twice in the tree (a compaction's preserved segment is copied under its anchor,
+    its usage zeroed). The entry with the most tokens counts; the others are skipped."""
+    best: dict[str, tuple[int, str]] = {}
+    others: list[str] = []
+    for entry in read.entries:
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict) \
+                or message.get("role") != "assistant":
+            continue
+        records = read.translator.raw.get(entry["id"]) or []
+        api = records[0].get("message") if records else None
+        key = api.get("id") if isinstance(api, dict) else None
+        if not isinstance(key, str):
+            continue
+        recorded = message.get("usage")
+        tokens = sum(_tokens(recorded.get(k)) for k in ("input", "output", "cacheRead",
+                                                         "cacheWrite")
+                     ) if isinstance(recorded, dict) else -1
+        held = best.get(key)
+        if held is None or tokens > held[0]:
+            if held is not None:
+                others.append(held[1])
+            best[key] = (tokens, entry["id"])
+        else:
+            others.append(entry["id"])
+    return _Responses(set(others))
+
+
 def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceTable,
                 warnings: list[UsageWarning]) -> bool:
     """Add the replies of `path` to `session`; False (and a warning) when it is no session."""
@@ -310,13 +327,20 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
                                      f"counted; run 'journal repair {path}'"))
     if snap.session_id is not None:
         session.session_id = snap.session_id  # the live file's id, the last read
+    if snap.claude is not None:  # a Claude Code transcript: its id and title are records'
+        sid, title = snap.claude.first("sessionId"), snap.claude.title
+        session.session_id = sid if isinstance(sid, str) else session.session_id
+        session.name = title if isinstance(title, str) and title else session.name
     cells = session.cells
+    responses = _claude_responses(snap.claude) if snap.claude is not None else None
     for entry in snap.entries:
         entry_id = entry.get("id")
         if isinstance(entry_id, str):
             if entry_id in seen:
                 continue
             seen.add(entry_id)
+            if responses is not None and entry_id in responses.skipped:
+                continue
         kind = entry.get("type")
         if kind == "session_info":
             name = entry.get("name")

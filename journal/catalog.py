@@ -9,7 +9,12 @@ have been at rest longer than a given age, never one a writer holds.
 Speed: a row reads the header of each file of its lineage, the tail of the live file
 (`resume`: back to its latest compaction), and one byte scan per file for the entry ids (the
 only way to count entries without counting twice the ones a rotated successor repeats). No
-JSON is parsed beyond the header and the tail.
+JSON is parsed beyond the header and the tail. Tokens and cost (`prices=`) need every file
+read whole (`journal.accounting`), and so does a Claude Code transcript (it has no tail to
+stop at); a `RowCache` keeps what was read while the files stay the same.
+
+Which files are sessions, and how they group into lineages, is `journal.discovery`'s rule,
+shared with `search` and `usage`.
 
 What a row says about damage is what the header and the tail show (a torn last line, bad
 lines in the tail, a missing header, a rotation left half done); `journal repair --check`
@@ -22,20 +27,25 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .accounting import Tally, lineage_usage
+from .claude import CLAUDE, PI, subagent_files
+from .discovery import find_lineages, session_paths
 from .errors import JournalError, LockTimeout, describe_os_error
 from .header import read_header
 from .idscan import scan_ids
-from .lineage import ARCHIVE_DIR, intent_path, lineage, seal_of
+from .lineage import intent_path
 from .lock import WriterLock, current_holder
 from .model import Entry
+from .prices import PriceTable
 from .progress import Progress
+from .rowcache import RowCache, file_signature, prices_key
 from .seal import is_seal
-from .snapshot import Snapshot, find_last_of_type, open_for_reading, resume
+from .snapshot import Snapshot, find_last_of_type, load, open_for_reading, resume
 
 __all__ = ["PruneItem", "PruneReport", "SessionRow", "parse_age", "prune", "session_paths",
            "sessions"]
@@ -47,8 +57,6 @@ tail is damaged, or a rotation was left half done (`journal repair` fixes it).""
 
 SIDE_SUFFIXES = (".quarantine", ".bak")
 """Side files that belong to a session file and go with it when it is pruned."""
-
-_IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,19 @@ class SessionRow:
     problems: tuple[str, ...] = ()
     mtime: float = 0.0
     """The latest modification time of any file of the lineage (seconds since the epoch)."""
+    usage: Tally | None = None
+    """Tokens and cost, when asked for (`sessions(prices=...)`); None if not asked for or no
+    file of the lineage could be counted."""
+    dialect: str = PI
+    """`pi`, or `claude` for a Claude Code transcript (read in place; never pruned)."""
+
+    @property
+    def tokens(self) -> int | None:
+        return self.usage.total_tokens if self.usage is not None else None
+
+    @property
+    def cost(self) -> float | None:
+        return self.usage.cost if self.usage is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,46 +103,37 @@ class SessionRow:
             "name": self.name, "cwd": self.cwd, "models": list(self.models),
             "first": self.first, "last": self.last, "entries": self.entries, "size": self.size,
             "state": self.state, "holderPid": self.holder_pid, "problems": list(self.problems),
+            "tokens": self.tokens, "cost": self.cost, "dialect": self.dialect,
+            "usage": self.usage.to_json() if self.usage is not None else None,
         }
 
 
-def _is_session_name(name: str) -> bool:
-    if name.startswith(".") or not (name.endswith(".jsonl") or name.endswith(".jsonl.gz")):
-        return False
-    return not any(part in name for part in _IGNORED_PARTS)
-
-
-def sessions(dirs: Iterable[str], *, progress: Progress | None = None) -> list[SessionRow]:
-    """One row per logical session under `dirs` (folders, searched recursively, or files).
+def sessions(dirs: Iterable[str], *, progress: Progress | None = None,
+             prices: PriceTable | None = None, cache: RowCache | None = None
+             ) -> list[SessionRow]:
+    """One row per logical session under `dirs` (folders, searched recursively, or files;
+    see `journal.discovery` for which files are sessions).
 
     A rotated session is one row however many files it has. A file that cannot be read is a
     row in state `needs-repair` with its problem; nothing raises for one bad file. A folder
     given that does not exist or cannot be entered raises `JournalError`. `progress`, if
     given, is called with (bytes done, bytes in all) as the files are read.
+
+    With `prices`, each row also has its `usage` (tokens and cost, as `journal usage` counts
+    them: every file of the lineage is read whole, each entry once). With `cache` (a
+    `RowCache`), a lineage none of whose files changed since a run that cached it is not read
+    again; the caller saves the cache.
     """
     dirs = list(dirs)
-    for top in dirs:
-        if not os.path.exists(top):
-            raise JournalError(f"{top}: no such file or folder")
-        if os.path.isdir(top) and not os.access(top, os.R_OK | os.X_OK):
-            raise JournalError(f"{top}: permission denied")
-    found = [(path, _size_of(path)) for path in session_paths(dirs)]
-    total, done = sum(size for _, size in found), 0
+    known = cache.files_of if cache is not None else None
+    chains = find_lineages(dirs, known=known)
+    total = sum(_size_of(f) for chain in chains for f in chain)
+    done = 0
+    key = prices_key(prices.to_json()) if prices is not None else None
     rows: list[SessionRow] = []
-    claimed: set[str] = set()
-    for path, size in found:
-        done += size
-        real = path  # session_paths gives real paths
-        if real in claimed:
-            continue
-        try:
-            files = _chain(real)
-        except (OSError, JournalError):
-            files = [real]  # its row says what is wrong with it
-        if any(f in claimed for f in files):
-            files = [f for f in files if f not in claimed] or [real]
-        claimed.update(files)
-        rows.append(row_for(files))
+    for files in chains:
+        rows.append(_row(files, prices, key, cache))
+        done += sum(_size_of(f) for f in files)
         if progress is not None:
             progress(done, total)
     if progress is not None:
@@ -129,47 +141,46 @@ def sessions(dirs: Iterable[str], *, progress: Progress | None = None) -> list[S
     return rows
 
 
+def _row(files: list[str], prices: PriceTable | None, key: str | None,
+         cache: RowCache | None) -> SessionRow:
+    live = files[-1]
+    entry = cache.lookup(live) if cache is not None else None
+    if entry is not None and cache is not None and cache.files_of(live) != files:
+        entry = None
+    facts = entry.get("facts") if entry is not None else None
+    cached_usage = entry.get("usage") if entry is not None else None
+    signatures = None
+    extra = subagent_files(live)
+    if not isinstance(facts, dict):
+        # taken before reading: a change while reading shows next time
+        signatures = [file_signature(f) for f in [*files, *extra]]
+        facts = _read_facts(files, extra)
+    tally: Tally | None = None
+    if prices is not None:
+        if isinstance(cached_usage, dict) and cached_usage.get("prices") == key:
+            raw = cached_usage.get("tally")
+            tally = Tally(**raw) if isinstance(raw, dict) else None
+        else:
+            if signatures is None:  # the facts came from the cache: keep what it checked,
+                # so a change since is seen next time
+                signatures = list(entry["files"]) if entry is not None else [
+                    file_signature(f) for f in [*files, *extra]]
+            counted = lineage_usage(files, prices)
+            tally = counted.total if counted is not None else None
+            cached_usage = {"prices": key, "tally": asdict(tally) if tally else None}
+    if cache is not None and signatures is not None:
+        data: dict[str, Any] = {"facts": facts}
+        if isinstance(cached_usage, dict):
+            data["usage"] = cached_usage
+        cache.store(live, signatures, data, lineage=len(files))
+    return _finish(files, facts, tally)
+
+
 def _size_of(path: str) -> int:
     try:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-def session_paths(dirs: Iterable[str]) -> Iterator[str]:
-    """Session files under `dirs`, by their real paths (links in the folders are not
-    followed): plain files outside `archive/` folders first, then archives (an archive is
-    normally claimed by its live file's row before it is met)."""
-    later: list[str] = []
-    for given in dirs:
-        top = os.path.realpath(given)
-        if os.path.isfile(top):
-            yield top
-            continue
-        for root, subdirs, names in os.walk(top):
-            subdirs.sort()
-            for name in sorted(names):
-                path = os.path.join(root, name)
-                if not _is_session_name(name) or os.path.islink(path):
-                    continue
-                if os.path.basename(root) == ARCHIVE_DIR or name.endswith(".gz"):
-                    later.append(path)
-                else:
-                    yield path
-    yield from later
-
-
-def _chain(path: str) -> list[str]:
-    """The lineage of `path`, cut to the files rotation links: a predecessor counts only when
-    it is sealed (a fork's parent, which names no successor, is a session of its own)."""
-    files = lineage(path)  # real paths: the live file's, and its folder's
-    kept = [files[-1]]
-    for earlier in reversed(files[:-1]):
-        if seal_of(earlier) is None:
-            break
-        kept.append(earlier)
-    kept.reverse()
-    return kept
 
 
 def _stamp(entry: Entry | None) -> str | None:
@@ -213,9 +224,23 @@ def _id_key(value: object) -> int | str:
 
 
 def row_for(files: list[str]) -> SessionRow:
-    """The row of one lineage (`files` oldest first, the live one last)."""
+    """The row of one lineage (`files` oldest first, the live one last), read now."""
+    return _finish(files, _read_facts(files, subagent_files(files[-1])), None)
+
+
+def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
+    """What reading the files of a lineage says about it: everything of a row but what
+    changes without the files changing (the lock holder, a pending rotation). `extra` are
+    a Claude Code transcript's subagent files (their size counts)."""
     live = files[-1]
+    snap: Snapshot | None = None
     problems: list[str] = []
+    try:
+        snap = resume(live)  # it tells a Claude Code transcript by itself
+    except (JournalError, OSError) as e:
+        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
+    if snap is not None and snap.claude is not None and len(files) == 1:
+        return _claude_facts(live, extra)
     size, mtime = 0, 0.0
     for f in files:
         try:
@@ -226,18 +251,11 @@ def row_for(files: list[str]) -> SessionRow:
         size += st.st_size
         mtime = max(mtime, st.st_mtime)
     first_header = read_header(files[0])
-    snap: Snapshot | None = None
-    try:
-        snap = resume(live)
-    except (JournalError, OSError) as e:
-        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
     header = snap.header if snap is not None else None
     if snap is not None and header is None:
         problems.append("no session header")
     if snap is not None:
         problems.extend(f"{d.reason} at byte {d.offset:,}" for d in snap.diagnostics)
-    if os.path.lexists(intent_path(live)):
-        problems.append("an interrupted rotation is pending")
     ids: set[int | str] = set()
     for f in files:
         if f == live and snap is not None and snap.complete:
@@ -254,25 +272,79 @@ def row_for(files: list[str]) -> SessionRow:
             name = _name(snap)
         except (JournalError, OSError):
             name = None
+    last = next((t for t in map(_stamp, reversed(entries)) if t), None) or _stamp(header)
+    cwd = (header or first_header or {}).get("cwd")
+    sid = (header or {}).get("id")
+    return {"id": sid if isinstance(sid, str) else None, "name": name,
+            "cwd": cwd if isinstance(cwd, str) else None, "models": list(_models(entries)),
+            "first": _stamp(first_header) or _stamp(header), "last": last,
+            "entries": len(ids), "size": size, "mtime": mtime, "problems": problems,
+            "sealed": bool(entries) and is_seal(entries[-1]), "dialect": PI}
+
+
+def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
+    """A Claude Code transcript's row: read whole (with its subagent files) by
+    `journal.claude`, as `journal info` reads it; its id, cwd and first time come from its
+    records, its name from its latest title (`ai-title`, or an older `summary`)."""
+    size, mtime = 0, 0.0
+    problems: list[str] = []
+    for f in [live, *extra]:
+        try:
+            st = os.stat(f)
+        except OSError as e:
+            problems.append(describe_os_error(e))
+            continue
+        size += st.st_size
+        mtime = max(mtime, st.st_mtime)
+    facts: dict[str, Any] = {"id": None, "name": None, "cwd": None, "models": [],
+                             "first": None, "last": None, "entries": 0, "size": size,
+                             "mtime": mtime, "problems": problems, "sealed": False,
+                             "dialect": CLAUDE}
+    try:
+        snap = load(live, dialect=CLAUDE)
+    except (JournalError, OSError) as e:
+        problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
+        return facts
+    read = snap.claude
+    problems.extend(f"{d.reason} at byte {d.offset:,}" for d in snap.diagnostics)
+    stamps = [t for t in map(_stamp, snap.entries) if t]
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    facts.update(
+        id=text(read.first("sessionId")) if read else None,
+        name=text(read.title) if read else None,
+        cwd=text(read.first("cwd")) if read else None,
+        models=list(_models(snap.entries)),
+        first=min(stamps) if stamps else None, last=max(stamps) if stamps else None,
+        entries=len(snap.entries))
+    return facts
+
+
+def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> SessionRow:
+    live = files[-1]
+    problems = list(facts["problems"])
+    if os.path.lexists(intent_path(live)):
+        problems.append("an interrupted rotation is pending")
     holder = current_holder(live)
     if holder is not None:
         state = "locked"
+    elif problems and facts.get("dialect") == CLAUDE:
+        state = "live"  # Claude Code owns it: damage is said, never repaired by journal
     elif problems:
         state = "needs-repair"
-    elif entries and is_seal(entries[-1]):
+    elif facts["sealed"]:
         state = "sealed"
     else:
         state = "live"
     pid = holder.get("pid") if holder else None
-    last = next((t for t in map(_stamp, reversed(entries)) if t), None) or _stamp(header)
-    cwd = (header or first_header or {}).get("cwd")
-    sid = (header or {}).get("id")
     return SessionRow(
-        path=live, files=tuple(files), session_id=sid if isinstance(sid, str) else None,
-        name=name, cwd=cwd if isinstance(cwd, str) else None, models=_models(entries),
-        first=_stamp(first_header) or _stamp(header), last=last, entries=len(ids), size=size,
-        state=state, holder_pid=pid if isinstance(pid, int) else None,
-        problems=tuple(problems), mtime=mtime,
+        path=live, files=tuple(files), session_id=facts["id"], name=facts["name"],
+        cwd=facts["cwd"], models=tuple(facts["models"]), first=facts["first"],
+        last=facts["last"], entries=facts["entries"], size=facts["size"], state=state,
+        holder_pid=pid if isinstance(pid, int) else None, problems=tuple(problems),
+        mtime=facts["mtime"], usage=tally, dialect=facts.get("dialect", PI),
     )
 
 
@@ -370,6 +442,8 @@ def _side_files(files: Iterable[str]) -> list[str]:
 
 
 def _why_kept(row: SessionRow, cutoff: datetime) -> str | None:
+    if row.dialect == CLAUDE:
+        return "a Claude Code transcript: Claude Code owns it"
     if row.state == "locked":
         return f"locked by pid {row.holder_pid}" if row.holder_pid else "locked by a writer"
     if row.state == "needs-repair":

@@ -1,12 +1,20 @@
 """Export a logical session (a rotated lineage read as one) to Markdown, HTML or JSONL.
 
-`export(path, "md" | "html" | "jsonl")` reads every file of the lineage with `load` (archives
-in `.gz` included), keeps each entry id once (a successor repeats the kept entries of its
-predecessor), drops the rotation seals, and renders:
+`export(path, "md" | "html" | "jsonl")` reads every file of the lineage (archives in `.gz`
+included) as a stream (`journal.entrystream`), keeps each entry id once (a successor repeats
+the kept entries of its predecessor), drops the rotation seals, and renders. The files are
+read twice and never held whole: a first pass keeps only the tree's skeleton (ids, parents,
+names, labels) and the totals; the second writes each entry as it is read (`export_to`
+writes into a stream, so a 100 MB session costs memory in proportion to its entry count,
+not its size). Only Markdown of a branch whose entries are out of file order, and the
+entries off the live branch with `all_branches`, are held in memory.
 
 - **md**: a front matter block, one heading per turn (a turn starts at a user message), tool
   calls and results in fenced code, long output in `<details>`, compaction summaries where
-  they apply; the live branch, or every branch with `all_branches`.
+  they apply; the live branch, or every branch with `all_branches`. Session text outside
+  code fences is escaped (`md_prose`, `md_inline`): it can hold no heading, fence, quote,
+  setext underline or HTML (`<` and `&` become entities), so nothing a session says can
+  open or close a block of the document.
 - **html**: one self-contained page (inline CSS and JS, a `default-src 'none'` content policy,
   no request at view time). The entries travel as JSONL inside a `<script type=
   "application/json">` element and are rendered by the page in chunks as it scrolls; every
@@ -21,22 +29,23 @@ string with `[REDACTED:<kind>]` before anything is rendered.
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
 from . import codec
+from .entrystream import LineageStream
 from .errors import JournalError, NotASession
 from .export_page import PAGE
 from .lineage import lineage
 from .model import Entry
 from .pairing import is_synthetic_result
 from .render import content_text, describe_entry, first_line
-from .seal import is_seal
-from .snapshot import load
 from .tree import Tree
 
 FORMATS = ("md", "html", "jsonl")
@@ -57,51 +66,41 @@ _SECRETS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
-@dataclass
-class Exported:
-    """A logical session read for export: its files, its entries (each id once), the live
-    leaf, and what could not be read."""
+class _Stats:
+    """Models, tokens (input, output, cache read and write) and the cost recorded on
+    assistant messages, added up entry by entry."""
 
-    files: list[str]
-    header: Entry | None
-    tree: Tree
-    live_leaf: str | None
-    warnings: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.models: list[str] = []
+        self.tokens = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
+        self.cost = 0.0
+        self.has_cost = False
 
-    @property
-    def live_path(self) -> list[int]:
-        index = None if self.live_leaf is None else self.tree.index_of(self.live_leaf)
-        return self.tree.path(index)
+    def add(self, entry: Entry) -> None:
+        if entry.get("type") == "model_change":
+            _add_model(self.models, entry.get("provider"), entry.get("modelId"))
+        message = entry.get("message")
+        if entry.get("type") != "message" or not isinstance(message, dict):
+            return
+        if message.get("role") != "assistant":
+            return
+        _add_model(self.models, message.get("provider"), message.get("model"))
+        usage = message.get("usage")
+        if not isinstance(usage, dict):
+            return
+        for key in self.tokens:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.tokens[key] += value
+        recorded = usage.get("cost")
+        total = recorded.get("total") if isinstance(recorded, dict) else None
+        if isinstance(total, int | float) and not isinstance(total, bool):
+            self.cost += total
+            self.has_cost = True
 
-    def stats(self) -> dict[str, Any]:
-        """Models, tokens (input, output, cache read and write) and the cost recorded on
-        assistant messages, each entry once."""
-        models: list[str] = []
-        tokens = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
-        cost = 0.0
-        has_cost = False
-        for entry in self.tree.entries:
-            if entry.get("type") == "model_change":
-                _add_model(models, entry.get("provider"), entry.get("modelId"))
-            message = entry.get("message")
-            if entry.get("type") != "message" or not isinstance(message, dict):
-                continue
-            if message.get("role") != "assistant":
-                continue
-            _add_model(models, message.get("provider"), message.get("model"))
-            usage = message.get("usage")
-            if not isinstance(usage, dict):
-                continue
-            for key in tokens:
-                value = usage.get(key)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    tokens[key] += value
-            recorded = usage.get("cost")
-            total = recorded.get("total") if isinstance(recorded, dict) else None
-            if isinstance(total, int | float) and not isinstance(total, bool):
-                cost += total
-                has_cost = True
-        return {"models": models, "tokens": tokens, "cost": round(cost, 6) if has_cost else None}
+    def to_json(self) -> dict[str, Any]:
+        return {"models": self.models, "tokens": self.tokens,
+                "cost": round(self.cost, 6) if self.has_cost else None}
 
 
 def _add_model(models: list[str], provider: Any, model: Any) -> None:
@@ -111,8 +110,50 @@ def _add_model(models: list[str], provider: Any, model: Any) -> None:
             models.append(name)
 
 
-def read_lineage(path: str | os.PathLike[str]) -> Exported:
-    """Every file of `path`'s lineage read as one session: entries in order, each id once.
+_SKELETON_KEYS = ("id", "parentId", "type", "targetId", "label", "name", "firstKeptEntryId")
+
+
+def _skeleton(entry: Entry) -> Entry:
+    """What the tree needs of an entry (its place, names, labels, compactions), not its
+    text."""
+    return {k: entry[k] for k in _SKELETON_KEYS if k in entry}
+
+
+@dataclass
+class Exported:
+    """A logical session indexed for export: its files, header, the tree of its entries'
+    skeletons (each id once), the live leaf, the totals and what could not be read.
+    `entries()` streams the entries themselves again."""
+
+    files: list[str]
+    header: Entry | None
+    tree: Tree
+    live_leaf: str | None
+    stats: dict[str, Any]
+    stream: LineageStream
+    redact: bool = False
+    warnings: list[str] = field(default_factory=list)
+    title: str | None = None
+    """A Claude Code transcript's title (its sessions have no `session_info`)."""
+
+    @property
+    def live_path(self) -> list[int]:
+        index = None if self.live_leaf is None else self.tree.index_of(self.live_leaf)
+        return self.tree.path(index)
+
+    def entries(self) -> Iterator[tuple[int, Entry]]:
+        """(index in the tree, entry) for each entry the index read, in file order, read
+        again from the files (redacted if asked)."""
+        for entry in self.stream.entries():
+            index = self.tree.index_of(entry["id"])
+            if index is None:  # written since the first pass: not exported
+                continue
+            yield index, redact_value(entry) if self.redact else entry
+
+
+def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Exported:
+    """Index every file of `path`'s lineage read as one session: entries in order, each id
+    once; only their skeletons are kept.
 
     An archive that cannot be read (or has damaged lines) becomes a warning; the live file
     must be readable.
@@ -122,40 +163,20 @@ def read_lineage(path: str | os.PathLike[str]) -> Exported:
     live = files[-1]
     if not os.path.exists(live):
         raise NotASession(named, "no such file, and no successor of it was found")
-    seen: set[str] = set()
-    entries: list[Entry] = []
-    warnings: list[str] = []
-    header: Entry | None = None
-    live_leaf: str | None = None
-    for file in files:
-        try:
-            snap = load(file)
-        except (NotASession, OSError) as e:
-            if file == live:
-                raise
-            warnings.append(f"{file}: not read ({e})")
-            continue
-        if snap.header is None and not snap.entries:
-            if file == live:
-                raise NotASession(file, "not a session file (no session header, no entries)")
-            warnings.append(f"{file}: not a session file")
-            continue
-        if header is None:
-            header = snap.header
-        for d in snap.diagnostics:
-            warnings.append(f"{file}: line {d.line or '?'}: {d.reason} ({d.detail})")
-        for entry in snap.entries:
-            if is_seal(entry) or entry["id"] in seen:
-                continue
-            seen.add(entry["id"])
-            entries.append(entry)
-        if file == live:
-            own = [e for e in snap.entries if not is_seal(e)]
-            live_leaf = own[-1]["id"] if own else None
-    tree = Tree(entries)
-    if live_leaf is None:
-        live_leaf = tree.leaf_id
-    return Exported(files, header, tree, live_leaf, warnings)
+    stream = LineageStream(files)
+    stats = _Stats()
+    skeletons: list[Entry] = []
+    for entry in stream.entries():
+        if redact:
+            entry = redact_value(entry)
+        stats.add(entry)
+        skeletons.append(_skeleton(entry))
+    tree = Tree(skeletons)
+    header = redact_value(stream.header) if redact else stream.header
+    live_leaf = stream.live_leaf if stream.live_leaf in tree else tree.leaf_id
+    title = redact_text(stream.title) if redact and stream.title else stream.title
+    return Exported(files, header, tree, live_leaf, stats.to_json(), stream, redact,
+                    list(stream.warnings), title)
 
 
 def redact_value(value: Any) -> Any:
@@ -193,6 +214,16 @@ class ExportResult:
         return self.data.decode("utf-8", "surrogateescape")
 
 
+@dataclass
+class ExportReport:
+    """What `export_to` wrote: bytes, the files read, the entries (each id once), warnings."""
+
+    bytes: int
+    files: list[str]
+    entries: int
+    warnings: list[str]
+
+
 def export(path: str | os.PathLike[str], fmt: str, *, all_branches: bool = False,
            redact: bool = False) -> str:
     """The session at `path` (its whole lineage) as Markdown (`"md"`), one self-contained
@@ -206,41 +237,76 @@ def export(path: str | os.PathLike[str], fmt: str, *, all_branches: bool = False
 
 def export_session(path: str | os.PathLike[str], fmt: str, *, all_branches: bool = False,
                    redact: bool = False) -> ExportResult:
-    """`export`, with the files read, the entry count and the warnings."""
+    """`export`, with the files read, the entry count and the warnings (the text in
+    memory; `export_to` writes it into a stream instead)."""
+    buffer = io.BytesIO()
+    report = export_to(path, fmt, buffer, all_branches=all_branches, redact=redact)
+    return ExportResult(buffer.getvalue(), report.files, report.entries, report.warnings)
+
+
+def export_to(path: str | os.PathLike[str], fmt: str, out: IO[bytes], *,
+              all_branches: bool = False, redact: bool = False) -> ExportReport:
+    """Write the session at `path` (its whole lineage) to the binary stream `out` as `fmt`,
+    entry by entry: the files are read once to index them (nothing is written if that
+    fails) and once more as they are written.
+
+    Raises:
+        JournalError: an unknown format, or a live file that is no readable session.
+    """
     if fmt not in FORMATS:
         raise JournalError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    session = read_lineage(path)
-    if redact:
-        session = Exported(session.files, redact_value(session.header),
-                           Tree(redact_value(e) for e in session.tree.entries),
-                           session.live_leaf, session.warnings)
+    session = read_lineage(path, redact=redact)
+    counted = _Counting(out)
     if fmt == "jsonl":
-        data = jsonl_bytes(session, all_branches=all_branches)
+        write_jsonl(session, counted, all_branches=all_branches)
     elif fmt == "md":
-        data = to_markdown(session, all_branches=all_branches).encode("utf-8", "backslashreplace")
+        write_markdown(session, counted, all_branches=all_branches)
     else:
-        data = html_bytes(session)
-    return ExportResult(data, session.files, len(session.tree.entries), session.warnings)
+        write_html(session, counted)
+    warnings = list(dict.fromkeys([*session.warnings, *session.stream.warnings]))
+    return ExportReport(counted.count, session.files, len(session.tree.entries), warnings)
+
+
+class _Counting:
+    """A binary stream's `write`, counting the bytes."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.count = 0
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.count += len(data)
 
 
 # JSONL
 
 
-def _selected(session: Exported, all_branches: bool) -> list[Entry]:
-    if all_branches:
-        return session.tree.entries
-    return [session.tree.entries[i] for i in session.live_path]
+def _in_file_order(path: list[int]) -> bool:
+    return all(a < b for a, b in zip(path, path[1:], strict=False))
 
 
-def jsonl_bytes(session: Exported, *, all_branches: bool = False) -> bytes:
+def _header_line(session: Exported) -> bytes | None:
+    if session.header is None:
+        return None
+    return codec.dumps({k: v for k, v in session.header.items() if k != "parentSession"})
+
+
+def write_jsonl(session: Exported, out: _Counting, *, all_branches: bool = False) -> None:
     """The header (without `parentSession`) and the entries, one JSON per line."""
-    lines: list[bytes] = []
-    if session.header is not None:
-        header = {k: v for k, v in session.header.items() if k != "parentSession"}
-        lines.append(codec.dumps(header))
-    lines.extend(codec.dumps(e) for e in _selected(session, all_branches))
-    lines.append(b"")
-    return b"\n".join(lines)
+    header = _header_line(session)
+    if header is not None:
+        out.write(header + b"\n")
+    path = session.live_path
+    if all_branches or _in_file_order(path):
+        wanted = None if all_branches else set(path)
+        for index, entry in session.entries():
+            if wanted is None or index in wanted:
+                out.write(codec.dumps(entry) + b"\n")
+        return
+    held = {i: e for i, e in session.entries() if i in set(path)}
+    for index in path:
+        out.write(codec.dumps(held[index]) + b"\n")
 
 
 # Markdown
@@ -279,6 +345,48 @@ def _yaml_str(value: Any) -> str:
     return codec.dumps("" if value is None else str(value)).decode()
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_BLOCK_START = re.compile(r"^( {0,3})(#|>|`{3,}|~{3,})")
+_UNDERLINE = re.compile(r"^( {0,3})([-=*_])[ \t]*(?:\2[ \t]*)*$")
+
+
+def md_prose(text: str) -> str:
+    """`text` as Markdown prose that reads as written and can change nothing around it:
+    `&` and `<` become entities (no HTML, so no `</details>` or `<script>`), and a line that
+    would start a heading, a quote or a code fence, or underline a heading (`---`, `===`),
+    gets a backslash before that character. Line ends are `\\n` (a lone CR ends a line in
+    Markdown too). Emphasis, links, lists and inline code stay as they are: none of them
+    can reach past the paragraph they are in."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    lines = _LINE_BREAK.split(text)
+    for n, line in enumerate(lines):
+        match = _BLOCK_START.match(line) or _UNDERLINE.match(line)
+        if match is not None:
+            at = len(match.group(1))
+            lines[n] = line[:at] + "\\" + line[at:]
+    return "\n".join(lines)
+
+
+def md_inline(value: Any) -> str:
+    """`value` as text inside one line of Markdown (a heading, a title): on one line, with
+    `&` and `<` as entities."""
+    text = " ".join(_LINE_BREAK.split(str(value)))
+    return text.replace("&", "&amp;").replace("<", "&lt;")
+
+
+def md_code(value: Any) -> str:
+    """`value` as inline code, on one line, whatever backticks it holds."""
+    text = " ".join(_LINE_BREAK.split(str(value)))
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _quote(text: str) -> str:
+    return "> " + md_prose(text).replace("\n", "\n> ")
+
+
 def _message_md(entry: Entry, message: dict[str, Any], out: list[str]) -> None:
     role = message.get("role")
     content = message.get("content")
@@ -286,59 +394,65 @@ def _message_md(entry: Entry, message: dict[str, Any], out: list[str]) -> None:
     if role == "toolResult":
         mark = " (synthetic: no result was recorded)" if is_synthetic_result(message) else ""
         status = "error" if message.get("isError") else "ok"
-        title = (f"**Result** of `{message.get('toolName')}` "
-                 f"({message.get('toolCallId')}, {status}){mark}")
+        title = (f"**Result** of {md_code(message.get('toolName'))} "
+                 f"({md_inline(message.get('toolCallId'))}, {status}){mark}")
         out.append(_block(content_text(content), title))
         return
     if role == "bashExecution":
         text = f"$ {message.get('command')}\n{message.get('output', '')}"
-        out.append(_block(text, f"**Bash** (exit {message.get('exitCode')})", "console"))
+        out.append(_block(text, f"**Bash** (exit {md_inline(message.get('exitCode'))})",
+                          "console"))
         return
     if role in ("compactionSummary", "branchSummary"):
-        out.append(f"> **{role}**: " + str(message.get("summary", "")).replace("\n", "\n> "))
+        out.append(f"> **{role}**: " + _quote(str(message.get("summary", "")))[2:])
         return
     if role == "assistant":
-        out.append(f"**Assistant** ({message.get('model', '?')})")
+        out.append(f"**Assistant** ({md_inline(message.get('model', '?'))})")
     for block in blocks:
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str) and block["text"].strip():
-            out.append(block["text"])
+            out.append(md_prose(block["text"]))
         elif kind == "thinking" and isinstance(block.get("thinking"), str):
             out.append(_block(block["thinking"], "*Thinking*") if _is_long(block["thinking"])
                        else "<details><summary>Thinking</summary>\n\n"
                        + _fence(block["thinking"]) + "\n\n</details>")
         elif kind == "toolCall":
-            title = f"**Tool call** `{block.get('name')}` ({block.get('id')})"
+            title = f"**Tool call** {md_code(block.get('name'))} ({md_inline(block.get('id'))})"
             out.append(_block(_json_text(block.get("arguments")), title, "json"))
         elif kind == "image":
-            out.append(f"*(image, {block.get('mimeType', '?')})*")
+            out.append(f"*(image, {md_inline(block.get('mimeType', '?'))})*")
+
+
+def _anchor(entry_id: object) -> str:
+    return f"<a id=\"{_html_escape(str(entry_id)).replace(chr(34), '&quot;')}\"></a>"
 
 
 def _entry_md(entry: Entry, out: list[str], compacted: set[str]) -> None:
     kind = entry.get("type")
     if entry["id"] in compacted:
-        out.append(f"<a id=\"{entry['id']}\"></a>*(replaced by a later compaction)*")
+        out.append(f"{_anchor(entry['id'])}*(replaced by a later compaction)*")
     else:
-        out.append(f"<a id=\"{entry['id']}\"></a>")
+        out.append(_anchor(entry["id"]))
     if kind == "message" and isinstance(entry.get("message"), dict):
         _message_md(entry, entry["message"], out)
     elif kind == "compaction":
         tokens = entry.get("tokensBefore")
-        out.append(f"### Compaction ({tokens if tokens is not None else '?'} tokens before; "
-                   f"the model sees this summary, then the entries from "
-                   f"`{entry.get('firstKeptEntryId')}` on)")
-        out.append("> " + str(entry.get("summary", "")).replace("\n", "\n> "))
+        out.append(f"### Compaction ({md_inline(tokens if tokens is not None else '?')} tokens "
+                   f"before; the model sees this summary, then the entries from "
+                   f"{md_code(entry.get('firstKeptEntryId'))} on)")
+        out.append(_quote(str(entry.get("summary", ""))))
     elif kind == "branch_summary":
-        out.append(f"### Branch summary (from `{entry.get('fromId')}`)")
-        out.append("> " + str(entry.get("summary", "")).replace("\n", "\n> "))
+        out.append(f"### Branch summary (from {md_code(entry.get('fromId'))})")
+        out.append(_quote(str(entry.get("summary", ""))))
     elif kind == "custom" and entry.get("customType") == REPAIR_MARKER:
-        out.append(f"*Repair marker*: `{_json_text(entry.get('data'))}`")
+        out.append(f"*Repair marker*: {md_code(_json_text(entry.get('data')))}")
     elif kind == "custom_message":
-        out.append(f"**{entry.get('customType')}**: {content_text(entry.get('content'))}")
+        out.append(f"**{md_inline(entry.get('customType'))}**: "
+                   f"{md_prose(content_text(entry.get('content')))}")
     else:
-        out.append(f"*{describe_entry(entry)}*")
+        out.append(f"*{md_inline(describe_entry(entry))}*")
 
 
 def compacted_ids(tree: Tree, path: list[int]) -> set[str]:
@@ -357,20 +471,27 @@ def compacted_ids(tree: Tree, path: list[int]) -> set[str]:
     return out
 
 
-def _turns_md(tree: Tree, path: list[int], out: list[str], level: str) -> None:
-    compacted = compacted_ids(tree, path)
-    turn = 0
-    for index in path:
-        entry = tree.entries[index]
+class _Turns:
+    """The Markdown of one branch, entry by entry: a heading at each user message."""
+
+    def __init__(self, tree: Tree, path: list[int], level: str) -> None:
+        self.compacted = compacted_ids(tree, path)
+        self.first = path[0] if path else None
+        self.level = level
+        self.turn = 0
+
+    def render(self, index: int, entry: Entry) -> list[str]:
+        out: list[str] = []
         message = entry.get("message")
         if (entry.get("type") == "message" and isinstance(message, dict)
                 and message.get("role") == "user"):
-            turn += 1
-            when = entry.get("timestamp", "")
-            out.append(f"{level} Turn {turn} · user · {when}")
-        elif turn == 0 and index == path[0]:
-            out.append(f"{level} Start")
-        _entry_md(entry, out, compacted)
+            self.turn += 1
+            when = md_inline(entry.get("timestamp", ""))
+            out.append(f"{self.level} Turn {self.turn} · user · {when}")
+        elif self.turn == 0 and index == self.first:
+            out.append(f"{self.level} Start")
+        _entry_md(entry, out, self.compacted)
+        return out
 
 
 def _branch_leaves(tree: Tree, live: set[int]) -> list[int]:
@@ -378,35 +499,67 @@ def _branch_leaves(tree: Tree, live: set[int]) -> list[int]:
     return [i for i in range(len(tree.entries)) if i not in has_child and i not in live]
 
 
-def to_markdown(session: Exported, *, all_branches: bool = False) -> str:
+class _Pieces:
+    """Markdown blocks written one by one, a blank line between two."""
+
+    def __init__(self, out: _Counting) -> None:
+        self.out = out
+        self.started = False
+
+    def put(self, pieces: list[str]) -> None:
+        for piece in pieces:
+            text = ("\n\n" if self.started else "") + piece
+            self.out.write(text.encode("utf-8", "backslashreplace"))
+            self.started = True
+
+
+def write_markdown(session: Exported, out: _Counting, *, all_branches: bool = False) -> None:
+    """The session as Markdown, written as its entries are read."""
     tree = session.tree
     header = session.header or {}
-    stats = session.stats()
+    stats = session.stats
     path = session.live_path
-    out = ["---", f"session: {_yaml_str(header.get('id'))}", f"name: {_yaml_str(tree.name)}",
-           f"cwd: {_yaml_str(header.get('cwd'))}", f"created: {_yaml_str(header.get('timestamp'))}",
-           "models: [" + ", ".join(_yaml_str(m) for m in stats["models"]) + "]",
-           "tokens: {" + ", ".join(f"{k}: {v}" for k, v in stats["tokens"].items()) + "}",
-           f"cost: {stats['cost'] if stats['cost'] is not None else 'null'}",
-           f"entries: {len(tree.entries)}", f"leaf: {_yaml_str(session.live_leaf)}",
-           "files: [" + ", ".join(_yaml_str(f) for f in session.files) + "]",
-           f"exported: {_yaml_str(_now())}", "---"]
-    out = ["\n".join(out), f"# {tree.name or header.get('id') or 'session'}"]
-    for warning in session.warnings:
-        out.append(f"> **Warning**: {warning}")
-    _turns_md(tree, path, out, "##")
+    name = tree.name or session.title
+    front = ["---", f"session: {_yaml_str(header.get('id'))}", f"name: {_yaml_str(name)}",
+             f"cwd: {_yaml_str(header.get('cwd'))}",
+             f"created: {_yaml_str(header.get('timestamp'))}",
+             "models: [" + ", ".join(_yaml_str(m) for m in stats["models"]) + "]",
+             "tokens: {" + ", ".join(f"{k}: {v}" for k, v in stats["tokens"].items()) + "}",
+             f"cost: {stats['cost'] if stats['cost'] is not None else 'null'}",
+             f"entries: {len(tree.entries)}", f"leaf: {_yaml_str(session.live_leaf)}",
+             "files: [" + ", ".join(_yaml_str(f) for f in session.files) + "]",
+             f"exported: {_yaml_str(_now())}", "---"]
+    pieces = _Pieces(out)
+    pieces.put(["\n".join(front), f"# {md_inline(name or header.get('id') or 'session')}"])
+    pieces.put([f"> **Warning**: {md_inline(w)}" for w in session.warnings])
+    on_path = set(path)
+    turns = _Turns(tree, path, "##")
+    elsewhere: dict[int, Entry] = {}
+    if _in_file_order(path):
+        for index, entry in session.entries():
+            if index in on_path:
+                pieces.put(turns.render(index, entry))
+            elif all_branches:
+                elsewhere[index] = entry
+    else:  # a branch out of file order (a repaired file): its entries are held
+        held = dict(session.entries())
+        for index in path:
+            pieces.put(turns.render(index, held[index]))
+        elsewhere = held
     if all_branches:
-        live = set(path)
-        for leaf in _branch_leaves(tree, live):
+        for leaf in _branch_leaves(tree, on_path):
             branch = tree.path(leaf)
-            fork = next((n for n, i in enumerate(branch) if i not in live), len(branch))
+            fork = next((n for n, i in enumerate(branch) if i not in on_path), len(branch))
             label = tree.label(tree.entries[leaf]["id"])
-            out.append(f"## Branch ending at `{tree.entries[leaf]['id']}`"
-                       + (f" [{label}]" if label else "")
-                       + (f" (forks after `{tree.entries[branch[fork - 1]]['id']}`)"
-                          if fork else ""))
-            _turns_md(tree, branch[fork:], out, "###")
-    return "\n\n".join(out) + "\n"
+            pieces.put([f"## Branch ending at {md_code(tree.entries[leaf]['id'])}"
+                        + (f" [{md_inline(label)}]" if label else "")
+                        + (f" (forks after {md_code(tree.entries[branch[fork - 1]]['id'])})"
+                           if fork else "")])
+            rest = branch[fork:]
+            branch_turns = _Turns(tree, rest, "###")
+            for index in rest:
+                pieces.put(branch_turns.render(index, elsewhere[index]))
+    out.write(b"\n")
 
 
 def _now() -> str:
@@ -422,20 +575,31 @@ def _script_safe(data: bytes) -> bytes:
     return data.replace(b"<", b"\\u003c")
 
 
-def html_bytes(session: Exported) -> bytes:
-    """The page (see `journal.export_page`) with the session's metadata and entries in it."""
+def write_html(session: Exported, out: _Counting) -> None:
+    """The page (see `journal.export_page`) with the session's metadata and entries in it,
+    the entries written as they are read."""
     tree = session.tree
     header = session.header or {}
+    name = tree.name or session.title
     meta = {
         "id": header.get("id"), "cwd": header.get("cwd"), "created": header.get("timestamp"),
-        "name": tree.name, "liveLeaf": session.live_leaf, "labels": tree.labels,
+        "name": name, "liveLeaf": session.live_leaf, "labels": tree.labels,
         "lineage": session.files, "warnings": session.warnings,
-        "exported": _now(), **session.stats(),
+        "exported": _now(), **session.stats,
     }
-    raw = jsonl_bytes(session, all_branches=True).rstrip(b"\n")
     before, rest = PAGE.split("{{TITLE}}", 1)
     middle, rest = rest.split("{{META}}", 1)
     between, end = rest.split("{{JSONL}}", 1)
-    title = _html_escape(first_line(str(tree.name or header.get("id") or "session"), 200))
-    return b"".join([(before + title + middle).encode(), _script_safe(codec.dumps(meta)),
-                     between.encode(), _script_safe(raw), end.encode()])
+    title = _html_escape(first_line(str(name or header.get("id") or "session"), 200))
+    out.write((before + title + middle).encode())
+    out.write(_script_safe(codec.dumps(meta)))
+    out.write(between.encode())
+    lines = _header_line(session)
+    separator = b""
+    if lines is not None:
+        out.write(_script_safe(lines))
+        separator = b"\n"
+    for _, entry in session.entries():
+        out.write(separator + _script_safe(codec.dumps(entry)))
+        separator = b"\n"
+    out.write(end.encode())

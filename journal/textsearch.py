@@ -38,9 +38,9 @@ from typing import IO, Any, cast
 
 from . import codec
 from .codec import Diagnostic, Line
-from .errors import JournalError, NotASession
+from .discovery import find_lineages
+from .errors import JournalError
 from .header import is_header, stream_first_line
-from .lineage import ARCHIVE_DIR, lineage
 from .model import CURRENT_VERSION, Entry, header_version
 from .render import content_text
 from .snapshot import is_compressed, load, open_for_reading
@@ -61,7 +61,6 @@ _ROLE_ALIASES = {"summary": ("compaction", "branch_summary")}
 # bytes every JSON writer stores as they are (never escaped): a needle made of them is found
 # in the raw line whatever the writer
 _PLAIN = re.compile(r"[A-Za-z0-9 _\-.,:;!?#$%()*+=@\[\]^`{|}~]+")
-_ARCHIVE_NAME = re.compile(r".*\.jsonl(\.[0-9]+)?(\.gz)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +175,8 @@ def search(
 
     Args:
         query: the text to find (a regular expression with `regex=True`).
-        paths: folders (their `*.jsonl` sessions and `archive/` files) or session files (a
-            file brings its whole lineage).
+        paths: folders (their sessions at any depth, archives included, as
+            `journal.discovery` finds them) or session files (a file brings its lineage).
         role: only entries of these roles (see `ROLES`; `summary` for both summaries).
         tool: only tool calls and tool results of these tool names.
         since, until: only entries from `since` (inclusive) up to `until` (a date alone
@@ -345,54 +344,10 @@ def _moment(value: str | date | datetime | None, name: str, *, end: bool) -> dat
 
 
 def _lineages(paths: list[str], problems: list[SearchProblem]) -> list[tuple[str, list[str]]]:
-    """(live file, its files oldest first) for every session under `paths`, each once."""
-    # TODO(catalog): take a folder's sessions and lineages from journal.catalog once it lands
-    candidates: list[str] = []
-    for path in paths:
-        if os.path.isdir(path):
-            candidates.extend(_folder_files(path, problems))
-        elif os.path.lexists(path):
-            candidates.append(path)
-        else:
-            raise NotASession(path, "no such file or folder")
-    groups: dict[str, list[str]] = {}
-    placed: set[str] = set()
-    for path in candidates:
-        if os.path.realpath(path) in placed:
-            continue
-        try:
-            chain = [f for f in lineage(path) if os.path.isfile(f)] or [path]
-        except (JournalError, OSError) as e:
-            log.info("%s: lineage not followed: %s", path, e)
-            chain = [path]
-        live = chain[-1]
-        files = groups.setdefault(live, [])
-        for f in chain:
-            real = os.path.realpath(f)
-            if real not in placed:
-                placed.add(real)
-                files.append(f)
-        if os.path.realpath(path) not in placed:  # a file its lineage does not reach
-            placed.add(os.path.realpath(path))
-            groups.setdefault(path, []).append(path)
-    return sorted(groups.items())
-
-
-def _folder_files(folder: str, problems: list[SearchProblem]) -> list[str]:
-    """The session files of a folder: `*.jsonl`, and `archive/*.jsonl[.N][.gz]`."""
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError as e:
-        raise JournalError(f"{folder}: cannot list the folder ({e.strerror})") from e
-    found = [os.path.join(folder, n) for n in names if n.endswith(".jsonl")]
-    archive = os.path.join(folder, ARCHIVE_DIR)
-    if os.path.isdir(archive):
-        try:
-            found.extend(os.path.join(archive, n) for n in sorted(os.listdir(archive))
-                         if _ARCHIVE_NAME.fullmatch(n))
-        except OSError as e:
-            problems.append(SearchProblem(archive, f"cannot list the folder ({e.strerror})"))
-    return [f for f in found if not os.path.isdir(f)]
+    """(live file, its files oldest first) for every session under `paths`, each once, as
+    `journal.discovery` finds them (the rule every catalog command shares)."""
+    del problems  # a folder that cannot be listed is an error, as in the other commands
+    return sorted((files[-1], files) for files in find_lineages(paths))
 
 
 # one file

@@ -360,3 +360,29 @@ def test_cli_errors_are_one_line(tmp_path):
     proc = run_cli(tmp_path, "hello")  # the default folder, ./sessions
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "Warning: " in proc.stderr and "bad.jsonl" in proc.stderr
+
+
+def test_the_exit_status_is_greps_whatever_the_warnings(tmp_path):
+    """0 found, 1 none found, 2 an error; an unreadable file is a warning and changes none of
+    them, with --json too."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    s = Session.create(folder, cwd="/w")
+    s.append_message({"role": "user", "content": "a findable phrase", "timestamp": 1})
+    s.close()
+    (folder / "archive").mkdir()
+    (folder / "archive" / "old.jsonl.gz").write_bytes(b"\x1f\x8bnot really gzip")
+    for query, status in (("findable phrase", 0), ("nowhere to be seen", 1)):
+        for json_flag in ((), ("--json",)):
+            proc = run_cli(tmp_path, query, str(folder), *json_flag)
+            assert proc.returncode == status, (query, json_flag, proc.stderr)
+            assert "Traceback" not in proc.stderr
+            if json_flag:
+                out = json.loads(proc.stdout)
+                assert len(out["hits"]) == 1 - status
+                assert [p["path"] for p in out["problems"]] == [
+                    os.path.realpath(folder / "archive" / "old.jsonl.gz")]
+            else:
+                assert "old.jsonl.gz" in proc.stderr
+    proc = run_cli(tmp_path, "x", "--since", "soon", str(folder), "--json")
+    assert proc.returncode == 2 and proc.stdout == ""

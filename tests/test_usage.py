@@ -194,7 +194,16 @@ def test_the_bundled_price_table_has_its_date_source_and_current_models():
                          "claude-sonnet-4-5": (3.0, 15.0, 0.3, 3.75),
                          "claude-haiku-4-5-20251001": (1.0, 5.0, 0.1, 1.25),
                          "anthropic/claude-sonnet-4.5": (3.0, 15.0, 0.3, 3.75),
-                         "us.anthropic.claude-haiku-4-5-20251001-v1:0": (1.0, 5.0, 0.1, 1.25)
+                         "us.anthropic.claude-haiku-4-5-20251001-v1:0": (1.0, 5.0, 0.1, 1.25),
+                         # checked against the published pages on the table's date
+                         "claude-opus-5-5": (4.0, 20.0, 0.2, 5.0),
+                         "claude-opus-5": (5.0, 25.0, 0.5, 6.25),
+                         "claude-opus-4-8": (5.0, 25.0, 0.5, 6.25),
+                         "claude-fable-5-1": (10.0, 50.0, 0.25, 12.5),
+                         "claude-fable-5": (10.0, 50.0, 1.0, 12.5),
+                         "claude-sonnet-5-5": (2.0, 10.0, 0.1, 2.5),
+                         "claude-sonnet-5": (2.0, 10.0, 0.2, 2.5),
+                         "claude-haiku-5-5": (0.1, 0.5, 0.01, 0.125),
                          }.items():
         price = table.price_for(model)
         assert price is not None, model

@@ -11,13 +11,17 @@ import orjson
 
 from .. import codec
 from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
+from ..prices import load_prices
+from ..rowcache import RowCache, default_cache_path
 from .app import ByteProgress, default_sessions_dir
 
 LS_DESCRIPTION = (
     "One row per logical session under the folders given (searched recursively; default "
     "$JOURNAL_SESSIONS_DIR or ./sessions): a rotated session is one row with its file count. "
-    "Reads each file's header and tail, never a whole file. Token and cost columns are "
-    "'journal usage''s.")
+    "Reads each file's header and tail; tokens and cost (as 'journal usage' counts them) "
+    "need whole files, so what was read is kept in a cache file ($XDG_CACHE_HOME/journal/"
+    "catalog.json, else ~/.cache/journal/catalog.json) and a session none of whose files "
+    "changed (size, times, inode) is not read again.")
 PRUNE_DESCRIPTION = (
     "Remove (or with --archive-to, move) every whole session under DIR whose last activity is "
     "older than --older-than: its live file, its archives and their .quarantine and .bak "
@@ -45,18 +49,26 @@ def _state(row: SessionRow) -> str:
 
 
 def _cells(row: SessionRow) -> list[str]:
+    tokens = f"{row.tokens:,}" if row.tokens is not None else ""
+    cost = f"{row.cost:,.4f}" if row.cost is not None else ""
     return [row.name or "", (row.session_id or "?")[:8], row.cwd or "", ", ".join(row.models),
             (row.first or "")[:19], (row.last or "")[:19], f"{row.entries:,}",
-            str(len(row.files)), _size(row.size), _state(row)]
+            str(len(row.files)), _size(row.size), tokens, cost, _state(row)]
 
 
-HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", "size", "state"]
+HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", "size",
+            "tokens", "cost", "state"]
+RIGHT = ("entries", "files", "size", "tokens", "cost")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     dirs = args.dirs or [default_sessions_dir()]
+    prices = load_prices(args.prices)
+    cache = None if args.no_cache else RowCache(default_cache_path())
     with ByteProgress("reading sessions") as bar:
-        found = sessions(dirs, progress=bar)
+        found = sessions(dirs, progress=bar, prices=prices, cache=cache)
+    if cache is not None:
+        cache.save()
     rows = sort_rows(found, args.sort, args.reverse)
     if args.json:
         _emit_json([r.to_json() for r in rows])
@@ -67,8 +79,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
         table = Table()
         for heading in HEADINGS:
-            table.add_column(heading, justify="right" if heading in (
-                "entries", "files", "size") else "left")
+            table.add_column(heading, justify="right" if heading in RIGHT else "left")
         for row in rows:
             table.add_row(*_cells(row), style="red" if row.state == "needs-repair" else None)
         Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
@@ -118,12 +129,17 @@ def _print_prune(report: PruneReport) -> None:
 
 
 def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("ls", help="one row per session: name, id, models, times, size, state",
+    p = sub.add_parser("ls", help="one row per session: name, id, models, times, size, tokens, "
+                       "cost, state",
                        description=LS_DESCRIPTION)
     p.add_argument("dirs", nargs="*", metavar="DIR", help="folders (or session files)")
     p.add_argument("--sort", choices=SORT_KEYS, default="last",
                    help="order rows by this (default last activity, newest first)")
     p.add_argument("--reverse", action="store_true", help="the other way round")
+    p.add_argument("--prices", metavar="FILE",
+                   help="price table for messages that recorded no cost (as 'journal usage')")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every session again; neither read nor write the cache file")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=cmd_ls)
 

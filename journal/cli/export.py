@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -10,33 +11,55 @@ import orjson
 
 from .. import codec
 from ..errors import JournalError
-from ..exporting import FORMATS, export_session
+from ..exporting import FORMATS, ExportReport, export_to
+from ..publish import NewFile
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.json and not args.output:
         raise JournalError("--json reports on the file written; give -o FILE")
     print(f"journal: exporting {args.path} as {args.format}", file=sys.stderr)
-    result = export_session(args.path, args.format, all_branches=args.all_branches,
-                            redact=args.redact)
-    for warning in result.warnings:
-        print(f"Warning: {warning}", file=sys.stderr)
-    data = result.data
+    options = {"all_branches": args.all_branches, "redact": args.redact}
     if args.output is None:
         sys.stdout.flush()
-        sys.stdout.buffer.write(data)
+        result = export_to(args.path, args.format, sys.stdout.buffer, **options)
+        sys.stdout.buffer.flush()
+    else:
+        result = _export_file(args.path, args.format, args.output, **options)
+    for warning in result.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    if args.output is None:
         return 0
-    with open(args.output, "wb") as f:
-        f.write(data)
-    report: dict[str, Any] = {"path": args.output, "format": args.format, "bytes": len(data),
-                              "entries": result.entries, "files": result.files,
-                              "warnings": result.warnings}
+    report: dict[str, Any] = {"path": args.output, "format": args.format,
+                              "bytes": result.bytes, "entries": result.entries,
+                              "files": result.files, "warnings": result.warnings}
     if args.json:
         sys.stdout.write(codec.dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(f"wrote {len(data):,} bytes ({result.entries:,} entries from "
+        print(f"wrote {result.bytes:,} bytes ({result.entries:,} entries from "
               f"{len(result.files)} file(s)) to {args.output}")
     return 0
+
+
+def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportReport:
+    """Export into a new file beside `output`, published over it once complete
+    (`journal.publish`): a failed export leaves nothing behind, and a reader never sees half
+    a file."""
+    try:
+        new = NewFile(os.path.abspath(output), "export", mode=0o666 & ~_umask())
+    except OSError as e:
+        raise JournalError(f"{output}: cannot write ({e.strerror})") from e
+    with new:
+        with new.stream() as stream:  # closing it flushes it
+            result = export_to(path, fmt, stream, **options)
+        new.publish()
+    return result
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def add_export_parser(sub: Any) -> None:

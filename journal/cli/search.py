@@ -19,8 +19,10 @@ DESCRIPTION = (
     "arguments) and their results, bash executions, compaction and branch summaries, session "
     "names and labels, in live files and their archives (.gz included). A rotated session is "
     "one session: an entry its successor repeats is shown once. Case is smart (ignored unless "
-    "the query has an upper-case letter) unless -i or -s says otherwise. Exit 0 when "
-    "something was found, 1 when nothing was."
+    "the query has an upper-case letter) unless -i or -s says otherwise. Exit status as "
+    "grep's: 0 when something was found, 1 when nothing was, 2 on an error (a bad query or "
+    "date, a path that does not exist); a file that cannot be read is a warning on stderr and "
+    "changes nothing, with --json too."
 )
 
 
@@ -41,7 +43,8 @@ def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
                        description=DESCRIPTION)
     p.add_argument("query", help="the text to find (a regular expression with --regex)")
     p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="folders (their *.jsonl sessions and archive/) or session files; "
+                   help="folders (their sessions at any depth, archives included) or session "
+                   "files; "
                    "default $JOURNAL_SESSIONS_DIR or ./sessions")
     p.add_argument("--role", action="append", metavar="ROLE",
                    choices=[*ROLES, "summary"],

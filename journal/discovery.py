@@ -1,0 +1,135 @@
+"""Which files under some folders are sessions, grouped into logical sessions (lineages).
+
+The one rule every catalog command (`ls`, `prune`, `search`, `usage`) finds sessions by:
+
+* a path given that is a file is taken as it is (with its lineage);
+* a folder is walked at any depth; symbolic links in it are not followed;
+* a session file is named `*.jsonl` or `*.jsonl.gz`, and inside an `archive/` folder also
+  `*.jsonl.N` and `*.jsonl.N.gz` (the names rotation gives when a name is taken); hidden
+  files and side files (`.quarantine`, `.lock`, `.bak`, `.orig`, `.tmp`, `.swp`, `~`,
+  `.rotating`) are not sessions;
+* a Claude Code transcript's subagent files (`<session>/subagents/agent-*.jsonl` beside
+  `<session>.jsonl`) belong to that transcript (`journal.claude` reads them with it): they
+  are not sessions of their own while it exists;
+* files are grouped into lineages (`journal.lineage`): the live file and the sealed files it
+  continues, oldest first. A predecessor belongs to the lineage only when it is sealed (a
+  fork's parent names no successor and is a session of its own). Each file is in one
+  lineage; plain files come before archives, so an archive is claimed by its live file.
+
+A folder given that does not exist or cannot be listed raises `JournalError`; a file whose
+lineage cannot be followed is a lineage of its own (its reader says what is wrong with it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from .claude.reading import SUBAGENTS
+from .errors import JournalError
+from .lineage import ARCHIVE_DIR, lineage, seal_of
+
+__all__ = ["find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
+           "session_paths"]
+
+_IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")
+_ARCHIVED_NAME = re.compile(r".+\.jsonl(\.[0-9]+)?(\.gz)?")
+
+
+def is_session_name(name: str, *, in_archive: bool = False) -> bool:
+    """Whether a file called `name` is a session file (`in_archive`: in an `archive/`
+    folder, where rotation may number a name that was taken)."""
+    if name.startswith(".") or any(part in name for part in _IGNORED_PARTS):
+        return False
+    if in_archive:
+        return _ARCHIVED_NAME.fullmatch(name) is not None
+    return name.endswith((".jsonl", ".jsonl.gz")) and len(name) > len(".jsonl")
+
+
+def check_paths(paths: Sequence[str]) -> None:
+    """Raise `JournalError` for a path that does not exist or a folder that cannot be read."""
+    for top in paths:
+        if not os.path.lexists(top):
+            raise JournalError(f"{top}: no such file or folder")
+        if os.path.isdir(top) and not os.access(top, os.R_OK | os.X_OK):
+            raise JournalError(f"{top}: permission denied")
+
+
+def session_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
+    """Session files under `paths`, by their real paths: files given first as they are, then
+    a folder's plain files, then its archives (`archive/` folders and `.gz` files)."""
+    later: list[str] = []
+    for given in paths:
+        top = os.path.realpath(os.fspath(given))
+        if not os.path.isdir(top):
+            yield top
+            continue
+        for root, subdirs, names in os.walk(top):
+            subdirs.sort()
+            in_archive = os.path.basename(root) == ARCHIVE_DIR
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if not is_session_name(name, in_archive=in_archive) or os.path.islink(path):
+                    continue
+                if is_subagent_file(path):
+                    continue
+                if in_archive or not name.endswith(".jsonl"):
+                    later.append(path)
+                else:
+                    yield path
+    yield from later
+
+
+def is_subagent_file(path: str) -> bool:
+    """Whether `path` is a subagent transcript of a Claude Code session that exists:
+    `<dir>/<session>/subagents/agent-*.jsonl` with `<dir>/<session>.jsonl` beside."""
+    folder, name = os.path.split(path)
+    if os.path.basename(folder) != SUBAGENTS or not name.startswith("agent-"):
+        return False
+    session_dir = os.path.dirname(folder)
+    return os.path.isfile(session_dir + ".jsonl")
+
+
+def lineage_of(path: str) -> list[str]:
+    """The lineage of `path` (real paths, oldest first), cut to the files rotation links:
+    a predecessor counts only when it is sealed."""
+    files = lineage(path)
+    kept = [files[-1]]
+    for earlier in reversed(files[:-1]):
+        if seal_of(earlier) is None:
+            break
+        kept.append(earlier)
+    kept.reverse()
+    return kept
+
+
+def find_lineages(paths: Iterable[str | os.PathLike[str]], *,
+                  known: Callable[[str], list[str] | None] | None = None) -> list[list[str]]:
+    """Every logical session under `paths`, as its files (oldest first, the live one last),
+    each file in one lineage, in the order their files were met.
+
+    `known`, if given, is asked first for a path's lineage (a cache); None means follow it.
+
+    Raises:
+        JournalError: a path given does not exist, or is a folder that cannot be read.
+    """
+    given = [os.fspath(p) for p in paths]
+    check_paths(given)
+    claimed: set[str] = set()
+    found: list[list[str]] = []
+    for path in session_paths(given):
+        if path in claimed:
+            continue
+        files = known(path) if known is not None else None
+        if files is None:
+            try:
+                files = lineage_of(path)  # real paths: the live file's, and its folder's
+            except (OSError, JournalError):
+                files = [path]
+            if path not in files:  # a copy or a link the lineage does not reach: itself
+                files = [path]
+        files = [f for f in files if f not in claimed and (f == path or os.path.lexists(f))]
+        claimed.update(files)
+        found.append(files or [path])
+    return found
