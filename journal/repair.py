@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +52,7 @@ from .pairing import ORPHAN_RESULT, Fix, classify, sanitize, synthetic_result
 from .progress import Meter, Progress
 from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
+from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import is_compressed
 from .storage import as_storage
@@ -60,8 +60,6 @@ from .tree import Tree
 
 log = logging.getLogger(__name__)
 
-BACKUP_SUFFIX = ".bak"
-NOTE_LEFT = "left as is: pi handles it when it sends a request"
 REPAIR_TAG = "repair"
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
@@ -69,69 +67,6 @@ _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\\x00]{1,256})"')
 NAME_RE = re.compile(
     r"^(\d{4}-\d\d-\d\dT\d\d)-(\d\d)-(\d\d)-(\d{3})Z_([0-9a-fA-F-]{36})\.jsonl$"
 )
-
-
-@dataclass
-class Problem:
-    """One thing repair found, and what it did about it."""
-
-    kind: str
-    action: str
-    line: int | None = None
-    offset: int | None = None
-    entry_id: str | None = None
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "action": self.action, "line": self.line,
-                "offset": self.offset, "entryId": self.entry_id, "detail": self.detail}
-
-
-@dataclass
-class RepairReport:
-    """What repair found in one file and what it did (or, in a dry run, would do)."""
-
-    path: str
-    changed: bool
-    problems: list[Problem] = field(default_factory=list)
-    version: int = model.CURRENT_VERSION
-    backup: str | None = None
-    quarantine: str | None = None
-    dry_run: bool = False
-    rewritten: list[Problem] = field(default_factory=list)
-    """Every original line written back changed (its old bytes are quarantined), with the
-    reason: the problem lines themselves and what fixing them touched (a re-parented child,
-    a renamed result, a reference that follows a renamed id)."""
-    notes: list[Problem] = field(default_factory=list)
-    """States the file's own client handles when it sends a request (not damage): left in
-    the file as they are unless `strict`, with or without damage beside them."""
-    consequences: list[Problem] = field(default_factory=list)
-    """What repair changed only because a damaged range was dropped (not counted again)."""
-    strict: bool = False
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Damage found, per kind (what `--check` and `journal info` count)."""
-        return dict(Counter(p.kind for p in self.problems))
-
-    @property
-    def note_counts(self) -> dict[str, int]:
-        return dict(Counter(p.kind for p in self.notes))
-
-    @property
-    def notes_left(self) -> bool:
-        """True when the notes stay in the file as they are: always, unless `strict` (which
-        fixes them) and there are some."""
-        return all(n.action == NOTE_LEFT for n in self.notes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "changed": self.changed, "dryRun": self.dry_run,
-                "strict": self.strict, "version": self.version,
-                "problems": [p.to_json() for p in self.problems], "counts": self.counts,
-                "notes": [n.to_json() for n in self.notes], "noteCounts": self.note_counts,
-                "consequences": [c.to_json() for c in self.consequences],
-                "rewritten": [r.to_json() for r in self.rewritten],
-                "backup": self.backup, "quarantine": self.quarantine}
 
 
 @dataclass(slots=True)
