@@ -29,6 +29,8 @@ Records of types repair does not know are kept as they are.
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +57,7 @@ ORPHAN_RESULT = "orphan_result"
 DUPLICATE_RESULT = "duplicate_result"
 UNPAIRED_TOOL_USE = "unpaired_tool_use"
 REPARENTED = "reparented"
-_NUL_ESCAPE = b"\\u0000"
+_NUL_RE = re.compile(rb"\\u0000")
 _MESSAGE_TYPES = ("user", "assistant")
 
 
@@ -155,7 +157,7 @@ def plan_bytes(data: bytes, path: str = "<memory>",
     with codec.bulk_parsing():
         p = MendPlan(path, [], meter=meter)
         _salvage(p, data)
-    _fix_nuls(p)
+    _fix_nuls(p, [m.start() for m in _NUL_RE.finditer(data)])
     _fix_duplicates(p)
     _fix_chains(p)
     _fix_pairing(p)
@@ -241,16 +243,32 @@ def _take(p: MendPlan, value: Any, raw: bytes | memoryview, number: int, offset:
 # records
 
 
-def _fix_nuls(p: MendPlan) -> None:
+def _fix_nuls(p: MendPlan, at: list[int]) -> None:
+    """`at`: where the file holds a NUL escape; only records holding one are looked at."""
     for rec in p.records:
-        if rec.raw is not None and _NUL_ESCAPE not in rec.raw:
-            continue
+        if rec.raw is not None:
+            start = rec.offset or 0
+            near = bisect_left(at, start)
+            if near == len(at) or at[near] >= start + len(rec.raw):
+                continue
         message = rec.value.get("message")
-        if message is None or "\x00" not in codec.dumps(message).decode("utf-8", "replace"):
+        if message is None or not _has_nul(message):
             continue
         value = rec.edit(NUL_IN_TEXT)
         value["message"] = codec.map_strings(message, lambda s: s.replace("\x00", ""))
         p.problem(NUL_IN_TEXT, "removed NUL characters from the message", rec)
+
+
+def _has_nul(value: Any) -> bool:
+    found = False
+
+    def look(text: str) -> str:
+        nonlocal found
+        found = found or "\x00" in text
+        return text
+
+    codec.map_strings(value, look)
+    return found
 
 
 def _fix_duplicates(p: MendPlan) -> None:
@@ -336,18 +354,49 @@ def active_chain(records: list[Rec]) -> list[Rec]:
     return chain
 
 
-def _groups(chain: list[Rec]) -> list[tuple[str, list[Rec]]]:
-    """The chain's messages as the API gets them: consecutive records of one role merged."""
+def _groups(chain: list[Rec], records: list[Rec]) -> list[tuple[str, list[Rec]]]:
+    """The chain's messages as the API gets them: consecutive records of one role merged, and
+    the results of parallel calls that hang beside the chain (each on the line of its own
+    call, as Claude Code writes them) gathered into the message after their calls."""
+    on_chain = {id(r) for r in chain}
+    beside: dict[str, list[Rec]] = {}
+    for rec in records:
+        if (id(rec) not in on_chain and rec.value.get("type") == "user"
+                and isinstance(rec.parent, str) and _result_ids(rec)):
+            beside.setdefault(rec.parent, []).append(rec)
     out: list[tuple[str, list[Rec]]] = []
+    gathered: list[Rec] = []
     for rec in chain:
         role = rec.value.get("type")
         if role not in _MESSAGE_TYPES or not isinstance(rec.value.get("message"), dict):
             continue
+        if role == "user" and gathered:
+            out.append(("user", gathered))
+            gathered = []
         if out and out[-1][0] == role:
             out[-1][1].append(rec)
         else:
             out.append((str(role), [rec]))
-    return out
+        if role == "assistant" and rec.uuid in beside:
+            calls = set(_tool_ids([rec]))
+            gathered.extend(r for r in beside[rec.uuid] if calls & set(_result_ids(r)))
+    if gathered:
+        out.append(("user", gathered))
+    merged: list[tuple[str, list[Rec]]] = []
+    for role, group in out:
+        if merged and merged[-1][0] == role:
+            merged[-1][1].extend(group)
+        else:
+            merged.append((role, group))
+    return merged
+
+
+def _result_ids(rec: Rec) -> list[Any]:
+    message = rec.value.get("message")
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return []
+    return [b.get("tool_use_id") for b in message["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
 def _blocks(rec: Rec) -> list[Any]:
@@ -368,7 +417,8 @@ def _fix_pairing(p: MendPlan) -> None:
 
 
 def _remove_bad_results(p: MendPlan) -> bool:
-    groups = _groups(active_chain(p.kept()))
+    records = p.kept()
+    groups = _groups(active_chain(records), records)
     answered: set[str] = set()
     removed = False
     for index, (role, group) in enumerate(groups):
@@ -425,7 +475,8 @@ def _remove_record(p: MendPlan, rec: Rec, kind: str) -> None:
 def _answer_open_calls(p: MendPlan) -> None:
     records = p.kept()
     chain = active_chain(records)
-    groups = _groups(chain)
+    groups = _groups(chain, records)
+    on_chain = {id(r) for r in chain}
     taken = {r.uuid for r in records if r.uuid is not None}
     template = next((r.value for r in records if r.value.get("type") == "user"
                      and r.uuid is not None), None)
@@ -446,11 +497,8 @@ def _answer_open_calls(p: MendPlan) -> None:
         if not missing:
             continue
         caller = next(r for r in reversed(group) if set(_tool_ids([r])) & set(missing))
-        if following:
-            after = following[0]
-            parent = after.parent
-        else:
-            after, parent = None, chain[-1].uuid
+        after = next((r for r in following if id(r) in on_chain), None)
+        parent = after.parent if after is not None else chain[-1].uuid
         record = interrupted_result(caller.value, str(parent), missing, taken=taken,
                                     template=template, block_template=block_template)
         taken.add(record["uuid"])

@@ -1,0 +1,123 @@
+"""`journal repair` on Claude Code transcripts: the corpus of reported failure shapes, each
+with its exact fix and the four guarantees (one `.bak`, every removed or rewritten byte in the
+quarantine, an atomic swap, idempotence)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from claude_corpus import CASES, Case, Records
+
+from journal.claude.mend import assess_claude, repair_claude
+from journal.quarantine import read_quarantine
+
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+STAMP_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def records_of(data: bytes) -> Records:
+    out = []
+    for line in data.split(b"\n"):
+        try:
+            value = orjson.loads(line.decode("utf-8", "replace"))
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def quarantined(path: Path) -> dict[int, bytes]:
+    """The quarantined byte ranges of `path`, by offset."""
+    side = Path(str(path) + ".quarantine")
+    if not side.exists():
+        return {}
+    return {r["offset"]: base64.b64decode(r["bytes"]) for r in read_quarantine(str(side))}
+
+
+def check_guarantees(path: Path, before: bytes) -> None:
+    after = path.read_bytes()
+    # 1. one backup, the original bytes
+    assert Path(str(path) + ".bak").read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name)) == [
+        path.name, path.name + ".bak", path.name + ".quarantine"] or not quarantined(path)
+    # 2. every original line is in the new file as it was, or in the quarantine (a line
+    # taken apart: each byte range either quarantined at its offset or a line of the new file)
+    kept = set(after.split(b"\n"))
+    saved = quarantined(path)
+    at = 0
+    for line in before.split(b"\n"):
+        start, at = at, at + len(line) + 1
+        if not line or line in kept:
+            continue
+        if line in saved.values():
+            continue
+        covered = sorted((o - start, o - start + len(b)) for o, b in saved.items()
+                         if start <= o < start + len(line))
+        pos, rest = 0, []
+        for lo, hi in covered:
+            rest.append(line[pos:lo])
+            pos = max(pos, hi)
+        rest.append(line[pos:])
+        assert all(not part.strip() or part in kept for part in rest), line[:80]
+    # 3. the swap left no temp behind, and every line of the new file is whole JSON
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert after.endswith(b"\n")
+    for line in after.split(b"\n")[:-1]:
+        assert isinstance(orjson.loads(line), dict)
+    # 4. idempotent
+    again = repair_claude(path)
+    assert not again.changed and again.problems == []
+    assert path.read_bytes() == after
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_case_is_fixed_exactly(tmp_path: Path, case: Case) -> None:
+    path = tmp_path / "4f0c2a9e-7b1d-4c3e-9a55-0d6b2e81c7f4.jsonl"
+    path.write_bytes(case.data)
+    inode = path.stat().st_ino
+    checked = assess_claude(path)
+    assert checked.counts == case.kinds and checked.dry_run
+    assert path.read_bytes() == case.data  # a dry run writes nothing
+    report = repair_claude(path)
+    assert report.changed and report.counts == case.kinds
+    assert report.dialect == "claude" and report.backup == str(path) + ".bak"
+    assert path.stat().st_ino != inode  # a new file was swapped in
+    after = path.read_bytes()
+    assert not after.startswith(b'{"type":"session"')  # never a pi header
+    case.check(records_of(case.data), records_of(after))
+    check_guarantees(path, case.data)
+    report_json = report.to_json()
+    assert report_json["dialect"] == "claude"
+    assert [p["kind"] for p in report_json["problems"]].count(next(iter(case.kinds))) >= 1
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_added_records_are_what_claude_code_writes(tmp_path: Path, case: Case) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(case.data)
+    repair_claude(path)
+    template = next(r for r in records_of(case.data) if r.get("type") == "user")
+    for record in records_of(path.read_bytes()):
+        if record["uuid"].encode() in case.data:
+            continue
+        assert UUID_RE.match(record["uuid"]) and STAMP_RE.match(record["timestamp"])
+        envelope = [k for k in template if k not in ("toolUseResult",)]
+        assert [k for k in record if k != "toolUseResult"] == envelope
+        assert record["sessionId"] == template["sessionId"]
+
+
+def test_clean_transcripts_are_left_alone(tmp_path: Path) -> None:
+    from claude_corpus import base, lines
+
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines(base()))
+    report = repair_claude(path)
+    assert not report.changed and report.problems == []
+    assert not os.path.exists(str(path) + ".bak")
+    assert not os.path.exists(str(path) + ".quarantine")
