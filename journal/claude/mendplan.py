@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -41,10 +40,10 @@ from .. import codec
 from ..codec import Line
 from ..progress import Meter, Progress
 from ..quarantine import Quarantined
-from ..repair_report import Problem
 from ..salvage import salvage_line
 from ..storage import as_storage
-from .synthetic import interrupted_result
+from .mendpairs import fix_pairing
+from .mendrecs import MendPlan, Rec
 
 NOT_A_RECORD = "not_a_record"
 NUL_IN_TEXT = "nul_in_text"
@@ -53,94 +52,7 @@ DUPLICATE_RECORD = "duplicate_record"
 MISSING_PARENT = "missing_parent"
 PARENT_CYCLE = "parent_cycle"
 MISSING_LOGICAL_PARENT = "missing_logical_parent"
-ORPHAN_RESULT = "orphan_result"
-DUPLICATE_RESULT = "duplicate_result"
-UNPAIRED_TOOL_USE = "unpaired_tool_use"
-REPARENTED = "reparented"
 _NUL_RE = re.compile(rb"\\u0000")
-_MESSAGE_TYPES = ("user", "assistant")
-
-
-@dataclass(slots=True)
-class Rec:
-    """One record of the transcript being rebuilt; `raw` is its original line while unchanged."""
-
-    value: dict[str, Any]
-    raw: bytes | memoryview | None
-    line: int | None
-    offset: int | None
-    original: bytes | None = None
-    reason: str = ""
-    dropped: bool = False
-
-    def edit(self, reason: str) -> dict[str, Any]:
-        """The record's value, to be changed: its original bytes are kept for the quarantine."""
-        if self.raw is not None:
-            self.original, self.raw = bytes(self.raw), None
-            self.value = dict(self.value)
-            self.reason = reason
-        return self.value
-
-    @property
-    def uuid(self) -> str | None:
-        value = self.value.get("uuid")
-        return value if isinstance(value, str) and "parentUuid" in self.value else None
-
-    @property
-    def parent(self) -> Any:
-        return self.value.get("parentUuid")
-
-    def bytes_now(self) -> bytes:
-        return bytes(self.raw) if self.raw is not None else codec.dumps(self.value)
-
-
-@dataclass
-class MendPlan:
-    """The records of the repaired transcript, with every problem and every dropped range."""
-
-    path: str
-    records: list[Rec]
-    problems: list[Problem] = field(default_factory=list)
-    dropped: list[Quarantined] = field(default_factory=list)
-    consequences: list[Problem] = field(default_factory=list)
-    meter: Meter = field(default_factory=lambda: Meter(None, 0))
-
-    def problem(self, kind: str, action: str, rec: Rec | None = None, *,
-                consequence: bool = False, **kw: Any) -> None:
-        if rec is not None:
-            kw.setdefault("line", rec.line)
-            kw.setdefault("offset", rec.offset)
-            kw.setdefault("entry_id", rec.uuid)
-        (self.consequences if consequence else self.problems).append(Problem(kind, action, **kw))
-
-    def drop(self, rec: Rec, kind: str, detail: str) -> None:
-        rec.dropped = True
-        data = rec.original if rec.original is not None else (
-            bytes(rec.raw) if rec.raw is not None else None)
-        if data is not None:
-            self.dropped.append(Quarantined(self.path, rec.offset or 0, data, kind, detail))
-
-    def kept(self) -> list[Rec]:
-        return [r for r in self.records if not r.dropped]
-
-    def render(self) -> bytes:
-        """The repaired file's bytes: kept lines as they were, changed ones re-encoded."""
-        parts: list[bytes | memoryview] = []
-        for rec in self.records:
-            if rec.dropped:
-                continue
-            if rec.raw is not None:
-                parts.append(rec.raw)
-                parts.append(b"\n")
-            else:
-                parts.append(codec.dumps(rec.value, orjson.OPT_APPEND_NEWLINE))
-        return b"".join(parts)
-
-    def rewritten(self) -> list[Quarantined]:
-        """The original bytes of every kept line the repair rewrote."""
-        return [Quarantined(self.path, r.offset or 0, r.original, r.reason or "rewritten",
-                            "original bytes of a line the repair rewrote")
-                for r in self.records if r.original is not None and not r.dropped]
 
 
 def plan_claude(path: str, progress: Progress | None = None) -> MendPlan:
@@ -160,7 +72,7 @@ def plan_bytes(data: bytes, path: str = "<memory>",
     _fix_nuls(p, [m.start() for m in _NUL_RE.finditer(data)])
     _fix_duplicates(p)
     _fix_chains(p)
-    _fix_pairing(p)
+    fix_pairing(p)
     return p
 
 
@@ -321,198 +233,4 @@ def _fix_chains(p: MendPlan) -> None:
         last[chain] = key
 
 
-# pairing on the chain Claude Code resumes
-
-
-def active_chain(records: list[Rec]) -> list[Rec]:
-    """The records Claude Code resumes, root first: from the last main-chain user or
-    assistant record (in a subagent's file, the last one of any chain) up its parents to the
-    first record with none (the latest compact boundary, or the start)."""
-    by_uuid: dict[str, Rec] = {}
-    leaf = side_leaf = None
-    for rec in records:
-        key = rec.uuid
-        if key is None:
-            continue
-        by_uuid.setdefault(key, rec)
-        if rec.value.get("type") in _MESSAGE_TYPES:
-            if rec.value.get("isSidechain") is True:
-                side_leaf = rec
-            else:
-                leaf = rec
-    current = leaf or side_leaf
-    chain: list[Rec] = []
-    visited: set[str] = set()
-    while current is not None:
-        chain.append(current)
-        visited.add(current.uuid or "")
-        parent = current.parent
-        if not isinstance(parent, str) or parent in visited:
-            break
-        current = by_uuid.get(parent)
-    chain.reverse()
-    return chain
-
-
-def _groups(chain: list[Rec], records: list[Rec]) -> list[tuple[str, list[Rec]]]:
-    """The chain's messages as the API gets them: consecutive records of one role merged, and
-    the results of parallel calls that hang beside the chain (each on the line of its own
-    call, as Claude Code writes them) gathered into the message after their calls."""
-    on_chain = {id(r) for r in chain}
-    beside: dict[str, list[Rec]] = {}
-    for rec in records:
-        if (id(rec) not in on_chain and rec.value.get("type") == "user"
-                and isinstance(rec.parent, str) and _result_ids(rec)):
-            beside.setdefault(rec.parent, []).append(rec)
-    out: list[tuple[str, list[Rec]]] = []
-    gathered: list[Rec] = []
-    for rec in chain:
-        role = rec.value.get("type")
-        if role not in _MESSAGE_TYPES or not isinstance(rec.value.get("message"), dict):
-            continue
-        if role == "user" and gathered:
-            out.append(("user", gathered))
-            gathered = []
-        if out and out[-1][0] == role:
-            out[-1][1].append(rec)
-        else:
-            out.append((str(role), [rec]))
-        if role == "assistant" and rec.uuid in beside:
-            calls = set(_tool_ids([rec]))
-            gathered.extend(r for r in beside[rec.uuid] if calls & set(_result_ids(r)))
-    if gathered:
-        out.append(("user", gathered))
-    merged: list[tuple[str, list[Rec]]] = []
-    for role, group in out:
-        if merged and merged[-1][0] == role:
-            merged[-1][1].extend(group)
-        else:
-            merged.append((role, group))
-    return merged
-
-
-def _result_ids(rec: Rec) -> list[Any]:
-    message = rec.value.get("message")
-    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
-        return []
-    return [b.get("tool_use_id") for b in message["content"]
-            if isinstance(b, dict) and b.get("type") == "tool_result"]
-
-
-def _blocks(rec: Rec) -> list[Any]:
-    content = rec.value["message"].get("content")
-    return content if isinstance(content, list) else []
-
-
-def _tool_ids(group: list[Rec]) -> list[str]:
-    return [b["id"] for rec in group for b in _blocks(rec)
-            if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
-
-
-def _fix_pairing(p: MendPlan) -> None:
-    for _ in range(len(p.records) + 1):  # each pass that removes something removes a block
-        if not _remove_bad_results(p):
-            break
-    _answer_open_calls(p)
-
-
-def _remove_bad_results(p: MendPlan) -> bool:
-    records = p.kept()
-    groups = _groups(active_chain(records), records)
-    answered: set[str] = set()
-    removed = False
-    for index, (role, group) in enumerate(groups):
-        if role != "user":
-            continue
-        expected = set(_tool_ids(groups[index - 1][1])) if index > 0 else set()
-        got: set[str] = set()
-        for rec in group:
-            keep, bad = [], []
-            for block in _blocks(rec):
-                if not (isinstance(block, dict) and block.get("type") == "tool_result"):
-                    keep.append(block)
-                    continue
-                tool_id = block.get("tool_use_id")
-                if tool_id in expected and tool_id not in got:
-                    got.add(tool_id)
-                    keep.append(block)
-                else:
-                    kind = (DUPLICATE_RESULT if tool_id in got or tool_id in answered
-                            else ORPHAN_RESULT)
-                    bad.append((kind, tool_id))
-            if not bad:
-                continue
-            removed = True
-            for kind, tool_id in bad:
-                what = ("answers a call already answered" if kind == DUPLICATE_RESULT
-                        else "answers no call of the message before it")
-                p.problem(kind, "removed the tool_result block" if keep else
-                          "quarantined the record (it held nothing else)", rec,
-                          detail=f"tool_use_id {tool_id!r} {what}")
-            if keep:
-                value = rec.edit(bad[0][0])
-                value["message"] = {**value["message"], "content": keep}
-            else:
-                _remove_record(p, rec, bad[0][0])
-        answered |= got
-    return removed
-
-
-def _remove_record(p: MendPlan, rec: Rec, kind: str) -> None:
-    p.drop(rec, kind, "a record holding only tool results that answer no call")
-    key, parent = rec.uuid, rec.parent
-    for other in p.kept():
-        if key is not None and other.parent == key:
-            other.edit(other.reason or REPARENTED)["parentUuid"] = parent
-            p.problem(REPARENTED, f"re-attached to {parent}", other, consequence=True,
-                      detail=f"its parent {key} was removed")
-        if key is not None and other.value.get("logicalParentUuid") == key:
-            other.edit(other.reason or REPARENTED)["logicalParentUuid"] = parent
-            p.problem(REPARENTED, f"logicalParentUuid now {parent}", other, consequence=True,
-                      detail=f"record {key} was removed")
-
-
-def _answer_open_calls(p: MendPlan) -> None:
-    records = p.kept()
-    chain = active_chain(records)
-    groups = _groups(chain, records)
-    on_chain = {id(r) for r in chain}
-    taken = {r.uuid for r in records if r.uuid is not None}
-    template = next((r.value for r in records if r.value.get("type") == "user"
-                     and r.uuid is not None), None)
-    block_template = next((b for r in records if r.value.get("type") == "user"
-                           and isinstance(r.value.get("message"), dict)
-                           for b in _blocks(r)
-                           if isinstance(b, dict) and b.get("type") == "tool_result"), None)
-    for index, (role, group) in enumerate(groups):
-        if role != "assistant":
-            continue
-        calls = _tool_ids(group)
-        if not calls:
-            continue
-        following = groups[index + 1][1] if index + 1 < len(groups) else []
-        got = {b.get("tool_use_id") for rec in following for b in _blocks(rec)
-               if isinstance(b, dict) and b.get("type") == "tool_result"}
-        missing = [c for c in calls if c not in got]
-        if not missing:
-            continue
-        caller = next(r for r in reversed(group) if set(_tool_ids([r])) & set(missing))
-        after = next((r for r in following if id(r) in on_chain), None)
-        parent = after.parent if after is not None else chain[-1].uuid
-        record = interrupted_result(caller.value, str(parent), missing, taken=taken,
-                                    template=template, block_template=block_template)
-        taken.add(record["uuid"])
-        added = Rec(record, None, None, None, reason="synthetic")
-        where = p.records.index(after) if after is not None else (
-            p.records.index(chain[-1]) + 1)
-        p.records.insert(where, added)
-        p.problem(UNPAIRED_TOOL_USE,
-                  f"added the interrupted-tool result record {record['uuid']}", caller,
-                  detail=f"no tool_result for {', '.join(missing)}")
-        if after is not None:
-            after.edit(after.reason or REPARENTED)["parentUuid"] = record["uuid"]
-            p.problem(REPARENTED, f"re-attached to {record['uuid']}", after, consequence=True,
-                      detail="the record after the unanswered calls")
-
-
-__all__ = ["MendPlan", "Rec", "active_chain", "plan_bytes", "plan_claude"]
+__all__ = ["MendPlan", "plan_bytes", "plan_claude"]

@@ -1,0 +1,258 @@
+"""Tool pairing on the chain Claude Code resumes, repaired in the transcript itself.
+
+The chain runs from the leaf (the last main-chain user or assistant record; in a subagent's
+file, the last one of any chain) up its parents to the first record with none (the latest
+compact boundary, or the start). Its messages are read as the projection reads them: the lines
+of one API response (one `message.id`) make one assistant message; a user record gives a
+tool result per `tool_result` block, then a user message for anything else; the results of
+parallel calls that hang beside the chain (each on the line of its own call, as Claude Code
+writes them) come right after their calls. The results of an assistant message's calls must
+come right after it, as one run, each call answered once.
+
+- `orphan_result`, `duplicate_result`: a block answering no call of the message before its
+  run, or one already answered, is removed (a record left empty goes, its children
+  re-attached to its parent);
+- `unpaired_tool_use`: calls with no result in the run get the interrupted-tool record Claude
+  Code writes itself (`journal.claude.synthetic`), placed right after the calls; the record
+  that followed them is re-parented onto it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .mendrecs import MendPlan, Rec
+from .synthetic import interrupted_result
+
+ORPHAN_RESULT = "orphan_result"
+DUPLICATE_RESULT = "duplicate_result"
+UNPAIRED_TOOL_USE = "unpaired_tool_use"
+REPARENTED = "reparented"
+_MESSAGE_TYPES = ("user", "assistant")
+
+
+@dataclass
+class _Msg:
+    kind: str
+    """"assistant", "results" (a user record's tool results) or "user" (the rest of it)."""
+    recs: list[Rec]
+    message_id: Any = None
+
+
+def active_chain(records: list[Rec]) -> list[Rec]:
+    """The records Claude Code resumes, root first (see the module docstring)."""
+    by_uuid: dict[str, Rec] = {}
+    leaf = side_leaf = None
+    for rec in records:
+        key = rec.uuid
+        if key is None:
+            continue
+        by_uuid.setdefault(key, rec)
+        if rec.value.get("type") in _MESSAGE_TYPES:
+            if rec.value.get("isSidechain") is True:
+                side_leaf = rec
+            else:
+                leaf = rec
+    current = leaf or side_leaf
+    chain: list[Rec] = []
+    visited: set[str] = set()
+    while current is not None:
+        chain.append(current)
+        visited.add(current.uuid or "")
+        parent = current.parent
+        if not isinstance(parent, str) or parent in visited:
+            break
+        current = by_uuid.get(parent)
+    chain.reverse()
+    return chain
+
+
+def _blocks(rec: Rec) -> list[Any]:
+    message = rec.value.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def _result_ids(rec: Rec) -> list[Any]:
+    return [b.get("tool_use_id") for b in _blocks(rec)
+            if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _tool_ids(recs: list[Rec]) -> list[str]:
+    return [b["id"] for rec in recs for b in _blocks(rec)
+            if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
+
+
+def _is_message(rec: Rec) -> bool:
+    return rec.value.get("type") in _MESSAGE_TYPES and isinstance(rec.value.get("message"), dict)
+
+
+def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
+    on_chain = {id(r) for r in chain}
+    beside: dict[str, list[Rec]] = {}
+    for rec in records:
+        if (id(rec) not in on_chain and rec.value.get("type") == "user"
+                and isinstance(rec.parent, str) and _result_ids(rec)):
+            beside.setdefault(rec.parent, []).append(rec)
+    out: list[_Msg] = []
+    pending: list[Rec] = []
+
+    def flush() -> None:
+        out.extend(_Msg("results", [r]) for r in pending)
+        pending.clear()
+
+    for rec in chain:
+        if not _is_message(rec):
+            continue
+        if rec.value["type"] == "assistant":
+            mid = rec.value["message"].get("id")
+            last = out[-1] if out else None
+            if (last is not None and last.kind == "assistant" and mid is not None
+                    and last.message_id == mid and not pending):
+                last.recs.append(rec)
+            else:
+                flush()
+                out.append(_Msg("assistant", [rec], mid))
+            calls = set(_tool_ids([rec]))
+            pending.extend(r for r in beside.get(rec.uuid or "", ())
+                           if calls & set(_result_ids(r)))
+            continue
+        flush()
+        blocks = rec.value["message"].get("content")
+        results = _result_ids(rec)
+        if results:
+            out.append(_Msg("results", [rec]))
+        if not results or (isinstance(blocks, list) and len(results) < len(blocks)):
+            out.append(_Msg("user", [rec]))
+    flush()
+    return out
+
+
+def fix_pairing(p: MendPlan) -> None:
+    """Repair the pairing of the resumed chain (see the module docstring)."""
+    for _ in range(len(p.records) + 1):  # each pass that changes something removes a block
+        if not _remove_bad_results(p):
+            break
+    _answer_open_calls(p)
+
+
+def _remove_bad_results(p: MendPlan) -> bool:
+    records = p.kept()
+    answered: set[Any] = set()
+    expected: set[str] = set()
+    got: set[Any] = set()
+    bad: dict[int, tuple[Rec, list[tuple[str, Any]]]] = {}
+    for msg in _messages(active_chain(records), records):
+        if msg.kind == "assistant":
+            expected, got = set(_tool_ids(msg.recs)), set()
+            continue
+        if msg.kind == "user":
+            expected, got = set(), set()
+            continue
+        rec = msg.recs[0]
+        for tool_id in _result_ids(rec):
+            if tool_id in expected and tool_id not in got:
+                got.add(tool_id)
+                answered.add(tool_id)
+                continue
+            kind = DUPLICATE_RESULT if tool_id in got or tool_id in answered else ORPHAN_RESULT
+            bad.setdefault(id(rec), (rec, []))[1].append((kind, tool_id))
+    for rec, found in bad.values():
+        _drop_blocks(p, rec, found)
+    return bool(bad)
+
+
+def _drop_blocks(p: MendPlan, rec: Rec, found: list[tuple[str, Any]]) -> None:
+    """Remove the tool_result blocks of `rec` named in `found` (the first block of each id that
+    was kept stays)."""
+    budget: dict[Any, int] = {}
+    for _, tool_id in found:
+        budget[tool_id] = budget.get(tool_id, 0) + 1
+    keep: list[Any] = []
+    seen: dict[Any, int] = {}
+    total = {t: _result_ids(rec).count(t) for t in budget}
+    for block in _blocks(rec):
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            tool_id = block.get("tool_use_id")
+            if tool_id in budget:
+                seen[tool_id] = seen.get(tool_id, 0) + 1
+                # the ones kept are the first (total - budget) of this id
+                if seen[tool_id] > total[tool_id] - budget[tool_id]:
+                    continue
+        keep.append(block)
+    for kind, tool_id in found:
+        what = ("answers a call already answered" if kind == DUPLICATE_RESULT
+                else "answers no call of the message before it")
+        p.problem(kind, "removed the tool_result block" if keep else
+                  "quarantined the record (it held nothing else)", rec,
+                  detail=f"tool_use_id {tool_id!r} {what}")
+    if keep:
+        value = rec.edit(rec.reason or found[0][0])
+        value["message"] = {**value["message"], "content": keep}
+    else:
+        _remove_record(p, rec, found[0][0])
+
+
+def _remove_record(p: MendPlan, rec: Rec, kind: str) -> None:
+    p.drop(rec, kind, "a record holding only tool results that answer no call")
+    key, parent = rec.uuid, rec.parent
+    if key is None:
+        return
+    for other in p.kept():
+        if other.parent == key:
+            other.edit(other.reason or REPARENTED)["parentUuid"] = parent
+            p.problem(REPARENTED, f"re-attached to {parent}", other, consequence=True,
+                      detail=f"its parent {key} was removed")
+        if other.value.get("logicalParentUuid") == key:
+            other.edit(other.reason or REPARENTED)["logicalParentUuid"] = parent
+            p.problem(REPARENTED, f"logicalParentUuid now {parent}", other, consequence=True,
+                      detail=f"record {key} was removed")
+
+
+def _answer_open_calls(p: MendPlan) -> None:
+    records = p.kept()
+    chain = active_chain(records)
+    messages = _messages(chain, records)
+    position = {id(r): n for n, r in enumerate(chain)}
+    taken = {r.uuid for r in records if r.uuid is not None}
+    template = next((r.value for r in records if r.value.get("type") == "user"
+                     and r.uuid is not None), None)
+    block_template = next((b for r in records if r.value.get("type") == "user"
+                           for b in _blocks(r)
+                           if isinstance(b, dict) and b.get("type") == "tool_result"), None)
+    for index, msg in enumerate(messages):
+        if msg.kind != "assistant":
+            continue
+        calls = _tool_ids(msg.recs)
+        if not calls:
+            continue
+        got: set[Any] = set()
+        for following in messages[index + 1:]:
+            if following.kind != "results":
+                break
+            got.update(_result_ids(following.recs[0]))
+        missing = [c for c in calls if c not in got]
+        if not missing:
+            continue
+        caller = next(r for r in reversed(msg.recs) if set(_tool_ids([r])) & set(missing))
+        last = position[id(msg.recs[-1])]
+        after = chain[last + 1] if last + 1 < len(chain) else None
+        parent = after.parent if after is not None else msg.recs[-1].uuid
+        record = interrupted_result(caller.value, str(parent), missing, taken=taken,
+                                    template=template, block_template=block_template)
+        taken.add(record["uuid"])
+        added = Rec(record, None, None, None, reason="synthetic")
+        where = (p.records.index(after) if after is not None
+                 else p.records.index(msg.recs[-1]) + 1)
+        p.records.insert(where, added)
+        p.problem(UNPAIRED_TOOL_USE,
+                  f"added the interrupted-tool result record {record['uuid']}", caller,
+                  detail=f"no tool_result for {', '.join(missing)}")
+        if after is not None:
+            after.edit(after.reason or REPARENTED)["parentUuid"] = record["uuid"]
+            p.problem(REPARENTED, f"re-attached to {record['uuid']}", after, consequence=True,
+                      detail="the record after the unanswered calls")
+
+
+__all__ = ["active_chain", "fix_pairing"]
