@@ -37,6 +37,8 @@ import orjson
 
 from . import codec, model
 from .boundary import boundary
+from .claude.detect import CLAUDE, dialect_of
+from .claude.mend import assess_claude, repair_claude
 from .codec import Line
 from .context import build_context, compaction_summary_message, entry_message
 from .errors import JournalError, NotASession, UnsupportedVersion
@@ -714,8 +716,12 @@ def repair(
     strict: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     progress: Progress | None = None,
+    dialect: str | None = None,
 ) -> RepairReport:
     """Repair one session file in place (atomically), or report what would change.
+
+    A Claude Code transcript (detected from its records, or `dialect="claude"`) is repaired
+    in its own format by `journal.claude.repair_claude` (no pi header, no record of ours).
 
     Damage is always repaired; notes (states pi handles itself when it sends a request, listed
     in `report.notes`) are left in the file unless `strict`.
@@ -734,6 +740,9 @@ def repair(
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
+    if (dialect or dialect_of(path)) == CLAUDE:
+        return repair_claude(path, dry_run=dry_run, lock_timeout=lock_timeout,
+                             progress=progress)
     if dry_run:
         return assess(path, migrate=migrate, strict=strict, progress=progress)
     if is_compressed(path):
@@ -794,8 +803,11 @@ def assess(path: str, *, migrate: bool = False, strict: bool = False,
     """What `repair` would find and do in `path`, without a lock and without writing.
 
     The one count of damage and notes: `repair --check`, `--dry-run` and `journal info` all
-    take theirs from here, so they agree.
+    take theirs from here, so they agree. A Claude Code transcript is assessed in its own
+    format (`journal.claude.assess_claude`).
     """
+    if not is_compressed(path) and dialect_of(path) == CLAUDE:
+        return assess_claude(path, progress=progress)
     p = plan(path, migrate=migrate, strict=strict, progress=progress)
     p.meter.finish()
     return _report(p, path, dry_run=True)
