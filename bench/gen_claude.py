@@ -86,6 +86,7 @@ _COMMANDS = ("npm test", "git status", "git diff --stat", "pytest -q {p}", "ls -
 _TITLES = ("Fix the parser race", "Speed up the session loader", "Refactor the cache layer",
            "Add tail support", "Investigate flaky tests", "Port the web module")
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B62 = _B64[:62]
 # the first bytes of a PNG file, so image data decodes to something that looks like one
 _PNG_HEAD = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").decode()[:20]
 
@@ -224,6 +225,15 @@ class _Gen:
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
+    def _api_id(self, prefix: str) -> str:
+        """An API id (`msg_01...`, `toolu_01...`): 22 base-62 characters, unique."""
+        n = self.rng.getrandbits(128)
+        chars = []
+        for _ in range(22):
+            n, d = divmod(n, 62)
+            chars.append(_B62[d])
+        return prefix + "".join(chars)
+
     def _hex(self, n: int) -> str:
         return "".join(self.rng.choice("0123456789abcdef") for _ in range(n))
 
@@ -274,7 +284,7 @@ class _Gen:
                          model: str | None = None, chained_progress: bool = False
                          ) -> tuple[str, list[str]]:
         """One API response, one record per content block; returns (message id, uuids)."""
-        mid = "msg_01" + self.text.cut(self.text.b64, 22).replace("+", "x").replace("/", "y")
+        mid = self._api_id("msg_01")
         req = "req_011C" + self._hex(16)
         uuids = []
         stop = "tool_use" if blocks[-1]["type"] == "tool_use" else "end_turn"
@@ -350,7 +360,7 @@ class _Gen:
         """A tool_use block, its tool_result content, its toolUseResult, is_error."""
         r, t = self.rng, self.text
         self.tool_seq += 1
-        tid = "toolu_01" + t.cut(t.b64, 22).replace("+", "a").replace("/", "b")
+        tid = self._api_id("toolu_01")
         kind = r.choices(("Read", "Edit", "Bash", "Grep", "ReadImage", "Error"),
                          (30, 20, 25, 10, 3, 5))[0]
         path = t.path()
@@ -574,7 +584,7 @@ class _Gen:
         """A Task tool call; its subagent runs when its result is written."""
         r, t = self.rng, self.text
         agent = self._hex(8)
-        tid = "toolu_01" + t.cut(t.b64, 22).replace("+", "c").replace("/", "d")
+        tid = self._api_id("toolu_01")
         prompt = t.sentence() + " " + t.words(50, 400)
         report = t.sentence() + " " + t.words(100, 800)
         content = [{"type": "text", "text": report}]

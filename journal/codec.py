@@ -326,3 +326,21 @@ def field_problem(entry: Entry) -> str | None:
     if not bad:
         return None
     return "; ".join(f"{name} is not {expected}" for name, expected in bad)
+
+
+def last_newline_end(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
+    """The offset just past the last newline before `offset` (0 if there is none).
+
+    Given the file's size, the end of its last complete line; given an offset inside a line,
+    where that line starts.
+    """
+    pos = offset
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        buf = f.read(pos - start)
+        nl = buf.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0

@@ -19,6 +19,17 @@ class NotASession(JournalError):
         super().__init__(f"{path}: {reason}")
 
 
+class ForeignSession(NotASession):
+    """A session another program owns and writes (a Claude Code transcript): it is read in
+    place, never appended to."""
+
+    def __init__(self, path: str, dialect: str) -> None:
+        self.dialect = dialect
+        super().__init__(path, f"a {dialect} transcript: it is read in place and never "
+                               "appended to (show, context, tail read it; 'journal import' "
+                               "makes a pi session of it)")
+
+
 class LockTimeout(JournalError):
     """Another writer held the session's lock for longer than the caller would wait."""
 

@@ -8,13 +8,17 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, BinaryIO, cast
 
-from . import codec
+from . import claude, codec
 from .boundary import is_compaction, is_first_kept
-from .codec import Diagnostic, Line
+from .codec import Diagnostic, Line, last_newline_end
 from .errors import NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 from .storage import FileStorage, Storage, as_storage
+from .tree import Tree
+
+__all__ = ["Snapshot", "last_newline_end", "load", "resume", "read_stream", "open_for_reading",
+           "is_compressed", "find_last_of_type", "dialect_of_storage"]
 
 
 @dataclass
@@ -37,6 +41,20 @@ class Snapshot:
     complete: bool = True
     lines: list[int] = field(default_factory=list)
     field_issues: list[Diagnostic] = field(default_factory=list)
+    dialect: str = claude.PI
+    leaf_id: str | None = None
+    """The leaf a resume continues from, when it is not the last entry (a Claude Code
+    transcript's); None: the last entry."""
+    claude: claude.ClaudeRead | None = None
+    """For a Claude Code transcript, what `journal.claude` read (records, metadata, and the
+    translator that continues with what is appended)."""
+
+    def tree(self) -> Tree:
+        """The entry tree of what was read, its leaf where a resume continues."""
+        tree = Tree(self.entries, complete=self.complete)
+        if self.leaf_id is not None:
+            tree.leaf = tree.index_of(self.leaf_id)
+        return tree
 
     @property
     def version(self) -> int:
@@ -56,8 +74,31 @@ def open_for_reading(path: str | os.PathLike[str]) -> BinaryIO:
     return FileStorage(os.fspath(path)).open_stream()
 
 
-def load(path: str | os.PathLike[str] | Storage) -> Snapshot:
+def dialect_of_storage(storage: Storage, dialect: str | None = None) -> str:
+    """The dialect of a session's bytes (`journal.claude.detect`), or `dialect` if given.
+
+    Compressed archives are pi's: this library writes them.
+    """
+    if claude.check_dialect(dialect) is not None:
+        return dialect  # type: ignore[return-value]
+    if is_compressed(storage.locator):
+        return claude.PI
+    with storage.open_reader() as reader:
+        return claude.detect_stream(reader.stream)
+
+
+def from_claude(read: claude.ClaudeRead) -> Snapshot:
+    """A Snapshot of a Claude Code transcript (no header: its entries are translated)."""
+    return Snapshot(read.path, None, read.entries, list(read.diagnostics), size=read.size,
+                    end=read.end, complete=read.complete, lines=read.lines,
+                    dialect=claude.CLAUDE, leaf_id=read.leaf_id, claude=read)
+
+
+def load(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None) -> Snapshot:
     """Read a whole session (a file path, or any `Storage`) without locking it.
+
+    A Claude Code transcript is detected from its records (or forced with
+    `dialect="claude"`) and read by `journal.claude`, its subagent files included.
 
     Version 1 and 2 files are migrated in memory; the file is never rewritten. Bad lines are
     reported in `diagnostics`, never raised. A `.gz` file (a compressed archive) is read
@@ -70,6 +111,8 @@ def load(path: str | os.PathLike[str] | Storage) -> Snapshot:
     """
     storage = as_storage(path)
     locator = storage.locator
+    if dialect_of_storage(storage, dialect) == claude.CLAUDE:
+        return from_claude(claude.read(storage))
     with storage.open_reader() as reader, codec.bulk_parsing():
         if not is_compressed(locator):
             return read_stream(locator, reader.stream)
@@ -148,24 +191,6 @@ def _note_bad_fields(entry: Entry, line: Line, issues: list[Diagnostic]) -> None
                                       line.number or None, problem))
 
 
-def last_newline_end(f: IO[bytes], offset: int, block: int = 1 << 16) -> int:
-    """The offset just past the last newline before `offset` (0 if there is none).
-
-    Given the file's size, the end of its last complete line; given an offset inside a line,
-    where that line starts.
-    """
-    pos = offset
-    while pos > 0:
-        start = max(0, pos - block)
-        f.seek(start)
-        buf = f.read(pos - start)
-        nl = buf.rfind(b"\n")
-        if nl >= 0:
-            return start + nl + 1
-        pos = start
-    return 0
-
-
 @dataclass
 class _PathState:
     """What the reverse scan has found on the leaf's branch so far.
@@ -208,8 +233,11 @@ class _PathState:
         )
 
 
-def resume(path: str | os.PathLike[str] | Storage) -> Snapshot:
+def resume(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None) -> Snapshot:
     """Read only the tail a live context needs, scanning backwards from the end.
+
+    A Claude Code transcript is resumed by `journal.claude.resume` (back to the latest
+    `compact_boundary` on the leaf's chain).
 
     Walks the branch of the last entry back until it has the latest compaction's kept boundary
     plus the latest model and thinking-level settings, or reaches the root. Files written by
@@ -222,6 +250,8 @@ def resume(path: str | os.PathLike[str] | Storage) -> Snapshot:
     path = storage.locator
     if is_compressed(path):
         return load(storage)
+    if dialect_of_storage(storage, dialect) == claude.CLAUDE:
+        return from_claude(claude.resume(storage))
     with storage.open_reader() as reader:
         f = reader.stream
         size = reader.size

@@ -8,15 +8,16 @@ the file was replaced (a repair or rotation: the inode changed) or truncated, th
 from __future__ import annotations
 
 import os
+from typing import BinaryIO
 
-from .codec import Diagnostic
+from .claude import ClaudeRead, feed_lines
+from .codec import Diagnostic, iter_lines
 from .context import Context, build_context, for_model
 from .errors import NotASession
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .model import CURRENT_VERSION, Entry
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
-from .tree import Tree
 
 
 class View:
@@ -25,28 +26,33 @@ class View:
     >>> new_entries = view.refresh()
     """
 
-    def __init__(self, path: str, snap: Snapshot, inode: int) -> None:
+    def __init__(self, path: str, snap: Snapshot, inode: int,
+                 dialect: str | None = None) -> None:
         self.path = path
+        self._forced = dialect  # a dialect the caller forced (None: detected per reading)
         self._take(snap, inode)
 
     def _take(self, snap: Snapshot, inode: int) -> None:
         """Hold what `snap` read from the file with inode `inode`."""
         self.header: Entry | None = snap.header
         self.diagnostics: list[Diagnostic] = list(snap.diagnostics)
-        self.tree = Tree(snap.entries, complete=snap.complete)
+        self.tree = snap.tree()
+        self.dialect = snap.dialect
+        self.claude = snap.claude
         self._end = snap.end
         self._inode = inode
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, full: bool = False,
-             follow: bool = True) -> View:
+             follow: bool = True, dialect: str | None = None) -> View:
         """Load a session for reading; `full=False` reads only the tail the context needs.
 
         Links are resolved first. A file that a concurrent rotation moved away is followed
         to the file that continues it (unless `follow=False`); one replaced while it was
-        read is read again.
+        read is read again. A Claude Code transcript is detected (or forced with
+        `dialect="claude"`) and read in place.
         """
-        return cls(*read_live(path, full=full, follow=follow))
+        return cls(*read_live(path, full=full, follow=follow, dialect=dialect), dialect=dialect)
 
     @property
     def leaf_id(self) -> str | None:
@@ -57,7 +63,7 @@ class View:
         if leaf_id is None:
             leaf_id = self.tree.leaf_id
         elif not self.tree.complete:
-            self._take(*read_live(self.path, full=True)[1:])
+            self._take(*read_live(self.path, full=True, dialect=self._forced)[1:])
         context = build_context(self.tree, leaf_id)
         return context if raw else for_model(context)
 
@@ -75,12 +81,30 @@ class View:
             opened = os.fstat(f.fileno())
             if opened.st_ino != self._inode or opened.st_size < self._end:
                 return self._reload()  # replaced between the stat and the open
+            if self.claude is not None:
+                return self._refresh_claude(f, self.claude)
             snap = read_stream(self.path, f, start=self._end, version=self._version())
         for entry in snap.entries:
             self.tree.add(entry)
         self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
         self._end = snap.end
         return snap.entries
+
+    def _refresh_claude(self, f: BinaryIO, read: ClaudeRead) -> list[Entry]:
+        """Feed the records appended to a Claude Code transcript to its translator."""
+        entries: list[Entry] = []
+        numbers: list[int] = []
+        diagnostics: list[Diagnostic] = []
+        end = feed_lines(read.translator, iter_lines(f, self._end), entries, numbers,
+                         diagnostics)
+        for entry in entries:
+            self.tree.add(entry)
+        leaf = read.translator.leaf_id
+        if leaf is not None:
+            self.tree.leaf = self.tree.index_of(leaf)
+        self.diagnostics.extend(d for d in diagnostics if d.reason != "torn_tail")
+        self._end = max(self._end, end)
+        return entries
 
     def _version(self) -> int:
         if self.header is None:
@@ -89,12 +113,12 @@ class View:
         return version if isinstance(version, int) else CURRENT_VERSION
 
     def _reload(self) -> list[Entry]:
-        self._take(*read_live(self.path, full=self.tree.complete)[1:])
+        self._take(*read_live(self.path, full=self.tree.complete, dialect=self._forced)[1:])
         return list(self.tree.entries)
 
 
-def read_live(path: str | os.PathLike[str], *, full: bool,
-              follow: bool = True) -> tuple[str, Snapshot, int]:
+def read_live(path: str | os.PathLike[str], *, full: bool, follow: bool = True,
+              dialect: str | None = None) -> tuple[str, Snapshot, int]:
     """(the file read, what was read, its inode) for a session, following it if it moved.
 
     Links are resolved first. A file that a concurrent rotation moved away is followed to the
@@ -105,7 +129,7 @@ def read_live(path: str | os.PathLike[str], *, full: bool,
     for _ in range(MAX_HOPS):
         try:
             before = os.stat(target)
-            snap = load(target) if full else resume(target)
+            snap = load(target, dialect=dialect) if full else resume(target, dialect=dialect)
             after = os.stat(target)
         except (FileNotFoundError, NotASession):
             if os.path.exists(target):

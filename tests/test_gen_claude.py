@@ -243,3 +243,15 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "MB" in out and "1 compactions" in out
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
+
+
+def test_api_ids_are_unique(made: tuple[Any, list[dict[str, Any]]]) -> None:
+    _, recs = made
+    calls = [b["id"] for r in recs if r["type"] == "assistant"
+             for b in r["message"]["content"] if b["type"] == "tool_use"]
+    assert len(calls) == len(set(calls)) > 100
+    starts: dict[str, str] = {}
+    for r in recs:
+        if r["type"] == "assistant":
+            # a message id belongs to one request
+            assert starts.setdefault(r["message"]["id"], r["requestId"]) == r["requestId"]

@@ -41,3 +41,14 @@ def pi_path(name: str) -> Path:
 
 def pi_bytes(name: str) -> bytes:
     return pi_path(name).read_bytes()
+
+
+def claude_path(name: str) -> Path:
+    """The path of one of the Claude Code transcript samples (read it, never write it);
+    skips if absent."""
+    sf = shared_fixtures()
+    reason = sf.missing(sf.CLAUDE, [name])
+    if reason is not None:
+        pytest.skip(reason)
+    path: Path = sf.fixture_dir(sf.CLAUDE) / name
+    return path

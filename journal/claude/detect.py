@@ -1,0 +1,108 @@
+"""Which dialect a session file is written in: pi's session format or Claude Code's.
+
+Decided per file, from its records: the first JSON object with a string `type` names it. A pi
+file starts with its `session` header and its entries carry `id`/`parentId`; a Claude Code
+transcript has no header, its records carry `uuid`/`parentUuid`, and their types (`user`,
+`assistant`, `summary`, ...) are none of pi's. Damaged or blank leading lines are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO, Any
+
+import orjson
+
+from ..model import ENTRY_TYPES
+from ..storage import FileStorage
+from .records import RECORD_TYPES
+
+PI = "pi"
+CLAUDE = "claude"
+DIALECTS = (PI, CLAUDE)
+
+_PI_TYPES = frozenset({"session", *ENTRY_TYPES})
+_SCAN_LINES = 64
+_SCAN_BYTES = 4 << 20
+_BLOCK = 1 << 16
+_CLAUDE_KEYS = ("parentUuid", "leafUuid", "isSidechain", "messageId")
+
+
+def record_dialect(value: Any) -> str | None:
+    """The dialect one parsed line belongs to, or None when it does not tell."""
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("type")
+    if not isinstance(kind, str):
+        return None
+    if kind in _PI_TYPES:
+        return PI
+    if kind in RECORD_TYPES or any(key in value for key in _CLAUDE_KEYS):
+        return CLAUDE
+    return None
+
+
+def _decide(lines: list[bytes]) -> str | None:
+    for raw in lines:
+        raw = raw.strip().removeprefix(b"\xef\xbb\xbf")
+        if not raw:
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        found = record_dialect(value)
+        if found is not None:
+            return found
+    return None
+
+
+def detect_bytes(data: bytes) -> str:
+    """The dialect of a file whose first bytes are `data` (pi when nothing tells)."""
+    return _decide(data.split(b"\n")[:_SCAN_LINES]) or PI
+
+
+def detect_stream(f: IO[bytes]) -> str:
+    """The dialect of an open file (read from its start, a block at a time, until a line
+    tells; the position is put back). A pi file is told by its first line."""
+    where = f.tell()
+    try:
+        f.seek(0)
+        pending = b""
+        seen = read = 0
+        while seen < _SCAN_LINES and read < _SCAN_BYTES:
+            block = f.read(_BLOCK)
+            read += len(block)
+            if not block:
+                return _decide([pending]) or PI
+            *lines, pending = (pending + block).split(b"\n")
+            lines = lines[:_SCAN_LINES - seen]
+            seen += len(lines)
+            found = _decide(lines)
+            if found is not None:
+                return found
+        return PI
+    finally:
+        f.seek(where)
+
+
+def dialect_of(path: str | os.PathLike[str]) -> str:
+    """The dialect of the session file at `path`: "pi" or "claude".
+
+    Reads at most the first 4 MB, never writes. Only a regular file is opened (anything
+    else raises `NotASession`); an empty or unreadable one is "pi" (the pi readers then
+    report why).
+
+    Example:
+        >>> dialect_of("~/.claude/projects/p/1c0b....jsonl")  # doctest: +SKIP
+        'claude'
+    """
+    with FileStorage(os.fspath(path)).open_stream() as f:
+        return detect_stream(f)
+
+
+def check_dialect(dialect: str | None) -> str | None:
+    """Validate a forced dialect (None: detect)."""
+    if dialect is not None and dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+    return dialect

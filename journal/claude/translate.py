@@ -1,0 +1,238 @@
+"""Claude Code records, in file order, into entries of the store's own model.
+
+Each record with a `uuid` becomes the entries the rest of the library already reads, so the
+tree, the projection (`build_context`), the renderer, `View` and the tail work unchanged:
+
+- a `user` record: a `message` entry with the record's uuid as id (a `toolResult` message per
+  tool_result block, then a `user` message for the rest; a record that yields several
+  messages gets ids `<uuid>`, `<uuid>:1`, ... chained one under the other);
+- the lines of one API response (`assistant` records chained one under the other, directly or
+  through `progress` records, with the same `message.id`): ONE `message` entry, the id of its
+  first line, its message growing as lines arrive (Claude Code writes one block per line);
+- a `system` record with subtype `compact_boundary`: a `compaction` entry whose parent is the
+  `logicalParentUuid` (so the tree keeps the history before it) and whose `summary` is the text
+  of the `isCompactSummary` user record under it; that record becomes a
+  `custom` entry (`claude.compact_summary`) so nothing is counted twice;
+- any other record with a uuid (`system`, `attachment`, `progress`, unknown types): a `custom`
+  entry, `customType` `claude.<type>` (`claude.system.<subtype>`), the record as its `data`.
+
+Tool results that answer one response are chained one under the other below it, in the order
+they were written, and whatever hangs on any of them hangs on the last: Claude Code hangs each
+result on the line of its own `tool_use`, so with parallel calls all but the last result sit
+beside the chain, and a plain walk up from the leaf would lose them (the "tool_use ids were
+found without tool_result blocks" reports). Records without a uuid (`summary`, `ai-title`,
+`file-history-snapshot`, `queue-operation`, ...) are metadata: kept, not entries.
+
+`Translator(merge=False)` translates each record on its own (no merging, no re-parenting):
+what the live tail delivers, one entry per line as it is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import Entry
+from . import messages
+from .records import (
+    ASSISTANT,
+    PROGRESS,
+    SUMMARY,
+    SYSTEM,
+    USER,
+    Record,
+    content_blocks,
+    is_compact_boundary,
+    is_compact_summary,
+    is_message,
+    is_sidechain,
+    is_tool_results,
+    message_id,
+    parent_of,
+    uuid_of,
+)
+
+CUSTOM_PREFIX = "claude."
+COMPACT_SUMMARY = "claude.compact_summary"
+
+
+def custom_type(record: Record) -> str:
+    kind = record.get("type")
+    name = kind if isinstance(kind, str) else "unknown"
+    subtype = record.get("subtype")
+    if kind == SYSTEM and isinstance(subtype, str):
+        return f"{CUSTOM_PREFIX}{name}.{subtype}"
+    return CUSTOM_PREFIX + name
+
+
+class Translator:
+    """Turns records, fed in file order, into entries; remembers what later records need.
+
+    Attributes:
+        leaf: the entry of the last main-chain user or assistant record (None before one).
+        fallback_leaf: the same for any chain (a subagent file has only sidechain records).
+        summary_leaf: the entry named by the latest `summary` record's `leafUuid`.
+        metadata: the records without a uuid, in file order.
+        duplicates: records whose uuid was already seen (the first is kept).
+        raw: entry id -> the records it was made from.
+    """
+
+    def __init__(self, *, merge: bool = True) -> None:
+        self.merge = merge
+        self.leaf: str | None = None
+        self.fallback_leaf: str | None = None
+        self.summary_leaf: str | None = None
+        self.metadata: list[Record] = []
+        self.duplicates = 0
+        self.raw: dict[str, list[Record]] = {}
+        self._alias: dict[str, str] = {}        # record uuid -> the entry its children hang on
+        self._groups: dict[str, tuple[str, Entry]] = {}  # entry id -> (message.id, entry)
+        self._via: dict[str, str] = {}          # progress entry -> the entry it hangs on
+        self._run_tail: dict[str, str] = {}     # response entry -> last result below it
+        self._run_of: dict[str, str] = {}       # result entry -> its response entry
+        self._pending: dict[str, Entry] = {}    # compaction entries awaiting their summary
+        self._tool_names: dict[str, str] = {}
+
+    @property
+    def leaf_id(self) -> str | None:
+        """The leaf a resume continues from: see `journal.claude` for the rule."""
+        return self.leaf or self.fallback_leaf or self.summary_leaf
+
+    def feed(self, record: Record) -> list[Entry]:
+        """The new entries one record adds (none for metadata, duplicates and merged lines)."""
+        uid = uuid_of(record)
+        if uid is None:
+            self._note_metadata(record)
+            return []
+        if uid in self._alias:
+            # the first record with a uuid is its entry; a repeat still marks where the
+            # conversation got to
+            self.duplicates += 1
+            if is_message(record):
+                self._note_leaf(record, self._alias[uid])
+            return []
+        parent_uuid = parent_of(record)
+        if parent_uuid is None and is_compact_boundary(record):
+            logical = record.get("logicalParentUuid")
+            parent_uuid = logical if isinstance(logical, str) else None
+        base = self._alias.get(parent_uuid, parent_uuid) if parent_uuid is not None else None
+        kind = record.get("type")
+        if kind == ASSISTANT and is_message(record):
+            self._note_calls(record)
+            if self.merge and self._merged(record, uid, base):
+                return []
+        parent = self._hang(base)
+        if kind == ASSISTANT and is_message(record):
+            entries = [self._entry(uid, parent, record,
+                                   message=messages.assistant_message(record))]
+            if self.merge:
+                mid = message_id(record)
+                if mid is not None:
+                    self._groups[uid] = (mid, entries[0])
+                self._run_tail[uid] = uid
+        elif kind == USER and is_message(record):
+            entries = self._user(uid, parent, base, record)
+        elif is_compact_boundary(record):
+            entries = [self._compaction(uid, parent, record)]
+        else:
+            entries = [self._custom(uid, parent, record)]
+            if kind == PROGRESS and base is not None:
+                self._via[uid] = base
+        self._alias[uid] = entries[-1]["id"]
+        self.raw[entries[0]["id"]] = [record]
+        if is_message(record):
+            self._note_leaf(record, entries[-1]["id"])
+        return entries
+
+    # -- the parts of feed
+
+    def _note_metadata(self, record: Record) -> None:
+        self.metadata.append(record)
+        if record.get("type") == SUMMARY:
+            leaf = record.get("leafUuid")
+            if isinstance(leaf, str) and leaf in self._alias:
+                self.summary_leaf = self._alias[leaf]
+
+    def _note_calls(self, record: Record) -> None:
+        for block in content_blocks(record):
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                call_id, name = block.get("id"), block.get("name")
+                if isinstance(call_id, str) and isinstance(name, str):
+                    self._tool_names[call_id] = name
+
+    def _note_leaf(self, record: Record, entry_id: str) -> None:
+        self.fallback_leaf = entry_id
+        if not is_sidechain(record):
+            self.leaf = entry_id
+
+    def _merged(self, record: Record, uid: str, base: str | None) -> bool:
+        """Add a line to the response it continues, if it continues one."""
+        mid = message_id(record)
+        hop = base
+        while hop is not None and hop in self._via:
+            hop = self._via[hop]
+        group = self._groups.get(hop) if hop is not None else None
+        if mid is None or group is None or group[0] != mid:
+            return False
+        assert hop is not None
+        messages.merge_assistant(group[1]["message"], record)
+        self._alias[uid] = hop
+        self.raw[hop].append(record)
+        self._note_leaf(record, hop)
+        return True
+
+    def _hang(self, base: str | None) -> str | None:
+        """Where a record whose parent is `base` hangs: below the last result of a response."""
+        if base is None or not self.merge:
+            return base
+        group = self._run_of.get(base, base)
+        tail = self._run_tail.get(group)
+        return tail if tail is not None else base
+
+    def _user(self, uid: str, parent: str | None, base: str | None,
+              record: Record) -> list[Entry]:
+        pending = self._pending.pop(base, None) if base is not None else None
+        if is_compact_summary(record) and pending is not None:
+            text = record["message"].get("content")
+            if isinstance(text, list):
+                text = "\n".join(b.get("text", "") for b in text
+                                 if isinstance(b, dict) and isinstance(b.get("text"), str))
+            pending["summary"] = text if isinstance(text, str) else ""
+            entry = self._entry(uid, parent, record, custom=COMPACT_SUMMARY)
+            return [entry]
+        found = messages.user_messages(record, self._tool_names)
+        entries: list[Entry] = []
+        at = parent
+        for n, message in enumerate(found):
+            entry_id = uid if n == 0 else f"{uid}:{n}"
+            entries.append(self._entry(entry_id, at, record, message=message))
+            at = entry_id
+        if self.merge and base is not None and is_tool_results(record):
+            group = self._run_of.get(base, base)
+            if group in self._run_tail:
+                self._run_tail[group] = entries[-1]["id"]
+                for entry in entries:
+                    self._run_of[entry["id"]] = group
+        return entries
+
+    def _compaction(self, uid: str, parent: str | None, record: Record) -> Entry:
+        meta = record.get("compactMetadata")
+        tokens = meta.get("preTokens") if isinstance(meta, dict) else None
+        entry: Entry = {"type": "compaction", "id": uid, "parentId": parent,
+                        "timestamp": record.get("timestamp"), "summary": "",
+                        "firstKeptEntryId": None,
+                        "tokensBefore": tokens if isinstance(tokens, int) else 0}
+        self._pending[uid] = entry
+        return entry
+
+    def _custom(self, uid: str, parent: str | None, record: Record) -> Entry:
+        return self._entry(uid, parent, record, custom=custom_type(record))
+
+    @staticmethod
+    def _entry(entry_id: str, parent: str | None, record: Record, *,
+               message: dict[str, Any] | None = None, custom: str | None = None) -> Entry:
+        stamp = record.get("timestamp")
+        if message is not None:
+            return {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp,
+                    "message": message}
+        return {"type": "custom", "customType": custom, "data": record, "id": entry_id,
+                "parentId": parent, "timestamp": stamp}
