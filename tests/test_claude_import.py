@@ -55,7 +55,8 @@ def test_imported_session_projects_as_the_transcript(tmp_path: Path, seed: int) 
     assert first["type"] == "session" and first["version"] == 3
     assert projection(report.path) == projection(source)
     assert pairing_problems(projection(report.path)) == []
-    assert report.subagent_files  # the generator wrote some; they are branches of the session
+    written = sorted(str(f) for f in source.parent.glob("*/subagents/agent-*.jsonl"))
+    assert report.subagent_files == written  # branches of the session
 
 
 def test_imported_session_opens_and_appends(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_export_of_a_pi_session(tmp_path: Path) -> None:
         session.append_message({"role": "toolResult", "toolCallId": "toolu_1",
                                 "toolName": "ls", "content": [{"type": "text", "text": "a"}],
                                 "isError": False, "timestamp": 3})
-        session.append_label(session.leaf_id, "checkpoint")
+        session.append_label_change(str(session.leaf_id), "checkpoint")
     report = export_claude(tmp_path / "a.jsonl", tmp_path / "out")
     assert report.skipped == {"label": 1}
     records = [orjson.loads(x) for x in Path(report.path).read_bytes().splitlines()]
@@ -146,7 +147,7 @@ def test_cli_import_and_export(tmp_path: Path) -> None:
     out = subprocess.run([*run, "import", str(source), str(tmp_path / "s"), "--json"],
                          capture_output=True, env=env, cwd=ROOT, check=True)
     report = orjson.loads(out.stdout)
-    assert report["messages"] == 9 and Path(report["path"]).exists()
+    assert report["messages"] == 8 and Path(report["path"]).exists()
     out = subprocess.run([*run, "export", report["path"], "--dialect", "claude", "-o",
                           str(tmp_path / "back"), "--json"], capture_output=True, env=env,
                          cwd=ROOT, check=True)

@@ -95,11 +95,11 @@ class _Writer:
         self.skipped: Counter[str] = Counter()
         self.alias: dict[str, str | None] = {}
         self.taken = {e["id"] for e in entries if isinstance(e.get("id"), str)}
-        raw = next((e["data"] for e in entries if e.get("type") == "custom"
+        raw: dict[str, Any] = next((e["data"] for e in entries if e.get("type") == "custom"
                     and str(e.get("customType", "")).startswith("claude.")
                     and isinstance(e.get("data"), dict)), {})
-        self.session_id = raw.get("sessionId") if isinstance(raw.get("sessionId"), str) else (
-            new_uuid(self.taken))
+        found = raw.get("sessionId")
+        self.session_id: str = found if isinstance(found, str) else new_uuid(self.taken)
         self.envelope = {"isSidechain": False, "userType": "external",
                          "cwd": header.get("cwd", raw.get("cwd", "")),
                          "sessionId": self.session_id,
@@ -124,7 +124,8 @@ class _Writer:
 
     def entry(self, entry: Entry) -> None:
         entry_id = entry.get("id")
-        parent = self.alias.get(entry.get("parentId")) if entry.get("parentId") else None
+        parent_id = entry.get("parentId")
+        parent = self.alias.get(parent_id) if isinstance(parent_id, str) else None
         kind = entry.get("type")
         stamp = entry.get("timestamp")
         last: str | None

@@ -19,7 +19,7 @@ come right after it, as one run, each call answered once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .mendrecs import MendPlan, Rec
@@ -38,6 +38,11 @@ class _Msg:
     """"assistant", "results" (a user record's tool results) or "user" (the rest of it)."""
     recs: list[Rec]
     message_id: Any = None
+    beside: list[Rec] = field(default_factory=list)
+    """Lines of the same response that hang beside the chain (the projection merges them)."""
+
+    def lines(self) -> list[Rec]:
+        return self.recs + self.beside
 
 
 def active_chain(records: list[Rec]) -> list[Rec]:
@@ -88,19 +93,37 @@ def _is_message(rec: Rec) -> bool:
     return rec.value.get("type") in _MESSAGE_TYPES and isinstance(rec.value.get("message"), dict)
 
 
+def _only_results(rec: Rec) -> bool:
+    blocks = _blocks(rec)
+    return bool(blocks) and rec.value.get("type") == "user" and all(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
+
+
 def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
     on_chain = {id(r) for r in chain}
-    beside: dict[str, list[Rec]] = {}
-    for rec in records:
-        if (id(rec) not in on_chain and rec.value.get("type") == "user"
-                and isinstance(rec.parent, str) and _result_ids(rec)):
-            beside.setdefault(rec.parent, []).append(rec)
+    # records of tool results only, beside the chain: the projection gathers those hanging
+    # on a line of a response (or on one of its gathered results) right after the response
+    beside = [r for r in records if id(r) not in on_chain and _only_results(r)
+              and isinstance(r.parent, str)]
+    lines = [r for r in records if id(r) not in on_chain and r.value.get("type") == "assistant"
+             and _is_message(r) and isinstance(r.parent, str)]
     out: list[_Msg] = []
-    pending: list[Rec] = []
+    members: set[str] = set()
 
     def flush() -> None:
-        out.extend(_Msg("results", [r]) for r in pending)
-        pending.clear()
+        if not members:
+            return
+        response = next(m for m in reversed(out) if m.kind == "assistant")
+        for rec in lines:
+            if (rec.parent in members and rec.uuid not in members
+                    and rec.value["message"].get("id") == response.message_id):
+                response.beside.append(rec)
+                members.add(rec.uuid or "")
+        for rec in beside:
+            if rec.parent in members and rec.uuid not in members:
+                out.append(_Msg("results", [rec]))
+                members.add(rec.uuid or "")
+        members.clear()
 
     for rec in chain:
         if not _is_message(rec):
@@ -108,15 +131,13 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
         if rec.value["type"] == "assistant":
             mid = rec.value["message"].get("id")
             last = out[-1] if out else None
-            if (last is not None and last.kind == "assistant" and mid is not None
-                    and last.message_id == mid and not pending):
-                last.recs.append(rec)
-            else:
+            if not (last is not None and last.kind == "assistant" and mid is not None
+                    and last.message_id == mid):
                 flush()
                 out.append(_Msg("assistant", [rec], mid))
-            calls = set(_tool_ids([rec]))
-            pending.extend(r for r in beside.get(rec.uuid or "", ())
-                           if calls & set(_result_ids(r)))
+            else:
+                last.recs.append(rec)
+            members.add(rec.uuid or "")
             continue
         flush()
         blocks = rec.value["message"].get("content")
@@ -145,7 +166,7 @@ def _remove_bad_results(p: MendPlan) -> bool:
     bad: dict[int, tuple[Rec, list[tuple[str, Any]]]] = {}
     for msg in _messages(active_chain(records), records):
         if msg.kind == "assistant":
-            expected, got = set(_tool_ids(msg.recs)), set()
+            expected, got = set(_tool_ids(msg.lines())), set()
             continue
         if msg.kind == "user":
             expected, got = set(), set()
@@ -224,7 +245,7 @@ def _answer_open_calls(p: MendPlan) -> None:
     for index, msg in enumerate(messages):
         if msg.kind != "assistant":
             continue
-        calls = _tool_ids(msg.recs)
+        calls = _tool_ids(msg.lines())
         if not calls:
             continue
         got: set[Any] = set()
@@ -235,7 +256,7 @@ def _answer_open_calls(p: MendPlan) -> None:
         missing = [c for c in calls if c not in got]
         if not missing:
             continue
-        caller = next(r for r in reversed(msg.recs) if set(_tool_ids([r])) & set(missing))
+        caller = next(r for r in reversed(msg.lines()) if set(_tool_ids([r])) & set(missing))
         last = position[id(msg.recs[-1])]
         after = chain[last + 1] if last + 1 < len(chain) else None
         parent = after.parent if after is not None else msg.recs[-1].uuid

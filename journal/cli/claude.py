@@ -23,7 +23,6 @@ IMPORT_DESCRIPTION = (
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    print(f"journal: importing {args.source}", file=sys.stderr)
     report = import_claude(args.source, args.dest, subagents=not args.no_subagents)
     if args.json:
         sys.stdout.write(codec.dumps(report.to_json()).decode() + "\n")
@@ -50,7 +49,6 @@ def add_import_parser(sub: Any) -> None:
 
 def export_as_claude(args: argparse.Namespace) -> int:
     """`journal export --dialect claude PATH [-o FILE|DIR]`."""
-    print(f"journal: exporting {args.path} as a Claude Code transcript", file=sys.stderr)
     report = export_claude(args.path, args.output)
     if args.json:
         sys.stdout.write(codec.dumps(report.to_json(), orjson.OPT_INDENT_2).decode() + "\n")
