@@ -121,3 +121,51 @@ def test_clean_transcripts_are_left_alone(tmp_path: Path) -> None:
     assert not report.changed and report.problems == []
     assert not os.path.exists(str(path) + ".bak")
     assert not os.path.exists(str(path) + ".quarantine")
+
+
+def test_journal_repair_detects_a_transcript_and_keeps_its_format(tmp_path: Path) -> None:
+    """The library's and the command's `repair` take the Claude Code path by themselves
+    (before, they prepended a pi header and reported `missing_header`)."""
+    import subprocess
+    import sys
+
+    from journal.repair import assess, repair
+
+    case = next(c for c in CASES if c.name == "unpaired_tool_use_mid")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(case.data)
+    assert assess(str(path)).counts == case.kinds
+    env = {**os.environ, "HOME": str(tmp_path)}
+    run = [sys.executable, "-m", "journal.cli", "repair"]
+    check = subprocess.run([*run, "--check", str(path)], capture_output=True, env=env)
+    assert check.returncode == 1 and b"unpaired_tool_use 1" in check.stdout
+    out = subprocess.run([*run, "--json", str(path)], capture_output=True, env=env, check=True)
+    report = orjson.loads(out.stdout)
+    assert report["dialect"] == "claude" and report["counts"] == case.kinds
+    assert "missing_header" not in out.stdout.decode()
+    assert path.read_bytes().startswith(b'{"parentUuid":null')
+    assert subprocess.run([*run, "--check", str(path)], env=env,
+                          capture_output=True).returncode == 0
+    assert not repair(str(path)).changed
+
+
+def test_a_folder_run_repairs_subagent_files_too(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from claude_corpus import base, lines
+
+    session = tmp_path / "4f0c2a9e-7b1d-4c3e-9a55-0d6b2e81c7f4.jsonl"
+    session.write_bytes(lines(base()))
+    agent = tmp_path / session.stem / "subagents" / "agent-a1b2c3d4.jsonl"
+    agent.parent.mkdir(parents=True)
+    side = [dict(r, isSidechain=True, agentId="a1b2c3d4") for r in base()[:7]]
+    agent.write_bytes(lines(side))  # the subagent was killed while its call ran
+    out = subprocess.run([sys.executable, "-m", "journal.cli", "repair", "--json",
+                          str(tmp_path)], capture_output=True,
+                         env={**os.environ, "HOME": str(tmp_path)}, check=True)
+    reports = {Path(r["path"]).name: r for r in map(orjson.loads, out.stdout.splitlines())}
+    assert reports[session.name]["changed"] is False
+    assert reports[agent.name]["counts"] == {"unpaired_tool_use": 1}
+    added = orjson.loads(agent.read_bytes().splitlines()[-1])
+    assert added["isSidechain"] is True and added["agentId"] == "a1b2c3d4"
