@@ -29,7 +29,10 @@ What the model sees
 Keeping files healthy
     `repair` with `RepairReport` and `Problem`; `rotate` with `RotationResult` and
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
-    live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
+    live one); `read_quarantine` and `Quarantined` (the bytes repair set aside);
+    `repair_claude` and `assess_claude` (what `repair` runs on a Claude Code transcript: a
+    repair in its own format); `import_claude` with `ImportReport` (a transcript into a pi
+    session) and `export_claude` with `ExportReport` (a pi session as a transcript).
 
 Finding sessions
     `sessions` and `SessionRow` (one row per logical session under some folders: what
@@ -101,6 +104,9 @@ from .view import View
 if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
+    from .claude.exporter import ExportReport, export_claude
+    from .claude.importer import ImportReport, import_claude
+    from .claude.mend import assess_claude, repair_claude
     from .exporting import ExportResult, export, export_session
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
     from .textsearch import Hit, SearchProblem, SearchResult, search
@@ -151,6 +157,12 @@ __all__ = [
     "lineage",
     "resolve_live",
     "read_quarantine",
+    "repair_claude",
+    "assess_claude",
+    "import_claude",
+    "ImportReport",
+    "export_claude",
+    "ExportReport",
     # finding sessions
     "search",
     "SearchResult",
@@ -194,6 +206,9 @@ __all__ = [
 _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
+    "journal.claude.exporter": ("ExportReport", "export_claude",),
+    "journal.claude.importer": ("ImportReport", "import_claude",),
+    "journal.claude.mend": ("assess_claude", "repair_claude",),
     "journal.exporting": ("ExportResult", "export", "export_session",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
