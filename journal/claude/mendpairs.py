@@ -103,26 +103,40 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
     on_chain = {id(r) for r in chain}
     # records of tool results only, beside the chain: the projection gathers those hanging
     # on a line of a response (or on one of its gathered results) right after the response
-    beside = [r for r in records if id(r) not in on_chain and _only_results(r)
-              and isinstance(r.parent, str)]
-    lines = [r for r in records if id(r) not in on_chain and r.value.get("type") == "assistant"
-             and _is_message(r) and isinstance(r.parent, str)]
+    order = {id(r): n for n, r in enumerate(records)}
+    results_on: dict[str, list[Rec]] = {}
+    lines_on: dict[str, list[Rec]] = {}
+    for rec in records:
+        parent = rec.parent
+        if id(rec) in on_chain or not isinstance(parent, str):
+            continue
+        if _only_results(rec):
+            results_on.setdefault(parent, []).append(rec)
+        elif rec.value.get("type") == "assistant" and _is_message(rec):
+            lines_on.setdefault(parent, []).append(rec)
     out: list[_Msg] = []
     members: set[str] = set()
+
+    def below(index: dict[str, list[Rec]], keep: Any) -> list[Rec]:
+        """What hangs on the members (and on what it gathers), in file order."""
+        found: list[Rec] = []
+        todo = list(members)
+        while todo:
+            for rec in index.get(todo.pop(), ()):
+                key = rec.uuid or ""
+                if key not in members and keep(rec):
+                    members.add(key)
+                    found.append(rec)
+                    todo.append(key)
+        return sorted(found, key=lambda r: order[id(r)])
 
     def flush() -> None:
         if not members:
             return
         response = next(m for m in reversed(out) if m.kind == "assistant")
-        for rec in lines:
-            if (rec.parent in members and rec.uuid not in members
-                    and rec.value["message"].get("id") == response.message_id):
-                response.beside.append(rec)
-                members.add(rec.uuid or "")
-        for rec in beside:
-            if rec.parent in members and rec.uuid not in members:
-                out.append(_Msg("results", [rec]))
-                members.add(rec.uuid or "")
+        response.beside.extend(below(lines_on, lambda r: r.value["message"].get("id")
+                                     == response.message_id))
+        out.extend(_Msg("results", [r]) for r in below(results_on, lambda r: True))
         members.clear()
 
     for rec in chain:
