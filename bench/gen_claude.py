@@ -198,7 +198,8 @@ class _Writer:
 
 class _Gen:
     def __init__(self, out_dir: Path, seed: int, target: int, compactions: int,
-                 rewinds: int, subagents: bool, sidechains: bool) -> None:
+                 rewinds: int, subagents: bool, sidechains: bool,
+                 last_compaction_within: int | None = None) -> None:
         self.rng = random.Random(seed)
         self.text = _Text(self.rng)
         self.session_id = self._uuid()
@@ -209,6 +210,10 @@ class _Gen:
         # the byte offsets at which to compact or rewind, spread over the file
         self.compact_at = sorted(self.rng.uniform(0.15, 0.97) * target
                                  for _ in range(compactions))
+        if last_compaction_within is not None and self.compact_at:
+            # the latest compaction this close to the end (a session that resumes from its tail)
+            self.compact_at[-1] = max(0, target - last_compaction_within)
+            self.compact_at.sort()
         self.rewind_at = sorted(self.rng.uniform(0.05, 0.98) * target for _ in range(rewinds))
         self.with_subagents = subagents
         self.with_sidechains = sidechains
@@ -617,7 +622,8 @@ class _Gen:
 
 
 def generate(out_dir: Path, *, mb: float = 1.0, seed: int = 0, compactions: int = 3,
-             rewinds: int = 4, subagents: bool = True, sidechains: bool = True) -> GenStats:
+             rewinds: int = 4, subagents: bool = True, sidechains: bool = True,
+             last_compaction_mb: float | None = None) -> GenStats:
     """Write one transcript (and its subagent files) of about ``mb`` MB under ``out_dir``.
 
     Args:
@@ -628,12 +634,14 @@ def generate(out_dir: Path, *, mb: float = 1.0, seed: int = 0, compactions: int 
         compactions, rewinds: how many of each, spread over the file.
         subagents: write Task calls with ``<sessionId>/subagents/agent-*.jsonl`` files.
         sidechains: write legacy inline sidechains in the main file.
+        last_compaction_mb: put the latest compaction this many MB before the end.
 
     Returns:
         :class:`GenStats`, with the leaf and the expected context.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    gen = _Gen(out_dir, seed, int(mb * MB), compactions, rewinds, subagents, sidechains)
+    within = None if last_compaction_mb is None else int(last_compaction_mb * MB)
+    gen = _Gen(out_dir, seed, int(mb * MB), compactions, rewinds, subagents, sidechains, within)
     return gen.run()
 
 
@@ -646,10 +654,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rewinds", type=int, default=6)
     ap.add_argument("--no-subagents", action="store_true")
     ap.add_argument("--no-sidechains", action="store_true")
+    ap.add_argument("--last-compaction-mb", type=float, default=None,
+                    help="put the latest compaction this many MB before the end")
     args = ap.parse_args(argv)
     stats = generate(args.out_dir, mb=args.mb, seed=args.seed, compactions=args.compactions,
                      rewinds=args.rewinds, subagents=not args.no_subagents,
-                     sidechains=not args.no_sidechains)
+                     sidechains=not args.no_sidechains,
+                     last_compaction_mb=args.last_compaction_mb)
     print(stats.summary())
     return 0
 

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .claude import PI
 from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
 from .lineage import intent_path
@@ -19,7 +20,7 @@ from .lock import current_holder, lock_state
 from .model import Entry
 from .repair import Problem, assess
 from .snapshot import Snapshot, load
-from .tree import Tree, TreeIssue
+from .tree import TreeIssue
 
 
 @dataclass
@@ -45,6 +46,10 @@ class SessionInfo:
     """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
     notes: list[Problem] = field(default_factory=list)
     """States pi handles itself when it sends a request: not damage."""
+    dialect: str = PI
+    """`pi`, or `claude` for a Claude Code transcript (its `header` is then made from its
+    records' `sessionId`, `cwd` and first timestamp, for display; `version` is 0)."""
+    subagent_files: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -77,6 +82,8 @@ class SessionInfo:
             "counts": self.counts,
             "notes": [n.to_json() for n in self.notes],
             "noteCounts": self.note_counts,
+            "dialect": self.dialect,
+            "subagentFiles": self.subagent_files,
         }
 
 
@@ -86,39 +93,51 @@ def require_session(snap: Snapshot) -> None:
         raise NotASession(snap.path, "not a session file (no session header, no entries)")
 
 
-def inspect(path: str | os.PathLike[str]) -> SessionInfo:
+def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> SessionInfo:
     """Read a session without locking it and summarise it.
 
     The file is read twice, once as a session and once by repair's planner; the first
-    reading is summarised and let go before the second, so the peak is one reading's.
+    reading is summarised and let go before the second, so the peak is one reading's. A
+    Claude Code transcript (detected, or forced with `dialect`) is read once: repair's
+    planner is pi's; its reader's diagnostics say what does not read.
     """
-    info = _summary(path)
+    info = _summary(path, dialect)
+    if info.dialect != PI:
+        return info
     found = assess(info.path)
     info.problems, info.notes = found.problems, found.notes
     return info
 
 
-def _summary(path: str | os.PathLike[str]) -> SessionInfo:
-    snap = load(path)
+def _summary(path: str | os.PathLike[str], dialect: str | None = None) -> SessionInfo:
+    snap = load(path, dialect=dialect)
     require_session(snap)
     with bulk_parsing():  # many small objects, no cycles: see codec.bulk_parsing
-        tree = Tree(snap.entries)
+        tree = snap.tree()
         tree.finish_forward_check()
+    header, version, name = snap.header, snap.version, tree.name
+    if snap.claude is not None:
+        read = snap.claude
+        header = {"id": read.first("sessionId"), "cwd": read.first("cwd"),
+                  "timestamp": read.first("timestamp"), "version": read.first("version")}
+        version, name = 0, read.title
     return SessionInfo(
         path=snap.path,
-        header=snap.header,
-        version=snap.version,
+        header=header,
+        version=version,
         size=snap.size,
         entries=len(snap.entries),
         by_type=dict(Counter(str(e.get("type")) for e in snap.entries)),
         leaf_id=tree.leaf_id,
-        name=tree.name,
+        name=name,
         labels=tree.labels,
         diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
         lock_holder=current_holder(snap.path),
         lock_file=lock_state(snap.path),
         pending_rotation=_pending(snap.path),
+        dialect=snap.dialect,
+        subagent_files=list(snap.claude.subagent_files) if snap.claude is not None else [],
     )
 
 

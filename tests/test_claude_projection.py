@@ -90,7 +90,9 @@ def write(path: Path, records: list[dict[str, Any]]) -> Path:
 def test_load_projects_what_the_generator_wrote(generated: Any) -> None:
     snap = load(generated.path)
     assert snap.dialect == claude.CLAUDE and snap.header is None
-    assert snap.leaf_id == generated.leaf
+    assert snap.claude is not None and snap.leaf_id is not None
+    # the leaf is the entry of the last main-chain record (a response's first line)
+    assert generated.leaf in [r["uuid"] for r in snap.claude.translator.raw[snap.leaf_id]]
     context = project(snap)
     assert kinds(snap, context) == expected(generated)
     assert context.compaction_id is not None
@@ -384,3 +386,13 @@ def test_todowrite_sample_projects_its_chain() -> None:
     results = [m["toolCallId"] for m in context.messages if m["role"] == "toolResult"]
     assert calls and results == calls
     assert pairing_problems(context.messages) == []
+
+
+def test_a_record_without_a_message_object_is_reported_not_kept(tmp_path: Path) -> None:
+    broken = _rec("user", "u2", "u1", message="error")
+    path = write(tmp_path / "t.jsonl", [_user("u1", None, "a"), broken, _user("u2", "u1", "b")])
+    snap = load(path)
+    assert [d.reason for d in snap.diagnostics] == ["bad_field"]
+    assert snap.diagnostics[0].line == 2
+    assert [e["id"] for e in snap.entries] == ["u1", "u2"]
+    assert snap.entries[1]["message"]["content"] == "b"

@@ -255,3 +255,10 @@ def test_api_ids_are_unique(made: tuple[Any, list[dict[str, Any]]]) -> None:
         if r["type"] == "assistant":
             # a message id belongs to one request
             assert starts.setdefault(r["message"]["id"], r["requestId"]) == r["requestId"]
+
+
+def test_last_compaction_near_the_end(tmp_path: Path) -> None:
+    stats = gc.generate(tmp_path, mb=1, seed=9, compactions=2, last_compaction_mb=0.1)
+    data = stats.path.read_bytes()
+    at = data.rfind(b'"subtype":"compact_boundary"')
+    assert stats.compactions == 2 and len(data) - at < 0.3 * gc.MB

@@ -102,7 +102,12 @@ def feed_lines(translator: Translator, items: Any, entries: list[Entry], lines: 
             diagnostics.append(Diagnostic(item.offset, len(item.raw), codec.NOT_OBJECT,
                                           item.number, f"not a record: {type(value).__name__}"))
             continue
+        invalid = len(translator.invalid)
         new = translator.feed(value)
+        if len(translator.invalid) > invalid:
+            diagnostics.append(Diagnostic(item.offset, len(item.raw), codec.BAD_FIELD,
+                                          item.number or None,
+                                          "message is not an object; the record is skipped"))
         if new:
             entries.extend(new)
             lines.extend([number_from + item.number] * len(new))

@@ -35,6 +35,7 @@ from ..model import Entry
 from . import messages
 from .records import (
     ASSISTANT,
+    MESSAGE_TYPES,
     PROGRESS,
     SUMMARY,
     SYSTEM,
@@ -73,6 +74,8 @@ class Translator:
         summary_leaf: the entry named by the latest `summary` record's `leafUuid`.
         metadata: the records without a uuid, in file order.
         duplicates: records whose uuid was already seen (the first is kept).
+        invalid: `user` or `assistant` records without a message object (unusable: no
+            entry, and their uuid stays free for a valid record).
         raw: entry id -> the records it was made from.
     """
 
@@ -83,6 +86,7 @@ class Translator:
         self.summary_leaf: str | None = None
         self.metadata: list[Record] = []
         self.duplicates = 0
+        self.invalid: list[Record] = []
         self.raw: dict[str, list[Record]] = {}
         self._alias: dict[str, str] = {}        # record uuid -> the entry its children hang on
         self._groups: dict[str, tuple[str, Entry]] = {}  # entry id -> (message.id, entry)
@@ -102,6 +106,9 @@ class Translator:
         uid = uuid_of(record)
         if uid is None:
             self._note_metadata(record)
+            return []
+        if record.get("type") in MESSAGE_TYPES and not is_message(record):
+            self.invalid.append(record)
             return []
         if uid in self._alias:
             # the first record with a uuid is its entry; a repeat still marks where the

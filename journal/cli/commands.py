@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from .. import codec
+from ..claude import DIALECTS
 from ..context import Context
 from ..errors import JournalError, NotASession, UnknownEntry
 from ..info import inspect, require_session
@@ -39,6 +40,12 @@ def _emit_json(value: Any) -> None:
 
 def _emit_json_line(value: Any) -> None:
     sys.stdout.write(codec.dumps(value).decode() + "\n")
+
+
+def add_dialect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dialect", choices=DIALECTS, default=None,
+                   help="read the file as a pi session or a Claude Code transcript (default: "
+                   "told from its records)")
 
 
 def reading(args: argparse.Namespace) -> str:
@@ -135,7 +142,7 @@ def _holds(path: str, entry_id: str) -> bool:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    snap = load(reading(args))
+    snap = load(reading(args), dialect=args.dialect)
     require_session(snap)
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, entry in zip(snap.lines, snap.entries, strict=True):
@@ -152,6 +159,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     if snap.header is not None:
         h = snap.header
         print(f"{1:>6}  session v{snap.version} {h.get('id')} cwd={h.get('cwd')}")
+    elif snap.claude is not None:
+        c = snap.claude
+        print(f"{'':>6}  Claude Code transcript {c.first('sessionId')} cwd={c.first('cwd')} "
+              f"(version {c.first('version')}; {len(c.metadata)} metadata records, "
+              f"{len(c.subagent_files)} subagent files)")
     for _, row in rows:
         if "entry" in row:
             e = row["entry"]
@@ -164,13 +176,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    info = inspect(reading(args))
+    info = inspect(reading(args), dialect=args.dialect)
     if args.json:
         _emit_json(info.to_json())
         return 0
     data = info.to_json()
     print(f"path:      {info.path}")
-    print(f"session:   {data['id']} (format version {info.version})")
+    if info.dialect == "claude":
+        print(f"session:   {data['id']} (Claude Code transcript, written by version "
+              f"{(info.header or {}).get('version')}; read in place, never appended to)")
+        if info.subagent_files:
+            print(f"subagents: {len(info.subagent_files)} files")
+    else:
+        print(f"session:   {data['id']} (format version {info.version})")
     print(f"cwd:       {data['cwd']}")
     print(f"created:   {data['created']}")
     if data["parentSession"]:
@@ -210,7 +228,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_context(args: argparse.Namespace) -> int:
     path = reading(args)
-    view = View.open(path, follow=False)  # only the tail the context needs (all of it for --leaf)
+    # only the tail the context needs (all of it for --leaf)
+    view = View.open(path, follow=False, dialect=args.dialect)
     try:
         context: Context = view.context(args.leaf or None, raw=not args.for_model)
     except UnknownEntry as e:
@@ -233,7 +252,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    tree = View.open(reading(args), full=True, follow=False).tree
+    tree = View.open(reading(args), full=True, follow=False, dialect=args.dialect).tree
     leaf_id = tree.leaf_id
     if args.json:
         # flat, in the order and with the indent of the text output: a chain as long as the
@@ -410,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="session file")
     p.add_argument("--json", action="store_true", help="print JSON lines")
     add_no_follow(p)
+    add_dialect(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("info", help="header, counts, size, problems, lock holder",
@@ -417,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="session file")
     _add_json(p)
     add_no_follow(p)
+    add_dialect(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("context", help="print what the model sees for the leaf",
@@ -429,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the raw projection, exactly what the file holds)")
     _add_json(p)
     add_no_follow(p)
+    add_dialect(p)
     p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("tree", help="print the entry tree with labels and the leaf",
@@ -437,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print JSON: the leaf id and every node in the text's order")
     add_no_follow(p)
+    add_dialect(p)
     p.set_defaults(func=cmd_tree)
 
     p = sub.add_parser("rotate", help="continue a long session in a short successor file",

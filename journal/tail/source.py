@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .. import codec
+from ..claude import CLAUDE, Translator, detect_stream
+from ..claude.detect import record_dialect
 from ..codec import Diagnostic, Line
 from ..errors import NotASession
 from ..header import is_header, stream_first_line
@@ -142,6 +144,7 @@ class Source:
     header: Entry | None = None
     header_done: bool = False
     version: int = CURRENT_VERSION
+    translator: Translator | None = None  # a Claude Code transcript's, one entry per record
     marker: Entry | None = None
     announced: bool = False  # the rotation (or deletion) was reported
     gone_since: float | None = None
@@ -184,6 +187,10 @@ class SourceReader:
         if first.header is not None:
             src.header = first.header
             src.version = header_version(first.header)
+        elif detect_stream(src.reader.stream) == CLAUDE:
+            src.translator = Translator(merge=False)
+            src.header_done = True
+            return 0
         return first.end
 
     def seek_end(self, src: Source) -> None:
@@ -203,7 +210,7 @@ class SourceReader:
         for line in _reader(src).lines_backward(end):
             if line.offset < body:
                 break
-            if _usable(codec.parse_line(line), src.version) is not None:
+            if self._counts(src, codec.parse_line(line)):
                 found += 1
                 start = line.offset
                 if found == count:
@@ -220,13 +227,13 @@ class SourceReader:
         for item in _reader(src).lines(body, end):
             if not isinstance(item, Line):
                 continue
-            entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
-            entry_id = entry.get("id") if entry is not None else None
-            if isinstance(entry_id, str):
-                ids.add(entry_id)
-                if entry_id == self.since_id:
-                    self._place(src, item.offset + len(item.raw) + 1)
-                    return True
+            for entry in self._read_entries(src, codec.parse_line(item)):
+                entry_id = entry.get("id")
+                if isinstance(entry_id, str):
+                    ids.add(entry_id)
+                    if entry_id == self.since_id:
+                        self._place(src, item.offset + len(item.raw) + 1)
+                        return True
         self._place(src, end if src.header_done else 0)
         return False
 
@@ -244,7 +251,7 @@ class SourceReader:
         parsed: its id can only be that one. Any other line is parsed.
         """
         ids = src.delivered.ids
-        fast = src.version == CURRENT_VERSION
+        fast = src.version == CURRENT_VERSION and src.translator is None
         for item in _reader(src).lines(body, start):
             if not isinstance(item, Line):
                 continue
@@ -255,12 +262,10 @@ class SourceReader:
                     ids.add(entry_id.decode())
                     src.marker = None
                     continue
-            entry = self._migrated(src, _usable(codec.parse_line(item), src.version))
-            if entry is None:
-                continue
-            if isinstance(entry.get("id"), str):
-                ids.add(entry["id"])
-            src.marker = entry if is_seal(entry) else None
+            for entry in self._read_entries(src, codec.parse_line(item)):
+                if isinstance(entry.get("id"), str):
+                    ids.add(entry["id"])
+                src.marker = entry if is_seal(entry) else None
 
     def _place(self, src: Source, offset: int) -> None:
         src.offset = offset
@@ -321,9 +326,8 @@ class SourceReader:
             raws = block.split(b"\n")[:-1]
             begin = start
             for raw in raws:
-                entry = self._entry(src, start, raw)
-                if entry is not None:
-                    events.append(TailEvent(ENTRY, src.path, entry))
+                events.extend(TailEvent(ENTRY, src.path, entry)
+                              for entry in self._entries(src, start, raw))
                 start += len(raw) + 1
             src.offset = start
             src.check = (src.check + block)[-_CHECK:] if len(block) < _CHECK else block[-_CHECK:]
@@ -344,8 +348,7 @@ class SourceReader:
             try:
                 for line in f:
                     if line.endswith(b"\n"):
-                        entry = self._entry(src, offset, line[:-1])
-                        if entry is not None:
+                        for entry in self._entries(src, offset, line[:-1]):
                             yield TailEvent(ENTRY, src.path, entry)
                     offset += len(line)
             except (OSError, EOFError) as e:
@@ -354,30 +357,59 @@ class SourceReader:
         src.offset, src.pending_head, src.pending_len = size, b"", 0
         src.check, src.head, src.head_at = b"", b"", 0
 
-    def _entry(self, src: Source, offset: int, raw: bytes) -> Entry | None:
+    def _entries(self, src: Source, offset: int, raw: bytes) -> list[Entry]:
+        """The entries of one line not delivered yet (a Claude Code record may make several,
+        or none: metadata)."""
         value = codec.parse_line(Line(offset, 0, raw))
         if value is None:
-            return None
+            return []
         if isinstance(value, Diagnostic):
             log.warning("%s: byte %s: %s (%s); skipped", src.path, f"{offset:,}", value.reason,
                         value.detail)
-            return None
+            return []
         if not src.header_done:
             src.header_done = True
             if is_header(value):
                 src.header = value
                 src.version = header_version(value)
-                return None
+                return []
+            if record_dialect(value) == CLAUDE:
+                src.translator = Translator(merge=False)
+        if src.translator is not None:
+            if not isinstance(value, dict):
+                log.warning("%s: byte %s: not a record; skipped", src.path, f"{offset:,}")
+                return []
+            found = src.translator.feed(value)
+        else:
+            entry = self._migrated(src, _usable(value, src.version))
+            if entry is None:
+                log.warning("%s: byte %s: not a usable entry; skipped", src.path,
+                            f"{offset:,}")
+                return []
+            found = [entry]
+        out = []
+        for entry in found:
+            if is_seal(entry):
+                src.marker = entry
+            entry_id = entry.get("id")
+            if isinstance(entry_id, str) and not src.delivered.first_time(entry_id):
+                continue
+            out.append(entry)
+        return out
+
+    def _read_entries(self, src: Source, value: Any) -> list[Entry]:
+        """The entries a parsed line holds, read before the start (nothing is delivered)."""
+        if src.translator is not None:
+            return src.translator.feed(value) if isinstance(value, dict) else []
         entry = self._migrated(src, _usable(value, src.version))
-        if entry is None:
-            log.warning("%s: byte %s: not a usable entry; skipped", src.path, f"{offset:,}")
-            return None
-        if is_seal(entry):
-            src.marker = entry
-        entry_id = entry.get("id")
-        if isinstance(entry_id, str) and not src.delivered.first_time(entry_id):
-            return None
-        return entry
+        return [] if entry is None else [entry]
+
+    @staticmethod
+    def _counts(src: Source, value: Any) -> bool:
+        """Whether a parsed line makes an entry (for `last=N`)."""
+        if src.translator is not None:
+            return isinstance(value, dict) and isinstance(value.get("uuid"), str)
+        return _usable(value, src.version) is not None
 
     @staticmethod
     def _migrated(src: Source, entry: Entry | None) -> Entry | None:
@@ -390,6 +422,7 @@ class SourceReader:
         src.offset, src.pending_head, src.pending_len = 0, b"", 0
         src.check, src.head, src.head_at = b"", b"", 0
         src.header, src.header_done, src.version = None, False, CURRENT_VERSION
+        src.translator = None
 
 
 # helpers
