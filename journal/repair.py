@@ -744,7 +744,7 @@ def repair(
         return repair_claude(path, dry_run=dry_run, lock_timeout=lock_timeout,
                              progress=progress)
     if dry_run:
-        return assess(path, migrate=migrate, strict=strict, progress=progress)
+        return assess(path, migrate=migrate, strict=strict, progress=progress, dialect="pi")
     if is_compressed(path):
         raise NotASession(path, "a compressed archive is read-only; repair its live successor "
                           "(or check this one with --check)")
@@ -799,14 +799,14 @@ def migrate_held(path: str) -> RepairReport:
 
 
 def assess(path: str, *, migrate: bool = False, strict: bool = False,
-           progress: Progress | None = None) -> RepairReport:
+           progress: Progress | None = None, dialect: str | None = None) -> RepairReport:
     """What `repair` would find and do in `path`, without a lock and without writing.
 
     The one count of damage and notes: `repair --check`, `--dry-run` and `journal info` all
     take theirs from here, so they agree. A Claude Code transcript is assessed in its own
     format (`journal.claude.assess_claude`).
     """
-    if not is_compressed(path) and dialect_of(path) == CLAUDE:
+    if (dialect or ("pi" if is_compressed(path) else dialect_of(path))) == CLAUDE:
         return assess_claude(path, progress=progress)
     p = plan(path, migrate=migrate, strict=strict, progress=progress)
     p.meter.finish()

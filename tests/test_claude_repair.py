@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -169,3 +170,16 @@ def test_a_folder_run_repairs_subagent_files_too(tmp_path: Path) -> None:
     assert reports[agent.name]["counts"] == {"unpaired_tool_use": 1}
     added = orjson.loads(agent.read_bytes().splitlines()[-1])
     assert added["isSidechain"] is True and added["agentId"] == "a1b2c3d4"
+
+
+@pytest.mark.parametrize("case", CASES[:6], ids=[c.name for c in CASES[:6]])
+def test_info_counts_what_repair_fixes(tmp_path: Path, case: Case) -> None:
+    import journal
+
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(case.data)
+    info = journal.inspect(str(path))
+    assert info.dialect == "claude"
+    assert dict(Counter(p.kind for p in info.problems)) == case.kinds
+    repair_claude(path)
+    assert journal.inspect(str(path)).problems == []
