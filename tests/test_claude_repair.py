@@ -183,3 +183,29 @@ def test_info_counts_what_repair_fixes(tmp_path: Path, case: Case) -> None:
     assert dict(Counter(p.kind for p in info.problems)) == case.kinds
     repair_claude(path)
     assert journal.inspect(str(path)).problems == []
+
+
+def test_written_lines_are_what_json_stringify_writes(tmp_path: Path) -> None:
+    """Every line repair adds or rewrites is byte for byte what Claude Code's
+    `JSON.stringify` writes for the same value (checked with node; skipped without it)."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs node")
+    written: list[bytes] = []
+    for case in CASES:
+        path = tmp_path / f"{case.name}.jsonl"
+        path.write_bytes(case.data)
+        repair_claude(path)
+        original = set(case.data.split(b"\n"))
+        written += [line for line in path.read_bytes().split(b"\n")[:-1]
+                    if line not in original]
+    assert len(written) >= len(CASES) - 6  # most cases add or rewrite a line
+    script = ("const lines = require('fs').readFileSync(0, 'utf8').split('\\n');"
+              "process.stdout.write(lines.filter(l => l).map(l => "
+              "JSON.stringify(JSON.parse(l))).join('\\n') + '\\n');")
+    out = subprocess.run([node, "-e", script], input=b"\n".join(written) + b"\n",
+                         capture_output=True, check=True)
+    assert out.stdout.split(b"\n")[:-1] == written
