@@ -93,7 +93,7 @@ def test_the_leaf_is_pinned_when_it_is_not_the_last_entry(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("seed", [0, 4])
 def test_export_goes_back_to_the_same_context(tmp_path: Path, seed: int) -> None:
-    source = generated(tmp_path / "claude", seed, subagents=False)
+    source = generated(tmp_path / "claude", seed)
     imported = import_claude(source, tmp_path / "sessions")
     exported = export_claude(imported.path, tmp_path / "back")
     assert journal.load(exported.path).dialect == "claude"

@@ -105,6 +105,7 @@ class _Writer:
                          "sessionId": self.session_id,
                          "version": raw.get("version", DEFAULT_VERSION),
                          "gitBranch": raw.get("gitBranch", "")}
+        self.side = _sidechains(entries)
         self.summarised = {e.get("parentId") for e in entries if e.get("type") == "custom"
                            and e.get("customType") == "claude.compact_summary"}
 
@@ -124,6 +125,7 @@ class _Writer:
 
     def entry(self, entry: Entry) -> None:
         entry_id = entry.get("id")
+        self.envelope["isSidechain"] = entry_id in self.side
         parent_id = entry.get("parentId")
         parent = self.alias.get(parent_id) if isinstance(parent_id, str) else None
         kind = entry.get("type")
@@ -209,6 +211,33 @@ class _Writer:
         return self._record(uid, "user", later_timestamp(stamp), self._uuid(None),
                             message={"role": "user", "content": summary},
                             isVisibleInTranscriptOnly=True, isCompactSummary=True)
+
+
+def _sidechains(entries: list[Entry]) -> set[str]:
+    """The ids of entries in a tree other than the leaf's (the last entry's): the subagents'
+    and sidechains' conversations of an imported transcript, which Claude Code must not take
+    for its main chain (it resumes from the last main-chain message)."""
+    parent_of = {e["id"]: e.get("parentId") for e in entries if isinstance(e.get("id"), str)}
+    root_of: dict[str, str] = {}
+
+    def root(entry_id: str) -> str:
+        path = []
+        at: Any = entry_id
+        while isinstance(at, str) and at in parent_of and at not in root_of:
+            path.append(at)
+            parent = parent_of[at]
+            if not isinstance(parent, str) or parent not in parent_of or parent in path:
+                break
+            at = parent
+        top = root_of.get(at, path[-1] if path else entry_id)
+        for step in path:
+            root_of[step] = top
+        return top
+
+    if not entries or not isinstance(entries[-1].get("id"), str):
+        return set()
+    main = root(entries[-1]["id"])
+    return {i for i in parent_of if root(i) != main}
 
 
 def _user_block(block: Any) -> Any:
