@@ -9,6 +9,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -209,3 +210,29 @@ def test_written_lines_are_what_json_stringify_writes(tmp_path: Path) -> None:
     out = subprocess.run([node, "-e", script], input=b"\n".join(written) + b"\n",
                          capture_output=True, check=True)
     assert out.stdout.split(b"\n")[:-1] == written
+
+
+def test_a_transcript_that_grows_meanwhile_is_left_as_it_is(tmp_path: Path,
+                                                             monkeypatch: Any) -> None:
+    """Claude Code takes no lock: lines it appends while repair works must not be lost."""
+    import journal.claude.mend as mend
+    from journal.errors import JournalError
+
+    case = next(c for c in CASES if c.name == "unpaired_tool_use_mid")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(case.data)
+    planned = mend.plan_claude
+    late = b'{"type":"queue-operation","operation":"enqueue","sessionId":"s"}\n'
+
+    def plan_then_append(*args: Any, **kw: Any) -> Any:
+        found = planned(*args, **kw)
+        with open(path, "ab") as f:
+            f.write(late)
+        return found
+
+    monkeypatch.setattr(mend, "plan_claude", plan_then_append)
+    with pytest.raises(JournalError, match="changed while it was repaired"):
+        repair_claude(path)
+    assert path.read_bytes() == case.data + late
+    assert not os.path.exists(str(path) + ".bak")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

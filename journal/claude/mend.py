@@ -4,7 +4,9 @@ The plan (`journal.claude.mendplan`) is verified before anything is written: eve
 line parses, and planning the new bytes again finds nothing to do (so a second repair changes
 nothing). Then, under the writer lock, every dropped or rewritten byte range goes to
 `<file>.quarantine`, the original stays as `<file>.bak`, and the new file replaces it in one
-atomic swap (`Storage.publish`). A file that needs nothing is not touched.
+atomic swap (`Storage.publish`). A file that needs nothing is not touched. Claude Code
+does not take the writer lock: if the transcript grew while it was repaired, nothing is
+changed (its new lines would be lost) and the repair says so.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def repair_claude(path: str | os.PathLike[str], *, dry_run: bool = False,
         p = plan_claude(path, progress)
         report = _report(p, path, dry_run=False)
         if report.changed:
-            _publish(p, path)
+            _publish(p, path, p.size)
             report.backup = path + BACKUP_SUFFIX
             if p.dropped or p.rewritten():
                 report.quarantine = quarantine_path_for(path)
@@ -84,13 +86,18 @@ def _report(p: MendPlan, path: str, *, dry_run: bool) -> RepairReport:
                         rewritten=rewritten, consequences=p.consequences, dialect=DIALECT)
 
 
-def _publish(p: MendPlan, path: str) -> None:
+def _publish(p: MendPlan, path: str, size: int) -> None:
     data = p.render()
     _verify(p, data)
     items = p.dropped + p.rewritten()
     require_space(path, len(data) + sum(2 * len(q.data) + 256 for q in items))
 
     def before_swap() -> None:
+        # Claude Code does not take our lock: if it appended meanwhile, its lines would be lost
+        if os.stat(path).st_size != size:
+            raise JournalError(f"{path}: the transcript changed while it was repaired (is "
+                               "Claude Code running on it?); nothing was changed, try again "
+                               "once it has stopped")
         quarantine(path, items)
         link_as(path, path + BACKUP_SUFFIX)
 

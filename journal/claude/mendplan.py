@@ -67,7 +67,7 @@ def plan_bytes(data: bytes, path: str = "<memory>",
     """What repair would do to a transcript held in `data`."""
     meter = Meter(progress, 2 * len(data))
     with codec.bulk_parsing():
-        p = MendPlan(path, [], meter=meter)
+        p = MendPlan(path, [], meter=meter, size=len(data))
         _salvage(p, data)
     _fix_nuls(p, [m.start() for m in _NUL_RE.finditer(data)])
     _fix_duplicates(p)

@@ -56,6 +56,8 @@ class MendPlan:
     dropped: list[Quarantined] = field(default_factory=list)
     consequences: list[Problem] = field(default_factory=list)
     meter: Meter = field(default_factory=lambda: Meter(None, 0))
+    size: int = 0
+    """The bytes planned on (the file's size when it was read)."""
 
     def problem(self, kind: str, action: str, rec: Rec | None = None, *,
                 consequence: bool = False, **kw: Any) -> None:
