@@ -236,3 +236,33 @@ def test_a_transcript_that_grows_meanwhile_is_left_as_it_is(tmp_path: Path,
     assert path.read_bytes() == case.data + late
     assert not os.path.exists(str(path) + ".bak")
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+SAMPLES = {  # claude-code-log's samples: what repair finds in each (they end with no newline)
+    "representative_messages.jsonl": {"missing_newline": 1},
+    "session_b.jsonl": {"missing_newline": 1},
+    "todowrite_examples.jsonl": {"missing_newline": 1},
+    # bare values that are not records, and a record whose parent is in no line
+    "edge_cases.jsonl": {"not_a_record": 4, "missing_newline": 1, "missing_parent": 1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_shared_samples_repair_in_place(tmp_path: Path, name: str) -> None:
+    import journal
+    from journal.context import build_context
+    from journal.validate import pairing_problems
+    from third_party import claude_path
+
+    source = claude_path(name).read_bytes()
+    path = tmp_path / name
+    path.write_bytes(source)
+    report = journal.repair(str(path))
+    assert report.dialect == "claude" and report.counts == SAMPLES[name]
+    check_guarantees(path, source)
+    snap = journal.load(str(path))
+    tree = snap.tree()
+    # (edge_cases.jsonl's last prompt holds a bare string where a block belongs: content
+    # repair leaves alone; its tool pairing must be valid)
+    problems = pairing_problems(build_context(tree, tree.leaf_id).messages)
+    assert [p for p in problems if "tool" in p] == []
