@@ -249,10 +249,11 @@ SAMPLES = {  # claude-code-log's samples: what repair finds in each (they end wi
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_shared_samples_repair_in_place(tmp_path: Path, name: str) -> None:
+    from third_party import claude_path
+
     import journal
     from journal.context import build_context
     from journal.validate import pairing_problems
-    from third_party import claude_path
 
     source = claude_path(name).read_bytes()
     path = tmp_path / name
