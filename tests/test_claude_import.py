@@ -156,3 +156,21 @@ def test_cli_import_and_export(tmp_path: Path) -> None:
     bad = subprocess.run([*run, "import", str(tmp_path / "missing.jsonl")],
                          capture_output=True, env=env, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.decode().startswith("Error:")
+
+
+def test_imported_entries_are_in_pi_key_order(tmp_path: Path) -> None:
+    from journal import model
+
+    source = generated(tmp_path / "claude", 5, subagents=False)
+    report = import_claude(source, tmp_path / "s")
+    made = {"custom": list(model.custom_entry("x", None, "t", {})),
+            "message": list(model.message_entry("x", None, {})),
+            "compaction": list(model.compaction_entry("x", None, "s", "y", 1))}
+    seen = set()
+    for line in Path(report.path).read_bytes().splitlines()[1:]:
+        entry = orjson.loads(line)
+        keys = [k for k in entry if k in made[entry["type"]]]
+        order = [k for k in made[entry["type"]] if k in entry]
+        assert keys == order, entry["type"]
+        seen.add(entry["type"])
+    assert seen == {"custom", "message", "compaction"}

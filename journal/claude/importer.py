@@ -89,13 +89,16 @@ def import_claude(source: str | os.PathLike[str], dest: str | os.PathLike[str] |
 
 
 _FIRST = ("type", "id", "parentId", "timestamp")
+_CUSTOM_FIRST = ("type", "customType", "data", "id", "parentId", "timestamp")
 
 
 def _pi_order(entry: dict[str, Any], fallback_stamp: Any) -> dict[str, Any]:
-    """The entry with pi's key order (type, id, parentId, timestamp, then the rest) and a
-    timestamp (a record without one gets the transcript's first)."""
-    out = {k: entry[k] for k in _FIRST if k in entry}
-    out.update((k, v) for k, v in entry.items() if k not in _FIRST)
+    """The entry in pi's key order (`journal.model`'s constructors: a custom entry's type,
+    customType, data, id, parentId, timestamp; any other's type, id, parentId, timestamp,
+    then the rest) with a timestamp (a record without one gets the transcript's first)."""
+    first = _CUSTOM_FIRST if entry.get("type") == "custom" else _FIRST
+    out = {k: entry[k] for k in first if k in entry}
+    out.update((k, v) for k, v in entry.items() if k not in first)
     if not isinstance(out.get("timestamp"), str):
         out["timestamp"] = fallback_stamp if isinstance(fallback_stamp, str) else model.now_iso()
     return out
