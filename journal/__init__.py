@@ -16,7 +16,8 @@ Reading a session (never locks)
     `View` (a read-only session), `Tree`, `TreeNode`, `TreeIssue` (the entry tree),
     `inspect` and `SessionInfo` (a summary, as `journal info` prints it), `export`,
     `export_session` and `ExportResult` (a session's whole lineage as Markdown, one
-    self-contained HTML page, or JSONL).
+    self-contained HTML page, or JSONL). Claude Code transcripts are read in place by all of
+    these (`journal.claude`; `dialect_of` tells which a file is).
 
 What the model sees
     `build_context` and `Context` (the projection of the branch ending at a leaf id:
@@ -52,8 +53,8 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `LockTimeout`, `NotASession`, `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
-    `WriteFailed`.
+    `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code transcript, never
+    appended to), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`, `WriteFailed`.
 
 Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
 rules: `pairing_problems`, `api_pairing_problems`, `assert_valid_pairing`, `InvalidPairing`)
@@ -67,6 +68,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .boundary import Boundary, boundary
+from .claude import dialect_of
 from .codec import Diagnostic
 from .context import (
     Context,
@@ -79,6 +81,7 @@ from .context import (
 )
 from .durability import Durability
 from .errors import (
+    ForeignSession,
     JournalError,
     LockTimeout,
     NotASession,
@@ -125,6 +128,7 @@ __all__ = [
     "Entry",
     "CURRENT_VERSION",
     "View",
+    "dialect_of",
     "Tree",
     "TreeNode",
     "TreeIssue",
@@ -194,6 +198,7 @@ __all__ = [
     "JournalError",
     "LockTimeout",
     "NotASession",
+    "ForeignSession",
     "UnknownEntry",
     "UnsafeLockFile",
     "UnsupportedVersion",

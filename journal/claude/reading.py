@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from .. import codec
 from ..codec import Diagnostic, Line, last_newline_end
 from ..model import Entry
@@ -84,15 +86,24 @@ def subagent_files(path: str | os.PathLike[str]) -> list[str]:
 
 def feed_lines(translator: Translator, items: Any, entries: list[Entry], lines: list[int],
                diagnostics: list[Diagnostic], number_from: int = 0) -> int:
-    """Feed lines (from `codec.iter_lines` or a reader) to the translator; returns the end
-    offset just past the last complete line consumed (0 when none)."""
+    """Feed lines (from `codec.iter_lines` or a reader, or `(line, parsed value)` pairs) to
+    the translator; returns the end offset just past the last complete line consumed (0 when
+    none)."""
     end = 0
     for item in items:
         if isinstance(item, Diagnostic):
             diagnostics.append(item)
             continue
+        if isinstance(item, tuple) and not isinstance(item, Line):
+            item, value = item
+        else:
+            try:  # the common case in one call; anything unusual goes the careful way
+                value = orjson.loads(item.raw)
+            except orjson.JSONDecodeError:
+                value = None
+            if not isinstance(value, dict):
+                value = codec.parse_line(item)
         end = item.offset + len(item.raw) + 1
-        value = codec.parse_line(item)
         if value is None:
             continue
         if isinstance(value, Diagnostic):
@@ -131,11 +142,16 @@ def _unterminated(f: Any, end: int, size: int) -> Line | None:
 
 def read(storage: Storage, *, subagents: bool = True) -> ClaudeRead:
     """Read a whole transcript (and, with `subagents`, its subagent files after it)."""
+    with codec.bulk_parsing():  # one pause of the collector for every file read
+        return _read(storage, subagents)
+
+
+def _read(storage: Storage, subagents: bool) -> ClaudeRead:
     translator = Translator()
     entries: list[Entry] = []
     lines: list[int] = []
     diagnostics: list[Diagnostic] = []
-    with storage.open_reader() as reader, codec.bulk_parsing():
+    with storage.open_reader() as reader:
         size = reader.size
         end = feed_lines(translator, reader.lines(0), entries, lines, diagnostics)
         last = _unterminated(reader.stream, end, size)
@@ -165,20 +181,20 @@ def resume(storage: Storage) -> ClaudeRead:
     nothing before it reaches the model) or a root, then translates everything from there
     on. Without a compaction the whole file is read. Subagent files are not read.
     """
-    with storage.open_reader() as reader:
+    with storage.open_reader() as reader, codec.bulk_parsing():
         size = reader.size
         f = reader.stream
         end = last_newline_end(f, size)
         last = _unterminated(f, end, size)
-        collected: list[Line] = []
+        collected: list[tuple[Line, Any]] = []
         seen: dict[str, Record] = {}
         wanted: str | None = None
         leaf_found = False
         stop = False
         backward = reader.lines_backward(end)
         for line in [last, *backward] if last is not None else backward:
-            collected.append(line)
             value = codec.parse_line(line)
+            collected.append((line, value))
             if not isinstance(value, dict):
                 continue
             uid = uuid_of(value)
@@ -198,13 +214,14 @@ def resume(storage: Storage) -> ClaudeRead:
                     stop = True
             if stop:
                 break
-        complete = not stop or (bool(collected) and collected[-1].offset == 0)
+        complete = not stop or (bool(collected) and collected[-1][0].offset == 0)
         collected.reverse()
     translator = Translator()
     entries: list[Entry] = []
     lines: list[int] = []
     diagnostics: list[Diagnostic] = []
-    feed_lines(translator, collected, entries, lines, diagnostics)
+    with codec.bulk_parsing():
+        feed_lines(translator, collected, entries, lines, diagnostics)
     if end < size and last is None:
         diagnostics.append(Diagnostic(end, size - end, codec.TORN_TAIL, None,
                                       "no newline at end of file"))

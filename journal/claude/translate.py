@@ -44,12 +44,9 @@ from .records import (
     content_blocks,
     is_compact_boundary,
     is_compact_summary,
-    is_message,
     is_sidechain,
     is_tool_results,
     message_id,
-    parent_of,
-    uuid_of,
 )
 
 CUSTOM_PREFIX = "claude."
@@ -103,32 +100,35 @@ class Translator:
 
     def feed(self, record: Record) -> list[Entry]:
         """The new entries one record adds (none for metadata, duplicates and merged lines)."""
-        uid = uuid_of(record)
-        if uid is None:
+        uid = record.get("uuid")
+        if not isinstance(uid, str):
             self._note_metadata(record)
             return []
-        if record.get("type") in MESSAGE_TYPES and not is_message(record):
+        kind = record.get("type")
+        is_msg = kind in MESSAGE_TYPES
+        if is_msg and not isinstance(record.get("message"), dict):
             self.invalid.append(record)
             return []
         if uid in self._alias:
             # the first record with a uuid is its entry; a repeat still marks where the
             # conversation got to
             self.duplicates += 1
-            if is_message(record):
+            if is_msg:
                 self._note_leaf(record, self._alias[uid])
             return []
-        parent_uuid = parent_of(record)
-        if parent_uuid is None and is_compact_boundary(record):
-            logical = record.get("logicalParentUuid")
-            parent_uuid = logical if isinstance(logical, str) else None
+        parent_uuid = record.get("parentUuid")
+        if not isinstance(parent_uuid, str):
+            parent_uuid = None
+            if kind == SYSTEM and is_compact_boundary(record):
+                logical = record.get("logicalParentUuid")
+                parent_uuid = logical if isinstance(logical, str) else None
         base = self._alias.get(parent_uuid, parent_uuid) if parent_uuid is not None else None
-        kind = record.get("type")
-        if kind == ASSISTANT and is_message(record):
+        if kind == ASSISTANT:
             self._note_calls(record)
             if self.merge and self._merged(record, uid, base):
                 return []
         parent = self._hang(base)
-        if kind == ASSISTANT and is_message(record):
+        if kind == ASSISTANT:
             entries = [self._entry(uid, parent, record,
                                    message=messages.assistant_message(record))]
             if self.merge:
@@ -136,9 +136,9 @@ class Translator:
                 if mid is not None:
                     self._groups[uid] = (mid, entries[0])
                 self._run_tail[uid] = uid
-        elif kind == USER and is_message(record):
+        elif kind == USER:
             entries = self._user(uid, parent, base, record)
-        elif is_compact_boundary(record):
+        elif kind == SYSTEM and is_compact_boundary(record):
             entries = [self._compaction(uid, parent, record)]
         else:
             entries = [self._custom(uid, parent, record)]
@@ -146,7 +146,7 @@ class Translator:
                 self._via[uid] = base
         self._alias[uid] = entries[-1]["id"]
         self.raw[entries[0]["id"]] = [record]
-        if is_message(record):
+        if is_msg:
             self._note_leaf(record, entries[-1]["id"])
         return entries
 
