@@ -193,14 +193,14 @@ def _remove_bad_results(p: MendPlan) -> bool:
                 continue
             kind = DUPLICATE_RESULT if tool_id in got or tool_id in answered else ORPHAN_RESULT
             bad.setdefault(id(rec), (rec, []))[1].append((kind, tool_id))
-    for rec, found in bad.values():
-        _drop_blocks(p, rec, found)
+    gone = [(rec, found[0][0]) for rec, found in bad.values() if not _drop_blocks(p, rec, found)]
+    _remove_records(p, gone)
     return bool(bad)
 
 
-def _drop_blocks(p: MendPlan, rec: Rec, found: list[tuple[str, Any]]) -> None:
+def _drop_blocks(p: MendPlan, rec: Rec, found: list[tuple[str, Any]]) -> bool:
     """Remove the tool_result blocks of `rec` named in `found` (the first block of each id that
-    was kept stays)."""
+    was kept stays); False when nothing is left of it (the record is to go)."""
     budget: dict[Any, int] = {}
     for _, tool_id in found:
         budget[tool_id] = budget.get(tool_id, 0) + 1
@@ -222,27 +222,44 @@ def _drop_blocks(p: MendPlan, rec: Rec, found: list[tuple[str, Any]]) -> None:
         p.problem(kind, "removed the tool_result block" if keep else
                   "quarantined the record (it held nothing else)", rec,
                   detail=f"tool_use_id {tool_id!r} {what}")
-    if keep:
-        value = rec.edit(rec.reason or found[0][0])
-        value["message"] = {**value["message"], "content": keep}
-    else:
-        _remove_record(p, rec, found[0][0])
+    if not keep:
+        return False
+    value = rec.edit(rec.reason or found[0][0])
+    value["message"] = {**value["message"], "content": keep}
+    return True
 
 
-def _remove_record(p: MendPlan, rec: Rec, kind: str) -> None:
-    p.drop(rec, kind, "a record holding only tool results that answer no call")
-    key, parent = rec.uuid, rec.parent
-    if key is None:
+def _remove_records(p: MendPlan, gone: list[tuple[Rec, str]]) -> None:
+    """Quarantine `gone` (records left with nothing), re-attaching what hung on each to its
+    parent (or its parent's, if that goes too): one pass over the file however many go."""
+    if not gone:
         return
+    parent_of: dict[str, Any] = {}
+    for rec, kind in gone:
+        p.drop(rec, kind, "a record holding only tool results that answer no call")
+        if rec.uuid is not None:
+            parent_of[rec.uuid] = rec.parent
+
+    def kept_parent(key: Any) -> Any:
+        seen = set()
+        while key in parent_of and key not in seen:
+            seen.add(key)
+            key = parent_of[key]
+        return None if key in parent_of else key
+
     for other in p.kept():
-        if other.parent == key:
-            other.edit(other.reason or REPARENTED)["parentUuid"] = parent
-            p.problem(REPARENTED, f"re-attached to {parent}", other, consequence=True,
+        if other.parent in parent_of:
+            key = other.parent
+            target = kept_parent(key)
+            other.edit(other.reason or REPARENTED)["parentUuid"] = target
+            p.problem(REPARENTED, f"re-attached to {target}", other, consequence=True,
                       detail=f"its parent {key} was removed")
-        if other.value.get("logicalParentUuid") == key:
-            other.edit(other.reason or REPARENTED)["logicalParentUuid"] = parent
-            p.problem(REPARENTED, f"logicalParentUuid now {parent}", other, consequence=True,
-                      detail=f"record {key} was removed")
+        logical = other.value.get("logicalParentUuid")
+        if logical in parent_of:
+            target = kept_parent(logical)
+            other.edit(other.reason or REPARENTED)["logicalParentUuid"] = target
+            p.problem(REPARENTED, f"logicalParentUuid now {target}", other, consequence=True,
+                      detail=f"record {logical} was removed")
 
 
 def _answer_open_calls(p: MendPlan) -> None:
@@ -256,6 +273,8 @@ def _answer_open_calls(p: MendPlan) -> None:
     block_template = next((b for r in records if r.value.get("type") == "user"
                            for b in _blocks(r)
                            if isinstance(b, dict) and b.get("type") == "tool_result"), None)
+    before: dict[int, list[Rec]] = {}  # id(record) -> records to insert before it
+    behind: dict[int, list[Rec]] = {}  # id(record) -> records to insert after it
     for index, msg in enumerate(messages):
         if msg.kind != "assistant":
             continue
@@ -278,9 +297,10 @@ def _answer_open_calls(p: MendPlan) -> None:
                                     template=template, block_template=block_template)
         taken.add(record["uuid"])
         added = Rec(record, None, None, None, reason="synthetic")
-        where = (p.records.index(after) if after is not None
-                 else p.records.index(msg.recs[-1]) + 1)
-        p.records.insert(where, added)
+        if after is not None:
+            before.setdefault(id(after), []).append(added)
+        else:
+            behind.setdefault(id(msg.recs[-1]), []).append(added)
         p.problem(UNPAIRED_TOOL_USE,
                   f"added the interrupted-tool result record {record['uuid']}", caller,
                   detail=f"no tool_result for {', '.join(missing)}")
@@ -288,6 +308,13 @@ def _answer_open_calls(p: MendPlan) -> None:
             after.edit(after.reason or REPARENTED)["parentUuid"] = record["uuid"]
             p.problem(REPARENTED, f"re-attached to {record['uuid']}", after, consequence=True,
                       detail="the record after the unanswered calls")
+    if before or behind:
+        rebuilt: list[Rec] = []
+        for rec in p.records:
+            rebuilt.extend(before.get(id(rec), ()))
+            rebuilt.append(rec)
+            rebuilt.extend(behind.get(id(rec), ()))
+        p.records[:] = rebuilt
 
 
 __all__ = ["active_chain", "fix_pairing"]
