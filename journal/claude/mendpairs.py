@@ -128,12 +128,18 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
                     members.add(key)
                     found.append(rec)
                     todo.append(key)
-        return sorted(found, key=lambda r: order[id(r)])
+        if len(found) > 1:
+            found.sort(key=lambda r: order[id(r)])
+        return found
+
+    response: _Msg | None = None
 
     def flush() -> None:
-        if not members:
+        if not members or response is None:
             return
-        response = next(m for m in reversed(out) if m.kind == "assistant")
+        if not any(m in results_on or m in lines_on for m in members):
+            members.clear()
+            return
         response.beside.extend(below(lines_on, lambda r: r.value["message"].get("id")
                                      == response.message_id))
         out.extend(_Msg("results", [r]) for r in below(results_on, lambda r: True))
@@ -148,7 +154,8 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
             if not (last is not None and last.kind == "assistant" and mid is not None
                     and last.message_id == mid):
                 flush()
-                out.append(_Msg("assistant", [rec], mid))
+                response = _Msg("assistant", [rec], mid)
+                out.append(response)
             else:
                 last.recs.append(rec)
             members.add(rec.uuid or "")
