@@ -129,7 +129,8 @@ def read_live(path: str | os.PathLike[str], *, full: bool, follow: bool = True,
     for _ in range(MAX_HOPS):
         try:
             before = os.stat(target)
-            snap = load(target, dialect=dialect) if full else resume(target, dialect=dialect)
+            forced = {} if dialect is None else {"dialect": dialect}
+            snap = load(target, **forced) if full else resume(target, **forced)
             after = os.stat(target)
         except (FileNotFoundError, NotASession):
             if os.path.exists(target):
@@ -164,11 +165,11 @@ def locate(path: str | os.PathLike[str], *, follow: bool = True) -> tuple[str, s
     return live, named
 
 
-def check_session(path: str | os.PathLike[str]) -> Snapshot:
+def check_session(path: str | os.PathLike[str], *, dialect: str | None = None) -> Snapshot:
     """Read the tail of `path` (see `resume`) and refuse it unless it is a readable session:
     an unreadable file, an empty one, or one with neither a header nor an entry raises
     `NotASession`. Returns what was read."""
-    snap = resume(path)
+    snap = resume(path) if dialect is None else resume(path, dialect=dialect)
     if snap.header is None and not snap.entries:
         raise NotASession(snap.path, "not a session file (no session header, no entries)")
     return snap

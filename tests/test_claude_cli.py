@@ -161,3 +161,13 @@ def test_tail_follows_a_transcript_being_written(tmp_path: Path) -> None:
                                  "toolName": "Bash", "content": [{"type": "text", "text": "x"}],
                                  "isError": False, "timestamp": got[2]["message"]["timestamp"]}
     assert os.path.getsize(stats.path) > 0
+
+
+def test_tail_dialect_can_be_forced(tmp_path: Path, capsys: Any) -> None:
+    stats = gc.generate(tmp_path, mb=0.1, seed=26, subagents=False)
+    code, out, _ = run(capsys, "tail", "-n", "2", "--json", "--dialect", "claude",
+                       str(stats.path))
+    assert code == 0 and len(out.splitlines()) >= 2
+    # read as pi, it holds no entry: refused as any file that is not a session
+    code, _, err = run(capsys, "tail", "-n", "2", "--dialect", "pi", str(stats.path))
+    assert code == 2 and "not a session file" in err

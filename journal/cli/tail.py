@@ -30,6 +30,7 @@ from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
+from ..claude import DIALECTS
 from ..errors import JournalError
 from ..lineage import resolve_live
 from ..model import Entry
@@ -91,7 +92,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         path, moved = locate(path, follow=not args.no_follow)
         if moved is not None:
             print(f"journal: {moved} was rotated; reading {path}", file=sys.stderr)
-        check_session(path)  # a file that is no session at the start is an error, as in show
+        check_session(path, dialect=args.dialect)  # no session at the start: an error
         if is_compressed(path):
             if not args.follow:
                 return _tail_archive(path, args)
@@ -105,6 +106,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         since_id=since,
         stop=None if args.follow else (lambda: True),
         poll=True if args.poll else None,
+        dialect=args.dialect,
     )
     printer = TailPrinter(
         sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(path),
@@ -154,6 +156,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-follow", action="store_true",
                    help="read the file named, even if it was rotated or moved away "
                    "(default: follow it to its live successor)")
+    p.add_argument("--dialect", choices=DIALECTS, default=None,
+                   help="read every file as a pi session or a Claude Code transcript "
+                   "(default: told from each file's records)")
 
 
 def _count(text: str) -> int:

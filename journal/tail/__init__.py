@@ -107,6 +107,7 @@ def follow_events(
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
     open_storage: Callable[[str], Storage] | None = None,
+    dialect: str | None = None,
 ) -> Generator[TailEvent, None, None]:
     """Follow a session file, or every session in a directory, yielding `TailEvent`s.
 
@@ -126,6 +127,8 @@ def follow_events(
             without inotify); False refuses to poll.
         timeout: the longest wait, in seconds, between two reads when no event arrives.
         grace: seconds to wait for a deleted file to come back or for its successor.
+        dialect: read every file as "pi" or "claude" (a Claude Code transcript) instead of
+            telling each from its records.
         open_storage: how a session file's path becomes the `Storage` it is read and
             watched through (`journal.storage.FileStorage` by default).
 
@@ -144,7 +147,7 @@ def follow_events(
     """
     flag = Stop(stop)
     follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace,
-                        open_storage=open_storage)
+                        open_storage=open_storage, dialect=dialect)
     waker = Waker(follower.catalog.open_watch(follower.path, flag, timeout, poll))
     try:
         follower.open()
@@ -167,6 +170,7 @@ def follow(
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
     open_storage: Callable[[str], Storage] | None = None,
+    dialect: str | None = None,
 ) -> Generator[Entry, None, None]:
     """Follow a session file or directory, yielding entries (dicts) as they are committed.
 
@@ -179,7 +183,7 @@ def follow(
     """
     events = follow_events(path, from_start=from_start, last=last, since_id=since_id,
                            stop=stop, poll=poll, timeout=timeout, grace=grace,
-                           open_storage=open_storage)
+                           open_storage=open_storage, dialect=dialect)
     with closing(events):
         for event in events:
             if event.kind == ENTRY and event.entry is not None:
@@ -197,6 +201,7 @@ async def afollow_events(
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
     open_storage: Callable[[str], Storage] | None = None,
+    dialect: str | None = None,
 ) -> AsyncGenerator[TailEvent, None]:
     """The asyncio twin of `follow_events`, waiting with `watchfiles.awatch`.
 
@@ -212,7 +217,7 @@ async def afollow_events(
 
     flag = Stop(stop)
     follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace,
-                        open_storage=open_storage)
+                        open_storage=open_storage, dialect=dialect)
     waker = AsyncWaker(follower.catalog.open_watch(follower.path, flag, timeout, poll))
     try:
         follower.open()
@@ -241,6 +246,7 @@ async def afollow(
     timeout: float = 1.0,
     grace: float = DEFAULT_GRACE,
     open_storage: Callable[[str], Storage] | None = None,
+    dialect: str | None = None,
 ) -> AsyncGenerator[Entry, None]:
     """The asyncio twin of `follow`: entries only.
 
@@ -250,7 +256,7 @@ async def afollow(
     """
     events = afollow_events(path, from_start=from_start, last=last, since_id=since_id,
                             stop=stop, poll=poll, timeout=timeout, grace=grace,
-                            open_storage=open_storage)
+                            open_storage=open_storage, dialect=dialect)
     try:
         async for event in events:
             if event.kind == ENTRY and event.entry is not None:

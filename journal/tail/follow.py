@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Hashable, Iterator
 
+from ..claude import check_dialect
 from ..errors import NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
 from ..storage import Storage
@@ -55,7 +56,7 @@ class Follower(SourceReader):
     def __init__(
         self, path: str | os.PathLike[str], *, from_start: bool = False,
         last: int | None = None, since_id: str | None = None, grace: float = 10.0,
-        open_storage: Callable[[str], Storage] | None = None,
+        open_storage: Callable[[str], Storage] | None = None, dialect: str | None = None,
     ) -> None:
         if sum((bool(from_start), last is not None, since_id is not None)) > 1:
             raise ValueError("choose at most one of from_start, last and since_id")
@@ -66,6 +67,7 @@ class Follower(SourceReader):
         self.from_start = from_start
         self.last = last
         self.since_id = since_id
+        self.dialect = check_dialect(dialect)
         self.grace = grace
         self.root: str | None = None
         self.sources: list[Source] = []

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .. import codec
-from ..claude import CLAUDE, Translator, detect_stream
+from ..claude import CLAUDE, PI, Translator, detect_stream
 from ..claude.detect import record_dialect
 from ..codec import Diagnostic, Line
 from ..errors import NotASession
@@ -178,19 +178,21 @@ class SourceReader:
     """
 
     since_id: str | None
+    dialect: str | None = None  # forced: "pi" or "claude"; None tells each file by its records
 
     def _read_header(self, src: Source) -> int:
         """Parse the header line; return where the body starts (0 if no header)."""
         assert src.reader is not None
         first = stream_first_line(src.reader.stream)
         src.header_done = first.complete
-        if first.header is not None:
-            src.header = first.header
-            src.version = header_version(first.header)
-        elif detect_stream(src.reader.stream) == CLAUDE:
+        if self.dialect == CLAUDE or (self.dialect is None and first.header is None
+                                      and detect_stream(src.reader.stream) == CLAUDE):
             src.translator = Translator(merge=False)
             src.header_done = True
             return 0
+        if first.header is not None:
+            src.header = first.header
+            src.version = header_version(first.header)
         return first.end
 
     def seek_end(self, src: Source) -> None:
@@ -373,7 +375,7 @@ class SourceReader:
                 src.header = value
                 src.version = header_version(value)
                 return []
-            if record_dialect(value) == CLAUDE:
+            if self.dialect != PI and record_dialect(value) == CLAUDE:
                 src.translator = Translator(merge=False)
         if src.translator is not None:
             if not isinstance(value, dict):
