@@ -23,6 +23,7 @@ from journal.validate import pairing_problems
 EXAMPLES = int(os.environ.get("CLAUDE_REPAIR_EXAMPLES", "60"))
 _UUID_RE = re.compile(rb'"uuid":"([0-9a-f-]{36})"')
 _CACHE: dict[int, bytes] = {}
+_CACHE_SUB: dict[str, list[bytes]] = {}
 
 
 def generated(seed: int) -> bytes:
@@ -113,3 +114,31 @@ def check_projection(path: Path) -> None:
     tree = snap.tree()
     messages = build_context(tree, tree.leaf_id).messages
     assert pairing_problems(messages) == [], pairing_problems(messages)[:3]
+
+
+@settings(max_examples=max(10, EXAMPLES // 3), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_damaged_subagent_files_repair_as_sidechains(tmp_path: Path, data: Any) -> None:
+    """A subagent's file (all records `isSidechain`) is repaired on its own chain: what repair
+    adds is a sidechain record of the same agent, and the file then needs nothing."""
+    if "sub" not in _CACHE_SUB:
+        gen = _bench_module("bench_gen_claude", "gen_claude.py")
+        with tempfile.TemporaryDirectory() as folder:
+            gen.generate(Path(folder), mb=0.6, seed=3, compactions=1, rewinds=1)
+            _CACHE_SUB["sub"] = [f.read_bytes() for f in
+                                 sorted(Path(folder).glob("*/subagents/agent-*.jsonl"))]
+    files = _CACHE_SUB["sub"]
+    assert files
+    original = files[data.draw(st.integers(0, len(files) - 1))]
+    damaged = _damage(original, data.draw)
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    path = folder / "agent-0a1b2c3d.jsonl"
+    path.write_bytes(damaged)
+    repair_claude(path)
+    assert assess_claude(path).problems == []
+    agents = {r.get("agentId") for r in map(orjson.loads, original.splitlines())}
+    for line in path.read_bytes().splitlines():
+        record = orjson.loads(line)
+        if "uuid" in record and record["uuid"].encode() not in original:
+            assert record["isSidechain"] is True and record.get("agentId") in agents
