@@ -15,14 +15,13 @@ as a `Problem` (a `kind` below, or a byte-level kind from `journal.salvage`):
   its `logicalParentUuid` if that names an earlier record, else to the nearest earlier record
   of its chain (main chain, or the same subagent's sidechain);
   `missing_logical_parent`: a compact boundary's `logicalParentUuid` likewise;
-- on the chain Claude Code resumes (from the last main-chain user or assistant record up to
-  the latest compact boundary), as the API will see it (consecutive records of one role make
-  one message): `orphan_result` and `duplicate_result`, `tool_result` blocks that answer no
-  call of the message before them or answer one twice, are removed (a record left empty goes,
-  its children re-attached to its parent); `unpaired_tool_use`, calls with no result in the
-  next message, get the interrupted-tool record Claude Code itself writes
-  (`journal.claude.synthetic`), placed right after the calls, the next record re-parented
-  onto it.
+- on the chain Claude Code resumes, read as the projection reads it
+  (`journal.claude.mendpairs`): `orphan_result` and `duplicate_result`, `tool_result` blocks
+  that answer no call of the response before them or answer one twice, are removed (a record
+  left empty goes, its children re-attached to its parent); `unpaired_tool_use`, calls with
+  no result right after their response, get the interrupted-tool record Claude Code itself
+  writes (`journal.claude.synthetic`), placed right after the calls, the next record
+  re-parented onto it.
 
 Records of types repair does not know are kept as they are.
 """
