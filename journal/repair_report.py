@@ -75,7 +75,9 @@ class RepairReport:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "dialect": self.dialect, "changed": self.changed,
                 "dryRun": self.dry_run,
-                "strict": self.strict, "version": self.version,
+                "strict": self.strict,
+                # a pi file's format version (a Claude Code transcript has none)
+                "version": self.version if self.dialect == "pi" else None,
                 "problems": [p.to_json() for p in self.problems], "counts": self.counts,
                 "notes": [n.to_json() for n in self.notes], "noteCounts": self.note_counts,
                 "consequences": [c.to_json() for c in self.consequences],

@@ -144,6 +144,7 @@ def test_journal_repair_detects_a_transcript_and_keeps_its_format(tmp_path: Path
     out = subprocess.run([*run, "--json", str(path)], capture_output=True, env=env, check=True)
     report = orjson.loads(out.stdout)
     assert report["dialect"] == "claude" and report["counts"] == case.kinds
+    assert report["version"] is None
     assert "missing_header" not in out.stdout.decode()
     assert path.read_bytes().startswith(b'{"parentUuid":null')
     assert subprocess.run([*run, "--check", str(path)], env=env,
