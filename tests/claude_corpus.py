@@ -347,6 +347,18 @@ def _duplicate_line() -> Case:
                 "the same message written twice after a resume")
 
 
+def _empty_prompt() -> Case:
+    records = base() + [user(10, _uuid(9), [{"type": "text", "text": ""}]),
+                        text(11, _uuid(10), "Yes?", "msg_h")]
+
+    def check(before: Records, after: Records) -> None:
+        got = by_uuid(after)
+        assert _uuid(10) not in got and got[_uuid(11)]["parentUuid"] == _uuid(9)
+
+    return Case("empty_user_message", lines(records), {"empty_message": 1}, check,
+                "messages: text content blocks must be non-empty (an empty prompt was saved)")
+
+
 def _missing_newline() -> Case:
     data = lines(base())[:-1]
 
@@ -361,4 +373,4 @@ CASES: list[Case] = [f() for f in (
     _unpaired_mid, _unpaired_end, _orphan_after_compaction, _duplicate_result,
     _duplicate_block, _second_compact, _rewind_logical, _rewind_with_logical, _cycle,
     _self_parent, _nul_run, _nul_in_output, _invalid_utf8, _torn_tail, _glued,
-    _duplicate_line, _missing_newline)]
+    _duplicate_line, _empty_prompt, _missing_newline)]

@@ -9,6 +9,8 @@ parallel calls that hang beside the chain (each on the line of its own call, as 
 writes them) come right after their calls. The results of an assistant message's calls must
 come right after it, as one run, each call answered once.
 
+- `empty_message`: a user record with nothing to send (the API refuses it) goes, its children
+  re-attached to its parent;
 - `orphan_result`, `duplicate_result`: a block answering no call of the message before its
   run, or one already answered, is removed (a record left empty goes, its children
   re-attached to its parent);
@@ -28,6 +30,7 @@ from .synthetic import interrupted_result
 ORPHAN_RESULT = "orphan_result"
 DUPLICATE_RESULT = "duplicate_result"
 UNPAIRED_TOOL_USE = "unpaired_tool_use"
+EMPTY_MESSAGE = "empty_message"
 REPARENTED = "reparented"
 _MESSAGE_TYPES = ("user", "assistant")
 
@@ -105,26 +108,27 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
     # on a line of a response (or on one of its gathered results) right after the response
     order = {id(r): n for n, r in enumerate(records)}
     results_on: dict[str, list[Rec]] = {}
-    lines_on: dict[str, list[Rec]] = {}
+    lines_on: dict[str, list[Rec]] = {}  # assistant lines and hooks' progress records
     for rec in records:
         parent = rec.parent
         if id(rec) in on_chain or not isinstance(parent, str):
             continue
         if _only_results(rec):
             results_on.setdefault(parent, []).append(rec)
-        elif rec.value.get("type") == "assistant" and _is_message(rec):
+        elif ((rec.value.get("type") == "assistant" and _is_message(rec))
+              or rec.value.get("type") == "progress"):
             lines_on.setdefault(parent, []).append(rec)
     out: list[_Msg] = []
-    members: set[str] = set()
+    members: set[str] = set()  # the current response's lines, its progress and its results
 
-    def below(index: dict[str, list[Rec]], keep: Any) -> list[Rec]:
-        """What hangs on the members (and on what it gathers), in file order."""
+    def below(index: dict[str, list[Rec]], keep: Any, limit: int) -> list[Rec]:
+        """What hangs on the members (and on what it gathers), before `limit`, in file order."""
         found: list[Rec] = []
         todo = list(members)
         while todo:
             for rec in index.get(todo.pop(), ()):
                 key = rec.uuid or ""
-                if key not in members and keep(rec):
+                if key not in members and order[id(rec)] < limit and keep(rec):
                     members.add(key)
                     found.append(rec)
                     todo.append(key)
@@ -134,40 +138,59 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
 
     response: _Msg | None = None
 
-    def flush() -> None:
+    def flush(limit: int) -> None:
+        """End the current response: gather its lines and results beside the chain. Results
+        written after the chain went on (`limit`, the file position of the record that hangs
+        after the response) hang beside it for the projection too, and are not gathered."""
         if not members or response is None:
             return
-        if not any(m in results_on or m in lines_on for m in members):
-            members.clear()
-            return
-        response.beside.extend(below(lines_on, lambda r: r.value["message"].get("id")
-                                     == response.message_id))
-        out.extend(_Msg("results", [r]) for r in below(results_on, lambda r: True))
+        if any(m in results_on or m in lines_on for m in members):
+            # lines of the response beside the chain, directly or through a hook's progress
+            # record (the projection merges them; results on a progress record stay beside)
+            found = below(lines_on, lambda r: r.value.get("type") == "progress" or
+                          r.value["message"].get("id") == response.message_id, len(order))
+            response.beside.extend(r for r in found if r.value.get("type") == "assistant")
+            members.difference_update(r.uuid for r in found if r.value.get("type") == "progress")
+            out.extend(_Msg("results", [r]) for r in below(results_on, lambda r: True, limit))
         members.clear()
 
-    for rec in chain:
+    def same_response(rec: Rec | None, parents: set[str]) -> bool:
+        return (rec is not None and response is not None and response.message_id is not None
+                and rec.value.get("type") == "assistant" and _is_message(rec)
+                and rec.parent in parents
+                and rec.value["message"].get("id") == response.message_id)
+
+    for at, rec in enumerate(chain):
+        kind = rec.value.get("type")
+        if members and rec.parent in members:
+            if same_response(rec, members):
+                assert response is not None
+                response.recs.append(rec)  # the next line of the same response
+                members.add(rec.uuid or "")
+                continue
+            following = chain[at + 1] if at + 1 < len(chain) else None
+            if kind == "progress" and same_response(following, {rec.uuid or ""}):
+                members.add(rec.uuid or "")  # a hook's progress between lines of a response
+                continue
+            if _only_results(rec):
+                members.add(rec.uuid or "")  # a result of the run, on the chain
+        if members and rec.uuid not in members:
+            flush(order[id(rec)])
         if not _is_message(rec):
             continue
-        if rec.value["type"] == "assistant":
-            mid = rec.value["message"].get("id")
-            last = out[-1] if out else None
-            if not (last is not None and last.kind == "assistant" and mid is not None
-                    and last.message_id == mid):
-                flush()
-                response = _Msg("assistant", [rec], mid)
-                out.append(response)
-            else:
-                last.recs.append(rec)
+        if kind == "assistant":
+            flush(order[id(rec)])
+            response = _Msg("assistant", [rec], rec.value["message"].get("id"))
+            out.append(response)
             members.add(rec.uuid or "")
             continue
-        flush()
         blocks = rec.value["message"].get("content")
         results = _result_ids(rec)
         if results:
             out.append(_Msg("results", [rec]))
         if not results or (isinstance(blocks, list) and len(results) < len(blocks)):
             out.append(_Msg("user", [rec]))
-    flush()
+    flush(len(order))
     return out
 
 
@@ -185,12 +208,15 @@ def _remove_bad_results(p: MendPlan) -> bool:
     expected: set[str] = set()
     got: set[Any] = set()
     bad: dict[int, tuple[Rec, list[tuple[str, Any]]]] = {}
+    empty: list[Rec] = []
     for msg in _messages(active_chain(records), records):
         if msg.kind == "assistant":
             expected, got = set(_tool_ids(msg.lines())), set()
             continue
         if msg.kind == "user":
             expected, got = set(), set()
+            if _is_empty(msg.recs[0]):
+                empty.append(msg.recs[0])
             continue
         rec = msg.recs[0]
         for tool_id in _result_ids(rec):
@@ -201,8 +227,25 @@ def _remove_bad_results(p: MendPlan) -> bool:
             kind = DUPLICATE_RESULT if tool_id in got or tool_id in answered else ORPHAN_RESULT
             bad.setdefault(id(rec), (rec, []))[1].append((kind, tool_id))
     gone = [(rec, found[0][0]) for rec, found in bad.values() if not _drop_blocks(p, rec, found)]
+    for rec in empty:
+        p.problem(EMPTY_MESSAGE, "quarantined the record", rec,
+                  detail="a user message with no content (the API refuses it)")
+        gone.append((rec, EMPTY_MESSAGE))
     _remove_records(p, gone)
-    return bool(bad)
+    return bool(bad) or bool(empty)
+
+
+def _is_empty(rec: Rec) -> bool:
+    """A user record whose message has nothing to send (no content, or only blank text)."""
+    if rec.value.get("isCompactSummary") is True:
+        return False
+    content = rec.value["message"].get("content")
+    if isinstance(content, str):
+        return not content.strip()
+    if not isinstance(content, list):
+        return True
+    return all(isinstance(b, dict) and b.get("type") == "text"
+               and not str(b.get("text", "")).strip() for b in content)
 
 
 def _drop_blocks(p: MendPlan, rec: Rec, found: list[tuple[str, Any]]) -> bool:
@@ -243,7 +286,7 @@ def _remove_records(p: MendPlan, gone: list[tuple[Rec, str]]) -> None:
         return
     parent_of: dict[str, Any] = {}
     for rec, kind in gone:
-        p.drop(rec, kind, "a record holding only tool results that answer no call")
+        p.drop(rec, kind, "a record the resumed chain cannot keep (see its reason)")
         if rec.uuid is not None:
             parent_of[rec.uuid] = rec.parent
 

@@ -71,6 +71,7 @@ def plan_bytes(data: bytes, path: str = "<memory>",
     _fix_nuls(p, [m.start() for m in _NUL_RE.finditer(data)])
     _fix_duplicates(p)
     _fix_chains(p)
+    _fix_duplicates(p)  # a re-attached record may now be the copy of the one before
     fix_pairing(p)
     return p
 
@@ -184,7 +185,7 @@ def _has_nul(value: Any) -> bool:
 
 def _fix_duplicates(p: MendPlan) -> None:
     first: dict[str, Rec] = {}
-    for rec in p.records:
+    for rec in p.kept():
         key = rec.uuid
         if key is None:
             continue
