@@ -16,12 +16,14 @@ What a generated transcript holds:
   several tool calls in parallel); usage fields on every line, the final counts on the last;
 * tool results as ``user`` records with ``toolUseResult``, each hanging on the line of its own
   ``tool_use``, so that with parallel calls all but the last result sit beside the chain (the
-  shape the resume logic has to gather back); hook ``progress`` records beside or inside the
-  chain; images in prompts and in tool results; errors;
+  shape the resume logic has to gather back); parallel ``tool_use`` lines chained, or
+  siblings of the first; hook ``progress`` records beside or inside the chain; images in
+  prompts and in tool results; errors;
 * several compactions (``compact_boundary`` with ``parentUuid: null``, ``logicalParentUuid`` and
-  ``compactMetadata``, then the ``isCompactSummary`` user record), rewinds (a new prompt whose
-  parent is an earlier turn end, the old branch left in the file), legacy inline sidechains
-  (``isSidechain: true`` chains in the main file) and subagent files.
+  ``compactMetadata``, then the ``isCompactSummary`` user record; half of them keep the last
+  turn as a ``preservedSegment``, the conversation going on from its tail), rewinds (a new
+  prompt whose parent is an earlier turn end, the old branch left in the file), legacy inline
+  sidechains (``isSidechain: true`` chains in the main file) and subagent files.
 
 Deterministic for a seed: all randomness comes from one ``random.Random(seed)`` and timestamps
 advance from a fixed start. :func:`generate` returns what it wrote, including the truth a
@@ -103,6 +105,7 @@ class GenStats:
     leaf: str | None = None
     context: list[tuple[str, str]] = field(default_factory=list)
     compactions: int = 0
+    preserved: int = 0
     rewinds: int = 0
     subagents: list[Path] = field(default_factory=list)
     sidechains: int = 0
@@ -111,7 +114,8 @@ class GenStats:
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.by_type.items()))
         return (f"{self.path}: {self.bytes / MB:.1f} MB, {self.records} records ({kinds}); "
-                f"{self.compactions} compactions, {self.rewinds} rewinds, "
+                f"{self.compactions} compactions ({self.preserved} keeping a segment), "
+                f"{self.rewinds} rewinds, "
                 f"{len(self.subagents)} subagent files, {self.sidechains} inline sidechains; "
                 f"context {len(self.context)} messages; {self.seconds:.2f} s")
 
@@ -199,7 +203,7 @@ class _Writer:
 class _Gen:
     def __init__(self, out_dir: Path, seed: int, target: int, compactions: int,
                  rewinds: int, subagents: bool, sidechains: bool,
-                 last_compaction_within: int | None = None) -> None:
+                 last_compaction_within: int | None = None, preserve: bool = True) -> None:
         self.rng = random.Random(seed)
         self.text = _Text(self.rng)
         self.session_id = self._uuid()
@@ -222,6 +226,8 @@ class _Gen:
         self.last: str | None = None          # the record the next chained record hangs on
         self.context: list[tuple[str, str]] = []  # the projection of the chain so far
         self.turn_ends: list[tuple[str, int]] = []  # rewind targets since the latest compaction
+        self.turn_starts: list[tuple[str, int]] = []  # (head, context length before it)
+        self.preserve = preserve
         self.leaf: str | None = None
         self.tool_seq = 0
 
@@ -286,15 +292,25 @@ class _Gen:
 
     def _assistant_lines(self, w: _Writer, blocks: list[dict[str, Any]], *,
                          sidechain: bool = False, agent: str | None = None,
-                         model: str | None = None, chained_progress: bool = False
-                         ) -> tuple[str, list[str]]:
-        """One API response, one record per content block; returns (message id, uuids)."""
+                         model: str | None = None, chained_progress: bool = False,
+                         siblings: bool = False) -> tuple[str, list[str]]:
+        """One API response, one record per content block; returns (message id, uuids).
+
+        The lines hang one on the other; with `siblings`, every tool_use line after the first
+        hangs where the first one does (the other shape Claude Code writes parallel calls in).
+        """
         mid = self._api_id("msg_01")
         req = "req_011C" + self._hex(16)
         uuids = []
         stop = "tool_use" if blocks[-1]["type"] == "tool_use" else "end_turn"
         out_total = self.rng.randint(20, 2_000)
+        fork: str | None = None
         for n, block in enumerate(blocks):
+            if siblings and block["type"] == "tool_use":
+                if fork is None:
+                    fork = self.last
+                else:
+                    self.last = fork
             uid = self._uuid()
             last_line = n == len(blocks) - 1
             rec = self._base(self.last, sidechain=sidechain, agent=agent)
@@ -433,7 +449,10 @@ class _Gen:
     # -- the conversation
 
     def _prompt(self) -> None:
+        """The records that open a turn; the first of them chained is the turn's head."""
         r, t = self.rng, self.text
+        head: str | None = None
+        start = len(self.context)
         if r.random() < 0.4:
             self.main.put({"type": "queue-operation", "operation": "enqueue",
                            "timestamp": self._ts(5, 50), "sessionId": self.session_id,
@@ -453,11 +472,13 @@ class _Gen:
                  False)):
                 self.last = self._user(self.main, content,
                                        extra={"isMeta": True} if meta else None)
+                head = head or self.last
                 self.context.append(("user", self.last))
         if r.random() < 0.05:
             self.last = self._system(self.main, "local_command",
                                      {"content": "<command-name>/cost</command-name>",
                                       "level": "info"}, self.last)
+            head = head or self.last
         text = t.sentence() + " " + t.words(0, 400)
         content: Any = text
         if r.random() < 0.05:
@@ -474,6 +495,7 @@ class _Gen:
         self.last = self._user(self.main, content, uid=uid)
         self.leaf = uid
         self.context.append(("user", uid))
+        self.turn_starts.append((head or uid, start))
         if r.random() < 0.15:
             self.last = self._attachment(self.main, self.last)
 
@@ -496,7 +518,9 @@ class _Gen:
                 calls.append(self._task_call())
             blocks.extend(c[0] for c in calls)
         chained = r.random() < 0.25
-        mid, uuids = self._assistant_lines(self.main, blocks, chained_progress=chained)
+        siblings = not chained and r.random() < 0.25
+        mid, uuids = self._assistant_lines(self.main, blocks, chained_progress=chained,
+                                           siblings=siblings)
         self.leaf = uuids[-1]
         self.context.append(("assistant", mid))
         if calls:
@@ -523,19 +547,34 @@ class _Gen:
         self.turn_ends.append((self.last, len(self.context)))
 
     def _compact(self) -> None:
+        """A compaction; half of them keep the last turn (a preserved segment: Claude Code
+        relinks its head under the summary when it loads the file, and goes on from its
+        tail)."""
         r = self.rng
+        tail = self.last
+        assert tail is not None
+        meta: dict[str, Any] = {"trigger": r.choice(("auto", "manual")),
+                                "preTokens": r.randint(120_000, 180_000)}
+        summary = self._uuid()
+        kept: list[tuple[str, str]] = []
+        if self.preserve and self.turn_starts and r.random() < 0.5:
+            head, start = self.turn_starts[-1]
+            kept = self.context[start:]
+            meta["preservedSegment"] = {"headUuid": head, "anchorUuid": summary,
+                                        "tailUuid": tail}
         boundary = self._system(self.main, "compact_boundary", {
-            "content": "Conversation compacted", "level": "info",
-            "compactMetadata": {"trigger": r.choice(("auto", "manual")),
-                                "preTokens": r.randint(120_000, 180_000)}}, self.last)
+            "content": "Conversation compacted", "level": "info", "compactMetadata": meta},
+            tail)
         self.last = boundary
         text = SUMMARY_PREFIX + "\n".join(self.text.sentence() for _ in range(r.randint(5, 30)))
-        summary = self._user(self.main, text, extra={"isVisibleInTranscriptOnly": True,
-                                                     "isCompactSummary": True})
-        self.last = summary
-        self.context = [("summary", summary)]
-        self.turn_ends = [(summary, 1)]
+        self._user(self.main, text, extra={"isVisibleInTranscriptOnly": True,
+                                           "isCompactSummary": True}, uid=summary)
+        self.context = [("summary", summary), *kept]
+        self.last = tail if kept else summary
+        self.turn_ends = [(self.last, len(self.context))]
+        self.turn_starts = []
         self.stats.compactions += 1
+        self.stats.preserved += bool(kept)
 
     def _rewind(self) -> None:
         if len(self.turn_ends) < 2:
@@ -545,6 +584,7 @@ class _Gen:
         del self.context[length:]
         keep = [te for te in self.turn_ends if te[1] <= length]
         self.turn_ends = keep
+        self.turn_starts = [ts for ts in self.turn_starts if ts[1] < length]
         self.stats.rewinds += 1
 
     def _inline_sidechain(self) -> None:
@@ -623,7 +663,7 @@ class _Gen:
 
 def generate(out_dir: Path, *, mb: float = 1.0, seed: int = 0, compactions: int = 3,
              rewinds: int = 4, subagents: bool = True, sidechains: bool = True,
-             last_compaction_mb: float | None = None) -> GenStats:
+             last_compaction_mb: float | None = None, preserve: bool = True) -> GenStats:
     """Write one transcript (and its subagent files) of about ``mb`` MB under ``out_dir``.
 
     Args:
@@ -635,13 +675,15 @@ def generate(out_dir: Path, *, mb: float = 1.0, seed: int = 0, compactions: int 
         subagents: write Task calls with ``<sessionId>/subagents/agent-*.jsonl`` files.
         sidechains: write legacy inline sidechains in the main file.
         last_compaction_mb: put the latest compaction this many MB before the end.
+        preserve: let about half the compactions keep the last turn (a preserved segment).
 
     Returns:
         :class:`GenStats`, with the leaf and the expected context.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     within = None if last_compaction_mb is None else int(last_compaction_mb * MB)
-    gen = _Gen(out_dir, seed, int(mb * MB), compactions, rewinds, subagents, sidechains, within)
+    gen = _Gen(out_dir, seed, int(mb * MB), compactions, rewinds, subagents, sidechains, within,
+               preserve)
     return gen.run()
 
 

@@ -16,11 +16,13 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from third_party import claude_path, pi_path
 
 import journal
 from journal import claude
-from journal.context import Context, build_context, for_model
+from journal.context import Context, build_context, for_model, iso_to_millis
 from journal.errors import ForeignSession
 from journal.snapshot import load, resume
 from journal.validate import pairing_problems
@@ -59,7 +61,8 @@ def kinds(snap: journal.Snapshot, context: Context) -> list[tuple[str, str]]:
             out.append(("toolResult", message["toolCallId"]))
         else:
             assert entry_id is not None
-            out.append((role, entry_id))
+            # a kept segment's copy (`<id>@<anchor>`) stands for the record it copies
+            out.append((role, entry_id.split("@")[0]))
     return out
 
 
@@ -123,8 +126,8 @@ def test_one_message_per_api_response(generated: Any) -> None:
     for r in records:
         if r["type"] == "assistant":
             lines_per_id[r["message"]["id"]] = lines_per_id.get(r["message"]["id"], 0) + 1
-    assistants = [e for e in snap.entries
-                  if e["type"] == "message" and e["message"]["role"] == "assistant"]
+    assistants = [e for e in snap.entries if e["type"] == "message"
+                  and e["message"]["role"] == "assistant" and "@" not in e["id"]]
     assert len(assistants) == len(lines_per_id)
     assert any(len(e["message"]["content"]) > 1 for e in assistants)
     assert sum(len(e["message"]["content"]) for e in assistants) == sum(lines_per_id.values())
@@ -396,3 +399,66 @@ def test_a_record_without_a_message_object_is_reported_not_kept(tmp_path: Path) 
     assert snap.diagnostics[0].line == 2
     assert [e["id"] for e in snap.entries] == ["u1", "u2"]
     assert snap.entries[1]["message"]["content"] == "b"
+
+
+def test_parallel_calls_written_as_siblings_merge(tmp_path: Path) -> None:
+    """The other shape of parallel calls: each tool_use line hangs where the first does."""
+    path = write(tmp_path / "t.jsonl", [
+        _user("u1", None, "go"),
+        _asst("a1", "u1", "m1", {"type": "tool_use", "id": "t1", "name": "Read", "input": {}}),
+        _asst("a2", "u1", "m1", {"type": "tool_use", "id": "t2", "name": "Grep", "input": {}}),
+        _asst("a3", "u1", "m1", {"type": "tool_use", "id": "t3", "name": "Bash", "input": {}},
+              "tool_use"),
+        _result("r1", "a1", "t1"), _result("r2", "a2", "t2"), _result("r3", "a3", "t3"),
+        _asst("a4", "r2", "m2", {"type": "text", "text": "done"}, "end_turn"),
+    ])
+    context = project(load(path))
+    assert [m["role"] for m in context.messages] == [
+        "user", "assistant", "toolResult", "toolResult", "toolResult", "assistant"]
+    assert [b["id"] for b in context.messages[1]["content"]] == ["t1", "t2", "t3"]
+    assert pairing_problems(context.messages) == []
+
+
+def test_a_compaction_that_keeps_a_segment(tmp_path: Path) -> None:
+    """`compactMetadata.preservedSegment`: Claude Code relinks the kept segment's head under
+    the summary when it loads the file, and goes on from the segment's tail."""
+    records = [
+        _user("u1", None, "old"),
+        _asst("a1", "u1", "m1", {"type": "text", "text": "old answer"}, "end_turn"),
+        _user("u2", "a1", "kept prompt"),
+        _asst("a2", "u2", "m2", {"type": "tool_use", "id": "t1", "name": "Read", "input": {}},
+              "tool_use", input_tokens=190000, output_tokens=5),
+        _result("r2", "a2", "t1"),
+        _asst("a3", "r2", "m3", {"type": "text", "text": "kept answer"}, "end_turn"),
+        _rec("system", "cb", None, subtype="compact_boundary", logicalParentUuid="a3",
+             compactMetadata={"trigger": "auto", "preTokens": 190000, "preservedSegment": {
+                 "headUuid": "u2", "anchorUuid": "cs", "tailUuid": "a3"}}),
+        _user("cs", "cb", "Summary of the old part.", isCompactSummary=True),
+    ]
+    only = write(tmp_path / "only.jsonl", records)
+    context = project(load(only))
+    assert [m["role"] for m in context.messages] == [
+        "compactionSummary", "user", "assistant", "toolResult", "assistant"]
+    assert context.messages[1]["content"] == "kept prompt"
+    assert context.messages[2]["usage"]["input"] == 0  # zeroed, as Claude Code does
+    path = write(tmp_path / "t.jsonl", [*records, _user("u3", "a3", "new"),
+                                        _asst("a4", "u3", "m4", {"type": "text", "text": "ok"},
+                                              "end_turn")])
+    snap = load(path)
+    context = project(snap)
+    assert [m["role"] for m in context.messages] == [
+        "compactionSummary", "user", "assistant", "toolResult", "assistant", "user",
+        "assistant"]
+    assert "old" not in [m.get("content") for m in context.messages]
+    tail = resume(path)
+    assert not tail.complete and project(tail).same_as(context)
+
+
+@given(st.one_of(
+    st.datetimes(min_value=__import__("datetime").datetime(1971, 1, 1)).map(
+        lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"),
+    st.text(alphabet="0123456789-T:.Z²x", min_size=20, max_size=26)))
+@settings(max_examples=300, deadline=None)
+def test_message_times_read_as_the_projection_reads_them(stamp: str) -> None:
+    record = {"timestamp": stamp, "message": {"role": "assistant", "content": []}}
+    assert claude.assistant_message(record)["timestamp"] == iso_to_millis(stamp)

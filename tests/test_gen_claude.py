@@ -102,7 +102,8 @@ def test_compactions(made: tuple[Any, list[dict[str, Any]]]) -> None:
     for i in boundaries:
         b = recs[i]
         assert b["parentUuid"] is None and b["logicalParentUuid"] in by_uuid
-        assert set(b["compactMetadata"]) == {"trigger", "preTokens"}
+        assert {"trigger", "preTokens"} <= set(b["compactMetadata"]) <= {
+            "trigger", "preTokens", "preservedSegment"}
         s = recs[i + 1]
         assert s["type"] == "user" and s["isCompactSummary"] is True
         assert s["parentUuid"] == b["uuid"]
@@ -116,15 +117,23 @@ def test_one_block_per_line_sharing_message_id(made: tuple[Any, list[dict[str, A
             assert len(r["message"]["content"]) == 1
             groups.setdefault(r["message"]["id"], []).append(r)
     assert any(len(g) >= 3 for g in groups.values())
+    progress = {p["uuid"]: p["parentUuid"] for p in recs if p["type"] == "progress"}
+    shapes = set()
     for g in groups.values():
         assert len({r["requestId"] for r in g}) == 1
+        calls = [r for r in g if r["message"]["content"][0]["type"] == "tool_use"]
         for prev, nxt in zip(g, g[1:], strict=False):
-            # a line hangs on the previous line of its response, or on a progress record
-            # that hangs on it
+            # a line hangs on the previous line of its response, on a progress record that
+            # hangs on it, or (parallel calls) where the response's first call hangs
             parent = nxt["parentUuid"]
-            assert parent == prev["uuid"] or any(
-                p["uuid"] == parent and p["parentUuid"] == prev["uuid"]
-                for p in recs if p["type"] == "progress")
+            if parent == prev["uuid"]:
+                shapes.add("chain")
+            elif progress.get(parent) == prev["uuid"]:
+                shapes.add("progress")
+            else:
+                assert nxt in calls and parent == calls[0]["parentUuid"]
+                shapes.add("siblings")
+    assert shapes == {"chain", "progress", "siblings"}
     blocks = [r["message"]["content"][0] for r in recs if r["type"] == "assistant"]
     thinking = [b for b in blocks if b["type"] == "thinking"]
     assert thinking and all(len(b["signature"]) > 100 for b in thinking)
@@ -184,12 +193,18 @@ def test_subagent_files(made: tuple[Any, list[dict[str, Any]]]) -> None:
 def _naive_context(recs: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str]]]:
     """The projection computed the plain way, to check the generator's own account of it."""
     by_uuid = {r["uuid"]: r for r in recs if "uuid" in r}
+    relink = {}  # a preserved segment's head hangs on its anchor once Claude Code loads it
+    for r in recs:
+        segment = r.get("compactMetadata", {}).get("preservedSegment")
+        if segment:
+            relink[segment["headUuid"]] = segment["anchorUuid"]
     leaf = [r for r in recs if r["type"] in ("user", "assistant") and not r["isSidechain"]][-1]
     chain = []
     cur: dict[str, Any] | None = leaf
     while cur is not None and cur.get("subtype") != "compact_boundary":
         chain.append(cur)
-        cur = by_uuid.get(cur["parentUuid"]) if cur["parentUuid"] else None
+        parent = relink.get(cur["uuid"], cur["parentUuid"])
+        cur = by_uuid.get(parent) if parent else None
     chain.reverse()
     results = {}
     for r in recs:
@@ -197,15 +212,24 @@ def _naive_context(recs: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str
             for b in r["message"]["content"]:
                 if b.get("type") == "tool_result":
                     results[b["tool_use_id"]] = r
+    lines_of: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        if r["type"] == "assistant":
+            lines_of.setdefault(r["message"]["id"], []).append(r)
     out: list[tuple[str, str]] = []
+    done: set[str] = set()
     for r in chain:
         if r["type"] == "assistant":
             mid = r["message"]["id"]
-            if not out or out[-1] != ("assistant", mid):
-                out.append(("assistant", mid))
-            for b in r["message"]["content"]:
-                if b["type"] == "tool_use" and b["id"] in results:
-                    out.append(("toolResult", b["id"]))
+            if mid in done:
+                continue
+            done.add(mid)
+            out.append(("assistant", mid))
+            # every line of the response, on the chain or beside it, and their results
+            for line in lines_of[mid]:
+                for b in line["message"]["content"]:
+                    if b["type"] == "tool_use" and b["id"] in results:
+                        out.append(("toolResult", b["id"]))
         elif r["type"] == "user":
             content = r["message"]["content"]
             if r.get("isCompactSummary"):
@@ -213,19 +237,7 @@ def _naive_context(recs: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str
             elif not (isinstance(content, list) and content
                       and content[0].get("type") == "tool_result"):
                 out.append(("user", r["uuid"]))
-    # results follow their whole response, not each line of it
-    fixed: list[tuple[str, str]] = []
-    pending: list[tuple[str, str]] = []
-    for item in out:
-        if item[0] == "toolResult":
-            pending.append(item)
-            continue
-        if item[0] == "assistant" and fixed and fixed[-1] == item:
-            continue
-        fixed.extend(pending)
-        pending = []
-        fixed.append(item)
-    fixed.extend(pending)
+    fixed = out
     return leaf["uuid"], fixed
 
 
@@ -262,3 +274,15 @@ def test_last_compaction_near_the_end(tmp_path: Path) -> None:
     data = stats.path.read_bytes()
     at = data.rfind(b'"subtype":"compact_boundary"')
     assert stats.compactions == 2 and len(data) - at < 0.3 * gc.MB
+
+
+def test_preserved_segments(made: tuple[Any, list[dict[str, Any]]]) -> None:
+    stats, recs = made
+    at = {r["uuid"]: i for i, r in enumerate(recs) if "uuid" in r}
+    segments = [(i, r["compactMetadata"]["preservedSegment"]) for i, r in enumerate(recs)
+                if "preservedSegment" in r.get("compactMetadata", {})]
+    assert len(segments) == stats.preserved >= 1
+    for i, seg in segments:
+        assert at[seg["headUuid"]] <= at[seg["tailUuid"]] < i
+        assert recs[i]["logicalParentUuid"] == seg["tailUuid"]
+        assert recs[i + 1]["uuid"] == seg["anchorUuid"] and recs[i + 1]["isCompactSummary"]

@@ -16,6 +16,8 @@ The projection, as Claude Code resumes a session:
   along `logicalParentUuid` (the history before it), but the latest boundary on the branch
   is a compaction: the model sees its summary (the `isCompactSummary` user record under it)
   and what follows, nothing before;
+- a compaction that kept its latest records (`preservedSegment`) has them relinked under
+  its summary, as Claude Code relinks them;
 - consecutive assistant lines of one API response (same `message.id`) are one message;
 - the results of a response's tool calls follow it, in the order written, even those Claude
   Code hung beside the chain (parallel calls);

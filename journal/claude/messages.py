@@ -33,8 +33,26 @@ _STOP = {"end_turn": "stop", "tool_use": "toolUse", "max_tokens": "length",
          "stop_sequence": "stop", "pause_turn": "stop", "refusal": "stop"}
 
 
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+               "cache_creation_input_tokens")
+_MINUTES: dict[str, Any] = {}
+
+
 def _millis(record: Record) -> Any:
-    return iso_to_millis(record.get("timestamp"))
+    """`iso_to_millis` of the record's timestamp; Claude Code's own form
+    (`2026-01-15T09:00:03.405Z`) is read from a per-minute cache (a load reads thousands)."""
+    stamp = record.get("timestamp")
+    if (type(stamp) is str and len(stamp) == 24 and stamp[23] == "Z" and stamp[19] == "."
+            and stamp[16] == ":" and stamp[17:23].isascii() and stamp[17:19].isdigit()
+            and stamp[20:23].isdigit() and stamp[17] < "6"):
+        minute = _MINUTES.get(stamp[:16])
+        if minute is None:
+            minute = iso_to_millis(stamp[:16] + ":00.000Z")
+            if len(_MINUTES) < 100_000:
+                _MINUTES[stamp[:16]] = minute
+        if isinstance(minute, int):
+            return minute + int(stamp[17:19]) * 1000 + int(stamp[20:23])
+    return iso_to_millis(stamp)
 
 
 def image_block(block: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +66,8 @@ def image_block(block: dict[str, Any]) -> dict[str, Any]:
 def _user_block(block: Any) -> Any:
     if isinstance(block, dict) and block.get("type") == "image":
         return image_block(block)
+    if isinstance(block, str):  # a bare string in a content list reads as its text
+        return {"type": "text", "text": block}
     return block
 
 
@@ -112,16 +132,11 @@ def usage(raw: Any) -> dict[str, Any] | None:
     """Claude's usage counters under pi's names (None when the record has none)."""
     if not isinstance(raw, dict):
         return None
-
-    def count(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    out = {"input": count("input_tokens"), "output": count("output_tokens"),
-           "cacheRead": count("cache_read_input_tokens"),
-           "cacheWrite": count("cache_creation_input_tokens")}
-    out["totalTokens"] = sum(out.values())
-    return out
+    get = raw.get
+    counts = [get(key) for key in _USAGE_KEYS]
+    n_in, n_out, n_read, n_write = (v if type(v) is int else 0 for v in counts)
+    return {"input": n_in, "output": n_out, "cacheRead": n_read, "cacheWrite": n_write,
+            "totalTokens": n_in + n_out + n_read + n_write}
 
 
 def assistant_message(record: Record) -> Message:
@@ -156,14 +171,19 @@ def merge_assistant(into: Message, record: Record) -> None:
     """Add the next line of the same API response to its message: its blocks after the
     ones before, its usage, stop reason and model replacing theirs (the last line has the
     final counts)."""
-    line = assistant_message(record)
-    into["content"] = [*into["content"], *line["content"]]
-    if "usage" in line:
-        into["usage"] = line["usage"]
-    if record["message"].get("stop_reason") is not None or "errorMessage" in line:
-        into["stopReason"] = line["stopReason"]
-    else:
-        into["stopReason"] = stop_reason({"message": {}}, into["content"])
-    if "errorMessage" in line:
-        into["errorMessage"] = line["errorMessage"]
-    into["model"] = line["model"]
+    message = record["message"]
+    content = message.get("content")
+    blocks = [assistant_block(b) for b in content] if isinstance(content, list) else (
+        [{"type": "text", "text": content}] if isinstance(content, str) else [])
+    into["content"] = [*into["content"], *blocks]
+    found = usage(message.get("usage"))
+    if found is not None:
+        into["usage"] = found
+    raw = message.get("stop_reason")
+    into["stopReason"] = _STOP[raw] if isinstance(raw, str) and raw in _STOP else (
+        stop_reason({"message": {}}, into["content"]))
+    if record.get("isApiErrorMessage") is True:
+        into["stopReason"] = "error"
+        into["errorMessage"] = " ".join(b.get("text", "") for b in blocks
+                                        if isinstance(b, dict) and b.get("type") == "text")
+    into["model"] = message.get("model")

@@ -125,6 +125,15 @@ def feed_lines(translator: Translator, items: Any, entries: list[Entry], lines: 
     return end
 
 
+def _note_relink(boundary: Record, relink: dict[str, str]) -> None:
+    meta = boundary.get("compactMetadata")
+    segment = meta.get("preservedSegment") if isinstance(meta, dict) else None
+    if isinstance(segment, dict):
+        head, anchor = segment.get("headUuid"), segment.get("anchorUuid")
+        if isinstance(head, str) and isinstance(anchor, str):
+            relink[head] = anchor
+
+
 def _unterminated(f: Any, end: int, size: int) -> Line | None:
     """The last line when it lacks its newline but is a whole JSON object: Claude Code reads
     such a line (hand-made transcripts end so), and so do these readers. `end` stays before
@@ -188,6 +197,7 @@ def resume(storage: Storage) -> ClaudeRead:
         last = _unterminated(f, end, size)
         collected: list[tuple[Line, Any]] = []
         seen: dict[str, Record] = {}
+        relink: dict[str, str] = {}  # a kept segment's head -> its anchor (see translate)
         wanted: str | None = None
         leaf_found = False
         stop = False
@@ -201,6 +211,8 @@ def resume(storage: Storage) -> ClaudeRead:
             if uid is None:
                 continue
             seen.setdefault(uid, value)
+            if is_compact_boundary(value):
+                _note_relink(value, relink)
             if not leaf_found and is_main_message(value):
                 leaf_found = True
                 wanted = uid
@@ -209,7 +221,7 @@ def resume(storage: Storage) -> ClaudeRead:
                 if is_compact_boundary(record):
                     stop = True
                     break
-                wanted = parent_of(record)
+                wanted = relink.get(wanted) or parent_of(record)
                 if wanted is None:
                     stop = True
             if stop:

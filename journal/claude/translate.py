@@ -12,7 +12,8 @@ tree, the projection (`build_context`), the renderer, `View` and the tail work u
 - a `system` record with subtype `compact_boundary`: a `compaction` entry whose parent is the
   `logicalParentUuid` (so the tree keeps the history before it) and whose `summary` is the text
   of the `isCompactSummary` user record under it; that record becomes a
-  `custom` entry (`claude.compact_summary`) so nothing is counted twice;
+  `custom` entry (`claude.compact_summary`) so nothing is counted twice; the segment a
+  compaction kept (`preservedSegment`) is copied under its anchor (see `_preserve`);
 - any other record with a uuid (`system`, `attachment`, `progress`, unknown types): a `custom`
   entry, `customType` `claude.<type>` (`claude.system.<subtype>`), the record as its `data`.
 
@@ -41,7 +42,6 @@ from .records import (
     SYSTEM,
     USER,
     Record,
-    content_blocks,
     is_compact_boundary,
     is_compact_summary,
     is_sidechain,
@@ -92,6 +92,10 @@ class Translator:
         self._run_of: dict[str, str] = {}       # result entry -> its response entry
         self._pending: dict[str, Entry] = {}    # compaction entries awaiting their summary
         self._tool_names: dict[str, str] = {}
+        self._by_mid: dict[str, str] = {}       # message.id -> its response entry
+        self._group_base: dict[str, str | None] = {}  # response entry -> where it hangs
+        self._entries: dict[str, Entry] = {}    # every entry made, by id
+        self._relinks: dict[str, tuple[str, str]] = {}  # anchor uuid -> (head, tail)
 
     @property
     def leaf_id(self) -> str | None:
@@ -135,6 +139,8 @@ class Translator:
                 mid = message_id(record)
                 if mid is not None:
                     self._groups[uid] = (mid, entries[0])
+                    self._by_mid.setdefault(mid, uid)
+                    self._group_base[uid] = base
                 self._run_tail[uid] = uid
         elif kind == USER:
             entries = self._user(uid, parent, base, record)
@@ -146,8 +152,12 @@ class Translator:
                 self._via[uid] = base
         self._alias[uid] = entries[-1]["id"]
         self.raw[entries[0]["id"]] = [record]
+        for entry in entries:
+            self._entries[entry["id"]] = entry
         if is_msg:
             self._note_leaf(record, entries[-1]["id"])
+        if uid in self._relinks:
+            entries.extend(self._preserve(uid, *self._relinks.pop(uid)))
         return entries
 
     # -- the parts of feed
@@ -160,8 +170,11 @@ class Translator:
                 self.summary_leaf = self._alias[leaf]
 
     def _note_calls(self, record: Record) -> None:
-        for block in content_blocks(record):
-            if isinstance(block, dict) and block.get("type") == "tool_use":
+        content = record["message"].get("content")
+        if type(content) is not list:
+            return
+        for block in content:
+            if type(block) is dict and block.get("type") == "tool_use":
                 call_id, name = block.get("id"), block.get("name")
                 if isinstance(call_id, str) and isinstance(name, str):
                     self._tool_names[call_id] = name
@@ -174,12 +187,19 @@ class Translator:
     def _merged(self, record: Record, uid: str, base: str | None) -> bool:
         """Add a line to the response it continues, if it continues one."""
         mid = message_id(record)
+        if mid is None:
+            return False
         hop = base
         while hop is not None and hop in self._via:
             hop = self._via[hop]
         group = self._groups.get(hop) if hop is not None else None
-        if mid is None or group is None or group[0] != mid:
-            return False
+        if group is None or group[0] != mid:
+            # parallel calls may also be written as siblings: each line of the response
+            # hangs where its first line does
+            hop = self._by_mid.get(mid)
+            if hop is None or self._group_base.get(hop) != base:
+                return False
+            group = self._groups[hop]
         assert hop is not None
         messages.merge_assistant(group[1]["message"], record)
         self._alias[uid] = hop
@@ -229,7 +249,64 @@ class Translator:
                         "firstKeptEntryId": None,
                         "tokensBefore": tokens if isinstance(tokens, int) else 0}
         self._pending[uid] = entry
+        segment = meta.get("preservedSegment") if isinstance(meta, dict) else None
+        if self.merge and isinstance(segment, dict):
+            head, tail = segment.get("headUuid"), segment.get("tailUuid")
+            anchor = segment.get("anchorUuid")
+            if isinstance(head, str) and isinstance(tail, str) and isinstance(anchor, str):
+                self._relinks[anchor] = (head, tail)
         return entry
+
+    def _preserve(self, anchor: str, head: str, tail: str) -> list[Entry]:
+        """The segment a compaction kept (`compactMetadata.preservedSegment`), again under its
+        anchor: Claude Code relinks the segment's head to the anchor when it loads the file,
+        and what comes after the compaction hangs on the segment's tail. The entries from the
+        head to the tail are copied under the anchor (ids `<id>@<anchor>`, usage zeroed, as
+        Claude Code zeroes it), and the records of the segment now lead to the copies."""
+        top = head if head in self._entries else self._alias.get(head)
+        at = self._alias.get(tail)
+        path: list[str] = []
+        while at is not None and at in self._entries:
+            path.append(at)
+            if at == top:
+                break
+            at = self._entries[at].get("parentId")
+        if not path or path[-1] != top:
+            return []  # not a chain of this file: nothing to relink
+        path.reverse()
+        copies: list[Entry] = []
+        mapping: dict[str, str] = {}
+        parent = self._alias[anchor]
+        for entry_id in path:
+            copy = dict(self._entries[entry_id])
+            copy["id"] = f"{entry_id}@{anchor}"
+            copy["parentId"] = parent
+            message = copy.get("message")
+            if isinstance(message, dict):
+                copy["message"] = dict(message)
+                if isinstance(message.get("content"), list):
+                    copy["message"]["content"] = list(message["content"])
+                if "usage" in message:
+                    copy["message"]["usage"] = messages.usage({})
+            mapping[entry_id] = parent = copy["id"]
+            self._entries[copy["id"]] = copy
+            if entry_id in self.raw:
+                self.raw[copy["id"]] = self.raw[entry_id]
+            copies.append(copy)
+        for entry_id in path:
+            for record in self.raw.get(entry_id, []):
+                uid = record.get("uuid")
+                if isinstance(uid, str) and self._alias.get(uid) in mapping:
+                    self._alias[uid] = mapping[self._alias[uid]]
+            if entry_id in self._run_tail:
+                self._run_tail[mapping[entry_id]] = mapping.get(self._run_tail[entry_id],
+                                                                self._run_tail[entry_id])
+            if entry_id in self._run_of:
+                self._run_of[mapping[entry_id]] = mapping.get(self._run_of[entry_id],
+                                                              self._run_of[entry_id])
+        if self.leaf == self._alias[anchor] or self.leaf in mapping:
+            self.leaf = mapping.get(self.leaf or "", mapping[path[-1]])
+        return copies
 
     def _custom(self, uid: str, parent: str | None, record: Record) -> Entry:
         return self._entry(uid, parent, record, custom=custom_type(record))
