@@ -428,13 +428,18 @@ class _Gen:
 
     def _results(self, w: _Writer, calls: list[tuple[dict[str, Any], Any, Any, bool]],
                  owners: list[str], *, sidechain: bool = False, agent: str | None = None,
-                 progress_beside: bool = False) -> None:
-        """One user record per result, each on the line of its tool_use; chain ends at the last."""
-        for (use, content, tur, err), owner in zip(calls, owners, strict=True):
+                 progress_beside: bool = False, progress_carries: bool = False) -> str:
+        """One user record per result, each on the line of its tool_use; the chain goes on
+        from the last, or (`progress_carries`, as newer versions write it) from a hook's
+        progress record on the last call's line, written before that call's result."""
+        carrier: str | None = None
+        for n, ((use, content, tur, err), owner) in enumerate(zip(calls, owners, strict=True)):
             if use["name"] == "Task":
                 self._run_subagent(tur["agentId"], tur["prompt"])
             if progress_beside:
                 self._progress(w, owner, use["id"], sidechain, agent)
+            if progress_carries and n == len(calls) - 1:
+                carrier = self._progress(w, owner, use["id"], sidechain, agent)
             block: dict[str, Any] = {"tool_use_id": use["id"], "type": "tool_result",
                                      "content": content}
             if err:
@@ -445,6 +450,11 @@ class _Gen:
                                           "sourceToolAssistantUUID": owner})
             if not sidechain:
                 self.context.append(("toolResult", use["id"]))
+        result = self.last
+        assert result is not None
+        if carrier is not None:
+            self.last = carrier
+        return result  # the last result (the leaf, when nothing follows)
 
     # -- the conversation
 
@@ -525,8 +535,9 @@ class _Gen:
         self.context.append(("assistant", mid))
         if calls:
             owners = uuids[len(blocks) - len(calls):]
-            self._results(self.main, calls, owners, progress_beside=r.random() < 0.2)
-            self.leaf = self.last
+            beside = r.random() < 0.2
+            self.leaf = self._results(self.main, calls, owners, progress_beside=beside,
+                                      progress_carries=not beside and r.random() < 0.15)
 
     def _turn(self) -> None:
         self._prompt()

@@ -56,7 +56,7 @@ from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
-from .snapshot import is_compressed
+from .snapshot import is_compressed, refuse_foreign
 from .storage import as_storage
 from .tree import Tree
 
@@ -743,6 +743,7 @@ def repair(
     if (dialect or dialect_of(path)) == CLAUDE:
         return repair_claude(path, dry_run=dry_run, lock_timeout=lock_timeout,
                              progress=progress)
+    refuse_foreign(path)  # a Claude Code transcript forced as pi is not repaired as a pi file
     if dry_run:
         return assess(path, migrate=migrate, strict=strict, progress=progress, dialect="pi")
     if is_compressed(path):

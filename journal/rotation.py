@@ -63,7 +63,7 @@ from .progress import Meter, MeteredReader, Progress
 from .publish import NewFile
 from .quarantine import cut_torn_tail
 from .seal import make_seal, write_seal
-from .snapshot import find_last_of_type, last_newline_end, load, resume
+from .snapshot import find_last_of_type, last_newline_end, load, refuse_foreign, resume
 from .storage import as_storage
 from .tree import Tree
 
@@ -398,6 +398,7 @@ def rotate(
     """
     started = time.perf_counter()
     path = real_path(os.fspath(path))
+    refuse_foreign(path)  # a Claude Code transcript is never rotated
     if os.path.isfile(path):
         check_destination(path, archive_dir, compress)  # before anything is changed
     if not dry_run:

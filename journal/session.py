@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, model
-from .claude import PI
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
 from .durability import Durability
 from .errors import (
-    ForeignSession,
     JournalError,
     NoSpace,
     NotASession,
@@ -49,10 +47,10 @@ from .rotation import (
 from .seal import commit_seal
 from .snapshot import (
     Snapshot,
-    dialect_of_storage,
     find_last_of_type,
     last_newline_end,
     load,
+    refuse_foreign,
     resume,
 )
 from .storage import Appender, FileStorage, Lock, Storage
@@ -150,7 +148,7 @@ class Session:
         `migrate=False` refuses it instead (UnsupportedVersion), as does any other backend.
         Raises NotASession, UnsupportedVersion, LockTimeout, UnsafeLockFile.
         """
-        _refuse_foreign(target)
+        refuse_foreign(target)
         if isinstance(target, (str, os.PathLike, FileStorage)):
             opened = _open_file(target, lock_timeout, migrate)
         else:
@@ -527,21 +525,6 @@ class _Opened:
     lock: Lock
     recovered: list[Quarantined] = field(default_factory=list)
     followed: list[str] = field(default_factory=list)
-
-
-def _refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
-    """Refuse, before any lock file exists, a session another program writes (a Claude Code
-    transcript): `ForeignSession`."""
-    if isinstance(target, (str, os.PathLike)):
-        path = real_path(target)
-        if not os.path.isfile(path):
-            return  # missing, moved or not a file: the opening says why
-        storage: Storage = FileStorage(path)
-    else:
-        storage = target
-    dialect = dialect_of_storage(storage)
-    if dialect != PI:
-        raise ForeignSession(storage.locator, "Claude Code")
 
 
 def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float,

@@ -11,14 +11,14 @@ from typing import IO, BinaryIO, cast
 from . import claude, codec
 from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line, last_newline_end
-from .errors import NotASession
+from .errors import ForeignSession, NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
 from .storage import FileStorage, Storage, as_storage
 from .tree import Tree
 
 __all__ = ["Snapshot", "last_newline_end", "load", "resume", "read_stream", "open_for_reading",
-           "is_compressed", "find_last_of_type", "dialect_of_storage"]
+           "is_compressed", "find_last_of_type", "dialect_of_storage", "refuse_foreign"]
 
 
 @dataclass
@@ -85,6 +85,22 @@ def dialect_of_storage(storage: Storage, dialect: str | None = None) -> str:
         return claude.PI
     with storage.open_reader() as reader:
         return claude.detect_stream(reader.stream)
+
+
+def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
+    """Refuse to write to a session another program writes (a Claude Code transcript):
+    raises `ForeignSession`. Every writer (`Session.open`, rotation) asks before it takes a
+    lock, so nothing is left behind. A path that is not an existing file passes (the opening
+    says why it cannot be used)."""
+    if isinstance(target, (str, os.PathLike)):
+        path = os.path.realpath(target)
+        if not os.path.isfile(path):
+            return
+        storage: Storage = FileStorage(path)
+    else:
+        storage = target
+    if dialect_of_storage(storage) != claude.PI:
+        raise ForeignSession(storage.locator, "Claude Code")
 
 
 def from_claude(read: claude.ClaudeRead) -> Snapshot:

@@ -171,3 +171,20 @@ def test_tail_dialect_can_be_forced(tmp_path: Path, capsys: Any) -> None:
     # read as pi, it holds no entry: refused as any file that is not a session
     code, _, err = run(capsys, "tail", "-n", "2", "--dialect", "pi", str(stats.path))
     assert code == 2 and "not a session file" in err
+
+
+def test_writers_refuse_and_leave_nothing(tmp_path: Path, capsys: Any) -> None:
+    """rotate never touches a Claude Code transcript (Claude Code writes it); repair works on
+    it in its own format (docs/claude.md), and leaves a clean one as it was."""
+    stats = gc.generate(tmp_path, mb=0.2, seed=27, compactions=2)
+    before = listing(tmp_path)
+    code, _, err = run(capsys, "rotate", str(stats.path))
+    assert code == 2 and "Claude Code transcript" in err
+    assert listing(tmp_path) == before
+    for argv in (["repair", str(stats.path)], ["repair", "--check", str(stats.path)]):
+        code, _, err = run(capsys, *argv)
+        assert code == 0, (argv, err)
+        assert listing(tmp_path) == before
+    code, _, err = run(capsys, "repair", "--dialect", "pi", str(stats.path))
+    assert code == 2 and "Claude Code transcript" in err
+    assert listing(tmp_path) == before

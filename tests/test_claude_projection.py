@@ -248,6 +248,25 @@ def test_parallel_calls_merge_and_their_results_follow(tmp_path: Path) -> None:
     assert [r["uuid"] for r in snap.claude.translator.raw["a1"]] == ["a1", "a2", "a3"]
 
 
+def test_the_conversation_going_on_from_a_progress_record(tmp_path: Path) -> None:
+    """Newer versions go on from a hook's progress record on the last call's line, which may
+    be written before that call's result: the result still comes before what follows."""
+    path = write(tmp_path / "t.jsonl", [
+        _user("u1", None, "go"),
+        _asst("a1", "u1", "m1", {"type": "tool_use", "id": "t1", "name": "Read", "input": {}}),
+        _asst("a2", "a1", "m1", {"type": "tool_use", "id": "t2", "name": "Bash", "input": {}},
+              "tool_use"),
+        _result("r1", "a1", "t1"),
+        _rec("progress", "p2", "a2", data={"type": "hook_progress"}),
+        _result("r2", "a2", "t2"),
+        _asst("a3", "p2", "m2", {"type": "text", "text": "done"}, "end_turn"),
+    ])
+    context = project(load(path))
+    assert [m["role"] for m in context.messages] == [
+        "user", "assistant", "toolResult", "toolResult", "assistant"]
+    assert pairing_problems(context.messages) == []
+
+
 def test_compaction_rewind_and_summary_leaf(tmp_path: Path) -> None:
     path = write(tmp_path / "t.jsonl", [
         _user("u1", None, "start"),

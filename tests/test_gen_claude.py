@@ -161,6 +161,10 @@ def test_tool_results_hang_on_their_calls(made: tuple[Any, list[dict[str, Any]]]
                     assert r["parentUuid"] == owner[b["tool_use_id"]]
                     answered[b["tool_use_id"]] = answered.get(b["tool_use_id"], 0) + 1
     assert answered == dict.fromkeys(owner, 1)
+    # newer versions go on from a hook's progress record on a response's last call
+    kinds = {r["uuid"]: r["type"] for r in recs if "uuid" in r}
+    assert any(kinds.get(r.get("parentUuid")) == "progress" and r["type"] == "assistant"
+               for r in recs)
 
 
 def test_rewinds_leave_forks(made: tuple[Any, list[dict[str, Any]]]) -> None:

@@ -208,10 +208,15 @@ class Translator:
         return True
 
     def _hang(self, base: str | None) -> str | None:
-        """Where a record whose parent is `base` hangs: below the last result of a response."""
+        """Where a record whose parent is `base` hangs: below the last result of a response,
+        also when `base` is a hook's `progress` record hanging on that response (newer
+        versions go on from one, written before the last result came)."""
         if base is None or not self.merge:
             return base
-        group = self._run_of.get(base, base)
+        hop = base
+        while hop in self._via:
+            hop = self._via[hop]
+        group = self._run_of.get(hop, hop)
         tail = self._run_tail.get(group)
         return tail if tail is not None else base
 
