@@ -9,6 +9,8 @@ parallel calls that hang beside the chain (each on the line of its own call, as 
 writes them) come right after their calls. The results of an assistant message's calls must
 come right after it, as one run, each call answered once.
 
+- `bad_tool_use`: a tool_use block without a string id, a name or an input object (a
+  damaged line) is removed, and its result goes as an orphan;
 - `empty_message`: a user record with nothing to send (the API refuses it) goes, its children
   re-attached to its parent;
 - `orphan_result`, `duplicate_result`: a block answering no call of the message before its
@@ -31,6 +33,7 @@ ORPHAN_RESULT = "orphan_result"
 DUPLICATE_RESULT = "duplicate_result"
 UNPAIRED_TOOL_USE = "unpaired_tool_use"
 EMPTY_MESSAGE = "empty_message"
+BAD_TOOL_USE = "bad_tool_use"
 REPARENTED = "reparented"
 _MESSAGE_TYPES = ("user", "assistant")
 
@@ -121,10 +124,13 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
     out: list[_Msg] = []
     members: set[str] = set()  # the current response's lines, its progress and its results
 
-    def below(index: dict[str, list[Rec]], keep: Any, limit: int) -> list[Rec]:
+    via: set[str] = set()  # the members that are hooks' progress records
+
+    def below(index: dict[str, list[Rec]], keep: Any, limit: int,
+              start: set[str] | None = None) -> list[Rec]:
         """What hangs on the members (and on what it gathers), before `limit`, in file order."""
         found: list[Rec] = []
-        todo = list(members)
+        todo = list(members if start is None else start)
         while todo:
             for rec in index.get(todo.pop(), ()):
                 key = rec.uuid or ""
@@ -148,11 +154,15 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
             # lines of the response beside the chain, directly or through a hook's progress
             # record (the projection merges them; results on a progress record stay beside)
             found = below(lines_on, lambda r: r.value.get("type") == "progress" or
-                          r.value["message"].get("id") == response.message_id, len(order))
+                          r.value["message"].get("id") == response.message_id, len(order),
+                          {r.uuid or "" for r in response.recs} | via)
             response.beside.extend(r for r in found if r.value.get("type") == "assistant")
-            members.difference_update(r.uuid for r in found if r.value.get("type") == "progress")
-            out.extend(_Msg("results", [r]) for r in below(results_on, lambda r: True, limit))
+            via.update(r.uuid or "" for r in found if r.value.get("type") == "progress")
+            # a result on a progress record does not join the run (it hangs beside it)
+            out.extend(_Msg("results", [r]) for r in below(results_on, lambda r: True, limit,
+                                                           members - via))
         members.clear()
+        via.clear()
 
     def same_response(rec: Rec | None, parents: set[str]) -> bool:
         return (rec is not None and response is not None and response.message_id is not None
@@ -160,7 +170,7 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
                 and rec.parent in parents
                 and rec.value["message"].get("id") == response.message_id)
 
-    for at, rec in enumerate(chain):
+    for rec in chain:
         kind = rec.value.get("type")
         if members and rec.parent in members:
             if same_response(rec, members):
@@ -168,9 +178,11 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
                 response.recs.append(rec)  # the next line of the same response
                 members.add(rec.uuid or "")
                 continue
-            following = chain[at + 1] if at + 1 < len(chain) else None
-            if kind == "progress" and same_response(following, {rec.uuid or ""}):
-                members.add(rec.uuid or "")  # a hook's progress between lines of a response
+            if kind == "progress":
+                # a hook's progress on the response: what goes on from it hangs after the
+                # response's results (the projection's rule), so it ends nothing
+                members.add(rec.uuid or "")
+                via.add(rec.uuid or "")
                 continue
             if _only_results(rec):
                 members.add(rec.uuid or "")  # a result of the run, on the chain
@@ -209,9 +221,15 @@ def _remove_bad_results(p: MendPlan) -> bool:
     got: set[Any] = set()
     bad: dict[int, tuple[Rec, list[tuple[str, Any]]]] = {}
     empty: list[Rec] = []
+    broken: list[tuple[Rec, list[Any]]] = []
     for msg in _messages(active_chain(records), records):
         if msg.kind == "assistant":
             expected, got = set(_tool_ids(msg.lines())), set()
+            for line in msg.lines():
+                calls = [b for b in _blocks(line) if isinstance(b, dict)
+                         and b.get("type") == "tool_use" and not _well_formed(b)]
+                if calls:
+                    broken.append((line, calls))
             continue
         if msg.kind == "user":
             expected, got = set(), set()
@@ -227,12 +245,28 @@ def _remove_bad_results(p: MendPlan) -> bool:
             kind = DUPLICATE_RESULT if tool_id in got or tool_id in answered else ORPHAN_RESULT
             bad.setdefault(id(rec), (rec, []))[1].append((kind, tool_id))
     gone = [(rec, found[0][0]) for rec, found in bad.values() if not _drop_blocks(p, rec, found)]
+    for rec, calls in broken:
+        p.problem(BAD_TOOL_USE, "removed the tool_use block", rec,
+                  detail=f"{len(calls)} call(s) without a string id, a name or an input object")
+        keep = [b for b in _blocks(rec) if not any(b is c for c in calls)]
+        if keep:
+            value = rec.edit(rec.reason or BAD_TOOL_USE)
+            value["message"] = {**value["message"], "content": keep}
+        else:
+            gone.append((rec, BAD_TOOL_USE))
     for rec in empty:
         p.problem(EMPTY_MESSAGE, "quarantined the record", rec,
                   detail="a user message with no content (the API refuses it)")
         gone.append((rec, EMPTY_MESSAGE))
     _remove_records(p, gone)
-    return bool(bad) or bool(empty)
+    return bool(bad) or bool(empty) or bool(broken)
+
+
+def _well_formed(call: dict[str, Any]) -> bool:
+    """A tool_use block the API takes: a string id and name, and an input object."""
+    return (isinstance(call.get("id"), str) and bool(call["id"])
+            and isinstance(call.get("name"), str) and bool(call["name"])
+            and isinstance(call.get("input"), dict))
 
 
 def _is_empty(rec: Rec) -> bool:
