@@ -2,12 +2,22 @@
 
 The chain runs from the leaf (the last main-chain user or assistant record; in a subagent's
 file, the last one of any chain) up its parents to the first record with none (the latest
-compact boundary, or the start). Its messages are read as the projection reads them: the lines
-of one API response (one `message.id`) make one assistant message; a user record gives a
-tool result per `tool_result` block, then a user message for anything else; the results of
-parallel calls that hang beside the chain (each on the line of its own call, as Claude Code
-writes them) come right after their calls. The results of an assistant message's calls must
-come right after it, as one run, each call answered once.
+compact boundary, or the start). Its messages are read as `journal.claude`'s projection
+reads them (a second reading of its rules, checked against it by the hypothesis damage test):
+
+- the lines of one API response (one `message.id`, each hanging on an earlier line, directly
+  or through a hook's `progress` record, on the chain or beside it) make one assistant
+  message;
+- a user record gives a tool result per `tool_result` block, then a user message for anything
+  else;
+- records of tool results only that hang on a line of the response (or on one of its
+  results) join its run, right after it, when they were written before the conversation went
+  on from the response (what goes on from a progress record on the response counts as going
+  on after all of its results); results written later, or hanging on a progress record, stay
+  beside the chain.
+
+The results of an assistant message's calls must come right after it, as one run, each call
+answered once.
 
 - `bad_tool_use`: a tool_use block without a string id, a name or an input object (a
   damaged line) is removed, and its result goes as an orphan;
