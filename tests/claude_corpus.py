@@ -266,6 +266,20 @@ def _cycle() -> Case:
                 "resume hangs: a parentUuid cycle")
 
 
+def _forward_parent() -> Case:
+    records = base()
+    records[4]["parentUuid"] = _uuid(20)  # its parent was written after it
+    records.append(dict(_env(_uuid(4), 20), type="system", subtype="turn_duration",
+                        durationMs=1200, isMeta=False, timestamp=_ts(20), uuid=_uuid(20)))
+
+    def check(before: Records, after: Records) -> None:
+        assert by_uuid(after)[_uuid(5)]["parentUuid"] == _uuid(4)
+        assert len(after) == len(before)
+
+    return Case("forward_parent", lines(records), {"forward_parent": 1}, check,
+                "a record whose parent is written after it (resume loses the turn)")
+
+
 def _self_parent() -> Case:
     records = base()
     records[5]["parentUuid"] = _uuid(6)
@@ -372,5 +386,5 @@ def _missing_newline() -> Case:
 CASES: list[Case] = [f() for f in (
     _unpaired_mid, _unpaired_end, _orphan_after_compaction, _duplicate_result,
     _duplicate_block, _second_compact, _rewind_logical, _rewind_with_logical, _cycle,
-    _self_parent, _nul_run, _nul_in_output, _invalid_utf8, _torn_tail, _glued,
+    _forward_parent, _self_parent, _nul_run, _nul_in_output, _invalid_utf8, _torn_tail, _glued,
     _duplicate_line, _empty_prompt, _missing_newline)]

@@ -10,8 +10,10 @@ as a `Problem` (a `kind` below, or a byte-level kind from `journal.salvage`):
 - `nul_in_text`: NUL characters (`\\u0000`) in a message, which break the API request body;
   removed from the message's strings;
 - `duplicate_record`: a record written twice (same uuid, same content); the copy goes;
-- `missing_parent`, `parent_cycle`: a `parentUuid` that names no earlier record (lost, never
-  written, or later in the file, which is how a cycle starts); the record is re-attached along
+- `missing_parent`, `parent_cycle`, `forward_parent`: a `parentUuid` that names no earlier
+  record (lost or never written; itself or a later record that leads back to it; a later
+  record, which the store's readers, walking the file in order, cannot follow); the record is
+  re-attached along
   its `logicalParentUuid` if that names an earlier record, else to the nearest earlier record
   of its chain (main chain, or the same subagent's sidechain);
   `missing_logical_parent`: a compact boundary's `logicalParentUuid` likewise;
@@ -50,6 +52,7 @@ MISSING_NEWLINE = "missing_newline"
 DUPLICATE_RECORD = "duplicate_record"
 MISSING_PARENT = "missing_parent"
 PARENT_CYCLE = "parent_cycle"
+FORWARD_PARENT = "forward_parent"
 MISSING_LOGICAL_PARENT = "missing_logical_parent"
 _NUL_RE = re.compile(rb"\\u0000")
 
@@ -203,7 +206,18 @@ def _chain_key(value: dict[str, Any]) -> tuple[bool, Any]:
 
 
 def _fix_chains(p: MendPlan) -> None:
-    everywhere = {r.uuid for r in p.kept() if r.uuid is not None}
+    parent_of = {r.uuid: r.parent for r in p.kept() if r.uuid is not None}
+
+    def in_cycle(key: str) -> bool:
+        at: Any = parent_of.get(key)
+        walked: set[str] = set()
+        while isinstance(at, str) and at in parent_of and at not in walked:
+            if at == key:
+                return True
+            walked.add(at)
+            at = parent_of[at]
+        return False
+
     seen: set[str] = set()
     last: dict[tuple[bool, Any], str] = {}
     for rec in p.kept():
@@ -213,7 +227,8 @@ def _fix_chains(p: MendPlan) -> None:
         chain = _chain_key(rec.value)
         parent = rec.parent
         if parent is not None and (not isinstance(parent, str) or parent not in seen):
-            kind = PARENT_CYCLE if parent == key or parent in everywhere else MISSING_PARENT
+            kind = (MISSING_PARENT if parent not in parent_of
+                    else PARENT_CYCLE if in_cycle(key) else FORWARD_PARENT)
             logical = rec.value.get("logicalParentUuid")
             target = logical if isinstance(logical, str) and logical in seen else last.get(chain)
             rec.edit(kind)["parentUuid"] = target
