@@ -36,7 +36,7 @@ class Rec:
     @property
     def uuid(self) -> str | None:
         value = self.value.get("uuid")
-        return value if isinstance(value, str) and "parentUuid" in self.value else None
+        return value if isinstance(value, str) else None
 
     @property
     def parent(self) -> Any:
