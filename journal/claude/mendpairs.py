@@ -124,8 +124,8 @@ def _messages(chain: list[Rec], records: list[Rec]) -> list[_Msg]:
     lines_on: dict[str, list[Rec]] = {}  # assistant lines and hooks' progress records
     for rec in records:
         parent = rec.parent
-        if id(rec) in on_chain or not isinstance(parent, str):
-            continue
+        if id(rec) in on_chain or not isinstance(parent, str) or rec.uuid is None:
+            continue  # (a record without a uuid is no part of the conversation)
         if _only_results(rec):
             results_on.setdefault(parent, []).append(rec)
         elif ((rec.value.get("type") == "assistant" and _is_message(rec))
