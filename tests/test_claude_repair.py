@@ -243,8 +243,11 @@ SAMPLES = {  # claude-code-log's samples: what repair finds in each (they end wi
     "representative_messages.jsonl": {"missing_newline": 1},
     "session_b.jsonl": {"missing_newline": 1},
     "todowrite_examples.jsonl": {"missing_newline": 1},
-    # bare values that are not records, and a record whose parent is in no line
-    "edge_cases.jsonl": {"not_a_record": 4, "missing_newline": 1, "missing_parent": 1},
+    # bare values that are not records, a record whose parent is in no line, and two uuids
+    # used twice by different records (the later ones go: one was the result of a call, which
+    # the projection never saw, so the call gets the interrupted-tool record)
+    "edge_cases.jsonl": {"not_a_record": 4, "missing_newline": 1, "missing_parent": 1,
+                         "duplicate_uuid": 2, "unpaired_tool_use": 1},
 }
 
 

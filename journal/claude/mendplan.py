@@ -10,6 +10,8 @@ as a `Problem` (a `kind` below, or a byte-level kind from `journal.salvage`):
 - `nul_in_text`: NUL characters (`\\u0000`) in a message, which break the API request body;
   removed from the message's strings;
 - `duplicate_record`: a record written twice (same uuid, same content); the copy goes;
+  `duplicate_uuid`: a later, different record with an earlier one's uuid goes too (readers
+  disagree on which of the two counts);
 - `missing_parent`, `parent_cycle`, `forward_parent`: a `parentUuid` that names no earlier
   record (lost or never written; itself or a later record that leads back to it; a later
   record, which the store's readers, walking the file in order, cannot follow); the record is
@@ -50,6 +52,7 @@ NOT_A_RECORD = "not_a_record"
 NUL_IN_TEXT = "nul_in_text"
 MISSING_NEWLINE = "missing_newline"
 DUPLICATE_RECORD = "duplicate_record"
+DUPLICATE_UUID = "duplicate_uuid"
 MISSING_PARENT = "missing_parent"
 PARENT_CYCLE = "parent_cycle"
 FORWARD_PARENT = "forward_parent"
@@ -198,6 +201,11 @@ def _fix_duplicates(p: MendPlan) -> None:
         elif earlier.value == rec.value:
             p.drop(rec, DUPLICATE_RECORD, f"a second copy of record {key}")
             p.problem(DUPLICATE_RECORD, "quarantined the copy", rec)
+        else:
+            # readers disagree on which one counts (the first, for the projection; the last,
+            # for a map keyed by uuid): the first stays, the other is set aside
+            p.drop(rec, DUPLICATE_UUID, f"a second, different record with uuid {key}")
+            p.problem(DUPLICATE_UUID, "quarantined the later record", rec)
 
 
 def _chain_key(value: dict[str, Any]) -> tuple[bool, Any]:
