@@ -481,3 +481,12 @@ def test_a_compaction_that_keeps_a_segment(tmp_path: Path) -> None:
 def test_message_times_read_as_the_projection_reads_them(stamp: str) -> None:
     record = {"timestamp": stamp, "message": {"role": "assistant", "content": []}}
     assert claude.assistant_message(record)["timestamp"] == iso_to_millis(stamp)
+
+
+def test_resume_of_a_transcript_never_compacted_reads_it_forward(tmp_path: Path) -> None:
+    stats = gc.generate(tmp_path, mb=0.5, seed=41, compactions=0)
+    tail = resume(stats.path)
+    assert tail.complete and tail.claude is not None and not tail.claude.subagent_files
+    full = load(stats.path)
+    assert project(tail).same_as(project(full))
+    assert kinds(tail, project(tail)) == expected(stats)

@@ -125,6 +125,21 @@ def feed_lines(translator: Translator, items: Any, entries: list[Entry], lines: 
     return end
 
 
+_BOUNDARY = b'"compact_boundary"'
+
+
+def _holds(f: Any, size: int, needle: bytes, block: int = 1 << 20) -> bool:
+    """Whether the bytes hold `needle`, searched from the end (where a recent one is)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        if f.read(min(size, pos + len(needle)) - start).find(needle) >= 0:
+            return True
+        pos = start
+    return False
+
+
 def _note_relink(boundary: Record, relink: dict[str, str]) -> None:
     meta = boundary.get("compactMetadata")
     segment = meta.get("preservedSegment") if isinstance(meta, dict) else None
@@ -188,8 +203,12 @@ def resume(storage: Storage) -> ClaudeRead:
     The leaf is the last main-chain user or assistant record; the scan walks its chain up
     `parentUuid` until it meets a `compact_boundary` (the latest compaction on the branch:
     nothing before it reaches the model) or a root, then translates everything from there
-    on. Without a compaction the whole file is read. Subagent files are not read.
+    on. A file in which no compaction is written is read forward, whole (cheaper than
+    backwards when the walk would reach its start anyway). Subagent files are not read.
     """
+    with storage.open_reader() as reader:
+        if not _holds(reader.stream, reader.size, _BOUNDARY):
+            return read(storage, subagents=False)
     with storage.open_reader() as reader, codec.bulk_parsing():
         size = reader.size
         f = reader.stream
