@@ -24,6 +24,12 @@ class Rec:
     original: bytes | None = None
     reason: str = ""
     dropped: bool = False
+    uuid: str | None = field(init=False, default=None)
+    """The record's `uuid` (None if it has no string one); repair never changes it."""
+
+    def __post_init__(self) -> None:
+        found = self.value.get("uuid")
+        self.uuid = found if isinstance(found, str) else None
 
     def edit(self, reason: str) -> dict[str, Any]:
         """The record's value, to be changed: its original bytes are kept for the quarantine."""
@@ -32,11 +38,6 @@ class Rec:
             self.value = dict(self.value)
             self.reason = reason
         return self.value
-
-    @property
-    def uuid(self) -> str | None:
-        value = self.value.get("uuid")
-        return value if isinstance(value, str) else None
 
     @property
     def parent(self) -> Any:
