@@ -21,8 +21,9 @@ answered once.
 
 - `bad_tool_use`: a tool_use block without a string id, a name or an input object (a
   damaged line) is removed, and its result goes as an orphan;
-- `empty_message`: a user record with nothing to send (the API refuses it) goes, its children
-  re-attached to its parent;
+- `empty_message`: a user record with nothing to send, or a response with no content that
+  does not end the history (the API refuses both), goes, its children re-attached to its
+  parent;
 - `orphan_result`, `duplicate_result`: a block answering no call of the message before its
   run, or one already answered, is removed (a record left empty goes, its children
   re-attached to its parent);
@@ -232,8 +233,12 @@ def _remove_bad_results(p: MendPlan) -> bool:
     bad: dict[int, tuple[Rec, list[tuple[str, Any]]]] = {}
     empty: list[Rec] = []
     broken: list[tuple[Rec, list[Any]]] = []
-    for msg in _messages(active_chain(records), records):
+    messages = _messages(active_chain(records), records)
+    for index, msg in enumerate(messages):
         if msg.kind == "assistant":
+            if index < len(messages) - 1 and not any(_has_content(r) for r in msg.lines()):
+                empty.extend(msg.lines())  # an empty response that does not end the history
+                continue
             expected, got = set(_tool_ids(msg.lines())), set()
             for line in msg.lines():
                 calls = [b for b in _blocks(line) if isinstance(b, dict)
@@ -266,7 +271,8 @@ def _remove_bad_results(p: MendPlan) -> bool:
             gone.append((rec, BAD_TOOL_USE))
     for rec in empty:
         p.problem(EMPTY_MESSAGE, "quarantined the record", rec,
-                  detail="a user message with no content (the API refuses it)")
+                  detail=f"{'an assistant' if rec.value.get('type') == 'assistant' else 'a user'}"
+                         " message with no content (the API refuses it)")
         gone.append((rec, EMPTY_MESSAGE))
     _remove_records(p, gone)
     return bool(bad) or bool(empty) or bool(broken)
@@ -277,6 +283,11 @@ def _well_formed(call: dict[str, Any]) -> bool:
     return (isinstance(call.get("id"), str) and bool(call["id"])
             and isinstance(call.get("name"), str) and bool(call["name"])
             and isinstance(call.get("input"), dict))
+
+
+def _has_content(rec: Rec) -> bool:
+    content = rec.value["message"].get("content")
+    return bool(content.strip()) if isinstance(content, str) else bool(_blocks(rec))
 
 
 def _is_empty(rec: Rec) -> bool:
