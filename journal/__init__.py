@@ -35,7 +35,10 @@ What the model sees
 Keeping files healthy
     `repair` with `RepairReport` and `Problem`; `rotate` with `RotationResult` and
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
-    live one); `read_quarantine` and `Quarantined` (the bytes repair set aside).
+    live one); `read_quarantine` and `Quarantined` (the bytes repair set aside);
+    `repair_claude` and `assess_claude` (what `repair` runs on a Claude Code transcript: a
+    repair in its own format); `import_claude` with `ImportReport` (a transcript into a pi
+    session) and `export_claude` with `ClaudeExportReport` (a pi session as a transcript).
 
 Finding sessions
     `sessions` and `SessionRow` (one row per logical session under some folders: what
@@ -113,6 +116,9 @@ from .view import View
 if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
+    from .claude.exporter import ClaudeExportReport, export_claude
+    from .claude.importer import ImportReport, import_claude
+    from .claude.mend import assess_claude, repair_claude
     from .discovery import find_lineages
     from .exporting import ExportReport, ExportResult, export, export_session, export_to
     from .pg.server import EmbeddedServer
@@ -172,6 +178,12 @@ __all__ = [
     "lineage",
     "resolve_live",
     "read_quarantine",
+    "repair_claude",
+    "assess_claude",
+    "import_claude",
+    "ImportReport",
+    "export_claude",
+    "ClaudeExportReport",
     # finding sessions
     "search",
     "SearchResult",
@@ -219,6 +231,9 @@ __all__ = [
 _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
+    "journal.claude.exporter": ("ClaudeExportReport", "export_claude",),
+    "journal.claude.importer": ("ImportReport", "import_claude",),
+    "journal.claude.mend": ("assess_claude", "repair_claude",),
     "journal.discovery": ("find_lineages",),
     "journal.rowcache": ("RowCache",),
     "journal.exporting": ("ExportReport", "ExportResult", "export", "export_session",

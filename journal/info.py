@@ -99,13 +99,11 @@ def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> Sess
 
     The file is read twice, once as a session and once by repair's planner; the first
     reading is summarised and let go before the second, so the peak is one reading's. A
-    Claude Code transcript (detected, or forced with `dialect`) is read once: repair's
-    planner is pi's; its reader's diagnostics say what does not read.
+    Claude Code transcript (detected, or forced with `dialect`) is assessed by its own
+    repair planner (`journal.claude.assess_claude`), so `info` and `repair --check` agree.
     """
     info = _summary(path, dialect)
-    if info.dialect != PI:
-        return info
-    found = assess(info.path)
+    found = assess(info.path, dialect=info.dialect)
     info.problems, info.notes = found.problems, found.notes
     return info
 

@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,8 @@ import orjson
 
 from . import codec, model
 from .boundary import boundary
+from .claude.detect import CLAUDE, dialect_of
+from .claude.mend import assess_claude, repair_claude
 from .codec import Line
 from .context import build_context, compaction_summary_message, entry_message
 from .errors import JournalError, NotASession, UnsupportedVersion
@@ -53,6 +54,7 @@ from .pairing import ORPHAN_RESULT, Fix, classify, sanitize, synthetic_result
 from .progress import Meter, Progress
 from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
+from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import is_compressed, refuse_foreign
 from .storage import as_storage
@@ -60,8 +62,6 @@ from .tree import Tree
 
 log = logging.getLogger(__name__)
 
-BACKUP_SUFFIX = ".bak"
-NOTE_LEFT = "left as is: pi handles it when it sends a request"
 REPAIR_TAG = "repair"
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
@@ -69,69 +69,6 @@ _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\\x00]{1,256})"')
 NAME_RE = re.compile(
     r"^(\d{4}-\d\d-\d\dT\d\d)-(\d\d)-(\d\d)-(\d{3})Z_([0-9a-fA-F-]{36})\.jsonl$"
 )
-
-
-@dataclass
-class Problem:
-    """One thing repair found, and what it did about it."""
-
-    kind: str
-    action: str
-    line: int | None = None
-    offset: int | None = None
-    entry_id: str | None = None
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "action": self.action, "line": self.line,
-                "offset": self.offset, "entryId": self.entry_id, "detail": self.detail}
-
-
-@dataclass
-class RepairReport:
-    """What repair found in one file and what it did (or, in a dry run, would do)."""
-
-    path: str
-    changed: bool
-    problems: list[Problem] = field(default_factory=list)
-    version: int = model.CURRENT_VERSION
-    backup: str | None = None
-    quarantine: str | None = None
-    dry_run: bool = False
-    rewritten: list[Problem] = field(default_factory=list)
-    """Every original line written back changed (its old bytes are quarantined), with the
-    reason: the problem lines themselves and what fixing them touched (a re-parented child,
-    a renamed result, a reference that follows a renamed id)."""
-    notes: list[Problem] = field(default_factory=list)
-    """States the file's own client handles when it sends a request (not damage): left in
-    the file as they are unless `strict`, with or without damage beside them."""
-    consequences: list[Problem] = field(default_factory=list)
-    """What repair changed only because a damaged range was dropped (not counted again)."""
-    strict: bool = False
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Damage found, per kind (what `--check` and `journal info` count)."""
-        return dict(Counter(p.kind for p in self.problems))
-
-    @property
-    def note_counts(self) -> dict[str, int]:
-        return dict(Counter(p.kind for p in self.notes))
-
-    @property
-    def notes_left(self) -> bool:
-        """True when the notes stay in the file as they are: always, unless `strict` (which
-        fixes them) and there are some."""
-        return all(n.action == NOTE_LEFT for n in self.notes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "changed": self.changed, "dryRun": self.dry_run,
-                "strict": self.strict, "version": self.version,
-                "problems": [p.to_json() for p in self.problems], "counts": self.counts,
-                "notes": [n.to_json() for n in self.notes], "noteCounts": self.note_counts,
-                "consequences": [c.to_json() for c in self.consequences],
-                "rewritten": [r.to_json() for r in self.rewritten],
-                "backup": self.backup, "quarantine": self.quarantine}
 
 
 @dataclass(slots=True)
@@ -779,8 +716,12 @@ def repair(
     strict: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     progress: Progress | None = None,
+    dialect: str | None = None,
 ) -> RepairReport:
     """Repair one session file in place (atomically), or report what would change.
+
+    A Claude Code transcript (detected from its records, or `dialect="claude"`) is repaired
+    in its own format by `journal.claude.repair_claude` (no pi header, no record of ours).
 
     Damage is always repaired; notes (states pi handles itself when it sends a request, listed
     in `report.notes`) are left in the file unless `strict`.
@@ -799,9 +740,12 @@ def repair(
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
-    refuse_foreign(path)  # a Claude Code transcript is not repaired as a pi file
+    if (dialect or dialect_of(path)) == CLAUDE:
+        return repair_claude(path, dry_run=dry_run, lock_timeout=lock_timeout,
+                             progress=progress)
+    refuse_foreign(path)  # a Claude Code transcript forced as pi is not repaired as a pi file
     if dry_run:
-        return assess(path, migrate=migrate, strict=strict, progress=progress)
+        return assess(path, migrate=migrate, strict=strict, progress=progress, dialect="pi")
     if is_compressed(path):
         raise NotASession(path, "a compressed archive is read-only; repair its live successor "
                           "(or check this one with --check)")
@@ -856,12 +800,15 @@ def migrate_held(path: str) -> RepairReport:
 
 
 def assess(path: str, *, migrate: bool = False, strict: bool = False,
-           progress: Progress | None = None) -> RepairReport:
+           progress: Progress | None = None, dialect: str | None = None) -> RepairReport:
     """What `repair` would find and do in `path`, without a lock and without writing.
 
     The one count of damage and notes: `repair --check`, `--dry-run` and `journal info` all
-    take theirs from here, so they agree.
+    take theirs from here, so they agree. A Claude Code transcript is assessed in its own
+    format (`journal.claude.assess_claude`).
     """
+    if (dialect or ("pi" if is_compressed(path) else dialect_of(path))) == CLAUDE:
+        return assess_claude(path, progress=progress)
     p = plan(path, migrate=migrate, strict=strict, progress=progress)
     p.meter.finish()
     return _report(p, path, dry_run=True)

@@ -117,7 +117,7 @@ def _loads(segment: bytes | memoryview) -> Any:
 
 def _is_entry_like(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("type"), str) and (
-        "id" in value or "message" in value or value.get("type") == "session"
+        "id" in value or "uuid" in value or "message" in value or value.get("type") == "session"
     )
 
 
@@ -221,7 +221,9 @@ def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine) -> bool:
 # glued after it.
 
 _TOKEN_RE = re.compile(rb'\\[^{]|["{}\[\]]')
-_CANDIDATE_RE = re.compile(rb'\{"type"\s*:')
+# a record starts with its type (pi's entries, Claude Code's bookkeeping records) or, in a
+# Claude Code transcript, with its parentUuid (user, assistant, system, progress, attachment)
+_CANDIDATE_RE = re.compile(rb'\{"(?:type|parentUuid)"\s*:')
 _OPENS = {ord("}"): ord("{"), ord("]"): ord("[")}
 _OPEN_BYTES = frozenset(b"{[")
 MAX_DEPTH = 1024  # orjson's limit: nothing deeper parses anyway

@@ -174,11 +174,17 @@ def test_tail_dialect_can_be_forced(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_writers_refuse_and_leave_nothing(tmp_path: Path, capsys: Any) -> None:
-    """rotate and repair never touch a Claude Code transcript (Claude Code writes it)."""
+    """rotate never touches a Claude Code transcript (Claude Code writes it); repair works on
+    it in its own format (docs/claude.md), and leaves a clean one as it was."""
     stats = gc.generate(tmp_path, mb=0.2, seed=27, compactions=2)
     before = listing(tmp_path)
-    for argv in (["rotate", str(stats.path)], ["repair", str(stats.path)],
-                 ["repair", "--check", str(stats.path)]):
+    code, _, err = run(capsys, "rotate", str(stats.path))
+    assert code == 2 and "Claude Code transcript" in err
+    assert listing(tmp_path) == before
+    for argv in (["repair", str(stats.path)], ["repair", "--check", str(stats.path)]):
         code, _, err = run(capsys, *argv)
-        assert code == 2 and "Claude Code transcript" in err, argv
+        assert code == 0, (argv, err)
         assert listing(tmp_path) == before
+    code, _, err = run(capsys, "repair", "--dialect", "pi", str(stats.path))
+    assert code == 2 and "Claude Code transcript" in err
+    assert listing(tmp_path) == before

@@ -37,6 +37,8 @@ def record_dialect(value: Any) -> str | None:
         return None
     if kind in _PI_TYPES:
         return PI
+    if "id" in value and "uuid" not in value and "parentUuid" not in value:
+        return PI  # pi's ids on a line whose type was damaged (Claude records have a uuid)
     if kind in RECORD_TYPES or any(key in value for key in _CLAUDE_KEYS):
         return CLAUDE
     return None

@@ -27,6 +27,7 @@ from ..tree import TreeNode
 from ..view import View, check_session, locate
 from .app import ByteProgress, default_sessions_dir, entry_parser, run
 from .catalog import add_catalog_parsers
+from .claude import add_import_parser
 from .export import add_export_parser
 from .repair import add_repair_parser
 from .search import add_search_parser
@@ -518,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_parser(sub)
     add_search_parser(sub, default_sessions_dir)
     add_export_parser(sub)
+    add_import_parser(sub)
     return parser
 
 

@@ -16,6 +16,10 @@ from ..publish import NewFile
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.dialect == "claude":
+        from .claude import export_as_claude
+
+        return export_as_claude(args)
     if args.json and not args.output:
         raise JournalError("--json reports on the file written; give -o FILE")
     print(f"journal: exporting {args.path} as {args.format}", file=sys.stderr)
@@ -74,6 +78,10 @@ def add_export_parser(sub: Any) -> None:
                    help="every branch, not only the live one (md, jsonl; the HTML page always "
                    "holds every branch in its tree)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p.add_argument("--dialect", choices=("claude",), default=None,
+                   help="claude: write the session as a Claude Code transcript (-o is a "
+                        "folder or a .jsonl path; default: the current folder); see "
+                        "docs/claude.md for what does not round-trip")
     p.add_argument("--redact", action="store_true",
                    help="replace what looks like an API key, a token or an e-mail address")
     p.add_argument("--json", action="store_true",

@@ -30,7 +30,9 @@ DESCRIPTION = (
     "writes and handles itself when it sends a request (aborted turns, calls whose result "
     "was never written) are notes: left as they are unless --strict. The fixed file "
     "replaces the old one atomically under the writer lock; the old one is kept as "
-    "<file>.bak and every dropped or rewritten byte range goes to <file>.quarantine."
+    "<file>.bak and every dropped or rewritten byte range goes to <file>.quarantine. "
+    "A Claude Code transcript is detected and repaired in Claude Code's own format "
+    "(docs/claude.md)."
 )
 
 
@@ -49,6 +51,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write version 1/2 files as version 3 (default: keep their version)")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for a live writer to let go (default 10)")
+    p.add_argument("--dialect", choices=("pi", "claude"), default=None,
+                   help="the files' format (default: detected per file from its records; a "
+                        "Claude Code transcript is repaired in its own format)")
     p.add_argument("--json", action="store_true", help="print one JSON report per file")
     p.set_defaults(func=run_repair)
 
@@ -81,7 +86,8 @@ def run_repair(args: argparse.Namespace) -> int:
             with ByteProgress(f"repairing {os.path.basename(path)}",
                               enabled=len(targets) == 1 and not args.json) as bar:
                 report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
-                                lock_timeout=args.lock_timeout, progress=bar)
+                                lock_timeout=args.lock_timeout, progress=bar,
+                                dialect=args.dialect)
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
             errors.append((path, message))
