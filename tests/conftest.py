@@ -4,7 +4,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pg_server
 import pytest
+from pg_server import pg_url  # noqa: F401  (the fixture, for every test module)
 from third_party import pi_path
 
 from tools import Workspace
@@ -41,3 +43,8 @@ def outside(tmp_path: Path) -> Path:
     out.mkdir()
     (out / "secret.txt").write_text("top secret\n")
     return out
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the embedded PostgreSQL server if a test started one (tests/pg_server.py)."""
+    pg_server.stop()

@@ -1,0 +1,203 @@
+"""The database schema of the PostgreSQL backend, its version table and its migrations.
+
+Everything lives in the schema `journal` (docs/postgres.md has the tables column by column):
+
+- `journal.schema_version`: one row per migration applied (version, when, what);
+- `journal.streams`: one row per session: its id (the URL's `session`), the current
+  generation (a replacement starts a new one; NULL while a writer holds the session's lease
+  before creating it), size in bytes, number of entries, the fencing epoch and who holds the
+  lease, and the byte offsets of the latest compaction, model change and thinking-level change
+  (what a resume needs, so it reads only the tail);
+- `journal.entries`: one row per line, stored verbatim as text (never jsonb, which reorders
+  keys) with its stream, generation, gap-free position, byte offset, and the entry's id,
+  parentId and type as columns;
+- `journal.append(...)`: the one-round-trip append (see `journal.pg.storage`).
+
+`ensure(conn)` brings a database up to `VERSION`, each migration in its own transaction, under
+a transaction-level advisory lock so that two processes starting at once do not both migrate.
+A migration is append-only: a released one is never edited, a change is a new one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JournalError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["MIGRATIONS", "VERSION", "SchemaError", "current_version", "ensure"]
+
+# pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
+MIGRATION_LOCK = 0x6A6F75726E616C21
+
+SQLSTATE_NO_SESSION = "JN001"
+SQLSTATE_FENCED = "JN002"
+SQLSTATE_DUPLICATE = "JN003"
+
+_V1 = """
+CREATE SCHEMA IF NOT EXISTS journal;
+
+CREATE TABLE journal.schema_version (
+    version     integer PRIMARY KEY,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    description text NOT NULL
+);
+
+-- generations are unique across the database, so a mark never repeats
+CREATE SEQUENCE journal.generations;
+
+CREATE TABLE journal.streams (
+    id                 bigserial PRIMARY KEY,
+    session            text NOT NULL UNIQUE,
+    generation         bigint,
+    size               bigint NOT NULL DEFAULT 0,
+    entries            bigint NOT NULL DEFAULT 0,
+    epoch              bigint NOT NULL DEFAULT 0,
+    holder_host        text,
+    holder_pid         integer,
+    holder_since       timestamptz,
+    holder_backend     integer,
+    last_compaction    bigint,
+    last_model_change  bigint,
+    last_thinking_change bigint,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    updated_at         timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE journal.entries (
+    stream      bigint NOT NULL REFERENCES journal.streams (id) ON DELETE CASCADE,
+    generation  bigint NOT NULL,
+    position    bigint NOT NULL,
+    byte_offset bigint NOT NULL,
+    id          text,
+    parent_id   text,
+    type        text,
+    line        text NOT NULL,
+    PRIMARY KEY (stream, generation, position)
+);
+CREATE UNIQUE INDEX entries_by_offset ON journal.entries (stream, generation, byte_offset);
+CREATE INDEX entries_by_id ON journal.entries (stream, generation, id);
+
+-- Append one batch: lock the stream row, check the writer's epoch, acknowledge a retried
+-- batch that is already there, else insert the lines at the next positions and offsets.
+-- Returns the byte offset the batch starts at.
+CREATE FUNCTION journal.append(
+    p_session text, p_epoch bigint, p_lines text[], p_ids text[], p_parents text[],
+    p_types text[], p_offsets bigint[], p_total bigint
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    s journal.streams%ROWTYPE;
+    n bigint := coalesce(cardinality(p_lines), 0);
+    found_id text;
+    found_position bigint;
+    start_position bigint;
+    start_offset bigint;
+BEGIN
+    SELECT * INTO s FROM journal.streams WHERE session = p_session FOR UPDATE;
+    IF NOT FOUND OR s.generation IS NULL THEN
+        RAISE EXCEPTION 'no session % in this database', p_session
+            USING ERRCODE = 'JN001';
+    END IF;
+    IF p_epoch IS NOT NULL AND s.epoch <> p_epoch THEN
+        RAISE EXCEPTION 'session %: the lease was taken over (epoch % is now %)',
+            p_session, p_epoch, s.epoch USING ERRCODE = 'JN002';
+    END IF;
+    IF n = 0 THEN
+        RETURN s.size;
+    END IF;
+    SELECT e.id, e.position INTO found_id, found_position FROM journal.entries e
+        WHERE e.stream = s.id AND e.generation = s.generation AND e.id = ANY (p_ids)
+        ORDER BY e.position LIMIT 1;
+    IF FOUND THEN
+        start_position := found_position - (array_position(p_ids, found_id) - 1);
+        IF start_position >= 0 AND start_position + n <= s.entries AND ARRAY(
+            SELECT e.line FROM journal.entries e
+            WHERE e.stream = s.id AND e.generation = s.generation
+              AND e.position >= start_position AND e.position < start_position + n
+            ORDER BY e.position) = p_lines
+        THEN
+            SELECT e.byte_offset INTO start_offset FROM journal.entries e
+                WHERE e.stream = s.id AND e.generation = s.generation
+                  AND e.position = start_position;
+            RETURN start_offset;  -- a retry of a batch already committed: acknowledged
+        END IF;
+        RAISE EXCEPTION 'session %: entry id % is already in the session', p_session, found_id
+            USING ERRCODE = 'JN003';
+    END IF;
+    INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
+                                 type, line)
+        SELECT s.id, s.generation, s.entries + u.o - 1, s.size + u.rel, u.i, u.p, u.t, u.l
+        FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
+             WITH ORDINALITY AS u (l, i, p, t, rel, o);
+    UPDATE journal.streams SET
+        size = s.size + p_total,
+        entries = s.entries + n,
+        last_compaction = coalesce((SELECT max(s.size + x.rel) FROM unnest(p_types, p_offsets)
+            AS x (t, rel) WHERE x.t = 'compaction'), s.last_compaction),
+        last_model_change = coalesce((SELECT max(s.size + x.rel) FROM unnest(p_types, p_offsets)
+            AS x (t, rel) WHERE x.t = 'model_change'), s.last_model_change),
+        last_thinking_change = coalesce((SELECT max(s.size + x.rel)
+            FROM unnest(p_types, p_offsets) AS x (t, rel)
+            WHERE x.t = 'thinking_level_change'), s.last_thinking_change),
+        updated_at = now()
+    WHERE id = s.id;
+    RETURN s.size;
+END
+$$;
+"""
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "streams, entries, append()", _V1),
+]
+VERSION = MIGRATIONS[-1][0]
+
+
+class SchemaError(JournalError):
+    """The database cannot hold sessions: wrong encoding, a newer schema, no permission."""
+
+
+def current_version(conn: psycopg.Connection[Any]) -> int:
+    """The schema version the database is at (0: no journal schema yet)."""
+    # pg_class read as a table (not through to_regclass and the catalog cache, which an
+    # advisory lock does not refresh), so a migration just committed elsewhere is seen
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN "
+                       "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE "
+                       "n.nspname = 'journal' AND c.relname = 'schema_version')").fetchone()
+    if row is None or not row[0]:
+        return 0
+    found = conn.execute("SELECT coalesce(max(version), 0) FROM journal.schema_version")
+    value = found.fetchone()
+    return int(str(value[0])) if value is not None else 0
+
+
+def ensure(conn: psycopg.Connection[Any]) -> int:
+    """Bring the database up to `VERSION` (each migration in its own transaction); return the
+    version. SchemaError if the server's encoding is not UTF8 (a line's bytes must come back
+    as they went in) or the database is at a newer version than this program knows."""
+    import psycopg
+
+    encoding = conn.execute("SHOW server_encoding").fetchone()
+    if encoding is None or str(encoding[0]).upper() not in ("UTF8", "UTF-8"):
+        raise SchemaError(f"the database's encoding is {encoding and encoding[0]}; journal "
+                          "needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8')")
+    version = current_version(conn)
+    if version >= VERSION:
+        if version > VERSION:
+            raise SchemaError(f"the database's journal schema is at version {version}, newer "
+                              f"than this program's {VERSION}; upgrade journal")
+        return version
+    for number, description, sql in MIGRATIONS:
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                if current_version(conn) >= number:
+                    continue  # another process migrated meanwhile
+                conn.execute(sql)
+                conn.execute("INSERT INTO journal.schema_version (version, description) "
+                             "VALUES (%s, %s)", (number, description))
+        except psycopg.errors.InsufficientPrivilege as e:
+            raise SchemaError(f"cannot create the journal schema (version {number}): {e}; "
+                              "run it once as the schema's owner (docs/postgres.md)") from e
+    return current_version(conn)

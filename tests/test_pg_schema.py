@@ -1,0 +1,69 @@
+"""The PostgreSQL schema: created once, at the version the program knows, by one process at a
+time, refused where it cannot hold sessions byte for byte."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+import psycopg  # noqa: E402
+from pg_server import fresh_database  # noqa: E402
+
+from journal.pg import schema  # noqa: E402
+
+
+def test_a_new_database_is_brought_to_the_current_version_once(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert schema.current_version(conn) == 0
+        assert schema.ensure(conn) == schema.VERSION
+        assert schema.ensure(conn) == schema.VERSION
+        rows = conn.execute("SELECT version, description FROM journal.schema_version "
+                            "ORDER BY version").fetchall()
+        tables = {r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'journal'")}
+    assert [r[0] for r in rows] == [number for number, _, _ in schema.MIGRATIONS]
+    assert {"schema_version", "streams", "entries"} <= tables
+
+
+def test_processes_starting_at_once_migrate_once(pg_url: str) -> None:
+    errors: list[BaseException] = []
+    versions: list[int] = []
+
+    def start() -> None:
+        try:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                versions.append(schema.ensure(conn))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and versions == [schema.VERSION] * 4
+    with psycopg.connect(pg_url) as conn:
+        count = conn.execute("SELECT count(*) FROM journal.schema_version").fetchone()
+    assert count is not None and count[0] == len(schema.MIGRATIONS)
+
+
+def test_a_newer_schema_is_refused(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        schema.ensure(conn)
+        conn.execute("INSERT INTO journal.schema_version (version, description) "
+                     "VALUES (%s, 'from the future')", (schema.VERSION + 1,))
+        with pytest.raises(schema.SchemaError, match="newer"):
+            schema.ensure(conn)
+
+
+def test_a_database_that_is_not_utf8_is_refused() -> None:
+    url = fresh_database()
+    name = url.rsplit("/", 1)[1] + "_ascii"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" ENCODING SQL_ASCII TEMPLATE template0')
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/" + name, autocommit=True) as conn:
+        with pytest.raises(schema.SchemaError, match="UTF8"):
+            schema.ensure(conn)
+        assert schema.current_version(conn) == 0
