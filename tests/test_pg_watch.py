@@ -11,12 +11,25 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
+from journal.pg import schema  # noqa: E402
 from journal.pg.watch import CHANNEL, POLL_INTERVAL, PgWatch, parse  # noqa: E402
 
 
 @dataclass(frozen=True)
 class Stream:
     stream_id: str
+
+
+def opened(url: str, stream: str = "s1", **kw: Any) -> PgWatch:
+    """A watch on a database with the journal schema, already registered on `stream`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        schema.ensure(conn)
+    watch = PgWatch(lambda: psycopg.connect(url), kw.pop("stop", threading.Event()),
+                    timeout=kw.pop("timeout", 5.0), **kw)
+    started = time.monotonic()
+    assert watch.wait([Stream(stream)]) is True  # registered: the caller reads once
+    assert time.monotonic() - started < 1.0
+    return watch
 
 
 def notify(url: str, stream: str, position: int) -> None:
@@ -39,7 +52,7 @@ def test_payload_is_stream_and_position() -> None:
 
 
 def test_a_notification_for_a_followed_stream_wakes_the_wait(pg_url: str) -> None:
-    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=5.0)
+    watch = opened(pg_url)
     try:
         thread = later(0.3, notify, pg_url, "s1", 3)
         started = time.monotonic()
@@ -53,7 +66,7 @@ def test_a_notification_for_a_followed_stream_wakes_the_wait(pg_url: str) -> Non
 
 
 def test_other_streams_do_not_wake_it_and_the_timeout_does(pg_url: str) -> None:
-    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=1.0)
+    watch = opened(pg_url, timeout=1.0)
     try:
         thread = later(0.2, notify, pg_url, "other", 1)
         started = time.monotonic()
@@ -66,7 +79,7 @@ def test_other_streams_do_not_wake_it_and_the_timeout_does(pg_url: str) -> None:
 
 
 def test_a_change_between_two_waits_is_not_slept_through(pg_url: str) -> None:
-    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=5.0)
+    watch = opened(pg_url)
     try:
         notify(pg_url, "s1", 1)  # before any wait: the watch listens from its opening
         started = time.monotonic()
@@ -78,7 +91,7 @@ def test_a_change_between_two_waits_is_not_slept_through(pg_url: str) -> None:
 
 def test_stop_ends_the_wait(pg_url: str) -> None:
     stop = threading.Event()
-    watch = PgWatch(lambda: psycopg.connect(pg_url), stop, timeout=30.0)
+    watch = opened(pg_url, stop=stop, timeout=30.0)
     try:
         thread = later(0.2, stop.set)
         started = time.monotonic()
@@ -90,7 +103,7 @@ def test_stop_ends_the_wait(pg_url: str) -> None:
 
 
 def test_a_killed_listening_connection_is_replaced(pg_url: str) -> None:
-    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=10.0)
+    watch = opened(pg_url, timeout=10.0)
     try:
         assert watch.conn is not None
         pid = watch.conn.info.backend_pid
@@ -102,6 +115,7 @@ def test_a_killed_listening_connection_is_replaced(pg_url: str) -> None:
         assert time.monotonic() - started < 5.0
         assert watch.reconnects == 1
         assert watch.conn is not None and watch.conn.info.backend_pid != pid
+        assert watch.wait([Stream("s1")]) is True  # registered again, from the new backend
         thread = later(0.2, notify, pg_url, "s1", 2)
         started = time.monotonic()
         assert watch.wait([Stream("s1")]) is True
@@ -128,3 +142,23 @@ def test_polling_when_asked_or_when_listening_is_impossible(pg_url: str) -> None
     assert time.monotonic() - started < POLL_INTERVAL + 0.5
     with pytest.raises(psycopg.OperationalError):
         PgWatch(refuse, threading.Event(), timeout=10.0, poll=False)
+
+
+def test_only_followed_streams_are_announced_and_closing_unregisters(pg_url: str) -> None:
+    watch = opened(pg_url, timeout=1.0)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        listener = psycopg.connect(pg_url, autocommit=True)
+        listener.execute(f"LISTEN {CHANNEL}")
+        for session in ("s1", "s2"):
+            conn.execute("INSERT INTO journal.streams (session, generation) VALUES (%s, 1)",
+                         (session,))
+        conn.execute("UPDATE journal.streams SET size = 10, entries = 1")
+        conn.execute("UPDATE journal.streams SET updated_at = now()")  # no change: silent
+        heard = [n.payload for n in listener.notifies(timeout=0.5)]
+        assert heard == ["s1 0", "s1 1"]  # created, appended; s2 is followed by nobody
+        watch.close()
+        left = conn.execute("SELECT count(*) FROM journal.followers").fetchone()
+        assert left is not None and left[0] == 0
+        conn.execute("UPDATE journal.streams SET size = 20, entries = 2")
+        assert [n.payload for n in listener.notifies(timeout=0.3)] == []
+        listener.close()

@@ -6,6 +6,12 @@ notification on `CHANNEL` as it commits, carrying only the stream's id and its n
 after the last position it delivered, so a notification that is dropped, or one sent while
 the watch was reconnecting, loses nothing; at worst the change is seen at the next wake-up.
 
+Announcing costs writers something (NOTIFY takes a lock at commit), so only streams someone
+follows are announced: the watch registers the streams it waits on in `journal.followers`
+(renewed while it waits, expiring `FOLLOW_TTL` seconds after the last renewal, removed when it
+closes), and the `journal.streams` trigger notifies only for those. A wait that registers a
+stream for the first time returns at once, so the caller reads what was committed before.
+
 `PgWatch` keeps one connection listening from the moment it is opened (before the follower's
 first read, so nothing committed after that read is slept through). `wait(storages, places)`
 returns True when a notification names one of the followed streams (or any stream, when
@@ -39,7 +45,11 @@ POLL_INTERVAL = 0.05
 """How often a polling watch (no LISTEN) wakes the follower to re-read."""
 STEP = 0.1
 """The longest a wait blocks without looking at its stop flag."""
-RECONNECT_DELAY = 0.2
+RETRY_AFTER = 2.0
+"""Seconds between attempts to listen while it fails (polling meanwhile)."""
+FOLLOW_TTL = 60
+"""Seconds a registration in `journal.followers` lasts; the watch renews it well before."""
+RENEW_EVERY = 20.0
 
 
 class Streamed(Protocol):
@@ -81,6 +91,8 @@ class PgWatch:
         self.reconnects = 0
         self.notified = 0
         self._retry_at = 0.0
+        self._worked = False
+        self._registered: dict[str, float] = {}
         if not self.polling:
             self._listen(first=True)
 
@@ -99,12 +111,37 @@ class PgWatch:
                         str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
                         POLL_INTERVAL)
             self.conn = None
-            self._retry_at = time.monotonic() + RECONNECT_DELAY * 10
+            self._retry_at = time.monotonic() + RETRY_AFTER
             return False
         self.conn = conn
+        self._worked = False
+        self._registered = {}
         if not first:
             self.reconnects += 1
         return True
+
+    def _register(self, wanted: set[str]) -> bool:
+        """Register (or renew) this watch as a follower of `wanted` in `journal.followers`,
+        so their changes are announced; True if one was not registered yet (its changes
+        until now were not announced: the caller must re-read once)."""
+        assert self.conn is not None
+        now = time.monotonic()
+        due = sorted(s for s in wanted if now - self._registered.get(s, -RENEW_EVERY)
+                     >= RENEW_EVERY)
+        if not due:
+            return False
+        new = any(s not in self._registered for s in due)
+        with self.conn.transaction():
+            self.conn.execute("DELETE FROM journal.followers WHERE until < now()")
+            self.conn.execute(
+                "INSERT INTO journal.followers (session, backend, until) "
+                "SELECT s, pg_backend_pid(), now() + make_interval(secs => %s) "
+                "FROM unnest(%s::text[]) AS s ON CONFLICT (session, backend) "
+                "DO UPDATE SET until = excluded.until", (FOLLOW_TTL, due))
+        for stream in due:
+            self._registered[stream] = now
+        self._worked = True
+        return new
 
     def _lost(self) -> None:
         conn, self.conn = self.conn, None
@@ -114,7 +151,8 @@ class PgWatch:
             except Exception:  # noqa: BLE001 - it is already broken; closing is best effort
                 pass
         log.info("the listening connection was lost; listening again")
-        self._retry_at = time.monotonic()
+        # at once, unless that connection failed before it ever worked
+        self._retry_at = time.monotonic() + (0.0 if self._worked else RETRY_AFTER)
 
     def wait(self, storages: Collection[Streamed], places: Collection[str] = ()) -> bool:
         """Block until a followed stream may have changed, or the interval passed (True), or
@@ -134,14 +172,15 @@ class PgWatch:
                 if self.polling:
                     self._sleep(min(POLL_INTERVAL, deadline - now))
                     return True
-                if now >= self._retry_at and self._listen():
-                    return True  # what changed while nobody listened: the caller re-reads
-                self._sleep(min(POLL_INTERVAL, deadline - now))
-                if self.conn is None:
-                    return True  # polling meanwhile
-                continue
+                if now < self._retry_at:  # polling until listening is tried again
+                    self._sleep(min(POLL_INTERVAL, deadline - now))
+                    return True
+                self._listen()  # listening again or not, the caller re-reads what it missed
+                return True
             woken = False
             try:
+                if self._register(wanted):
+                    return True
                 # closed before anything else is asked of the connection: a suspended
                 # `notifies` generator holds the connection's lock
                 with closing(self.conn.notifies(
@@ -158,6 +197,7 @@ class PgWatch:
             except psycopg.Error:
                 self._lost()
                 continue
+            self._worked = True
             if woken:
                 self._drain()
                 return True
@@ -189,8 +229,17 @@ class PgWatch:
         return await asyncio.to_thread(self.wait, storages, places)
 
     def close(self) -> None:
+        import psycopg
+
         conn, self.conn = self.conn, None
-        if conn is not None:
+        if conn is None:
+            return
+        try:
+            if self._registered:
+                conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
+        except psycopg.Error:
+            pass  # gone with the connection anyway: the registrations expire
+        finally:
             conn.close()
 
     async def aclose(self) -> None:
