@@ -288,6 +288,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.postgres:
+        from agent.demo_postgres import run_postgres_demo
+
+        run_postgres_demo(args.dir)
+        return 0
     from agent.demo import run_demo
 
     run_demo(args.dir)
@@ -340,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "call, repair and resume the session, and print what happened.")
     p.add_argument("--dir", default="journal-demo",
                    help="where the workspace and sessions go (default ./journal-demo)")
+    p.add_argument("--postgres", action="store_true",
+                   help="keep the session in PostgreSQL: a throwaway embedded server (the "
+                        "journal[postgres] extra), with a crash, a resume and fencing")
     p.set_defaults(func=cmd_demo)
     return parser
 

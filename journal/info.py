@@ -17,6 +17,7 @@ from .errors import NotASession
 from .lineage import intent_path
 from .lock import current_holder, lock_state
 from .model import Entry
+from .pg.url import is_database_url
 from .repair import Problem, assess
 from .snapshot import Snapshot, load
 from .tree import Tree, TreeIssue
@@ -104,6 +105,7 @@ def _summary(path: str | os.PathLike[str]) -> SessionInfo:
     with bulk_parsing():  # many small objects, no cycles: see codec.bulk_parsing
         tree = Tree(snap.entries)
         tree.finish_forward_check()
+    holder = _holder(snap.path)
     return SessionInfo(
         path=snap.path,
         header=snap.header,
@@ -116,10 +118,21 @@ def _summary(path: str | os.PathLike[str]) -> SessionInfo:
         labels=tree.labels,
         diagnostics=sorted([*snap.diagnostics, *snap.field_issues], key=lambda d: d.offset),
         tree_issues=tree.issues,
-        lock_holder=current_holder(snap.path),
-        lock_file=lock_state(snap.path),
+        lock_holder=holder,
+        lock_file=(("held" if holder else "none") if is_database_url(snap.path)
+                   else lock_state(snap.path)),
         pending_rotation=_pending(snap.path),
     )
+
+
+def _holder(path: str) -> dict[str, Any] | None:
+    """Who holds the session's writer lock: the lock file's holder, or a database session's
+    lease holder (journal.pg)."""
+    if is_database_url(path):
+        from .pg.storage import PostgresStorage
+
+        return PostgresStorage.from_url(path).holder()
+    return current_holder(path)
 
 
 def _pending(path: str) -> str | None:

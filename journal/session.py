@@ -34,6 +34,7 @@ from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
+from .pg.url import is_database_url
 from .quarantine import Quarantined, cut_torn_tail
 from .repair import migrate_held
 from .rotation import (
@@ -52,7 +53,7 @@ from .snapshot import (
     load,
     resume,
 )
-from .storage import Appender, FileStorage, Lock, Storage
+from .storage import Appender, FileStorage, Lock, Storage, as_storage
 from .tree import Tree, TreeNode
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class Session:
         )
         if isinstance(path_or_dir, FileStorage):
             path_or_dir = path_or_dir.path  # named, checked and made as any file session
+        if is_database_url(path_or_dir):
+            path_or_dir = as_storage(path_or_dir)
         storage = (_new_file_storage(os.fspath(path_or_dir), header)
                    if isinstance(path_or_dir, (str, os.PathLike)) else path_or_dir)
         lock = storage.lock(lock_timeout)
@@ -147,6 +150,8 @@ class Session:
         `migrate=False` refuses it instead (UnsupportedVersion), as does any other backend.
         Raises NotASession, UnsupportedVersion, LockTimeout, UnsafeLockFile.
         """
+        if is_database_url(target):
+            target = as_storage(target)
         if isinstance(target, (str, os.PathLike, FileStorage)):
             opened = _open_file(target, lock_timeout, migrate)
         else:

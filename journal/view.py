@@ -3,11 +3,14 @@
 A `View` never locks and never writes. `refresh()` reads from the byte offset the view had
 consumed up to the last complete line, so a writer's half-written line is left for later. If
 the file was replaced (a repair or rotation: the inode changed) or truncated, the view reloads.
+A session of another backend (a `postgresql://` URL, any `Storage` but a file) is viewed
+through the storage seam: its mark's generation stands for the inode.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 
 from .codec import Diagnostic
 from .context import Context, build_context, for_model
@@ -15,7 +18,9 @@ from .errors import NotASession
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .model import CURRENT_VERSION, Entry
+from .pg.url import is_database_url
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
+from .storage import FileStorage, Storage, as_storage
 from .tree import Tree
 
 
@@ -25,11 +30,13 @@ class View:
     >>> new_entries = view.refresh()
     """
 
-    def __init__(self, path: str, snap: Snapshot, inode: int) -> None:
+    def __init__(self, path: str, snap: Snapshot, inode: Hashable,
+                 storage: Storage | None = None) -> None:
         self.path = path
+        self._storage = storage
         self._take(snap, inode)
 
-    def _take(self, snap: Snapshot, inode: int) -> None:
+    def _take(self, snap: Snapshot, inode: Hashable) -> None:
         """Hold what `snap` read from the file with inode `inode`."""
         self.header: Entry | None = snap.header
         self.diagnostics: list[Diagnostic] = list(snap.diagnostics)
@@ -38,14 +45,22 @@ class View:
         self._inode = inode
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, full: bool = False,
+    def open(cls, path: str | os.PathLike[str] | Storage, *, full: bool = False,
              follow: bool = True) -> View:
         """Load a session for reading; `full=False` reads only the tail the context needs.
 
         Links are resolved first. A file that a concurrent rotation moved away is followed
         to the file that continues it (unless `follow=False`); one replaced while it was
-        read is read again.
+        read is read again. A database URL or another backend's `Storage` is read through
+        the storage seam.
         """
+        if is_database_url(path) or (isinstance(path, Storage)
+                                     and not isinstance(path, FileStorage)):
+            storage = as_storage(path)
+            return cls(storage.locator, *read_stored(storage, full=full), storage=storage)
+        if isinstance(path, FileStorage):
+            path = path.path
+        assert not isinstance(path, Storage)
         return cls(*read_live(path, full=full, follow=follow))
 
     @property
@@ -57,12 +72,14 @@ class View:
         if leaf_id is None:
             leaf_id = self.tree.leaf_id
         elif not self.tree.complete:
-            self._take(*read_live(self.path, full=True)[1:])
+            self._take(*self._read(full=True))
         context = build_context(self.tree, leaf_id)
         return context if raw else for_model(context)
 
     def refresh(self) -> list[Entry]:
         """Take in entries appended since the last read; return them (all, after a reload)."""
+        if self._storage is not None:
+            return self._refresh_stored(self._storage)
         try:
             stat = os.stat(self.path)
         except FileNotFoundError as e:
@@ -88,9 +105,51 @@ class View:
         version = self.header.get("version", 1)
         return version if isinstance(version, int) else CURRENT_VERSION
 
+    def _refresh_stored(self, storage: Storage) -> list[Entry]:
+        mark = storage.mark()
+        if mark is None:
+            raise NotASession(self.path, "the session is gone")
+        if mark.generation != self._inode or mark.size < self._end or self._version() < 3:
+            return self._reload()
+        if mark.size == self._end:
+            return []
+        with storage.open_reader() as reader:
+            if reader.generation != self._inode or reader.size < self._end:
+                return self._reload()
+            snap = read_stream(self.path, reader.stream, start=self._end,
+                               version=self._version())
+        for entry in snap.entries:
+            self.tree.add(entry)
+        self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
+        self._end = snap.end
+        return snap.entries
+
+    def _read(self, *, full: bool) -> tuple[Snapshot, Hashable]:
+        if self._storage is not None:
+            return read_stored(self._storage, full=full)
+        _, snap, inode = read_live(self.path, full=full)
+        return snap, inode
+
     def _reload(self) -> list[Entry]:
-        self._take(*read_live(self.path, full=self.tree.complete)[1:])
+        self._take(*self._read(full=self.tree.complete))
         return list(self.tree.entries)
+
+
+def read_stored(storage: Storage, *, full: bool) -> tuple[Snapshot, Hashable]:
+    """(what was read, its generation) for a session of any backend, read again if it was
+    replaced while it was read."""
+    for _ in range(MAX_HOPS):
+        before = storage.mark()
+        if before is None:
+            raise NotASession(storage.locator, "no such session")
+        snap = load(storage) if full else resume(storage)
+        after = storage.mark()
+        if after is None or after.generation != before.generation:
+            continue
+        if snap.header is None and not snap.entries:
+            raise NotASession(storage.locator, "not a session (no session header, no entries)")
+        return snap, before.generation
+    raise NotASession(storage.locator, "kept being replaced while it was read; try again")
 
 
 def read_live(path: str | os.PathLike[str], *, full: bool,
@@ -129,10 +188,11 @@ def locate(path: str | os.PathLike[str], *, follow: bool = True) -> tuple[str, s
 
     A path that no longer exists (a rotation moved the file into the archive, or it was
     moved) is followed to the live file of its lineage when `follow`; a file that exists is
-    read as it is named, an archive (`.jsonl.gz`) included. Nothing is locked or written.
+    read as it is named, an archive (`.jsonl.gz`) included, and so is a database session
+    (a `postgresql://` URL or `pg:<id>`). Nothing is locked or written.
     """
     named = os.fspath(path)
-    if not follow or os.path.lexists(named):
+    if not follow or os.path.lexists(named) or is_database_url(named):
         return named, None
     live, _ = resolve_live(named)
     if not os.path.exists(live):

@@ -22,6 +22,7 @@ import pytest
 _server: object | None = None
 _failed: str | None = None
 _names = itertools.count(1)
+_shared_url: str | None = None
 
 
 def server() -> object:
@@ -64,6 +65,15 @@ def fresh_database(prefix: str = "t") -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
     return url.rsplit("/", 1)[0] + "/" + name
+
+
+def shared_database() -> str:
+    """One database for the whole run (made on first use), for tests that tell their sessions
+    apart by id (the storage contract: one session per test folder)."""
+    global _shared_url
+    if _shared_url is None:
+        _shared_url = fresh_database("shared")
+    return _shared_url
 
 
 def stop() -> None:

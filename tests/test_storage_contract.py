@@ -2,7 +2,8 @@
 
 Each backend supplies a `Backend`: how to make an empty storage in a test folder, the code a
 second process runs to hold its writer lock, and how to make the next commit's write come up
-short (what a filling disk does). The backends are the file system and, for tests only, a
+short (what a filling disk does). The backends are the file system, PostgreSQL (the run's
+embedded server, tests/pg_server.py; skipped when it cannot start) and, for tests only, a
 session held in memory (tests/memory_storage.py); a new backend adds itself to BACKENDS and
 must pass every test here unchanged.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import memory_storage
+import pg_server
 import pytest
 from memory_storage import MemoryStorage
 
@@ -72,6 +74,50 @@ def _memory_short_write(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> No
     monkeypatch.setattr(memory_storage, "device_write", device_write)
 
 
+def _postgres(folder: Path) -> Storage:
+    """A session of the run's embedded PostgreSQL server, named after the test's folder."""
+    pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+    from journal.pg.storage import PostgresStorage
+
+    url = pg_server.shared_database()
+    return PostgresStorage(url, str(folder))
+
+
+def _postgres_short_write(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> None:
+    """The next commit's connection is killed mid-commit, and so is the appender's retry (what
+    a network that keeps failing does): both wait on the session's row, held here, and are
+    terminated there; then the row is let go."""
+    import psycopg
+
+    from journal.pg.storage import COMMIT_ATTEMPTS, PostgresStorage
+
+    assert isinstance(storage, PostgresStorage)
+    holder = psycopg.connect(storage.conninfo, autocommit=True)
+    holder.execute("BEGIN")
+    holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                   (storage.session,))
+
+    def kill() -> None:
+        killed: set[int] = set()
+        try:
+            with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+                deadline = time.monotonic() + 20
+                while len(killed) < COMMIT_ATTEMPTS and time.monotonic() < deadline:
+                    for (pid,) in admin.execute(
+                            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND query LIKE '%%journal.append%%' "
+                            "AND datname = current_database()").fetchall():
+                        if pid not in killed:
+                            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                            killed.add(pid)
+                    time.sleep(0.005)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+
+    threading.Thread(target=kill, daemon=True).start()
+
+
 BACKENDS = [
     Backend(
         "file",
@@ -93,6 +139,16 @@ BACKENDS = [
         "print('held', flush=True)\n"
         "sys.stdin.read()\n",
         _memory_short_write,
+    ),
+    Backend(
+        "postgres",
+        _postgres,
+        "import sys\n"
+        "from journal.storage import as_storage\n"
+        "lock = as_storage(sys.argv[1]).lock(5)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n",
+        _postgres_short_write,
     ),
 ]
 

@@ -18,6 +18,7 @@ from .. import codec
 from ..context import Context
 from ..errors import JournalError, NotASession, UnknownEntry
 from ..info import inspect, require_session
+from ..pg.url import is_database_url
 from ..render import describe_entry, describe_message
 from ..session import Session
 from ..snapshot import load, open_for_reading
@@ -99,8 +100,11 @@ def read_entries_from(stream: BinaryIO) -> list[dict[str, Any]]:
 def cmd_append(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
-    live = resolve_live(args.path)[0]
-    open_for_reading(live).close()
+    if is_database_url(args.path):
+        live = args.path  # a database session: no file lineage to follow
+    else:
+        live = resolve_live(args.path)[0]
+        open_for_reading(live).close()
     entries = read_entries_from(sys.stdin.buffer)
     if not entries:
         raise JournalError("nothing to append: stdin held no entries")

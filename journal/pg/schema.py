@@ -7,7 +7,8 @@ Everything lives in the schema `journal` (docs/postgres.md has the tables column
   generation (a replacement starts a new one; NULL while a writer holds the session's lease
   before creating it), size in bytes, number of entries, the fencing epoch and who holds the
   lease, and the byte offsets of the latest compaction, model change and thinking-level change
-  (what a resume needs, so it reads only the tail);
+  and where that compaction's kept entries start (what a resume needs, so it reads only the
+  tail);
 - `journal.entries`: one row per line, stored verbatim as text (never jsonb, which reorders
   keys) with its stream, generation, gap-free position, byte offset, and the entry's id,
   parentId and type as columns;
@@ -60,6 +61,7 @@ CREATE TABLE journal.streams (
     holder_since       timestamptz,
     holder_backend     integer,
     last_compaction    bigint,
+    last_kept          bigint,
     last_model_change  bigint,
     last_thinking_change bigint,
     created_at         timestamptz NOT NULL DEFAULT now(),
@@ -85,7 +87,7 @@ CREATE INDEX entries_by_id ON journal.entries (stream, generation, id);
 -- Returns the byte offset the batch starts at.
 CREATE FUNCTION journal.append(
     p_session text, p_epoch bigint, p_lines text[], p_ids text[], p_parents text[],
-    p_types text[], p_offsets bigint[], p_total bigint
+    p_types text[], p_offsets bigint[], p_total bigint, p_kept text
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     s journal.streams%ROWTYPE;
@@ -94,6 +96,7 @@ DECLARE
     found_position bigint;
     start_position bigint;
     start_offset bigint;
+    kept_offset bigint;
 BEGIN
     SELECT * INTO s FROM journal.streams WHERE session = p_session FOR UPDATE;
     IF NOT FOUND OR s.generation IS NULL THEN
@@ -131,11 +134,19 @@ BEGIN
         SELECT s.id, s.generation, s.entries + u.o - 1, s.size + u.rel, u.i, u.p, u.t, u.l
         FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
              WITH ORDINALITY AS u (l, i, p, t, rel, o);
+    IF p_kept IS NOT NULL THEN
+        -- where the latest compaction's kept entries start: what a resume reads from
+        SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+            WHERE e.stream = s.id AND e.generation = s.generation AND e.id = p_kept
+            ORDER BY e.position DESC LIMIT 1;
+    END IF;
     UPDATE journal.streams SET
         size = s.size + p_total,
         entries = s.entries + n,
         last_compaction = coalesce((SELECT max(s.size + x.rel) FROM unnest(p_types, p_offsets)
             AS x (t, rel) WHERE x.t = 'compaction'), s.last_compaction),
+        last_kept = CASE WHEN 'compaction' = ANY (p_types) THEN kept_offset
+                         ELSE s.last_kept END,
         last_model_change = coalesce((SELECT max(s.size + x.rel) FROM unnest(p_types, p_offsets)
             AS x (t, rel) WHERE x.t = 'model_change'), s.last_model_change),
         last_thinking_change = coalesce((SELECT max(s.size + x.rel)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TypeGuard
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import JournalError
@@ -27,7 +28,7 @@ class BadDatabaseUrl(JournalError):
     """A database URL that does not name one session (or no default database is set)."""
 
 
-def is_database_url(target: object) -> bool:
+def is_database_url(target: object) -> TypeGuard[str]:
     """Whether `target` names a database session (a URL or `pg:<id>`), not a file."""
     return isinstance(target, str) and target.startswith((*SCHEMES, SHORT))
 

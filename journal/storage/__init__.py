@@ -44,7 +44,9 @@ the tail reads an old version to its end before it moves to the new one).
 
 Offsets are byte offsets into the session's encoded lines; a backend that stores rows keeps
 an equivalent monotonic position. `FileStorage` (journal.storage.filesystem) is the first
-backend; `as_storage` turns a path into one.
+backend; `as_storage` turns a path into one. `PostgresStorage` (journal.pg.storage) is the
+second: `as_storage` turns a `postgresql://...?session=<id>` URL (or `pg:<id>` in the
+database `JOURNAL_DATABASE_URL` names) into one.
 
 `Session.create` and `Session.open` take any Storage as well as a path. What only a file has
 when it is opened for writing (links and seals followed, an interrupted rotation finished,
@@ -63,6 +65,7 @@ from typing import BinaryIO, Protocol, runtime_checkable
 
 from ..codec import Diagnostic, Line
 from ..durability import Durability
+from ..pg.url import is_database_url
 from .filesystem import FileStorage
 from .mark import Mark, StopFlag
 
@@ -189,7 +192,13 @@ class Watch(Protocol):
 
 
 def as_storage(target: str | os.PathLike[str] | Storage) -> Storage:
-    """`target` itself if it is a Storage, else the file backend over that path."""
+    """`target` itself if it is a Storage; a database session for a `postgresql://` URL or
+    `pg:<id>` (journal.pg.url; the driver is imported only then); else the file backend over
+    that path."""
+    if is_database_url(target):
+        from ..pg.storage import PostgresStorage
+
+        return PostgresStorage.from_url(target)
     if isinstance(target, (str, os.PathLike)):
         return FileStorage(os.fspath(target))
     return target

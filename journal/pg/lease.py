@@ -1,0 +1,143 @@
+"""One writer per session across machines: the lease and its fencing epoch.
+
+A writer takes the session's lease by taking a session-level advisory lock (keyed on the
+session id) on a connection of its own, kept open while it writes. PostgreSQL releases the
+lock when that connection ends for any reason (the process dies, the machine goes away, the
+backend is terminated), so a dead writer's lease frees itself without cleanup.
+
+Having the lock, the writer increments the session's fencing epoch in its `journal.streams`
+row and records who holds it (host, pid, since; the row is made if the session does not exist
+yet). Every append transaction locks the same row and is refused (`LeaseLost`) unless the
+epoch is still the writer's own, so a writer that lost its connection (and with it the lock)
+and comes back after another one took over can never interleave: the newcomer's increment
+waited for any append in flight (the row lock) and every later one sees the new epoch.
+
+A writer that waits gives up after its timeout with `LockTimeout`, naming the holder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from typing import Any
+
+import psycopg
+
+from ..errors import LeaseLost, LockTimeout
+from .connect import DatabaseError, DatabaseUnavailable, connect, describe
+
+__all__ = ["Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
+
+
+def advisory_key(session: str) -> int:
+    """The advisory lock key of a session: 64 bits of a hash of its id, as a signed bigint."""
+    digest = hashlib.blake2b(b"journal.session:" + session.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class Lease:
+    """A held lease: its own connection (the advisory lock lives as long as it) and epoch."""
+
+    def __init__(self, conn: psycopg.Connection[Any], session: str, epoch: int) -> None:
+        self.conn = conn
+        self.session = session
+        self.epoch = epoch
+        self._released = False
+
+    @property
+    def held(self) -> bool:
+        """Not released, and its connection (so its advisory lock) not known to be lost."""
+        return not self._released and not self.conn.closed and not self.conn.broken
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            if not self.conn.broken and not self.conn.closed:
+                # a session that was never created leaves no row behind
+                self.conn.execute("DELETE FROM journal.streams WHERE session = %s "
+                                  "AND generation IS NULL AND epoch = %s",
+                                  (self.session, self.epoch))
+                self.conn.execute(
+                    "UPDATE journal.streams SET holder_host = NULL, holder_pid = NULL, "
+                    "holder_since = NULL, holder_backend = NULL "
+                    "WHERE session = %s AND epoch = %s", (self.session, self.epoch))
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(self.session),))
+        except psycopg.Error:
+            pass  # closing the connection below lets go of the lock all the same
+        finally:
+            self.conn.close()
+
+
+def acquire(conninfo: str, session: str, locator: str, timeout: float) -> Lease:
+    """Take the session's lease, waiting up to `timeout` seconds (LockTimeout naming the
+    holder), and move its fencing epoch on."""
+    conn = connect(conninfo)
+    key = advisory_key(session)
+    try:
+        if timeout <= 0:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            got = bool(row and row[0])
+        else:
+            got = _wait_for_lock(conn, key, timeout)
+        if not got:
+            holder = _holder(conn, session)
+            conn.close()
+            raise LockTimeout(locator, timeout, holder)
+        row = conn.execute(
+            "INSERT INTO journal.streams AS s (session, epoch, holder_host, holder_pid, "
+            "holder_since, holder_backend) VALUES (%s, 1, %s, %s, now(), pg_backend_pid()) "
+            "ON CONFLICT (session) DO UPDATE SET epoch = s.epoch + 1, "
+            "holder_host = EXCLUDED.holder_host, holder_pid = EXCLUDED.holder_pid, "
+            "holder_since = EXCLUDED.holder_since, holder_backend = EXCLUDED.holder_backend "
+            "RETURNING epoch", (session, socket.gethostname(), os.getpid())).fetchone()
+        assert row is not None
+        return Lease(conn, session, int(row[0]))
+    except LockTimeout:
+        raise
+    except psycopg.OperationalError as e:
+        conn.close()
+        raise DatabaseUnavailable(f"{locator}: lost the database while taking the lease: "
+                                  f"{describe(e)}") from e
+    except psycopg.Error as e:
+        conn.close()
+        raise DatabaseError(f"{locator}: cannot take the writer lease: {describe(e)}") from e
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _wait_for_lock(conn: psycopg.Connection[Any], key: int, timeout: float) -> bool:
+    """Wait on the server (no polling) up to `timeout` for the advisory lock."""
+    try:
+        with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout = {max(1, int(timeout * 1000))}")
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        return True
+    except psycopg.errors.LockNotAvailable:
+        return False
+
+
+def current_holder(conn: psycopg.Connection[Any], session: str) -> dict[str, Any] | None:
+    """The lease's holder (pid, host, since) if its connection still holds the lock."""
+    row = conn.execute(
+        "SELECT s.holder_pid, s.holder_host, s.holder_since FROM journal.streams s "
+        "WHERE s.session = %s AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE "
+        "l.locktype = 'advisory' AND l.granted AND l.pid = s.holder_backend)",
+        (session,)).fetchone()
+    return _as_holder(row)
+
+
+def _holder(conn: psycopg.Connection[Any], session: str) -> dict[str, Any] | None:
+    row = conn.execute("SELECT holder_pid, holder_host, holder_since FROM journal.streams "
+                       "WHERE session = %s", (session,)).fetchone()
+    return _as_holder(row)
+
+
+def _as_holder(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
+    if row is None or row[0] is None:
+        return None
+    since = row[2].isoformat().replace("+00:00", "Z") if row[2] is not None else None
+    return {"pid": row[0], "host": row[1], "since": since}

@@ -1,0 +1,660 @@
+"""The PostgreSQL backend of the storage seam: one session is one row of `journal.streams`
+and one row of `journal.entries` per line (see `journal.pg.schema`).
+
+Byte offsets are the file backend's, exactly: each line is stored verbatim (text, without its
+newline) with the byte offset it would have in the session's file, so a `Reader` serves the
+same bytes at the same offsets as the file would (`stream` is a seekable view fetching ranges
+of rows on demand), and everything above the seam (`Session`, `load`, `resume`, repair
+planning, the tail) works unchanged.
+
+- A commit is one call of the server function `journal.append` (one round trip, one
+  transaction): it locks the stream row, checks the writer's fencing epoch, assigns the next
+  gap-free positions and offsets, and inserts the batch; a batch whose entry ids are already
+  there with the same bytes (a retry after a lost acknowledgement) is acknowledged at the
+  offset it has, never stored twice. If the connection is lost during a commit, the appender
+  reconnects and sends the same batch once more: the row lock makes that wait for the first
+  attempt to end, so the batch is then found (acknowledged) or appended, exactly once. If that
+  fails too, `WriteFailed`: nothing of the batch was committed.
+- Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
+  (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
+  server flushes within a few hundred milliseconds; under `batch` the appender also forces a
+  flush after N commits or MS milliseconds, and `sync()` forces one at any time).
+- `lock` takes the session's lease (`journal.pg.lease`); an appender opened from the storage
+  that holds it carries its epoch, and its commits are refused with `LeaseLost` once another
+  writer took over. (An appender opened without the lease is not fenced.)
+- `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
+  it current in one transaction; the generation before stays readable for readers that still
+  read it, older ones are removed.
+- `mark`, `watch` and `open_watch` poll the stream rows (one query for all sessions watched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import orjson
+import psycopg
+
+from .. import codec
+from ..codec import Diagnostic, Line
+from ..durability import Durability, SyncClock
+from ..errors import JournalError, LeaseLost, NotASession, WriteFailed
+from ..storage.mark import Mark, StopFlag
+from . import schema
+from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
+from .lease import Lease, acquire, current_holder
+from .url import SessionUrl, parse_url
+
+__all__ = ["PostgresReader", "PostgresStorage", "PostgresWatch", "PostgresAppender"]
+
+POLL_INTERVAL = 0.02
+COMMIT_ATTEMPTS = 2
+READ_AHEAD = 1 << 20
+RESUME_READ_AHEAD = 64 << 20
+
+
+@dataclass
+class Batch:
+    """Encoded lines split for the database: text, entry columns, offsets within the batch."""
+
+    lines: list[str]
+    ids: list[str | None]
+    parents: list[str | None]
+    types: list[str | None]
+    offsets: list[int]
+    total: int
+    kept: str | None = None
+    """The firstKeptEntryId of the batch's last compaction."""
+
+    def kept_offset(self) -> int | None:
+        """The offset (in the batch) of the last entry with the id `kept`."""
+        if self.kept is None:
+            return None
+        found = [o for o, i in zip(self.offsets, self.ids, strict=True) if i == self.kept]
+        return found[-1] if found else None
+
+
+def split_batch(locator: str, at: int, data: bytes) -> Batch:
+    """`data` (complete lines) as rows; WriteFailed for bytes a text column cannot hold."""
+    if data and not data.endswith(b"\n"):
+        raise WriteFailed(locator, at, "a commit must be whole lines (no newline at its end)")
+    if b"\x00" in data:
+        raise WriteFailed(locator, at, "a NUL byte cannot be stored in a text column")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WriteFailed(locator, at, f"not valid UTF-8 at byte {e.start}") from e
+    lines = text.split("\n")[:-1] if text else []
+    ids: list[str | None] = []
+    parents: list[str | None] = []
+    types: list[str | None] = []
+    offsets: list[int] = []
+    offset = 0
+    kept: str | None = None
+    for line in lines:
+        offsets.append(offset)
+        offset += len(line.encode("utf-8")) + 1
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            ids.append(_text(value.get("id")))
+            parents.append(_text(value.get("parentId")))
+            types.append(_text(value.get("type")))
+            if value.get("type") == "compaction":
+                kept = _text(value.get("firstKeptEntryId"))
+        else:
+            ids.append(None)
+            parents.append(None)
+            types.append(None)
+    return Batch(lines, ids, parents, types, offsets, offset, kept)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _last_of(batch: Batch, kind: str) -> int | None:
+    found = [offset for offset, t in zip(batch.offsets, batch.types, strict=True) if t == kind]
+    return found[-1] if found else None
+
+
+class RangeStream(io.RawIOBase):
+    """A seekable, read-only byte view of one generation, `limit` bytes long, fetching the
+    rows that cover each read (see `PostgresReader`)."""
+
+    def __init__(self, reader: PostgresReader, limit: int) -> None:
+        super().__init__()
+        self._reader = reader
+        self._limit = limit
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._limit}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._limit - self._pos)
+        if want <= 0:
+            return 0
+        data = self._reader.fetch(self._pos, want, self._limit)
+        view[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+class PostgresReader:
+    """The committed bytes of one generation of a session as of `open_reader()`."""
+
+    def __init__(self, storage: PostgresStorage, stream_id: int, generation: int, size: int,
+                 resume_from: int | None) -> None:
+        self._storage = storage
+        self._stream_id = stream_id
+        self._generation = generation
+        self._size = size
+        self._resume_from = resume_from
+        self._stream: io.BufferedReader | None = None
+        self._cached: list[tuple[int, bytes]] = []
+        self._final_extent: int | None = None
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def stream(self) -> io.BufferedReader:
+        if self._stream is None:
+            self._stream = io.BufferedReader(RangeStream(self, self._size), 1 << 16)
+        return self._stream
+
+    def lines(self, start: int = 0, end: int | None = None) -> Iterator[Line | Diagnostic]:
+        return codec.iter_lines(self.stream, start, end)
+
+    def lines_backward(self, end: int) -> Iterator[Line]:
+        return codec.iter_lines_reverse(self.stream, end)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def read(self, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        return self.fetch(offset, length, None)
+
+    def extent(self) -> int:
+        if self._final_extent is not None:
+            return self._final_extent
+        stream, generation = self._stream_id, self._generation
+
+        def query(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute("SELECT generation, size FROM journal.streams WHERE id = %s",
+                               (stream,)).fetchone()
+            if row is not None and row[0] == generation:
+                return int(row[1])
+            last = conn.execute(
+                "SELECT byte_offset + octet_length(line) + 1 FROM journal.entries "
+                "WHERE stream = %s AND generation = %s ORDER BY byte_offset DESC LIMIT 1",
+                (stream, generation)).fetchone()
+            return int(last[0]) if last is not None else 0
+
+        found = with_shared(self._storage.conninfo, query)
+        fresh = self._storage.current_generation()
+        if fresh != generation:
+            self._final_extent = found  # a replaced generation grows no more
+        return found
+
+    def fetch(self, offset: int, length: int, limit: int | None) -> bytes:
+        """Up to `length` bytes at `offset` (not past `limit`), from the rows covering them.
+
+        Reads of the stream (`limit` set) read ahead: the last block of the session is read
+        from the resume hint (the earliest of where the latest compaction's kept entries
+        start, the latest model change and thinking-level change), so a resume reads its tail
+        in one query; a read just before the previous one (a backward scan) takes READ_AHEAD
+        bytes before it; a forward read takes at least READ_AHEAD bytes. The two latest
+        ranges are kept (the header and the tail, during a resume)."""
+        end = offset + length if limit is None else min(offset + length, limit)
+        if end <= offset:
+            return b""
+        for first, data in self._cached:
+            if first <= offset and end <= first + len(data):
+                return data[offset - first:end - first]
+        start = offset
+        if limit is not None:
+            hint = self._resume_from
+            backwards = any(first == end for first, _ in self._cached)
+            if (hint is not None and end == limit and hint < offset
+                    and limit - hint <= RESUME_READ_AHEAD):
+                start = hint
+            elif backwards:
+                start = max(0, offset - READ_AHEAD)
+            elif end - start < READ_AHEAD:
+                end = min(limit, start + READ_AHEAD)
+        first, data = self._rows(start, end)
+        self._cached = [(first, data), *self._cached[:1]]
+        lo = offset - first
+        hi = min(offset + length, first + len(data)) - first
+        if limit is not None:
+            hi = min(hi, limit - first)
+        return data[lo:max(lo, hi)]
+
+    def _rows(self, start: int, end: int) -> tuple[int, bytes]:
+        """The bytes of the rows that cover [start, end): where the first begins, and them."""
+        stream, generation = self._stream_id, self._generation
+
+        def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            cur = conn.cursor(binary=True)
+            return cur.execute(
+                "SELECT byte_offset, convert_to(line, 'UTF8') FROM journal.entries "
+                "WHERE stream = %(s)s AND generation = %(g)s AND byte_offset >= coalesce(("
+                "SELECT max(byte_offset) FROM journal.entries WHERE stream = %(s)s AND "
+                "generation = %(g)s AND byte_offset <= %(o)s), 0) AND byte_offset < %(e)s "
+                "ORDER BY byte_offset", {"s": stream, "g": generation, "o": start, "e": end}
+            ).fetchall()
+
+        rows = with_shared(self._storage.conninfo, query)
+        if not rows:
+            return start, b""
+        parts: list[bytes] = []
+        for _, raw in rows:
+            parts.append(bytes(raw))
+            parts.append(b"\n")
+        return int(rows[0][0]), b"".join(parts)
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        self._cached = []
+
+    def __enter__(self) -> PostgresReader:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class PostgresAppender:
+    """The writer's handle: a connection of its own, its durability as synchronous_commit."""
+
+    def __init__(self, storage: PostgresStorage, durability: Durability | None,
+                 epoch: int | None) -> None:
+        self.storage = storage
+        self.durability = durability or Durability.always()
+        self.epoch = epoch
+        self._clock = SyncClock(self.durability)
+        self._conn: psycopg.Connection[Any] | None = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        synchronous = "on" if self.durability.every == 1 else "off"
+        return connect(self.storage.conninfo, synchronous_commit=synchronous)
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    @property
+    def synchronous_commit(self) -> str:
+        """The server's `synchronous_commit` for this appender's commits (`on` or `off`)."""
+        if self._conn is None:
+            raise JournalError(f"{self.storage.locator}: the appender is closed")
+        row = self._conn.execute("SHOW synchronous_commit").fetchone()
+        return str(row[0]) if row is not None else ""
+
+    def commit(self, data: bytes) -> int:
+        """Append `data` (complete lines) as one unit; return the offset it starts at."""
+        locator = self.storage.locator
+        if self._conn is None:
+            raise JournalError(f"{locator}: the appender is closed")
+        batch = split_batch(locator, -1, data)
+        params = (self.storage.session, self.epoch, batch.lines, batch.ids, batch.parents,
+                  batch.types, batch.offsets, batch.total, batch.kept)
+        # a batch without entry ids cannot be recognised on a retry: it is sent once only
+        attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
+        last: BaseException | None = None
+        for _ in range(attempts):
+            try:
+                if self._conn is None or self._conn.closed or self._conn.broken:
+                    self._conn = self._connect()
+                row = self._conn.execute(
+                    "SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], "
+                    "%s::text[], %s::bigint[], %s, %s)", params).fetchone()
+            except psycopg.OperationalError as e:
+                if self._conn is not None and not (self._conn.broken or self._conn.closed):
+                    raise self._refused(e) from e
+                last = e
+                continue
+            except DatabaseUnavailable as e:
+                last = e
+                continue
+            except psycopg.Error as e:
+                raise self._refused(e) from e
+            assert row is not None
+            self._after_commit()
+            return int(row[0])
+        raise WriteFailed(locator, self.storage.size_or(-1),
+                          f"the connection was lost and the batch could not be confirmed "
+                          f"({_first_line(last)}); nothing of it was committed")
+
+    def _refused(self, e: psycopg.Error) -> JournalError:
+        locator = self.storage.locator
+        state = getattr(e, "sqlstate", None)
+        if state == schema.SQLSTATE_FENCED:
+            return LeaseLost(locator, self.epoch or 0, _first_line(e))
+        if state == schema.SQLSTATE_NO_SESSION:
+            return NotASession(locator, "no such session in the database")
+        return WriteFailed(locator, self.storage.size_or(-1), _first_line(e))
+
+    def _after_commit(self) -> None:
+        if self.durability.every == 1:
+            return
+        if self._clock.due():
+            self.sync()
+
+    def sync(self) -> None:
+        """Make every acknowledged commit durable now: a transaction that takes an id commits
+        with synchronous_commit on, which flushes the WAL up to it (and so every commit of
+        this connection before it)."""
+        if self._conn is None:
+            return
+        try:
+            with self._conn.transaction():
+                self._conn.execute("SET LOCAL synchronous_commit = on")
+                self._conn.execute("SELECT pg_current_xact_id()")
+        except psycopg.Error as e:
+            raise WriteFailed(self.storage.locator, -1, f"sync failed: {_first_line(e)}") from e
+        self._clock.synced()
+
+    def size(self) -> int:
+        return self.storage.size()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            never = self.durability.every == 0 and self.durability.interval_ms is None
+            if self._clock.pending and not never:
+                with conn.transaction():
+                    conn.execute("SET LOCAL synchronous_commit = on")
+                    conn.execute("SELECT pg_current_xact_id()")
+        except psycopg.Error:
+            pass
+        finally:
+            conn.close()
+
+
+class PostgresStorage:
+    """One session in a PostgreSQL database (see the module docstring)."""
+
+    def __init__(self, conninfo: str, session: str) -> None:
+        self.conninfo = conninfo
+        self.session = session
+        self._name = SessionUrl(conninfo, session).url
+        self._lease: Lease | None = None
+        self._lease_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, target: str) -> PostgresStorage:
+        """The session a URL names (`postgresql://...?session=<id>` or `pg:<id>`)."""
+        parsed = parse_url(target)
+        return cls(parsed.conninfo, parsed.session)
+
+    @property
+    def locator(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({self._name!r})"
+
+    # -- state
+
+    def _row(self) -> tuple[Any, ...] | None:
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            return conn.execute(
+                "SELECT id, generation, size, least(last_compaction, last_kept, "
+                "last_model_change, last_thinking_change) FROM journal.streams WHERE session = %s "
+                "AND generation IS NOT NULL", (session,)).fetchone()
+
+        return with_shared(self.conninfo, query)
+
+    def size(self) -> int:
+        row = self._row()
+        if row is None:
+            raise NotASession(self._name, "no such session in the database")
+        return int(row[2])
+
+    def size_or(self, default: int) -> int:
+        try:
+            return self.size()
+        except (JournalError, psycopg.Error):
+            return default
+
+    def current_generation(self) -> int | None:
+        row = self._row()
+        return None if row is None else int(row[1])
+
+    def mark(self) -> Mark | None:
+        row = self._row()
+        return None if row is None else Mark(int(row[1]), int(row[2]))
+
+    # -- reading and writing
+
+    def open_reader(self) -> PostgresReader:
+        row = self._row()
+        if row is None:
+            raise NotASession(self._name, "no such session in the database")
+        hint = None if row[3] is None else int(row[3])
+        return PostgresReader(self, int(row[0]), int(row[1]), int(row[2]), hint)
+
+    def open_appender(self, durability: Durability | None = None) -> PostgresAppender:
+        lease = self._lease
+        epoch = lease.epoch if lease is not None and lease.held else None
+        return PostgresAppender(self, durability, epoch)
+
+    def create(self, data: bytes) -> None:
+        """Make the session holding `data` (FileExistsError if it exists)."""
+        batch = split_batch(self._name, 0, data)
+        conn = connect(self.conninfo)
+        try:
+            self._create(conn, batch)
+        except psycopg.Error as e:
+            raise DatabaseError(f"{self._name}: cannot create the session: {describe(e)}") from e
+        finally:
+            conn.close()
+
+    def _create(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO journal.streams AS s (session, generation) "
+                "VALUES (%s, nextval('journal.generations')) ON CONFLICT (session) DO "
+                "UPDATE SET generation = nextval('journal.generations'), updated_at = now() "
+                "WHERE s.generation IS NULL RETURNING id, generation",
+                (self.session,)).fetchone()
+            if row is None:
+                raise FileExistsError(f"{self._name}: the session exists")
+            self._fill(conn, int(row[0]), int(row[1]), batch)
+
+    def publish(self, data: bytes, tag: str,
+                before_swap: Callable[[], None] | None = None) -> None:
+        """Replace the session with `data` as a new generation, atomically (see module doc)."""
+        batch = split_batch(self._name, 0, data)
+        conn = connect(self.conninfo)
+        try:
+            self._publish(conn, batch, before_swap)
+        except psycopg.Error as e:
+            raise DatabaseError(f"{self._name}: the replacement was not published (the "
+                                f"session is as it was): {describe(e)}") from e
+        finally:
+            conn.close()
+
+    def _publish(self, conn: psycopg.Connection[Any], batch: Batch,
+                 before_swap: Callable[[], None] | None) -> None:
+        lease = self._lease
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT id, generation, epoch FROM journal.streams WHERE session = %s "
+                "AND generation IS NOT NULL FOR UPDATE", (self.session,)).fetchone()
+            if row is None:
+                raise NotASession(self._name, "no such session in the database")
+            stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
+            if lease is not None and lease.held and epoch != lease.epoch:
+                raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")
+            new_row = conn.execute("SELECT nextval('journal.generations')").fetchone()
+            assert new_row is not None
+            generation = int(new_row[0])
+            self._fill(conn, stream, generation, batch)
+            if before_swap is not None:
+                before_swap()
+            conn.execute("DELETE FROM journal.entries WHERE stream = %s "
+                         "AND generation <> %s AND generation <> %s",
+                         (stream, old, generation))
+
+    def _fill(self, conn: psycopg.Connection[Any], stream: int, generation: int,
+              batch: Batch) -> None:
+        """Insert `batch` as the whole of `generation` (COPY) and make it current."""
+        with conn.cursor().copy(
+                "COPY journal.entries (stream, generation, position, byte_offset, id, "
+                "parent_id, type, line) FROM STDIN") as copy:
+            for position, (line, offset, entry_id, parent, kind) in enumerate(zip(
+                    batch.lines, batch.offsets, batch.ids, batch.parents, batch.types,
+                    strict=True)):
+                copy.write_row((stream, generation, position, offset, entry_id, parent, kind,
+                                line))
+        conn.execute(
+            "UPDATE journal.streams SET generation = %s, size = %s, entries = %s, "
+            "last_compaction = %s, last_kept = %s, last_model_change = %s, "
+            "last_thinking_change = %s, updated_at = now() WHERE id = %s",
+            (generation, batch.total, len(batch.lines), _last_of(batch, "compaction"),
+             batch.kept_offset(),
+             _last_of(batch, "model_change"), _last_of(batch, "thinking_level_change"), stream))
+
+    # -- the writer lock
+
+    def lock(self, timeout: float) -> Lease:
+        """Take the session's lease (see `journal.pg.lease`); this storage's appenders then
+        carry its fencing epoch."""
+        lease = acquire(self.conninfo, self.session, self._name, timeout)
+        with self._lease_lock:
+            self._lease = lease
+        return lease
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the session's lease now (pid, host, since), or None: the holder
+        recorded in the stream row, if its lease connection still holds the advisory lock."""
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+            return current_holder(conn, session)
+
+        return with_shared(self.conninfo, query)
+
+    # -- waiting for change
+
+    def watch(self, since: Mark | None, timeout: float) -> Mark | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.mark()
+            if now is not None and now != since:
+                return now
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(left, POLL_INTERVAL))
+
+    def open_watch(self, stop: StopFlag, timeout: float,
+                   poll: bool | None = None) -> PostgresWatch:
+        return PostgresWatch(stop, timeout)
+
+
+class PostgresWatch:
+    """A standing wait over database sessions: it wakes when the mark of one of them differs
+    from what it was when the previous wait returned (checked every POLL_INTERVAL, all the
+    sessions of one database in one query), when `timeout` passes, or (False) on `stop`."""
+
+    def __init__(self, stop: StopFlag, timeout: float) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.stop = stop
+        self.timeout = timeout
+        self.seen: dict[tuple[str, str], Mark | None] | None = None
+
+    def _marks(self, storages: Collection[Any]) -> dict[tuple[str, str], Mark | None]:
+        by_database: dict[str, list[str]] = {}
+        for storage in storages:
+            if isinstance(storage, PostgresStorage):
+                by_database.setdefault(storage.conninfo, []).append(storage.session)
+        marks: dict[tuple[str, str], Mark | None] = {}
+        for conninfo, sessions in by_database.items():
+            def query(conn: psycopg.Connection[Any],
+                      sessions: list[str] = sessions) -> list[tuple[Any, ...]]:
+                return conn.execute(
+                    "SELECT session, generation, size FROM journal.streams "
+                    "WHERE session = ANY(%s) AND generation IS NOT NULL", (sessions,)).fetchall()
+
+            found = {row[0]: Mark(int(row[1]), int(row[2])) for row in
+                     with_shared(conninfo, query)}
+            for session in sessions:
+                marks[(conninfo, session)] = found.get(session)
+        return marks
+
+    def _changed(self, storages: Collection[Any]) -> bool:
+        now = self._marks(storages)
+        before, self.seen = self.seen, now
+        if before is None:
+            return True  # the first wait returns at once (the protocol allows it)
+        return any(before.get(key, now[key]) != now[key] for key in now)
+
+    def wait(self, storages: Collection[Any], places: Collection[str] = ()) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while not self.stop.is_set():
+            if self._changed(storages):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, POLL_INTERVAL))
+        return False
+
+    async def wait_async(self, storages: Collection[Any], places: Collection[str] = ()) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while not self.stop.is_set():
+            if await asyncio.to_thread(self._changed, storages):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            await asyncio.sleep(min(left, POLL_INTERVAL))
+        return False
+
+    def close(self) -> None:
+        self.seen = None
+
+    async def aclose(self) -> None:
+        self.seen = None
+
+
+def _first_line(e: BaseException | None) -> str:
+    text = str(e).strip() if e is not None else ""
+    return text.splitlines()[0] if text else (type(e).__name__ if e is not None else "")

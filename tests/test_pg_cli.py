@@ -1,0 +1,71 @@
+"""The journal commands on a database session: named by URL, or by `pg:<id>` in the database
+JOURNAL_DATABASE_URL names; a bad name is one `Error:` line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+
+from journal import Session, load  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+CLI = "import sys\nfrom journal.cli.commands import main\nsys.exit(main())\n"
+
+
+def journal(*args: str, env: dict[str, str],
+            stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-c", CLI, *args], input=stdin,
+                          capture_output=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def env(tmp_path: Path, pg_url: str) -> dict[str, str]:
+    return {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
+            "JOURNAL_DATABASE_URL": pg_url}
+
+
+def test_append_show_and_context_work_on_a_database_session(
+        env: dict[str, str], pg_url: str) -> None:
+    url = session_url(pg_url, "cli")
+    with Session.create(url, cwd="/") as session:
+        first = session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    added = journal("append", "pg:cli", "--json", env=env,
+                    stdin=b'{"role":"assistant","content":[{"type":"text","text":"two"}],'
+                          b'"provider":"p","model":"m","stopReason":"stop","timestamp":2}\n')
+    assert added.returncode == 0, added.stderr.decode()
+    ids = json.loads(added.stdout)["ids"]
+    assert [e["id"] for e in load(url).entries] == [first, *ids]
+    shown = journal("show", url, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr.decode()
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [r["entry"]["id"] for r in rows if "entry" in r] == [first, *ids]
+    context = journal("context", "pg:cli", "--json", env=env)
+    assert context.returncode == 0, context.stderr.decode()
+    assert [m["role"] for m in json.loads(context.stdout)["messages"]] == ["user", "assistant"]
+
+
+def test_a_short_name_without_a_default_database_is_one_error_line(
+        env: dict[str, str]) -> None:
+    del env["JOURNAL_DATABASE_URL"]
+    result = journal("show", "pg:cli", env=env)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:")
+    assert "JOURNAL_DATABASE_URL" in lines[0]
+
+
+def test_a_missing_database_session_is_one_error_line(env: dict[str, str]) -> None:
+    result = journal("show", "pg:nobody-here", env=env)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "no such session" in lines[0]

@@ -1,0 +1,72 @@
+"""The roles and grants docs/postgres.md gives a deployment, run as written: the owner runs the
+migrations, a writer creates, appends and reopens sessions, a reader reads them and can
+neither write nor take a lease."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+import psycopg  # noqa: E402
+
+from journal import JournalError, Session, load  # noqa: E402
+from journal.pg.connect import connect  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+from journal.storage import as_storage  # noqa: E402
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "postgres.md"
+HEADER = b'{"type":"session","version":3,"id":"r","timestamp":"t","cwd":"/"}\n'
+
+
+def documented_grants(database: str) -> list[str]:
+    """The statements of the doc's grants block, for `database` instead of `agents`."""
+    text = DOC.read_text()
+    block = text[text.index("<!-- grants -->"):]
+    sql = block[block.index("```sql") + len("```sql"):]
+    sql = sql[:sql.index("```")]
+    sql = re.sub(r"--[^\n]*", "", sql).replace("DATABASE agents", f'DATABASE "{database}"')
+    return [s.strip() for s in sql.split(";") if s.strip()]
+
+
+def as_role(url: str, role: str) -> str:
+    return url.replace("postgresql://postgres@", f"postgresql://{role}@")
+
+
+def test_the_documented_roles_and_grants_are_enough_and_no_more(pg_url: str) -> None:
+    database = pg_url.rsplit("/", 1)[1]
+    statements = documented_grants(database)
+    setup = [s for s in statements if s.startswith(("CREATE ROLE", "GRANT CREATE"))]
+    after = [s for s in statements if s not in setup]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        for statement in setup:
+            try:
+                admin.execute(statement.encode())
+            except psycopg.errors.DuplicateObject:
+                pass  # a role made by an earlier test of this run (roles are server-wide)
+        connect(as_role(pg_url, "journal_owner")).close()  # the owner runs the migrations
+        for statement in after:
+            admin.execute(statement.encode())
+
+    writer = session_url(as_role(pg_url, "journal_writer"), "w")
+    with Session.create(writer, cwd="/") as session:
+        first = session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    with Session.open(writer) as session:
+        second = session.append_message({"role": "user", "content": "two", "timestamp": 1})
+
+    reader = session_url(as_role(pg_url, "journal_reader"), "w")
+    assert [e["id"] for e in load(reader).entries] == [first, second]
+    with pytest.raises(JournalError, match="permission denied"):
+        Session.open(reader)
+    with pytest.raises(JournalError, match="permission denied"):
+        as_storage(session_url(as_role(pg_url, "journal_reader"), "new")).create(HEADER)
+    storage = as_storage(reader)
+    with pytest.raises(JournalError, match="permission denied"):
+        appender = storage.open_appender()
+        try:
+            appender.commit(b'{"type":"custom","id":"z"}\n')
+        finally:
+            appender.close()
+    assert [e["id"] for e in load(reader).entries] == [first, second]

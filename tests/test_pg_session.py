@@ -1,0 +1,197 @@
+"""Sessions in PostgreSQL read and project exactly as the same bytes in a file: the pi
+fixtures and generated sessions stored in the database give the same entries, diagnostics,
+offsets and context through `load`, `resume`, `View` and `Session`; the bytes come back
+identical; a session is named by URL or by `pg:<id>` in JOURNAL_DATABASE_URL."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+from third_party import pi_bytes  # noqa: E402
+
+from journal import Session, View, load, resume  # noqa: E402
+from journal.context import build_context  # noqa: E402
+from journal.pg import storage as pg_storage  # noqa: E402
+from journal.pg.storage import PostgresStorage  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+from journal.snapshot import Snapshot  # noqa: E402
+from journal.storage import Storage, as_storage  # noqa: E402
+from journal.tree import Tree  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gen_session() -> ModuleType:
+    name = "bench_gen_session"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "gen_session.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def stored(url: str, name: str, data: bytes) -> Storage:
+    storage = as_storage(session_url(url, name))
+    storage.create(data)
+    return storage
+
+
+def stored_bytes(storage: Storage) -> bytes:
+    with storage.open_reader() as reader:
+        return reader.stream.read()
+
+
+def facts(snap: Snapshot) -> dict[str, Any]:
+    """Everything a snapshot says, but the name it was read under."""
+    return {
+        "header": snap.header, "entries": snap.entries, "size": snap.size, "end": snap.end,
+        "complete": snap.complete, "lines": snap.lines,
+        "diagnostics": [d.to_json() for d in snap.diagnostics],
+        "field_issues": [d.to_json() for d in snap.field_issues],
+    }
+
+
+def same_as_file(storage: Storage, file: Path) -> None:
+    assert stored_bytes(storage) == file.read_bytes()
+    assert facts(load(storage)) == facts(load(file))
+    assert facts(resume(storage)) == facts(resume(file))
+    tree = Tree(load(file).entries)
+    stored_tree = Tree(load(storage).entries)
+    assert stored_tree.leaf_id == tree.leaf_id
+    assert build_context(stored_tree, stored_tree.leaf_id) == build_context(tree, tree.leaf_id)
+    assert View.open(storage).context() == View.open(file).context()
+    assert View.open(storage, full=True).context(raw=True) == \
+        View.open(file, full=True).context(raw=True)
+
+
+@pytest.mark.parametrize("name", ["all-types.jsonl", "before-compaction.jsonl",
+                                  "large-session.jsonl"])
+def test_a_pi_fixture_in_the_database_reads_as_the_file(
+        pg_url: str, tmp_path: Path, name: str) -> None:
+    data = pi_bytes(name)
+    file = tmp_path / name
+    file.write_bytes(data)
+    same_as_file(stored(pg_url, name, data), file)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_generated_session_reads_as_the_file_and_goes_on_the_same_way(
+        pg_url: str, tmp_path: Path, seed: int) -> None:
+    gs = gen_session()
+    file = tmp_path / "gen.jsonl"
+    gs.generate(file, target_bytes=2 * gs.MB, seed=seed, compaction_every_bytes=300 * gs.KB,
+                branch_every=5)
+    storage = stored(pg_url, f"gen{seed}", file.read_bytes())
+    same_as_file(storage, file)
+    # both opened for writing from their tails, the same turn appended to each
+    for target in (file, storage):
+        with Session.open(target) as session:
+            assert not session.tree.complete
+            session.append_message({"role": "user", "content": "go on", "timestamp": 1})
+            session.append_message({"role": "assistant", "timestamp": 2, "provider": "p",
+                                    "model": "m", "stopReason": "stop",
+                                    "content": [{"type": "text", "text": "done"}]})
+    # the new entries' ids are random: the same messages, the same boundary
+    here, there = View.open(storage).context(), View.open(file).context()
+    assert here.messages == there.messages and here.fresh_from == there.fresh_from
+    assert load(storage).entries[-2:][0]["message"]["content"] == "go on"
+
+
+def test_a_session_made_in_the_database_is_resumed_from_its_tail(pg_url: str) -> None:
+    url = session_url(pg_url, "made-here")
+    with Session.create(url, cwd="/work") as session:
+        assert session.path == url
+        for n in range(30):
+            session.append_message({"role": "user", "content": f"old {n}", "timestamp": 1})
+        session.append_model_change("anthropic", "m")
+        session.append_thinking_level_change("high")
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("before 'kept'", kept, 1000)
+        session.append_model_change("anthropic", "m")
+        session.append_thinking_level_change("high")
+        last = session.append_message({"role": "user", "content": "after", "timestamp": 1})
+        made = session.context(raw=True).messages
+    snap = resume(url)
+    assert snap.complete is False and len(snap.entries) < 10
+    with Session.open(url) as session:
+        assert session.leaf_id == last
+        assert session.context(raw=True).messages == made
+    tree = Tree(load(url).entries)
+    assert build_context(tree, tree.leaf_id).messages == made
+
+
+def test_resume_reads_the_tail_in_one_query_from_the_stream_row(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream row keeps where the latest compaction's kept entries start, so the tail a
+    resume needs (here 2 MB) comes in one query, not block by block backwards."""
+    storage = as_storage(session_url(pg_url, "long"))
+    with Session.create(storage, cwd="/") as session:
+        for n in range(200):
+            session.append_message({"role": "user", "content": f"before {n}", "timestamp": 1})
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        for n in range(400):
+            session.append_message({"role": "user", "content": "x" * 5000, "timestamp": n})
+        session.append_compaction("summary", kept, 1000)
+        session.append_model_change("anthropic", "m")
+        session.append_thinking_level_change("low")
+    queries: list[tuple[int, int]] = []
+    real = pg_storage.PostgresReader._rows
+
+    def counted(self: pg_storage.PostgresReader, start: int, end: int) -> tuple[int, bytes]:
+        queries.append((start, end))
+        return real(self, start, end)
+
+    monkeypatch.setattr(pg_storage.PostgresReader, "_rows", counted)
+    snap = resume(storage)
+    assert snap.entries[0]["id"] == kept and not snap.complete
+    assert len(queries) <= 2, queries  # the tail from the kept entry on, and the header
+
+
+def test_pg_names_a_session_in_the_default_database(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+    with Session.create("pg:short", cwd="/") as session:
+        entry = session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    storage = as_storage("pg:short")
+    assert isinstance(storage, PostgresStorage) and storage.session == "short"
+    assert [e["id"] for e in load(session_url(pg_url, "short")).entries] == [entry]
+    monkeypatch.delenv("JOURNAL_DATABASE_URL")
+    with pytest.raises(Exception, match="JOURNAL_DATABASE_URL"):
+        as_storage("pg:short")
+
+
+def test_a_view_takes_in_appends_and_replacements(pg_url: str) -> None:
+    url = session_url(pg_url, "viewed")
+    with Session.create(url, cwd="/") as session:
+        first = session.append_message({"role": "user", "content": "one", "timestamp": 1})
+        view = View.open(url)
+        assert view.leaf_id == first and view.refresh() == []
+        second = session.append_message({"role": "user", "content": "two", "timestamp": 1})
+        assert [e["id"] for e in view.refresh()] == [second]
+    storage = as_storage(url)
+    header = stored_bytes(storage).split(b"\n")[0] + b"\n"
+    storage.publish(header, "test")
+    assert view.refresh() == [] and view.leaf_id is None
+
+
+def test_import_journal_loads_no_driver_until_a_database_is_named(pg_url: str) -> None:
+    import subprocess
+
+    code = ("import sys, journal\n"
+            "from journal.storage import as_storage\n"
+            "as_storage('x.jsonl')\n"
+            "before = 'psycopg' in sys.modules\n"
+            f"as_storage({session_url(pg_url, 'n')!r})\n"
+            "print(before, 'psycopg' in sys.modules, journal.PostgresStorage.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.stdout.split() == ["False", "True", "PostgresStorage"], out.stderr

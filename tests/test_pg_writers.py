@@ -1,0 +1,287 @@
+"""One writer per session across processes and connections, with real processes over TCP to
+the run's PostgreSQL server: contending writers are serialized, a writer whose lease was
+taken over is fenced off, a writer SIGKILLed mid-append loses no acknowledged entry and
+leaves no partial batch, and a commit retried after its acknowledgement was lost is stored
+once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+import psycopg  # noqa: E402
+
+from journal import Durability, Session, inspect, load  # noqa: E402
+from journal.errors import JournalError, LeaseLost, LockTimeout  # noqa: E402
+from journal.pg.storage import PostgresStorage  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+from journal.storage import as_storage  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WORKER = str(HERE / "pg_worker.py")
+ENV = {**os.environ, "PYTHONPATH": f"{HERE.parent}{os.pathsep}{HERE}"}
+
+
+def worker(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, WORKER, *args], stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+
+
+def texts(url: str) -> list[str]:
+    return [e["message"]["content"] for e in load(url).entries if e["type"] == "message"]
+
+
+def stored_ids(url: str) -> list[str]:
+    """The entry ids of a session's lines after its header, in order, from the table."""
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        rows = conn.execute(
+            "SELECT e.id FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
+            "AND s.generation = e.generation WHERE s.session = %s AND e.position > 0 "
+            "ORDER BY e.position", (storage.session,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def new_session(pg_url: str, name: str) -> str:
+    url = session_url(pg_url, name)
+    Session.create(url, cwd="/").close()
+    return url
+
+
+def test_four_processes_contending_for_one_session_are_serialized(pg_url: str) -> None:
+    url = new_session(pg_url, "contended")
+    turns = 5
+    procs = [worker("contend", url, f"w{n}", str(turns)) for n in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert out.decode().split("\n")[:-1] == [f"turn {t}" for t in range(turns)]
+    snap = load(url)
+    entries = snap.entries
+    assert len(entries) == 4 * turns * 4  # every entry of every writer is there
+    # each entry continues the one before it (every writer resumed from the latest leaf)...
+    assert all(e["parentId"] == p["id"] for p, e in zip(entries, entries[1:], strict=False))
+    # ...and each turn's four commits are together and in order: no interleaving
+    tags = [t.split() for t in texts(url)]
+    for start in range(0, len(tags), 4):
+        group = tags[start:start + 4]
+        assert {(name, turn) for name, turn, _ in group} == {(group[0][0], group[0][1])}
+        assert [k for _, _, k in group] == ["0", "1", "2", "3"]
+    assert Counter(name for name, _, _ in tags) == {f"w{n}": turns * 4 for n in range(4)}
+    # positions are gap-free and every byte offset follows the line before it
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        rows = conn.execute(
+            "SELECT e.position, e.byte_offset, octet_length(e.line) FROM journal.entries e "
+            "JOIN journal.streams s ON s.id = e.stream AND s.generation = e.generation "
+            "WHERE s.session = 'contended' ORDER BY e.position").fetchall()
+    assert [r[0] for r in rows] == list(range(len(rows))) == list(range(len(entries) + 1))
+    assert all(b[1] == a[1] + a[2] + 1 for a, b in zip(rows, rows[1:], strict=False))
+    assert storage.size() == rows[-1][1] + rows[-1][2] + 1
+
+
+def test_opening_a_missing_session_fails_and_leaves_nothing_behind(pg_url: str) -> None:
+    url = session_url(pg_url, "missing")
+    with pytest.raises(JournalError, match="no such session"):
+        Session.open(url)
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        row = conn.execute("SELECT count(*) FROM journal.streams").fetchone()
+    assert row is not None and row[0] == 0
+
+
+def test_a_waiting_writer_times_out_naming_the_holder(pg_url: str) -> None:
+    url = new_session(pg_url, "held")
+    holder = worker("hold", url, "h", stdin=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        started = time.monotonic()
+        with pytest.raises(LockTimeout) as caught:
+            Session.open(url, lock_timeout=0.5)
+        assert time.monotonic() - started >= 0.45
+        assert caught.value.holder is not None
+        assert caught.value.holder["pid"] == holder.pid
+        assert caught.value.holder["host"] == socket.gethostname()
+        assert f"pid {holder.pid}" in str(caught.value)
+        info = inspect(url)  # `journal info` names the holder too
+        assert info.lock_holder is not None and info.lock_holder["pid"] == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    assert inspect(url).lock_holder is None
+    # the dead holder's lease freed itself: no cleanup needed
+    with Session.open(url, lock_timeout=10) as session:
+        session.append_message({"role": "user", "content": "after", "timestamp": 1})
+
+
+def test_a_writer_whose_connection_was_killed_is_fenced_after_a_takeover(pg_url: str) -> None:
+    url = new_session(pg_url, "fenced")
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    old = worker("hold", url, "old", stdin=subprocess.PIPE)
+    assert old.stdin is not None and old.stdout is not None
+    try:
+        assert old.stdout.readline() == b"held\n"
+        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            row = admin.execute("SELECT holder_backend, epoch FROM journal.streams "
+                                "WHERE session = %s", ("fenced",)).fetchone()
+            assert row is not None and row[0] is not None
+            lease_backend, old_epoch = row
+            # the old writer's lease connection dies; the old writer does not know
+            admin.execute("SELECT pg_terminate_backend(%s)", (lease_backend,))
+        with Session.open(url, lock_timeout=10) as session:  # the takeover
+            session.append_message({"role": "user", "content": "new writer", "timestamp": 1})
+            old.stdin.write(b"go\n")
+            old.stdin.flush()
+            assert old.stdout.readline() == b"refused LeaseLost\n"
+            session.append_message({"role": "user", "content": "new writer again",
+                                    "timestamp": 1})
+    finally:
+        old.kill()
+        old.wait()
+    assert texts(url) == ["old first", "new writer", "new writer again"]
+    with psycopg.connect(storage.conninfo) as admin:
+        row = admin.execute("SELECT epoch FROM journal.streams WHERE session = 'fenced'")
+        epoch = row.fetchone()
+    assert epoch is not None and epoch[0] > old_epoch
+
+
+def test_an_appender_of_a_lease_taken_over_is_refused_in_process(pg_url: str) -> None:
+    url = new_session(pg_url, "in-process")
+    first = as_storage(url)
+    lease = first.lock(5)
+    appender = first.open_appender()
+    appender.commit(b'{"type":"custom","id":"a1","customType":"x"}\n')
+    lease.release()
+    second = as_storage(url)
+    second_lease = second.lock(5)
+    try:
+        with pytest.raises(LeaseLost):
+            appender.commit(b'{"type":"custom","id":"a2","customType":"x"}\n')
+    finally:
+        appender.close()
+        second_lease.release()
+    assert stored_ids(url) == ["a1"]
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_a_writer_killed_mid_append_loses_no_acknowledged_entry_and_no_batch_is_partial(
+        pg_url: str, round_: int) -> None:
+    url = new_session(pg_url, f"killed{round_}")
+    proc = worker("batches", url, "k")
+    assert proc.stdout is not None
+    acked: list[list[str]] = []
+    deadline = time.monotonic() + 0.3 + 0.2 * round_
+    while time.monotonic() < deadline or len(acked) < 3:
+        line = proc.stdout.readline().decode().split()
+        assert line and line[0] == "ack", proc.stderr.read() if proc.stderr else ""
+        acked.append(line[2:])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for line in proc.stdout.read().decode().split("\n"):  # acks already written
+        if line.startswith("ack "):
+            acked.append(line.split()[2:])
+    entries = load(url).entries
+    stored = [e["id"] for e in entries]
+    assert all(entry_id in stored for ids in acked for entry_id in ids)
+    batches = Counter(int(e["message"]["content"].split()[1]) for e in entries)
+    assert set(batches.values()) == {5}  # every batch whole
+    assert sorted(batches) == list(range(len(batches)))  # and none missing before the last
+    assert len(batches) >= len(acked)
+    with Session.open(url) as session:  # and the session goes on
+        session.append_message({"role": "user", "content": "k again", "timestamp": 1})
+
+
+class DropReplyProxy:
+    """A TCP relay to the server that, when armed, lets the next `journal.append` call reach
+    the server and then cuts the connection instead of relaying the reply: the commit
+    happened, its acknowledgement is lost."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.dropped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            state = {"cut": False}
+            threading.Thread(target=self._pump, args=(client, upstream, state, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, state, False),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, state: dict[str, bool],
+              upward: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if upward and self.armed.is_set() and b"journal.append" in data:
+                    self.armed.clear()
+                    state["cut"] = True
+                elif not upward and state["cut"]:
+                    self.dropped.set()  # the reply came: the commit is done; drop it
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
+        pg_url: str) -> None:
+    url = new_session(pg_url, "dropped")
+    direct = as_storage(url)
+    assert isinstance(direct, PostgresStorage)
+    host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    proxy = DropReplyProxy(host, int(port))
+    try:
+        relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
+                                  "dropped")
+        lease = relayed.lock(5)
+        appender = relayed.open_appender(Durability.always())
+        try:
+            first = appender.commit(b'{"type":"custom","id":"b1","customType":"x"}\n')
+            proxy.armed.set()
+            batch = (b'{"type":"custom","id":"b2","customType":"x"}\n'
+                     b'{"type":"custom","id":"b3","customType":"x"}\n')
+            offset = appender.commit(batch)  # the reply is lost; the appender asks again
+            assert proxy.dropped.is_set()
+            assert offset == first + len(b'{"type":"custom","id":"b1","customType":"x"}\n')
+            # a caller that retries on its own is acknowledged at the same offset too
+            assert appender.commit(batch) == offset
+        finally:
+            appender.close()
+            lease.release()
+    finally:
+        proxy.close()
+    assert stored_ids(url) == ["b1", "b2", "b3"]
+    assert direct.size() == offset + len(batch)
