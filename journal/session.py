@@ -155,8 +155,7 @@ class Session:
         if isinstance(target, (str, os.PathLike, FileStorage)):
             opened = _open_file(target, lock_timeout, migrate)
         else:
-            lock = target.lock(lock_timeout)
-            opened = _Opened(target, lock)
+            opened = _open_other(target, lock_timeout)
         storage, lock = opened.storage, opened.lock
         try:
             if not isinstance(target, (str, os.PathLike, FileStorage)):
@@ -528,6 +527,20 @@ class _Opened:
     lock: Lock
     recovered: list[Quarantined] = field(default_factory=list)
     followed: list[str] = field(default_factory=list)
+
+
+def _open_other(storage: Storage, lock_timeout: float) -> _Opened:
+    """Another backend's session, locked; a database session sealed by a rotation is
+    followed to the live one (`journal.pg.rotation.lock_live`)."""
+    if is_database_url(storage.locator):
+        from .pg.rotation import lock_live
+        from .pg.storage import PostgresStorage
+
+        if isinstance(storage, PostgresStorage):
+            live, lease = lock_live(storage, lock_timeout)
+            followed = [storage.locator] if live.session != storage.session else []
+            return _Opened(live, lease, followed=followed)
+    return _Opened(storage, storage.lock(lock_timeout))
 
 
 def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float,

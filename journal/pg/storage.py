@@ -484,6 +484,11 @@ class PostgresStorage:
         finally:
             conn.close()
 
+    def create_in(self, conn: psycopg.Connection[Any], data: bytes) -> None:
+        """`create`, inside the caller's transaction on `conn` (a rotation creates the
+        successor in the transaction that seals the old session)."""
+        self._create(conn, split_batch(self._name, 0, data))
+
     def _create(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
         with conn.transaction():
             row = conn.execute(
