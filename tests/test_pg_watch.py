@@ -17,7 +17,7 @@ from journal.pg.watch import CHANNEL, POLL_INTERVAL, PgWatch, parse  # noqa: E40
 
 @dataclass(frozen=True)
 class Stream:
-    stream_id: str
+    session: str
 
 
 def opened(url: str, stream: str = "s1", **kw: Any) -> PgWatch:

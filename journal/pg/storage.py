@@ -51,6 +51,7 @@ from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease, acquire, current_holder
 from .url import SessionUrl, parse_url
+from .watch import PgWatch
 
 __all__ = ["PostgresReader", "PostgresStorage", "PostgresWatch", "PostgresAppender"]
 
@@ -589,8 +590,13 @@ class PostgresStorage:
             time.sleep(min(left, POLL_INTERVAL))
 
     def open_watch(self, stop: StopFlag, timeout: float,
-                   poll: bool | None = None) -> PostgresWatch:
-        return PostgresWatch(stop, timeout)
+                   poll: bool | None = None) -> PostgresWatch | PgWatch:
+        """LISTEN/NOTIFY (`journal.pg.watch`), falling back to polling if it cannot listen;
+        `poll=True` polls the stream rows (`PostgresWatch`)."""
+        if poll:
+            return PostgresWatch(stop, timeout)
+        conninfo = self.conninfo
+        return PgWatch(lambda: connect(conninfo), stop, timeout, poll)
 
 
 class PostgresWatch:

@@ -53,10 +53,10 @@ RENEW_EVERY = 20.0
 
 
 class Streamed(Protocol):
-    """What the watch needs of a database session's `Storage`: its stream's id."""
+    """What the watch needs of a database session's `Storage`: its session id."""
 
     @property
-    def stream_id(self) -> str: ...
+    def session(self) -> str: ...
 
 
 def notify_sql(stream: str = "%s", position: str = "%s") -> str:
@@ -73,6 +73,12 @@ def parse(payload: str) -> tuple[str, int | None]:
         return stream, int(position)
     except ValueError:
         return payload, None
+
+
+def _session(storage: Streamed | object) -> str | None:
+    """The session id of a database session's storage (None for another backend's)."""
+    found = getattr(storage, "session", None)
+    return found if isinstance(found, str) else None
 
 
 class PgWatch:
@@ -120,13 +126,14 @@ class PgWatch:
             self.reconnects += 1
         return True
 
-    def _register(self, wanted: set[str]) -> bool:
+    def _register(self, wanted: set[str | None]) -> bool:
         """Register (or renew) this watch as a follower of `wanted` in `journal.followers`,
         so their changes are announced; True if one was not registered yet (its changes
         until now were not announced: the caller must re-read once)."""
         assert self.conn is not None
         now = time.monotonic()
-        due = sorted(s for s in wanted if now - self._registered.get(s, -RENEW_EVERY)
+        due = sorted(s for s in wanted
+                     if s is not None and now - self._registered.get(s, -RENEW_EVERY)
                      >= RENEW_EVERY)
         if not due:
             return False
@@ -154,12 +161,12 @@ class PgWatch:
         # at once, unless that connection failed before it ever worked
         self._retry_at = time.monotonic() + (0.0 if self._worked else RETRY_AFTER)
 
-    def wait(self, storages: Collection[Streamed], places: Collection[str] = ()) -> bool:
+    def wait(self, storages: Collection[Any], places: Collection[str] = ()) -> bool:
         """Block until a followed stream may have changed, or the interval passed (True), or
         `stop` is set (False)."""
         import psycopg
 
-        wanted = {storage.stream_id for storage in storages}
+        wanted = {_session(storage) for storage in storages} - {None}
         anywhere = bool(places)
         deadline = time.monotonic() + self.timeout
         while True:
@@ -223,7 +230,7 @@ class PgWatch:
                 return
             time.sleep(min(left, STEP))
 
-    async def wait_async(self, storages: Collection[Streamed],
+    async def wait_async(self, storages: Collection[Any],
                          places: Collection[str] = ()) -> bool:
         """`wait` on a worker thread, so the event loop keeps running meanwhile."""
         return await asyncio.to_thread(self.wait, storages, places)
