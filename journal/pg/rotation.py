@@ -23,6 +23,7 @@ change). Opening a sealed session follows its successors to the live one (`live_
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import os
 import time
@@ -45,8 +46,8 @@ from .lease import Lease
 from .storage import PostgresStorage, split_batch
 from .url import session_url
 
-__all__ = ["export_archive", "file_name", "live_storage", "lock_live", "rotate_database",
-           "stream_row"]
+__all__ = ["export_archive", "file_name", "gzip_bytes", "live_storage", "lock_live",
+           "rotate_database", "stream_row", "successor_url"]
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
     path = os.path.join(directory, name)
     with storage.open_reader() as reader:
         raw = reader.stream.read()
-    data = gzip.compress(raw, compresslevel=1, mtime=0)
+    data = gzip_bytes(raw)
     if os.path.lexists(path):
         raise JournalError(f"{path} already exists; the archive stays in the database only")
     new = NewFile(path, ARCHIVE_TAG)
@@ -259,6 +260,15 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
 
     with_shared(storage.conninfo, record)
     return path
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """`data` compressed exactly as file rotation compresses an archive (level 1, no name,
+    no time): the same bytes in, the same archive out."""
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=1, mtime=0) as gz:
+        gz.write(data)
+    return out.getvalue()
 
 
 def successor_url(storage: PostgresStorage) -> str | None:
