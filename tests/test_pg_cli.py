@@ -52,6 +52,13 @@ def test_append_show_and_context_work_on_a_database_session(
     context = journal("context", "pg:cli", "--json", env=env)
     assert context.returncode == 0, context.stderr.decode()
     assert [m["role"] for m in json.loads(context.stdout)["messages"]] == ["user", "assistant"]
+    tree = journal("tree", "pg:cli", "--json", env=env)
+    assert tree.returncode == 0, tree.stderr.decode()
+    assert [n["id"] for n in json.loads(tree.stdout)["nodes"]] == [first, *ids]
+    info = journal("info", "pg:cli", "--json", env=env)
+    assert info.returncode == 0, info.stderr.decode()
+    data = json.loads(info.stdout)
+    assert data["entries"] == 2 and data["leafId"] == ids[-1]
 
 
 def test_a_short_name_without_a_default_database_is_one_error_line(

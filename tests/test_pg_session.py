@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 from third_party import pi_bytes  # noqa: E402
 
-from journal import Session, View, load, resume  # noqa: E402
+from journal import Session, View, WriteFailed, load, resume  # noqa: E402
 from journal.context import build_context  # noqa: E402
 from journal.pg import storage as pg_storage  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
@@ -195,3 +195,74 @@ def test_import_journal_loads_no_driver_until_a_database_is_named(pg_url: str) -
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert out.stdout.split() == ["False", "True", "PostgresStorage"], out.stderr
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b'{"type":"custom","id":"a"}', "whole lines"),
+    (b'{"type":"custom","id":"\xff"}\n', "UTF-8"),
+    (b'{"type":"custom","id":"a\x00"}\n', "NUL"),
+])
+def test_bytes_a_text_column_cannot_hold_are_refused_whole(
+        pg_url: str, data: bytes, why: str) -> None:
+    storage = stored(pg_url, "refused", b'{"type":"session","version":3,"id":"r","cwd":"/"}\n')
+    before = stored_bytes(storage)
+    appender = storage.open_appender()
+    try:
+        with pytest.raises(WriteFailed, match=why):
+            appender.commit(b'{"type":"custom","id":"ok"}\n' + data)
+    finally:
+        appender.close()
+    assert stored_bytes(storage) == before
+
+
+def test_a_resumed_session_learns_the_older_ids_from_the_id_column(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.idscan import IdScan
+
+    storage = as_storage(session_url(pg_url, "ids"))
+    with Session.create(storage, cwd="/") as session:
+        ids = [session.append_message({"role": "user", "content": f"m{n}", "timestamp": 1})
+               for n in range(50)]
+    assert isinstance(storage, PostgresStorage)
+    assert storage.entry_ids() == {int(i, 16) for i in ids}
+
+    def no_bulk_read(self: object, start: int, end: int) -> tuple[int, bytes]:
+        raise AssertionError("the id scan read the session's lines")
+
+    monkeypatch.setattr(pg_storage.PostgresReader, "_rows", no_bulk_read)
+    scan = IdScan(storage)
+    assert scan.wait(10) and all(i in scan for i in ids) and "ffffffff" not in scan
+
+
+def test_the_stream_row_keeps_the_offsets_a_resume_starts_from(pg_url: str) -> None:
+    import psycopg
+
+    url = session_url(pg_url, "offsets")
+    with Session.create(url, cwd="/") as session:
+        session.append_message({"role": "user", "content": "a", "timestamp": 1})
+        session.append_model_change("anthropic", "m")
+        kept = session.append_message({"role": "user", "content": "b", "timestamp": 1})
+        session.append_thinking_level_change("high")
+        compaction = session.append_compaction("sum", kept, 10)  # settings follow it
+        session.append_message({"role": "user", "content": "c", "timestamp": 1})
+    entries = load(url).entries
+    model = [e["id"] for e in entries if e["type"] == "model_change"][-1]
+    thinking = [e["id"] for e in entries if e["type"] == "thinking_level_change"][-1]
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        offsets = dict(conn.execute(
+            "SELECT e.id, e.byte_offset FROM journal.entries e JOIN journal.streams s "
+            "ON s.id = e.stream AND s.generation = e.generation "
+            "WHERE s.session = 'offsets'").fetchall())
+        row = conn.execute("SELECT last_compaction, last_kept, last_model_change, "
+                           "last_thinking_change FROM journal.streams "
+                           "WHERE session = 'offsets'").fetchone()
+    assert row == (offsets[compaction], offsets[kept], offsets[model], offsets[thinking])
+    # a replacement computes them from its own bytes
+    storage.publish(stored_bytes(storage), "test")
+    with psycopg.connect(storage.conninfo) as conn:
+        again = conn.execute("SELECT last_compaction, last_kept, last_model_change, "
+                             "last_thinking_change FROM journal.streams "
+                             "WHERE session = 'offsets'").fetchone()
+    assert again == row

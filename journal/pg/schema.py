@@ -97,6 +97,9 @@ DECLARE
     start_position bigint;
     start_offset bigint;
     kept_offset bigint;
+    compaction_at bigint;
+    model_at bigint;
+    thinking_at bigint;
 BEGIN
     SELECT * INTO s FROM journal.streams WHERE session = p_session FOR UPDATE;
     IF NOT FOUND OR s.generation IS NULL THEN
@@ -140,18 +143,26 @@ BEGIN
             WHERE e.stream = s.id AND e.generation = s.generation AND e.id = p_kept
             ORDER BY e.position DESC LIMIT 1;
     END IF;
+    IF p_types && ARRAY['compaction', 'model_change', 'thinking_level_change'] THEN
+        SELECT max(s.size + x.rel) FILTER (WHERE x.t = 'compaction'),
+               max(s.size + x.rel) FILTER (WHERE x.t = 'model_change'),
+               max(s.size + x.rel) FILTER (WHERE x.t = 'thinking_level_change')
+            INTO compaction_at, model_at, thinking_at
+            FROM unnest(p_types, p_offsets) AS x (t, rel);
+        IF compaction_at IS NOT NULL THEN
+            s.last_compaction := compaction_at;
+            s.last_kept := kept_offset;
+        END IF;
+        s.last_model_change := coalesce(model_at, s.last_model_change);
+        s.last_thinking_change := coalesce(thinking_at, s.last_thinking_change);
+    END IF;
     UPDATE journal.streams SET
         size = s.size + p_total,
         entries = s.entries + n,
-        last_compaction = coalesce((SELECT max(s.size + x.rel) FROM unnest(p_types, p_offsets)
-            AS x (t, rel) WHERE x.t = 'compaction'), s.last_compaction),
-        last_kept = CASE WHEN 'compaction' = ANY (p_types) THEN kept_offset
-                         ELSE s.last_kept END,
-        last_model_change = coalesce((SELECT max(s.size + x.rel) FROM unnest(p_types, p_offsets)
-            AS x (t, rel) WHERE x.t = 'model_change'), s.last_model_change),
-        last_thinking_change = coalesce((SELECT max(s.size + x.rel)
-            FROM unnest(p_types, p_offsets) AS x (t, rel)
-            WHERE x.t = 'thinking_level_change'), s.last_thinking_change),
+        last_compaction = s.last_compaction,
+        last_kept = s.last_kept,
+        last_model_change = s.last_model_change,
+        last_thinking_change = s.last_thinking_change,
         updated_at = now()
     WHERE id = s.id;
     RETURN s.size;

@@ -127,7 +127,11 @@ class EmbeddedServer:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedServer:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # nothing of a server that did not start is left behind
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -231,8 +231,8 @@ class PostgresReader:
         from the resume hint (the earliest of where the latest compaction's kept entries
         start, the latest model change and thinking-level change), so a resume reads its tail
         in one query; a read just before the previous one (a backward scan) takes READ_AHEAD
-        bytes before it; a forward read takes at least READ_AHEAD bytes. The two latest
-        ranges are kept (the header and the tail, during a resume)."""
+        bytes before it. The two latest ranges are kept (the header and the tail, during a
+        resume)."""
         end = offset + length if limit is None else min(offset + length, limit)
         if end <= offset:
             return b""
@@ -248,8 +248,6 @@ class PostgresReader:
                 start = hint
             elif backwards:
                 start = max(0, offset - READ_AHEAD)
-            elif end - start < READ_AHEAD:
-                end = min(limit, start + READ_AHEAD)
         first, data = self._rows(start, end)
         self._cached = [(first, data), *self._cached[:1]]
         lo = offset - first
@@ -326,7 +324,10 @@ class PostgresAppender:
         locator = self.storage.locator
         if self._conn is None:
             raise JournalError(f"{locator}: the appender is closed")
-        batch = split_batch(locator, -1, data)
+        try:
+            batch = split_batch(locator, 0, data)
+        except WriteFailed as e:
+            raise WriteFailed(locator, self.storage.size_or(0), e.reason) from None
         params = (self.storage.session, self.epoch, batch.lines, batch.ids, batch.parents,
                   batch.types, batch.offsets, batch.total, batch.kept)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
@@ -565,6 +566,22 @@ class PostgresStorage:
         with self._lease_lock:
             self._lease = lease
         return lease
+
+    def entry_ids(self) -> set[int]:
+        """Every 8-hex entry id of the current generation, as integers (what
+        `journal.idscan` gathers from a file's bytes), from the id column: a resumed
+        session learns the ids it must not reuse without reading the whole session."""
+        conn = connect(self.conninfo)  # its own: a long read must not hold up the shared one
+        try:
+            rows = conn.execute(
+                "SELECT e.id FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
+                "AND s.generation = e.generation WHERE s.session = %s "
+                "AND e.id ~ '^[0-9a-f]{8}$'", (self.session,)).fetchall()
+        except psycopg.Error as e:
+            raise DatabaseError(f"{self._name}: cannot list the entry ids: {describe(e)}") from e
+        finally:
+            conn.close()
+        return {int(row[0], 16) for row in rows}
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds the session's lease now (pid, host, since), or None: the holder
