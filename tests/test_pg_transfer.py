@@ -147,3 +147,20 @@ def test_push_and_pull_commands(pg_url: str, tmp_path: Path,
     assert err[-1].startswith("Error: ") and "already exists" in err[-1]
     assert main(["push", str(tmp_path / "missing.jsonl"), pg_url]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("Error: ")
+
+
+def test_ls_lists_the_databases_lineages(pg_url: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    live = rotated_lineage(tmp_path / "src")
+    push(live, pg_url)
+    with Session.create(session_url(pg_url, "other"), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "x", "timestamp": 1})
+        assert main(["ls", pg_url, "--json"]) == 0
+        rows = {row["session"]: row for row in json.loads(capsys.readouterr().out)}
+        live_id = load(live).header["id"]  # type: ignore[index]
+        assert set(rows) == {live_id, "other"}
+        assert rows[live_id]["sessions"] == 3 and rows[live_id]["holder"] is None
+        assert rows[live_id]["file"] == Path(live).name
+        assert rows["other"]["holder"]["pid"] == os.getpid()
+    assert main(["ls", pg_url]) == 0
+    assert "idle" in capsys.readouterr().out

@@ -11,6 +11,8 @@ import orjson
 
 from .. import codec
 from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
+from ..errors import JournalError
+from ..pg.url import is_database_url
 from .app import ByteProgress, default_sessions_dir
 
 LS_DESCRIPTION = (
@@ -53,7 +55,28 @@ def _cells(row: SessionRow) -> list[str]:
 HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", "size", "state"]
 
 
+def _ls_database(args: argparse.Namespace) -> int:
+    from ..pg.transfer import database_sessions
+
+    if len(args.dirs) != 1:
+        raise JournalError("journal ls lists one database at a time")
+    rows = database_sessions(args.dirs[0])
+    if args.json:
+        _emit_json(rows)
+        return 0
+    print("\t".join(["session", "file", "sessions", "entries", "size", "updated", "state"]))
+    for row in rows:
+        holder = row["holder"]
+        state = f"locked ({holder['pid']} on {holder['host']})" if holder else "idle"
+        print("\t".join([str(row["session"]), str(row["file"] or ""), str(row["sessions"]),
+                         f"{row['entries']:,}", _size(int(row["size"])),
+                         str(row["updated"] or "")[:19], state]))
+    return 0
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
+    if any(is_database_url(d) for d in args.dirs or ()):
+        return _ls_database(args)
     dirs = args.dirs or [default_sessions_dir()]
     with ByteProgress("reading sessions") as bar:
         found = sessions(dirs, progress=bar)
@@ -120,7 +143,9 @@ def _print_prune(report: PruneReport) -> None:
 def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ls", help="one row per session: name, id, models, times, size, state",
                        description=LS_DESCRIPTION)
-    p.add_argument("dirs", nargs="*", metavar="DIR", help="folders (or session files)")
+    p.add_argument("dirs", nargs="*", metavar="DIR",
+                   help="folders (or session files), or one database (postgresql://.../db: "
+                   "its sessions, one row per lineage)")
     p.add_argument("--sort", choices=SORT_KEYS, default="last",
                    help="order rows by this (default last activity, newest first)")
     p.add_argument("--reverse", action="store_true", help="the other way round")

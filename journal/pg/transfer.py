@@ -38,8 +38,8 @@ from .rotation import file_name, gzip_bytes
 from .storage import PostgresStorage
 from .url import DATABASE_ENV, is_database_url, parse_database, parse_url, session_url
 
-__all__ = ["PullResult", "PushResult", "TransferError", "database_of", "pull", "push",
-           "push_bytes"]
+__all__ = ["PullResult", "PushResult", "TransferError", "database_of", "database_sessions",
+           "pull", "push", "push_bytes"]
 
 PULL_TAG = "pull"
 _SIDE = (".quarantine", ".lock", ".bak", ".tmp", ".rotating", "~")
@@ -315,3 +315,40 @@ def pull(url: str, directory: str | os.PathLike[str]) -> PullResult:
                 pass
         raise
     return result
+
+
+# listing
+
+
+def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
+    """One row per lineage in the database (`journal ls URL`): its live session, its file,
+    how many sessions it spans (the sealed ones before), the live session's entries and
+    bytes, when it was created and last written, and who holds its lease (if anyone)."""
+    conninfo = database_of(url)
+
+    def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT s.session, s.successor, s.file_name, s.entries, s.size, s.created_at, "
+            "s.updated_at, CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE "
+            "l.locktype = 'advisory' AND l.granted AND l.pid = s.holder_backend) "
+            "THEN s.holder_pid END, s.holder_host FROM journal.streams s "
+            "WHERE s.generation IS NOT NULL ORDER BY s.created_at, s.id").fetchall()
+
+    rows = with_shared(conninfo, query)
+    before = {str(r[1]): str(r[0]) for r in rows if r[1]}
+    out = []
+    for r in rows:
+        if r[1]:  # sealed: counted with its live successor
+            continue
+        span, current = 1, str(r[0])
+        while current in before and span < 10_000:
+            current, span = before[current], span + 1
+        out.append({"session": r[0], "url": session_url(_safe(conninfo), str(r[0])),
+                    "file": r[2], "sessions": span, "entries": r[3], "size": r[4],
+                    "created": _iso(r[5]), "updated": _iso(r[6]),
+                    "holder": {"pid": r[7], "host": r[8]} if r[7] is not None else None})
+    return out
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
