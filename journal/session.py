@@ -181,6 +181,8 @@ class Session:
         """Rotate into a successor now (see `journal.rotate`); this session carries on
         writing there (`path` changes), its lock taken before the old one is released."""
         if not isinstance(self._storage, FileStorage):
+            if is_database_url(self._storage.locator):
+                return self._rotate_database(archive_dir, dry_run)
             raise JournalError(f"{self.path}: rotation works on session files only")
         started = time.perf_counter()
         source = RotationSource(self.path, self.tree, self.header, self.latest_session_info(),
@@ -192,6 +194,34 @@ class Session:
         rotation.started = started
         rotation.result.lock_held_ms = (time.perf_counter() - started) * 1000
         return finish_rotation(rotation, keep=keep)
+
+    def _rotate_database(self, archive_dir: str | None, dry_run: bool) -> RotationResult:
+        """Rotate a database session (`journal.pg.rotation`) and carry on in its successor."""
+        from .pg.lease import Lease
+        from .pg.rotation import rotate_session
+        from .pg.storage import PostgresStorage
+
+        storage, lease = self._storage, self._lock
+        if not isinstance(storage, PostgresStorage) or not isinstance(lease, Lease):
+            raise JournalError(f"{self.path}: not a database session held by this writer")
+        result, successor, new_lease = rotate_session(storage, lease, archive_dir=archive_dir,
+                                                      dry_run=dry_run)
+        if successor is None or new_lease is None:
+            return result
+        durability, previous = self._log.durability, self._taken()
+        self._log.close()
+        lease.release()
+        snap = resume(successor)
+        self._storage, self.path, self._lock = successor, successor.locator, new_lease
+        self._log = successor.open_appender(durability)
+        self.header = snap.header or {}
+        self.tree = Tree(snap.entries, complete=snap.complete)
+        self.diagnostics = []
+        self._context = None
+        self._info = None
+        self._older_ids = None
+        self._previous_ids = previous
+        return result
 
     def _seal(self, seal: Entry) -> None:
         """Commit a rotation's seal, synced whatever the durability policy."""

@@ -166,3 +166,28 @@ def test_rotating_twice_then_opening_the_first_id(pg_url: str) -> None:
     assert second.path == session_url(pg_url, str(first.successor_id))
     with Session.open(url) as session:
         assert session.session_id == second.successor_id
+
+
+def test_an_open_session_rotates_by_policy_and_writes_on_in_the_successor(pg_url: str) -> None:
+    from journal import RotationPolicy
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        session.rotation_policy = RotationPolicy()  # every compaction rotates
+        fill(session)  # ends with a compaction, then one more message
+        assert session.session_id != url.rsplit("=", 1)[1]
+        successor_id = session.session_id
+        before = context_of(session.path)
+        session.append_message({"role": "user", "content": "carried on", "timestamp": 5})
+        assert session.live_context().messages[-1]["content"] == "carried on"
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] == successor_id
+    successor = session_url(pg_url, successor_id)
+    entries = load(successor).entries
+    assert entries[-1]["message"]["content"] == "carried on"
+    assert before is not None
+    ids = [e["id"] for e in load(url).entries] + [e["id"] for e in entries]
+    shared = {e["id"] for e in entries} & {e["id"] for e in load(url).entries}
+    assert len(set(ids)) == len(ids) - len(shared)  # only the kept entries repeat
+    with Session.open(url) as again:  # the old id: the successor, its lease free again
+        assert again.session_id == successor_id

@@ -47,7 +47,7 @@ from .storage import PostgresStorage, split_batch
 from .url import session_url
 
 __all__ = ["export_archive", "file_name", "gzip_bytes", "live_storage", "lock_live",
-           "rotate_database", "stream_row", "successor_url"]
+           "rotate_database", "rotate_session", "stream_row", "successor_url"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,30 @@ def rotate_database(
                                    "database")
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
+
+
+def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str | None = None,
+                   dry_run: bool = False) -> tuple[RotationResult, PostgresStorage | None,
+                                                   Lease | None]:
+    """Rotate a session whose lease the caller holds (an open `Session`): the result, and,
+    when it rotated, the successor with its lease, taken at once (it was created a moment ago
+    and is named nowhere else yet), for the writer to carry on in."""
+    started = time.perf_counter()
+    result = _rotate_held(storage, lease, archive_dir, dry_run)
+    result.lock_held_ms = (time.perf_counter() - started) * 1000
+    if not result.rotated or dry_run or result.successor_id is None:
+        result.total_ms = (time.perf_counter() - started) * 1000
+        return result, None, None
+    successor = PostgresStorage(storage.conninfo, result.successor_id)
+    new_lease = successor.lock(0)
+    if archive_dir is not None:
+        try:
+            result.archive = export_archive(storage, archive_dir)
+        except (OSError, JournalError) as e:
+            result.warnings.append(f"exporting the archive failed ({e}); it stays in the "
+                                   "database")
+    result.total_ms = (time.perf_counter() - started) * 1000
+    return result, successor, new_lease
 
 
 def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str | None,
