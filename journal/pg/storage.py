@@ -25,7 +25,8 @@ planning, the tail) works unchanged.
 - `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
   it current in one transaction; the generation before stays readable for readers that still
   read it, older ones are removed.
-- `mark`, `watch` and `open_watch` poll the stream rows (one query for all sessions watched).
+- `mark` and `watch` poll the stream row; `open_watch` waits on LISTEN/NOTIFY
+  (`journal.pg.watch`), or with `poll=True` polls the stream rows (one query for all).
 """
 
 from __future__ import annotations
