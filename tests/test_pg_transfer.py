@@ -164,3 +164,30 @@ def test_ls_lists_the_databases_lineages(pg_url: str, tmp_path: Path,
         assert rows["other"]["holder"]["pid"] == os.getpid()
     assert main(["ls", pg_url]) == 0
     assert "idle" in capsys.readouterr().out
+
+
+def test_a_database_rotation_pulls_as_a_file_lineage(pg_url: str, tmp_path: Path) -> None:
+    from journal import lineage
+    from journal.pg.rotation import rotate_database
+
+    folder = tmp_path / "src" / "team"
+    folder.mkdir(parents=True)
+    with Session.create(str(folder), cwd="/w") as session:
+        fill(session, 40, "one")
+        session.append_message({"role": "user", "content": "last", "timestamp": 1})
+        path, session_id = session.path, session.session_id
+    push(str(tmp_path / "src"), pg_url)
+    result = rotate_database(session_url(pg_url, session_id))
+    assert result.rotated and result.successor_id is not None
+    pull(pg_url, tmp_path / "out")
+    pulled = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")
+                    if p.is_file())
+    old_name = Path(path).name
+    assert f"team/archive/{old_name}" in pulled and len(pulled) == 2
+    live = next(tmp_path / "out" / p for p in pulled if "archive" not in p)
+    chain = lineage(str(live))
+    assert [Path(p).name for p in chain] == [old_name, live.name]
+    assert (tmp_path / "out" / "team" / "archive" / old_name).read_bytes().startswith(
+        Path(path).read_bytes())  # the old file, then its seal
+    with Session.open(str(live)) as session:  # a file session again, continuing the lineage
+        assert session.live_context().messages[-1]["content"] == "last"

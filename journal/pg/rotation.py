@@ -26,6 +26,7 @@ import gzip
 import io
 import logging
 import os
+import posixpath
 import time
 from typing import Any
 
@@ -218,7 +219,10 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str
     assert lease is not None
     seal = make_seal(tree.ids, tree.leaf_id, new_name, new_id, archive)
     try:
-        _commit(storage, successor, lease, data, codec.encode(seal), new_name, archive)
+        # file names stay in the folder the old file was in (a pushed folder's subfolder)
+        folder = posixpath.dirname(old_name)
+        _commit(storage, successor, lease, data, codec.encode(seal),
+                posixpath.join(folder, new_name), posixpath.join(folder, archive))
     except psycopg.Error as e:
         if getattr(e, "sqlstate", None) == schema.SQLSTATE_FENCED:
             from ..errors import LeaseLost
