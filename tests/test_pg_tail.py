@@ -106,7 +106,14 @@ def test_ten_thousand_appends_arrive_once_in_order_across_rotation_and_reset(
     assert len(rotated) == 1 and "session=" in rotated[0]
 
 
-def test_the_follower_wakes_on_notify_not_on_its_timeout(pg_url: str) -> None:
+def test_the_follower_wakes_on_notify_not_on_its_timeout(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.pg import storage as pg_storage
+
+    def no_polling(*args: Any) -> Any:
+        raise AssertionError("the follow polled")
+
+    monkeypatch.setattr(pg_storage, "PostgresWatch", no_polling)
     url = new_session(pg_url)
     stop = threading.Event()
     got: list[float] = []
@@ -120,6 +127,10 @@ def test_the_follower_wakes_on_notify_not_on_its_timeout(pg_url: str) -> None:
     thread = threading.Thread(target=consume)
     thread.start()
     time.sleep(0.5)
+    with psycopg.connect(pg_url) as conn:  # the waiting follower registered itself
+        row = conn.execute("SELECT count(*) FROM journal.followers WHERE session = %s",
+                           (url.rsplit("=", 1)[1],)).fetchone()
+    assert row is not None and row[0] == 1
     with Session.open(url) as session:
         for _ in range(5):
             session.append_message({"role": "user", "content": "hi",
