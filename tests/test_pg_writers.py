@@ -290,3 +290,27 @@ def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
         proxy.close()
     assert stored_ids(url) == ["b1", "b2", "b3"]
     assert direct.size() == offset + len(batch)
+
+
+def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(
+        pg_url: str) -> None:
+    url = new_session(pg_url, "broken-lease")
+    first = as_storage(url)
+    assert isinstance(first, PostgresStorage)
+    lease = first.lock(5)
+    with psycopg.connect(first.conninfo, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(holder_backend) FROM journal.streams "
+                      "WHERE session = 'broken-lease'")
+    with pytest.raises(psycopg.OperationalError):
+        lease.conn.execute("SELECT 1")  # the writer finds out its lease connection is gone
+    assert not lease.held
+    appender = first.open_appender()
+    try:
+        with Session.open(url, lock_timeout=10) as taker:  # another writer takes over
+            taker.append_message({"role": "user", "content": "taker", "timestamp": 1})
+            with pytest.raises(LeaseLost):
+                appender.commit(b'{"type":"custom","id":"c1","customType":"x"}\n')
+    finally:
+        appender.close()
+        lease.release()
+    assert texts(url) == ["taker"]

@@ -46,6 +46,12 @@ class Lease:
         self._released = False
 
     @property
+    def released(self) -> bool:
+        """Whether `release()` was called (a lease whose connection broke is not released:
+        its epoch still fences its writer's appends)."""
+        return self._released
+
+    @property
     def held(self) -> bool:
         """Not released, and its connection (so its advisory lock) not known to be lost."""
         return not self._released and not self.conn.closed and not self.conn.broken

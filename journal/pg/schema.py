@@ -35,7 +35,6 @@ MIGRATION_LOCK = 0x6A6F75726E616C21
 
 SQLSTATE_NO_SESSION = "JN001"
 SQLSTATE_FENCED = "JN002"
-SQLSTATE_DUPLICATE = "JN003"
 
 _V1 = """
 CREATE SCHEMA IF NOT EXISTS journal;
@@ -77,13 +76,14 @@ CREATE TABLE journal.entries (
     parent_id   text,
     type        text,
     line        text NOT NULL,
-    PRIMARY KEY (stream, generation, position)
+    -- the one index: every read is by byte offset, and with a single index the planner has
+    -- no other to pick before the table has statistics (a fresh, fast-growing table)
+    PRIMARY KEY (stream, generation, byte_offset)
 );
-CREATE UNIQUE INDEX entries_by_offset ON journal.entries (stream, generation, byte_offset);
-CREATE INDEX entries_by_id ON journal.entries (stream, generation, id);
 
 -- Append one batch: lock the stream row, check the writer's epoch, acknowledge a retried
--- batch that is already there, else insert the lines at the next positions and offsets.
+-- batch that is already the session's last, else insert the lines at the next positions
+-- and offsets.
 -- Returns the byte offset the batch starts at.
 CREATE FUNCTION journal.append(
     p_session text, p_epoch bigint, p_lines text[], p_ids text[], p_parents text[],
@@ -92,17 +92,22 @@ CREATE FUNCTION journal.append(
 DECLARE
     s journal.streams%ROWTYPE;
     n bigint := coalesce(cardinality(p_lines), 0);
+    old_size bigint;
+    old_entries bigint;
     found_id text;
-    found_position bigint;
-    start_position bigint;
     start_offset bigint;
     kept_offset bigint;
     compaction_at bigint;
     model_at bigint;
     thinking_at bigint;
 BEGIN
-    SELECT * INTO s FROM journal.streams WHERE session = p_session FOR UPDATE;
-    IF NOT FOUND OR s.generation IS NULL THEN
+    -- the row lock that serializes appends (and waits for a lease takeover's epoch change),
+    -- taken by moving the size on at once; any refusal below rolls it back
+    UPDATE journal.streams SET size = size + p_total, entries = entries + n,
+                               updated_at = now()
+        WHERE session = p_session AND generation IS NOT NULL
+        RETURNING * INTO s;
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'no session % in this database', p_session
             USING ERRCODE = 'JN001';
     END IF;
@@ -110,62 +115,62 @@ BEGIN
         RAISE EXCEPTION 'session %: the lease was taken over (epoch % is now %)',
             p_session, p_epoch, s.epoch USING ERRCODE = 'JN002';
     END IF;
+    old_size := s.size - p_total;
+    old_entries := s.entries - n;
     IF n = 0 THEN
-        RETURN s.size;
+        RETURN old_size;
     END IF;
-    SELECT e.id, e.position INTO found_id, found_position FROM journal.entries e
-        WHERE e.stream = s.id AND e.generation = s.generation AND e.id = ANY (p_ids)
-        ORDER BY e.position LIMIT 1;
-    IF FOUND THEN
-        start_position := found_position - (array_position(p_ids, found_id) - 1);
-        IF start_position >= 0 AND start_position + n <= s.entries AND ARRAY(
+    -- A retry after a lost acknowledgement: the batch is already the session's last (the
+    -- writer holds the lease, so nothing came after it). One primary-key probe at the offset
+    -- it would start at; the bytes compared only when its first id is there.
+    start_offset := old_size - p_total;
+    IF start_offset >= 0 AND p_ids[1] IS NOT NULL THEN
+        SELECT e.id INTO found_id FROM journal.entries e
+            WHERE e.stream = s.id AND e.generation = s.generation
+              AND e.byte_offset = start_offset;
+        IF found_id = p_ids[1] AND ARRAY(
             SELECT e.line FROM journal.entries e
             WHERE e.stream = s.id AND e.generation = s.generation
-              AND e.position >= start_position AND e.position < start_position + n
-            ORDER BY e.position) = p_lines
+              AND e.byte_offset >= start_offset
+            ORDER BY e.byte_offset) = p_lines
         THEN
-            SELECT e.byte_offset INTO start_offset FROM journal.entries e
-                WHERE e.stream = s.id AND e.generation = s.generation
-                  AND e.position = start_position;
-            RETURN start_offset;  -- a retry of a batch already committed: acknowledged
+            UPDATE journal.streams SET size = old_size, entries = old_entries WHERE id = s.id;
+            RETURN start_offset;  -- acknowledged at the offset it has, stored once
         END IF;
-        RAISE EXCEPTION 'session %: entry id % is already in the session', p_session, found_id
-            USING ERRCODE = 'JN003';
     END IF;
     INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
                                  type, line)
-        SELECT s.id, s.generation, s.entries + u.o - 1, s.size + u.rel, u.i, u.p, u.t, u.l
+        SELECT s.id, s.generation, old_entries + u.o - 1, old_size + u.rel, u.i, u.p, u.t, u.l
         FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
              WITH ORDINALITY AS u (l, i, p, t, rel, o);
-    IF p_kept IS NOT NULL THEN
-        -- where the latest compaction's kept entries start: what a resume reads from
-        SELECT e.byte_offset INTO kept_offset FROM journal.entries e
-            WHERE e.stream = s.id AND e.generation = s.generation AND e.id = p_kept
-            ORDER BY e.position DESC LIMIT 1;
-    END IF;
     IF p_types && ARRAY['compaction', 'model_change', 'thinking_level_change'] THEN
-        SELECT max(s.size + x.rel) FILTER (WHERE x.t = 'compaction'),
-               max(s.size + x.rel) FILTER (WHERE x.t = 'model_change'),
-               max(s.size + x.rel) FILTER (WHERE x.t = 'thinking_level_change')
+        -- where a resume starts reading: the latest compaction, where its kept entries
+        -- start, the latest settings
+        SELECT max(old_size + x.rel) FILTER (WHERE x.t = 'compaction'),
+               max(old_size + x.rel) FILTER (WHERE x.t = 'model_change'),
+               max(old_size + x.rel) FILTER (WHERE x.t = 'thinking_level_change')
             INTO compaction_at, model_at, thinking_at
             FROM unnest(p_types, p_offsets) AS x (t, rel);
-        IF compaction_at IS NOT NULL THEN
-            s.last_compaction := compaction_at;
-            s.last_kept := kept_offset;
+        IF compaction_at IS NOT NULL AND p_kept IS NOT NULL THEN
+            -- the kept entry is recent: look in the last 8 MiB first (a primary-key range)
+            SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+                WHERE e.stream = s.id AND e.generation = s.generation
+                  AND e.byte_offset >= s.size - 8388608 AND e.id = p_kept
+                ORDER BY e.byte_offset DESC LIMIT 1;
+            IF kept_offset IS NULL THEN
+                SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+                    WHERE e.stream = s.id AND e.generation = s.generation AND e.id = p_kept
+                    ORDER BY e.byte_offset DESC LIMIT 1;
+            END IF;
         END IF;
-        s.last_model_change := coalesce(model_at, s.last_model_change);
-        s.last_thinking_change := coalesce(thinking_at, s.last_thinking_change);
+        UPDATE journal.streams SET
+            last_compaction = coalesce(compaction_at, last_compaction),
+            last_kept = CASE WHEN compaction_at IS NULL THEN last_kept ELSE kept_offset END,
+            last_model_change = coalesce(model_at, last_model_change),
+            last_thinking_change = coalesce(thinking_at, last_thinking_change)
+        WHERE id = s.id;
     END IF;
-    UPDATE journal.streams SET
-        size = s.size + p_total,
-        entries = s.entries + n,
-        last_compaction = s.last_compaction,
-        last_kept = s.last_kept,
-        last_model_change = s.last_model_change,
-        last_thinking_change = s.last_thinking_change,
-        updated_at = now()
-    WHERE id = s.id;
-    RETURN s.size;
+    RETURN old_size;
 END
 $$;
 """

@@ -9,12 +9,13 @@ planning, the tail) works unchanged.
 
 - A commit is one call of the server function `journal.append` (one round trip, one
   transaction): it locks the stream row, checks the writer's fencing epoch, assigns the next
-  gap-free positions and offsets, and inserts the batch; a batch whose entry ids are already
-  there with the same bytes (a retry after a lost acknowledgement) is acknowledged at the
-  offset it has, never stored twice. If the connection is lost during a commit, the appender
-  reconnects and sends the same batch once more: the row lock makes that wait for the first
-  attempt to end, so the batch is then found (acknowledged) or appended, exactly once. If that
-  fails too, `WriteFailed`: nothing of the batch was committed.
+  gap-free positions and offsets, and inserts the batch; a batch that is already the
+  session's last, with the same ids and bytes (a retry after a lost acknowledgement), is
+  acknowledged at the offset it has, never stored twice. If the connection is lost during a
+  commit, the appender reconnects and sends the same batch once more: the row lock makes
+  that wait for the first attempt to end, so the batch is then found (acknowledged) or
+  appended, exactly once. If that fails too, `WriteFailed`: nothing of the batch was
+  committed.
 - Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
   (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
@@ -57,6 +58,9 @@ from .watch import PgWatch
 __all__ = ["PostgresReader", "PostgresStorage", "PostgresWatch", "PostgresAppender"]
 
 POLL_INTERVAL = 0.02
+# parameters in binary form: no text escaping of the lines on either side
+APPEND = ("SELECT journal.append(%b, %b, %b::text[], %b::text[], %b::text[], %b::text[], "
+          "%b::bigint[], %b, %b)")
 COMMIT_ATTEMPTS = 2
 READ_AHEAD = 1 << 20
 RESUME_READ_AHEAD = 64 << 20
@@ -338,9 +342,7 @@ class PostgresAppender:
             try:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = self._connect()
-                row = self._conn.execute(
-                    "SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], "
-                    "%s::text[], %s::bigint[], %s, %s)", params).fetchone()
+                row = self._conn.execute(APPEND, params).fetchone()
             except psycopg.OperationalError as e:
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
                     raise self._refused(e) from e
@@ -473,7 +475,8 @@ class PostgresStorage:
 
     def open_appender(self, durability: Durability | None = None) -> PostgresAppender:
         lease = self._lease
-        epoch = lease.epoch if lease is not None and lease.held else None
+        # the epoch fences even when the lease connection broke since: never unfenced then
+        epoch = lease.epoch if lease is not None and not lease.released else None
         return PostgresAppender(self, durability, epoch)
 
     def create(self, data: bytes) -> None:
@@ -527,7 +530,7 @@ class PostgresStorage:
             if row is None:
                 raise NotASession(self._name, "no such session in the database")
             stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
-            if lease is not None and lease.held and epoch != lease.epoch:
+            if lease is not None and not lease.released and epoch != lease.epoch:
                 raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")
             new_row = conn.execute("SELECT nextval('journal.generations')").fetchone()
             assert new_row is not None
