@@ -176,3 +176,32 @@ def test_tail_command_on_a_database_session(pg_url: str,
 
 def _entries(events: Any) -> list[Any]:
     return [e for e in events if e.kind == ENTRY]
+
+
+def test_afollow_a_database_session(pg_url: str) -> None:
+    import asyncio
+
+    from journal import afollow
+
+    url = new_session(pg_url)
+
+    async def main_loop() -> list[str]:
+        seen: list[str] = []
+        deadline = time.monotonic() + 20
+
+        async def write() -> None:
+            await asyncio.sleep(0.3)
+            with Session.open(url) as session:
+                for i in range(3):
+                    session.append_message({"role": "user", "content": f"a{i}",
+                                            "timestamp": 1})
+
+        writer_task = asyncio.create_task(write())
+        async for entry in afollow(url, stop=lambda: time.monotonic() > deadline):
+            seen.append(entry["message"]["content"])
+            if len(seen) == 3:
+                break
+        await writer_task
+        return seen
+
+    assert asyncio.run(main_loop()) == ["a0", "a1", "a2"]
