@@ -118,3 +118,8 @@ def test_repair_and_quarantine_commands(pg_url: str, tmp_path: Path,
     assert main(["quarantine", "show", url, "1"]) == 0
     assert capsys.readouterr().out.encode() == quarantined_record(url, 1)["data"]
     assert main(["repair", url, "--check"]) == 0
+    capsys.readouterr()
+    restored = tmp_path / "restored.bin"
+    assert main(["quarantine", "restore", url, "1", str(restored)]) == 0
+    assert restored.read_bytes() == quarantined_record(url, 1)["data"]
+    assert main(["quarantine", "restore", url, "1", str(restored)]) == 2  # never overwritten

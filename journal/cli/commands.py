@@ -380,7 +380,12 @@ def cmd_quarantine_show(args: argparse.Namespace) -> int:
 def cmd_quarantine_restore(args: argparse.Namespace) -> int:
     from ..quarantine import restore_quarantined
 
-    written = restore_quarantined(args.path, args.number, args.file)
+    if is_database_url(args.path):
+        from ..pg.repair import restore_record
+
+        written = restore_record(args.path, args.number, args.file)
+    else:
+        written = restore_quarantined(args.path, args.number, args.file)
     print(f"wrote {written:,} bytes to {args.file}")
     return 0
 

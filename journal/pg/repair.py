@@ -19,6 +19,7 @@ import psycopg
 from ..errors import JournalError, NotASession
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Progress
+from ..publish import create_file
 from ..quarantine import Quarantined
 from ..repair import RepairReport, assess, repair_held
 from .connect import DatabaseError, describe, with_shared
@@ -26,7 +27,7 @@ from .lease import Lease
 from .rotation import live_storage, lock_live, stream_row
 from .storage import PostgresStorage
 
-__all__ = ["quarantined", "quarantined_record", "repair_database"]
+__all__ = ["quarantined", "quarantined_record", "repair_database", "restore_record"]
 
 
 def _storage(target: str | PostgresStorage) -> PostgresStorage:
@@ -116,3 +117,15 @@ def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, 
     return {"line": number, "time": row[0].isoformat().replace("+00:00", "Z"),
             "source": storage.locator, "generation": row[1], "offset": row[2],
             "length": len(data), "reason": row[3], "detail": row[4], "data": data}
+
+
+def restore_record(target: str | PostgresStorage, number: int, path: str) -> int:
+    """Write record `number`'s bytes to a new file `path` (never an existing one); return
+    how many (`journal quarantine restore URL N FILE`)."""
+    data: bytes = quarantined_record(target, number)["data"]
+    try:
+        create_file(path, data, 0o600)
+    except FileExistsError as e:
+        raise JournalError(f"{path}: already exists; nothing was written (restore writes a "
+                           "new file only; choose another name)") from e
+    return len(data)
