@@ -191,3 +191,23 @@ def test_an_open_session_rotates_by_policy_and_writes_on_in_the_successor(pg_url
     assert len(set(ids)) == len(ids) - len(shared)  # only the kept entries repeat
     with Session.open(url) as again:  # the old id: the successor, its lease free again
         assert again.session_id == successor_id
+
+
+def test_rotate_command_on_a_database_session(pg_url: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    assert main(["rotate", url, "--dry-run", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["rotated"] and planned["dryRun"]
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+    assert main(["rotate", url, "--keep", "1"]) == 2
+    assert "for files" in capsys.readouterr().err
+    assert main(["rotate", url, "--archive-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "rotated into" in out and str(tmp_path / "a") in out
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] is not None
