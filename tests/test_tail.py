@@ -1006,4 +1006,4 @@ def test_the_tail_modules_share_no_private_names():
             if other != name:
                 shared += [f"{name} uses {other}'s {p}" for p in sorted(used & private
                                                                         - defined[name])]
-    assert len(trees) == 5 and shared == []
+    assert len(trees) == 6 and shared == []

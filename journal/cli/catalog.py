@@ -11,6 +11,8 @@ import orjson
 
 from .. import codec
 from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
+from ..errors import JournalError
+from ..pg.url import is_database_url
 from ..prices import load_prices
 from ..rowcache import RowCache, default_cache_path
 from .app import ByteProgress, default_sessions_dir
@@ -61,7 +63,28 @@ HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", 
 RIGHT = ("entries", "files", "size", "tokens", "cost")
 
 
+def _ls_database(args: argparse.Namespace) -> int:
+    from ..pg.transfer import database_sessions
+
+    if len(args.dirs) != 1:
+        raise JournalError("journal ls lists one database at a time")
+    rows = database_sessions(args.dirs[0])
+    if args.json:
+        _emit_json(rows)
+        return 0
+    print("\t".join(["session", "file", "sessions", "entries", "size", "updated", "state"]))
+    for row in rows:
+        holder = row["holder"]
+        state = f"locked ({holder['pid']} on {holder['host']})" if holder else "idle"
+        print("\t".join([str(row["session"]), str(row["file"] or ""), str(row["sessions"]),
+                         f"{row['entries']:,}", _size(int(row["size"])),
+                         str(row["updated"] or "")[:19], state]))
+    return 0
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
+    if any(is_database_url(d) for d in args.dirs or ()):
+        return _ls_database(args)
     dirs = args.dirs or [default_sessions_dir()]
     prices = load_prices(args.prices)
     cache = None if args.no_cache else RowCache(default_cache_path())
@@ -132,7 +155,9 @@ def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p = sub.add_parser("ls", help="one row per session: name, id, models, times, size, tokens, "
                        "cost, state",
                        description=LS_DESCRIPTION)
-    p.add_argument("dirs", nargs="*", metavar="DIR", help="folders (or session files)")
+    p.add_argument("dirs", nargs="*", metavar="DIR",
+                   help="folders (or session files), or one database (postgresql://.../db: "
+                   "its sessions, one row per lineage)")
     p.add_argument("--sort", choices=SORT_KEYS, default="last",
                    help="order rows by this (default last activity, newest first)")
     p.add_argument("--reverse", action="store_true", help="the other way round")

@@ -21,6 +21,7 @@ from ..errors import JournalError, NotASession, UnknownEntry
 from ..info import inspect, require_session
 from ..pg.url import is_database_url
 from ..render import describe_entry, describe_message
+from ..rotation import RotationResult
 from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
@@ -28,6 +29,7 @@ from ..view import View, check_session, locate
 from .app import ByteProgress, default_sessions_dir, entry_parser, run
 from .catalog import add_catalog_parsers
 from .claude import add_import_parser
+from .database import add_database_parsers
 from .export import add_export_parser
 from .repair import add_repair_parser
 from .search import add_search_parser
@@ -286,6 +288,17 @@ def _walk_nested(roots: list[TreeNode]) -> Iterator[tuple[int, TreeNode]]:
         stack.extend((child_depth, c) for c in reversed(node.children))
 
 
+def _rotate_database(args: argparse.Namespace) -> int:
+    from ..pg.rotation import rotate_database
+
+    if args.keep is not None or args.no_compress:
+        raise JournalError("--keep and --no-compress are for files: a database keeps its "
+                           "archives (--archive-dir also exports them as .jsonl.gz)")
+    result = rotate_database(args.path, archive_dir=args.archive_dir, dry_run=args.dry_run,
+                             lock_timeout=args.lock_timeout)
+    return _print_rotation(result, args)
+
+
 def cmd_rotate(args: argparse.Namespace) -> int:
     from ..rotation import rotate
 
@@ -293,11 +306,17 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         raise JournalError("--keep takes a number of archives, 0 or more")
     from ..lineage import resolve_live
 
+    if is_database_url(args.path):
+        return _rotate_database(args)
     check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
     with ByteProgress("compressing the archive", enabled=not args.json) as bar:
         result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
                         compress=not args.no_compress, dry_run=args.dry_run,
                         lock_timeout=args.lock_timeout, progress=bar)
+    return _print_rotation(result, args)
+
+
+def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(result.to_json())
         return 0
@@ -338,11 +357,17 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 def cmd_quarantine_list(args: argparse.Namespace) -> int:
     from ..quarantine import numbered_records, side_file_of
 
-    side = side_file_of(args.path)
-    if not os.path.exists(side):
-        raise JournalError(f"{side}: no such file (nothing was quarantined)")
-    rows = [{"line": n, **{k: v for k, v in r.items() if k not in ("bytes", "data", "text")}}
-            for n, r in numbered_records(side)]
+    if is_database_url(args.path):
+        from ..pg.repair import quarantined
+
+        side, rows = "the journal.quarantine table", quarantined(args.path)
+    else:
+        side = side_file_of(args.path)
+        if not os.path.exists(side):
+            raise JournalError(f"{side}: no such file (nothing was quarantined)")
+        rows = [{"line": n, **{k: v for k, v in r.items()
+                               if k not in ("bytes", "data", "text")}}
+                for n, r in numbered_records(side)]
     if args.json:
         _emit_json(rows)
         return 0
@@ -358,7 +383,12 @@ def cmd_quarantine_list(args: argparse.Namespace) -> int:
 def cmd_quarantine_show(args: argparse.Namespace) -> int:
     from ..quarantine import quarantined_record
 
-    record = quarantined_record(args.path, args.number)
+    if is_database_url(args.path):
+        from ..pg.repair import quarantined_record as database_record
+
+        record = database_record(args.path, args.number)
+    else:
+        record = quarantined_record(args.path, args.number)
     if args.json:
         _emit_json({k: v for k, v in record.items() if k != "data"})
         return 0
@@ -370,7 +400,12 @@ def cmd_quarantine_show(args: argparse.Namespace) -> int:
 def cmd_quarantine_restore(args: argparse.Namespace) -> int:
     from ..quarantine import restore_quarantined
 
-    written = restore_quarantined(args.path, args.number, args.file)
+    if is_database_url(args.path):
+        from ..pg.repair import restore_record
+
+        written = restore_record(args.path, args.number, args.file)
+    else:
+        written = restore_quarantined(args.path, args.number, args.file)
     print(f"wrote {written:,} bytes to {args.file}")
     return 0
 
@@ -520,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_search_parser(sub, default_sessions_dir)
     add_export_parser(sub)
     add_import_parser(sub)
+    add_database_parsers(sub)
     return parser
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import orjson
 
 from ..errors import JournalError, describe_os_error
+from ..pg.url import is_database_url
 from ..repair import RepairReport, repair, session_files
 from .app import (
     EXIT_ERROR,
@@ -38,7 +39,9 @@ DESCRIPTION = (
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="session files, or directories to repair every *.jsonl under")
+                   help="session files, or directories to repair every *.jsonl under, or "
+                   "database sessions (postgresql://...?session=ID, pg:ID: removed lines "
+                   "go to the journal.quarantine table)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="report what would change; write nothing")
@@ -66,11 +69,25 @@ def add_repair_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _targets(paths: list[str]) -> list[str]:
     out: list[str] = []
     for path in paths:
-        if os.path.isdir(path):
+        if not is_database_url(path) and os.path.isdir(path):
             out.extend(session_files(path))
         else:
             out.append(path)
     return out
+
+
+def _repair_one(path: str, args: argparse.Namespace, dry: bool,
+                bar: ByteProgress) -> RepairReport:
+    if is_database_url(path):  # the database's quarantine is its table
+        if args.migrate:
+            raise JournalError(f"{path}: --migrate is for files (a database session is "
+                               "version 3)")
+        from ..pg.repair import repair_database
+
+        return repair_database(path, dry_run=dry, strict=args.strict,
+                               lock_timeout=args.lock_timeout, progress=bar)
+    return repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
+                  lock_timeout=args.lock_timeout, progress=bar, dialect=args.dialect)
 
 
 def run_repair(args: argparse.Namespace) -> int:
@@ -85,9 +102,7 @@ def run_repair(args: argparse.Namespace) -> int:
             # one file: a byte bar while it is checked and written (several: the file bar)
             with ByteProgress(f"repairing {os.path.basename(path)}",
                               enabled=len(targets) == 1 and not args.json) as bar:
-                report = repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
-                                lock_timeout=args.lock_timeout, progress=bar,
-                                dialect=args.dialect)
+                report = _repair_one(path, args, dry, bar)
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
             errors.append((path, message))

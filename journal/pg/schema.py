@@ -175,8 +175,57 @@ END
 $$;
 """
 
+# Operations (journal.pg.rotation, .repair, .watch, .transfer): where a sealed stream goes on,
+# its file name for push and pull, the quarantine, and change notifications for followers.
+_V2 = """
+ALTER TABLE journal.streams
+    ADD COLUMN successor   text,         -- the session that continues this one (sealed)
+    ADD COLUMN sealed_at   timestamptz,
+    ADD COLUMN file_name   text,         -- its file, relative to the folder `pull` writes
+    ADD COLUMN exported_to text;         -- archive exported to this .jsonl.gz, rows dropped
+
+CREATE TABLE journal.quarantine (
+    id          bigserial PRIMARY KEY,
+    session     text NOT NULL,
+    generation  bigint,
+    byte_offset bigint NOT NULL,
+    reason      text NOT NULL,
+    detail      text NOT NULL DEFAULT '',
+    data        bytea NOT NULL,
+    at          timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX quarantine_by_session ON journal.quarantine (session, id);
+
+-- A follower registers the sessions it follows here (and renews it); a change to a stream
+-- someone follows is announced on commit: pg_notify('journal_changes', '<session> <entries>').
+-- Unfollowed streams send nothing, so writers pay nothing for NOTIFY's commit-time lock.
+CREATE TABLE journal.followers (
+    session text NOT NULL,
+    backend integer NOT NULL,
+    until   timestamptz NOT NULL,
+    PRIMARY KEY (session, backend)
+);
+
+CREATE FUNCTION journal.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND (NEW.size, NEW.generation, NEW.successor)
+            IS NOT DISTINCT FROM (OLD.size, OLD.generation, OLD.successor) THEN
+        RETURN NULL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM journal.followers f
+               WHERE f.session = NEW.session AND f.until > now()) THEN
+        PERFORM pg_notify('journal_changes', NEW.session || ' ' || NEW.entries);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER streams_changed AFTER INSERT OR UPDATE ON journal.streams
+    FOR EACH ROW EXECUTE FUNCTION journal.notify_change();
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "streams, entries, append()", _V1),
+    (2, "successors, file names, quarantine, followers and change notifications", _V2),
 ]
 VERSION = MIGRATIONS[-1][0]
 

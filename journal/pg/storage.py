@@ -26,7 +26,8 @@ planning, the tail) works unchanged.
 - `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
   it current in one transaction; the generation before stays readable for readers that still
   read it, older ones are removed.
-- `mark`, `watch` and `open_watch` poll the stream rows (one query for all sessions watched).
+- `mark` and `watch` poll the stream row; `open_watch` waits on LISTEN/NOTIFY
+  (`journal.pg.watch`), or with `poll=True` polls the stream rows (one query for all).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease, acquire, current_holder
 from .url import SessionUrl, parse_url
+from .watch import PgWatch
 
 __all__ = ["PostgresReader", "PostgresStorage", "PostgresWatch", "PostgresAppender"]
 
@@ -488,6 +490,11 @@ class PostgresStorage:
         finally:
             conn.close()
 
+    def create_in(self, conn: psycopg.Connection[Any], data: bytes) -> None:
+        """`create`, inside the caller's transaction on `conn` (a rotation creates the
+        successor in the transaction that seals the old session)."""
+        self._create(conn, split_batch(self._name, 0, data))
+
     def _create(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
         with conn.transaction():
             row = conn.execute(
@@ -604,8 +611,13 @@ class PostgresStorage:
             time.sleep(min(left, POLL_INTERVAL))
 
     def open_watch(self, stop: StopFlag, timeout: float,
-                   poll: bool | None = None) -> PostgresWatch:
-        return PostgresWatch(stop, timeout)
+                   poll: bool | None = None) -> PostgresWatch | PgWatch:
+        """LISTEN/NOTIFY (`journal.pg.watch`), falling back to polling if it cannot listen;
+        `poll=True` polls the stream rows (`PostgresWatch`)."""
+        if poll:
+            return PostgresWatch(stop, timeout)
+        conninfo = self.conninfo
+        return PgWatch(lambda: connect(conninfo), stop, timeout, poll)
 
 
 class PostgresWatch:

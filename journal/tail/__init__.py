@@ -113,7 +113,9 @@ def follow_events(
 
     Args:
         path: a session file, or a directory whose `*.jsonl` sessions are all followed
-            (quarantine, lock, backup and hidden files are skipped; new sessions are picked up).
+            (quarantine, lock, backup and hidden files are skipped; new sessions are picked up),
+            or a database session (`postgresql://...?session=<id>`, `pg:<id>`: woken by
+            LISTEN/NOTIFY, through rotations into successor sessions).
         from_start: first yield the entries already in the file(s). By default (none of
             from_start, last, since_id) only entries committed from now on are yielded.
         last: first yield the last `last` entries already in each file.

@@ -23,6 +23,7 @@ import os
 import stat
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import NotASession
 from ..header import peek, read_header
@@ -182,6 +183,43 @@ class FollowTargets:
 
     storages: tuple[Storage, ...]
     places: tuple[str, ...]
+
+
+class Catalog(Protocol):
+    """What the follower asks of where sessions live (`FileCatalog` for files; a database
+    backend has its own, `journal.tail.dbchain.DatabaseCatalog`). Names are the followed
+    sessions' names in that backend: file paths, or session URLs."""
+
+    def storage(self, path: str) -> Storage: ...
+
+    def canonical(self, path: str | os.PathLike[str]) -> str: ...
+
+    def resolve(self, path: str) -> tuple[str | None, list[str]]: ...
+
+    def exists(self, folder: str) -> bool: ...
+
+    def sessions(self, folder: str) -> list[str]: ...
+
+    def header(self, path: str) -> Entry | None: ...
+
+    def complete(self, path: str) -> bool: ...
+
+    def generation(self, path: str) -> Hashable | None: ...
+
+    def successor(self, src: Source) -> tuple[str, str] | None: ...
+
+    def named_successor(self, src: Source) -> str | None: ...
+
+    def copies(self, found: str, name: str) -> tuple[str, ...]: ...
+
+    def compressed(self, where: str) -> bool: ...
+
+    def continues(self, path: str, sources: list[Source]) -> Source | None: ...
+
+    def targets(self, sources: list[Source], root: str | None) -> FollowTargets: ...
+
+    def open_watch(self, target: str, stop: StopFlag, timeout: float,
+                   poll: bool | None) -> Watch: ...
 
 
 class FileCatalog:

@@ -24,8 +24,9 @@ from collections.abc import Callable, Hashable, Iterator
 from ..claude import check_dialect
 from ..errors import NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
+from ..pg.url import is_database_url
 from ..storage import Storage
-from .chain import FileCatalog, FollowTargets, is_session_name
+from .chain import Catalog, FileCatalog, FollowTargets, is_session_name
 from .source import (
     DELETED,
     ENDED,
@@ -46,6 +47,16 @@ __all__ = ["Follower", "is_session_name"]
 log = logging.getLogger("journal.tail")
 
 
+def catalog_for(path: str | os.PathLike[str],
+                open_storage: Callable[[str], Storage] | None = None) -> Catalog:
+    """The catalog of the backend `path` names: a database session URL, or files."""
+    if is_database_url(path):
+        from .dbchain import DatabaseCatalog
+
+        return DatabaseCatalog()
+    return FileCatalog(open_storage)
+
+
 class Follower(SourceReader):
     """The follow state machine, without any waiting: `open()`, then `poll()` per wake-up.
 
@@ -57,12 +68,14 @@ class Follower(SourceReader):
         self, path: str | os.PathLike[str], *, from_start: bool = False,
         last: int | None = None, since_id: str | None = None, grace: float = 10.0,
         open_storage: Callable[[str], Storage] | None = None, dialect: str | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         if sum((bool(from_start), last is not None, since_id is not None)) > 1:
             raise ValueError("choose at most one of from_start, last and since_id")
         if last is not None and last < 0:
             raise ValueError("last must be 0 or more")
-        self.catalog = FileCatalog(open_storage)
+        self.catalog: Catalog = catalog if catalog is not None else catalog_for(
+            path, open_storage)
         self.path = self.catalog.canonical(path)
         self.from_start = from_start
         self.last = last

@@ -1,0 +1,340 @@
+"""The PostgreSQL backend against raw psycopg, on the same embedded server, in the same run.
+
+What it measures (each journal figure next to its raw psycopg baseline):
+
+- appends/s and p50/p99 per commit for one session: `Session.append_message` (one entry per
+  commit) versus a raw loop of one INSERT committed per row (autocommit: one round trip,
+  the least a durable row can cost) into a table of the same shape;
+- the same with 8 sessions written concurrently, each by its own process, and the ratio of
+  their total throughput to one session's;
+- live tail latency: a writer process appends at a steady rate, `journal.follow(url)` in this
+  process takes each entry in; latency = delivery time - commit time (p50/p99);
+- resume of a 1,000,000-entry session (`Session.open` + `live_context`): the stream row keeps
+  the latest compaction's position, so only the tail is read.
+
+    python bench/pg_bench.py [--n 3000] [--procs 8] [--tail 2000] [--resume 1000000]
+                             [--url postgresql://...]   (default: a throwaway embedded server)
+
+Targets: one session within 1.3x of the raw loop; 8 sessions >= 3x one session's throughput
+(2 cores); tail p50 < 20 ms; resume of 1,000,000 entries < 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psycopg  # noqa: E402
+
+LINE_BYTES = 1024
+RATIO_TARGET = 1.3
+SCALE_TARGET = 3.0
+TAIL_P50_TARGET_MS = 20.0
+RESUME_TARGET_MS = 100.0
+
+
+@dataclass
+class Result:
+    name: str
+    n: int
+    seconds: float
+    latencies_ns: list[int] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.seconds if self.seconds else float("inf")
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile latency in milliseconds."""
+        if not self.latencies_ns:
+            return float("nan")
+        ordered = sorted(self.latencies_ns)
+        index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+        return ordered[index] / 1e6
+
+
+def timed(name: str, n: int, step: Callable[[int], object]) -> Result:
+    clock = time.perf_counter_ns
+    lat = [0] * n
+    start = clock()
+    for i in range(n):
+        t0 = clock()
+        step(i)
+        lat[i] = clock() - t0
+    return Result(name, n, (clock() - start) / 1e9, lat)
+
+
+def message(i: int) -> dict[str, Any]:
+    """A user message whose entry line is about LINE_BYTES long."""
+    text = f"message {i:08d} " + "lorem ipsum dolor sit amet " * 40
+    return {"role": "user", "content": text[: LINE_BYTES - 140], "timestamp": 1_700_000_000_000}
+
+
+# raw psycopg
+
+
+RAW_TABLE = """CREATE TABLE IF NOT EXISTS bench_raw (
+    stream text NOT NULL, position bigint NOT NULL, line text NOT NULL,
+    PRIMARY KEY (stream, position))"""
+
+
+def raw_loop(url: str, n: int, name: str = "raw INSERT+COMMIT") -> Result:
+    """One INSERT per commit into a table of the backend's shape, one round trip each."""
+    stream = uuid.uuid4().hex
+    line = '{"pad":"' + "x" * (LINE_BYTES - 11) + '"}'
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(RAW_TABLE)
+        execute = conn.execute
+        sql = "INSERT INTO bench_raw (stream, position, line) VALUES (%s, %s, %s)"
+        execute(sql, (stream, -1, line), prepare=True)
+        return timed(name, n, lambda i: execute(sql, (stream, i, line), prepare=True))
+
+
+def journal_loop(url: str, n: int, name: str = "journal append") -> Result:
+    """`Session.append_message` on a new database session, one entry per commit."""
+    from journal import Session
+    from journal.storage import as_storage
+
+    messages = [message(i) for i in range(n)]
+    target = f"{url}{'&' if '?' in url else '?'}session={uuid.uuid4()}"
+    with Session.create(as_storage(target), cwd="/bench") as session:
+        append = session.append_message
+        return timed(name, n, lambda i: append(messages[i]))
+
+
+def _worker(kind: str, url: str, n: int, start: Any, out: Any) -> None:
+    loop = raw_loop if kind == "raw" else journal_loop
+    loop(url, 20)  # warm: imports, connections, prepared statements
+    start.wait()
+    result = loop(url, n)
+    out.put((result.n, result.seconds, result.latencies_ns))
+
+
+def concurrent(kind: str, url: str, n: int, procs: int) -> Result:
+    """`procs` processes, each writing its own session, started together."""
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(kind, url, n, start, out))
+               for _ in range(procs)]
+    for w in workers:
+        w.start()
+    time.sleep(3.0)  # every worker imported and connected
+    began = time.perf_counter()
+    start.set()
+    results = [out.get() for _ in workers]
+    wall = time.perf_counter() - began
+    for w in workers:
+        w.join()
+    lat = [x for r in results for x in r[2]]
+    label = "raw" if kind == "raw" else "journal"
+    return Result(f"{label} x{procs} sessions", sum(r[0] for r in results), wall, lat)
+
+
+# tail
+
+
+def _tail_writer(url: str, count: int, rate: float, ready: Any, go: Any) -> None:
+    from journal import Session
+    from journal.storage import as_storage
+
+    with Session.open(as_storage(url)) as session:
+        ready.set()
+        go.wait()
+        time.sleep(1.0)  # the follower opens meanwhile (it starts at the end)
+        interval = 1.0 / rate
+        next_at = time.perf_counter()
+        for i in range(count):
+            session.append_custom_entry("bench.tick", {"i": i, "t": time.time()})
+            next_at += interval
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+
+
+def tail_latency(url: str, count: int, rate: float) -> Result:
+    from journal import Session, follow
+    from journal.storage import as_storage
+
+    target = f"{url}{'&' if '?' in url else '?'}session={uuid.uuid4()}"
+    Session.create(as_storage(target), cwd="/bench").close()
+    ctx = mp.get_context("spawn")
+    ready, go = ctx.Event(), ctx.Event()
+    writer = ctx.Process(target=_tail_writer, args=(target, count, rate, ready, go))
+    writer.start()
+    ready.wait(30)
+    lat: list[int] = []
+    seen = 0
+    began = time.perf_counter()
+    deadline = time.monotonic() + 60 + count / rate
+    go.set()
+    for entry in follow(target, stop=lambda: time.monotonic() > deadline, timeout=1.0):
+        if entry.get("customType") != "bench.tick":
+            continue
+        lat.append(int((time.time() - entry["data"]["t"]) * 1e9))
+        seen += 1
+        if seen == count:
+            break
+    wall = time.perf_counter() - began
+    writer.join()
+    return Result("tail follow(url)", seen, wall, lat)
+
+
+# resume
+
+
+def resume_big(url: str, entries: int) -> tuple[Result, Result]:
+    """Push a generated session of `entries` entries (a compaction near its end), then time
+    `Session.open` + `live_context` (the best of 5) and a full `load` for comparison."""
+    from journal import Session, load
+    from journal.pg.transfer import push_bytes
+    from journal.storage import as_storage
+
+    data, session_id = _big_session(entries)
+    target = f"{url}{'&' if '?' in url else '?'}session={session_id}"
+    t0 = time.perf_counter()
+    push_bytes(data, target)
+    print(f"  (pushed {entries:,} entries, {len(data) / 1e6:,.0f} MB, in "
+          f"{time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+    times = []
+    for _ in range(5):
+        t = time.perf_counter_ns()
+        with Session.open(as_storage(target)) as session:
+            session.live_context()
+        times.append(time.perf_counter_ns() - t)
+    t = time.perf_counter_ns()
+    loaded = len(load(as_storage(target)).entries)
+    full = time.perf_counter_ns() - t
+    assert loaded == entries, loaded
+    return (Result(f"resume {entries:,} entries", 1, min(times) / 1e9, times),
+            Result(f"load  {entries:,} entries", 1, full / 1e9, [full]))
+
+
+def _big_session(entries: int) -> tuple[bytes, str]:
+    """A valid pi v3 session of `entries` entries: short messages in one chain, a compaction
+    keeping the last 20 of them, the settings after it, and 19 more messages."""
+    import orjson
+
+    from journal import model
+
+    header = model.make_header("/bench")
+    lines = [orjson.dumps(header)]
+    parent = None
+    ids: list[str] = []
+    for i in range(entries - 1 - 21):
+        entry_id = f"{i:08x}"
+        role = "user" if i % 2 == 0 else "assistant"
+        content: Any = f"m{i}" if role == "user" else [{"type": "text", "text": f"a{i}"}]
+        msg: dict[str, Any] = {"role": role, "content": content, "timestamp": 1_700_000_000_000}
+        if role == "assistant":
+            msg.update(provider="anthropic", model="claude", api="anthropic-messages",
+                       usage={"input": 1, "output": 1}, stopReason="stop")
+        lines.append(orjson.dumps({"type": "message", "id": entry_id, "parentId": parent,
+                                   "timestamp": "2026-01-01T00:00:00.000Z", "message": msg}))
+        ids.append(entry_id)
+        parent = entry_id
+    first_kept = ids[-20]
+    lines.append(orjson.dumps({"type": "compaction", "id": "c0000000", "parentId": parent,
+                               "timestamp": "2026-01-01T00:00:00.000Z", "summary": "earlier",
+                               "firstKeptEntryId": first_kept, "tokensBefore": 1000}))
+    # the settings right after the compaction, as Session.append_compaction writes them
+    lines.append(orjson.dumps({"type": "model_change", "id": "c0000001", "parentId": "c0000000",
+                               "timestamp": "2026-01-01T00:00:00.000Z",
+                               "provider": "anthropic", "modelId": "claude"}))
+    lines.append(orjson.dumps({"type": "thinking_level_change", "id": "c0000002",
+                               "parentId": "c0000001", "timestamp": "2026-01-01T00:00:00.000Z",
+                               "thinkingLevel": "high"}))
+    parent = "c0000002"
+    for j in range(19):
+        entry_id = f"d{j:07x}"
+        lines.append(orjson.dumps({"type": "message", "id": entry_id, "parentId": parent,
+                                   "timestamp": "2026-01-01T00:00:00.000Z",
+                                   "message": {"role": "user", "content": f"after {j}",
+                                               "timestamp": 1_700_000_000_000}}))
+        parent = entry_id
+    return b"\n".join(lines) + b"\n", header["id"]
+
+
+# report
+
+
+def row(r: Result, base: Result | None = None, scale: Result | None = None) -> str:
+    extra = ""
+    if base is not None:
+        extra = f"  {base.rate / r.rate:5.2f}x the time of {base.name}"
+    if scale is not None:
+        extra += f"  {r.rate / scale.rate:5.2f}x the throughput of {scale.name}"
+    return (f"{r.name:<28}{r.n:>9,}{r.rate:>11,.0f}{r.percentile(50):>9.2f}"
+            f"{r.percentile(99):>9.2f}{extra}")
+
+
+def start_server() -> tuple[str, Callable[[], None]]:
+    """A throwaway embedded server (journal.pg.server), and how to stop it."""
+    from journal.pg.server import EmbeddedServer
+
+    server = EmbeddedServer(fsync=True).start()
+    return server.url(), server.close
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=3000, help="commits per session per run")
+    parser.add_argument("--procs", type=int, default=8, help="concurrent sessions")
+    parser.add_argument("--tail", type=int, default=2000, help="entries followed")
+    parser.add_argument("--tail-rate", type=float, default=200.0, help="appends/s while tailing")
+    parser.add_argument("--resume", type=int, default=1_000_000,
+                        help="entries of the resumed session (0: skip)")
+    parser.add_argument("--url", help="a database to use (default: a throwaway embedded server)")
+    args = parser.parse_args(argv)
+    url, stop = (args.url, lambda: None) if args.url else start_server()
+    try:
+        journal_loop(url, 200)  # warm-up: imports, schema, prepared statements
+        raw_loop(url, 200)
+        raw1 = raw_loop(url, args.n)
+        one = journal_loop(url, args.n)
+        raw_n = concurrent("raw", url, args.n, args.procs)
+        many = concurrent("journal", url, args.n, args.procs)
+        tail = tail_latency(url, args.tail, args.tail_rate)
+        resumed = resume_big(url, args.resume) if args.resume else None
+        with psycopg.connect(url) as conn:
+            server = conn.execute("SHOW server_version").fetchone()
+            sync = conn.execute("SHOW synchronous_commit").fetchone()
+    finally:
+        stop()
+    version, mode = server[0] if server else "?", sync[0] if sync else "?"
+    print(f"PostgreSQL {version} (synchronous_commit={mode}, fsync on), Python "
+          f"{sys.version.split()[0]}, {os.cpu_count()} CPUs; ~{LINE_BYTES} B entries")
+    print(f"{'run':<28}{'commits':>9}{'per s':>11}{'p50 ms':>9}{'p99 ms':>9}")
+    print(row(raw1))
+    print(row(one, raw1))
+    print(row(raw_n, None, raw1))
+    print(row(many, raw_n, one))
+    print(row(tail))
+    verdicts = [
+        ("one session within 1.3x of raw", raw1.rate / one.rate <= RATIO_TARGET),
+        (f"{args.procs} sessions >= 3x one", many.rate / one.rate >= SCALE_TARGET),
+        ("tail p50 < 20 ms", tail.percentile(50) < TAIL_P50_TARGET_MS),
+    ]
+    if resumed is not None:
+        fast, full = resumed
+        print(f"{fast.name:<28} best of 5: {fast.seconds * 1000:8.1f} ms "
+              f"(median {statistics.median(fast.latencies_ns) / 1e6:.1f} ms); "
+              f"{full.name}: {full.seconds * 1000:,.0f} ms")
+        verdicts.append(("resume < 100 ms", fast.seconds * 1000 < RESUME_TARGET_MS))
+    for name, ok in verdicts:
+        print(f"  {'met    ' if ok else 'MISSED '} {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`journal push` and `journal pull`: sessions between files and a PostgreSQL database."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from .. import codec
+
+
+def _emit(value: Any) -> None:
+    sys.stdout.write(codec.dumps(value, orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from ..pg.transfer import push
+
+    print(f"journal: pushing {args.path}", file=sys.stderr)
+    result = push(args.path, args.url)
+    if args.json:
+        _emit(result.to_json())
+        return 0
+    for row in result.pushed:
+        print(f"pushed  {row['name']}  ->  {row['session']}  ({row['bytes']:,} bytes)")
+    for row in result.skipped:
+        print(f"skipped {row['name']}  (already in the database, same bytes)")
+    print(f"{len(result.pushed)} session(s) pushed, {len(result.skipped)} already there")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from ..pg.transfer import pull
+
+    print(f"journal: pulling into {args.dir}", file=sys.stderr)
+    result = pull(args.url, args.dir)
+    if args.json:
+        _emit(result.to_json())
+        return 0
+    for row in result.files:
+        print(f"wrote {row['file']}  ({row['bytes']:,} bytes)")
+    print(f"{len(result.files)} file(s) written")
+    return 0
+
+
+def add_database_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "push", help="store session files (with their lineage) in a PostgreSQL database",
+        description="Store session files in a database, byte for byte: a file with every "
+        "archived file it continues, or every session file under a folder. Each becomes the "
+        "session named by its header's id; a sealed file leads to its successor there too. "
+        "All or nothing; a session already there with the same bytes is skipped, with other "
+        "bytes refused.")
+    p.add_argument("path", help="a session file (its lineage is pushed) or a folder")
+    p.add_argument("url", nargs="?", help="the database: postgresql://user@host:port/db "
+                   "(default: JOURNAL_DATABASE_URL)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_push)
+
+    p = sub.add_parser(
+        "pull", help="write database sessions back to files (byte-identical to those pushed)",
+        description="Write sessions from a database into a folder under their file names "
+        "(archives under archive/, compressed as rotation compresses them): a session URL "
+        "writes its lineage, a database URL every session. Refused, writing nothing, if a "
+        "file exists already.")
+    p.add_argument("url", help="postgresql://...?session=ID or pg:ID (a lineage), or "
+                   "postgresql://.../db (every session)")
+    p.add_argument("dir", help="the folder to write into (made if missing)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_pull)

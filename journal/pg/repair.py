@@ -1,0 +1,131 @@
+"""Repair of a database session, and its quarantine: the bytes repair took out, kept in a table.
+
+`repair_database` is file repair's plan and verification (`journal.repair.repair_held`:
+salvage, pairing, duplicates, broken parents; damage only unless `strict`), published through
+the storage seam as a new generation of the session, under its lease. Every line repair drops
+or rewrites is first stored, byte for byte, in `journal.quarantine` (session, generation,
+byte offset, reason, the bytes), so nothing leaves a session unrecorded, exactly as a file's
+quarantine side file does. `quarantined` lists a session's records and `quarantined_record`
+gives one back with its bytes (`journal quarantine list/show URL`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import psycopg
+
+from ..errors import JournalError, NotASession
+from ..lock import DEFAULT_LOCK_TIMEOUT
+from ..progress import Progress
+from ..publish import create_file
+from ..quarantine import Quarantined
+from ..repair import RepairReport, assess, repair_held
+from .connect import DatabaseError, describe, with_shared
+from .lease import Lease
+from .rotation import live_storage, lock_live, stream_row
+from .storage import PostgresStorage
+
+__all__ = ["quarantined", "quarantined_record", "repair_database", "restore_record"]
+
+
+def _storage(target: str | PostgresStorage) -> PostgresStorage:
+    storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
+    if stream_row(storage) is None:
+        raise NotASession(storage.locator, "no such session in the database")
+    return storage
+
+
+def repair_database(
+    target: str | PostgresStorage,
+    *,
+    dry_run: bool = False,
+    strict: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
+) -> RepairReport:
+    """Repair the database session `target` names (a sealed one: its live successor).
+
+    A dry run reads only (no lease). Otherwise the session's lease is taken (LockTimeout
+    naming the holder) and, if anything is damaged, the repaired session replaces it
+    atomically, its removed and rewritten lines kept in `journal.quarantine` first.
+
+    Example:
+        >>> report = repair_database("pg:4f1c...")  # doctest: +SKIP
+        >>> report.changed, report.counts
+    """
+    storage = _storage(target)
+    if dry_run:
+        return assess(live_storage(storage).locator, strict=strict, progress=progress)
+    live, lease = lock_live(storage, lock_timeout)
+    try:
+        return repair_held(live, partial(_keep, live, lease), strict=strict, progress=progress)
+    finally:
+        lease.release()
+
+
+def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> None:
+    """Store the byte ranges repair takes out, before the replacement is published."""
+    if not items:
+        return
+    generation = storage.current_generation()
+    try:
+        with lease.conn.transaction():
+            with lease.conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO journal.quarantine (session, generation, byte_offset, reason, "
+                    "detail, data) VALUES (%s, %s, %s, %s, %s, %s)",
+                    [(storage.session, generation, q.offset, q.reason, q.detail, q.data)
+                     for q in items])
+    except psycopg.Error as e:
+        raise DatabaseError(f"{storage.locator}: cannot keep the quarantined lines, so nothing "
+                            f"was repaired: {describe(e)}") from e
+
+
+def quarantined(target: str | PostgresStorage) -> list[dict[str, Any]]:
+    """The session's quarantine records, oldest first, numbered from 1 (without their bytes)."""
+    storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
+    session = storage.session
+
+    def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT at, generation, byte_offset, octet_length(data), reason, detail "
+            "FROM journal.quarantine WHERE session = %s ORDER BY id", (session,)).fetchall()
+
+    return [{"line": n, "time": row[0].isoformat().replace("+00:00", "Z"),
+             "source": storage.locator, "generation": row[1], "offset": row[2],
+             "length": row[3], "reason": row[4], "detail": row[5]}
+            for n, row in enumerate(with_shared(storage.conninfo, query), 1)]
+
+
+def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, Any]:
+    """Record `number` (from 1, as `quarantined` numbers them) with its bytes (`data`)."""
+    storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
+    session = storage.session
+
+    def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+        return conn.execute(
+            "SELECT at, generation, byte_offset, reason, detail, data FROM journal.quarantine "
+            "WHERE session = %s ORDER BY id OFFSET %s LIMIT 1",
+            (session, max(0, number - 1))).fetchone()
+
+    row = with_shared(storage.conninfo, query)
+    if row is None or number < 1:
+        raise JournalError(f"{storage.locator}: no quarantine record {number}")
+    data = bytes(row[5])
+    return {"line": number, "time": row[0].isoformat().replace("+00:00", "Z"),
+            "source": storage.locator, "generation": row[1], "offset": row[2],
+            "length": len(data), "reason": row[3], "detail": row[4], "data": data}
+
+
+def restore_record(target: str | PostgresStorage, number: int, path: str) -> int:
+    """Write record `number`'s bytes to a new file `path` (never an existing one); return
+    how many (`journal quarantine restore URL N FILE`)."""
+    data: bytes = quarantined_record(target, number)["data"]
+    try:
+        create_file(path, data, 0o600)
+    except FileExistsError as e:
+        raise JournalError(f"{path}: already exists; nothing was written (restore writes a "
+                           "new file only; choose another name)") from e
+    return len(data)

@@ -1,0 +1,306 @@
+"""Rotation of a database session: the successor and the seal in one transaction.
+
+What the successor holds is the file rotation's rule, not a copy of it
+(`journal.rotation.plan_successor`: the active branch from the latest compaction's kept
+entries on, the settings in force before them, their labels and the latest session name, ids
+kept), and it is proven to project to the old session's context before anything is written.
+Then, under the old session's lease, one transaction checks the lease's fencing epoch,
+creates the successor stream, appends the `journal.successor` seal to the old stream (the
+same seal a rotated file ends with, so the tail follows both alike), and records the
+successor on the old stream's row. Either all of it is committed or none: there is no
+intent file and nothing to recover.
+
+Names are those a file rotation would give, so `journal pull` writes a rotated lineage just
+as file rotation leaves it: the successor is `<timestamp>_<id>.jsonl`, its header's
+`parentSession` is `archive/<old file>`, and the old stream's file is that archive.
+
+Archives stay in the database (the sealed stream, readable as before) and, by policy
+(`archive_dir`), are also exported to `<archive_dir>/<file>.gz` once sealed (they no longer
+change). Opening a sealed session follows its successors to the live one (`live_storage`,
+`lock_live`), also when it was rotated while the opener waited for the lease.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import os
+import posixpath
+import time
+from typing import Any
+
+import psycopg
+
+from .. import codec, model
+from ..errors import JournalError, NotASession, UnsupportedVersion
+from ..lineage import ARCHIVE_DIR, MAX_HOPS
+from ..lock import DEFAULT_LOCK_TIMEOUT
+from ..publish import NewFile
+from ..rotation import MIN_GAIN_BYTES, RotationResult, plan_successor
+from ..seal import make_seal
+from ..snapshot import find_last_of_type, last_newline_end, resume
+from ..tree import Tree
+from . import schema
+from .connect import DatabaseError, describe, with_shared
+from .lease import Lease
+from .storage import PostgresStorage, split_batch
+from .url import session_url
+
+__all__ = ["export_archive", "file_name", "gzip_bytes", "live_storage", "lock_live",
+           "rotate_database", "rotate_session", "stream_row", "successor_url"]
+
+log = logging.getLogger(__name__)
+
+ARCHIVE_TAG = "archive"
+
+
+def stream_row(storage: PostgresStorage) -> dict[str, Any] | None:
+    """The session's row: successor, file name, export, header timestamp (None if none)."""
+    session = storage.session
+
+    def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+        return conn.execute(
+            "SELECT successor, file_name, exported_to, sealed_at, generation, size, entries "
+            "FROM journal.streams WHERE session = %s AND generation IS NOT NULL",
+            (session,)).fetchone()
+
+    row = with_shared(storage.conninfo, query)
+    if row is None:
+        return None
+    keys = ("successor", "file_name", "exported_to", "sealed_at", "generation", "size",
+            "entries")
+    return dict(zip(keys, row, strict=True))
+
+
+def file_name(storage: PostgresStorage, header: model.Entry | None = None) -> str:
+    """The session's file name (relative to a pulled folder): the one recorded, else pi's
+    name from its header."""
+    row = stream_row(storage)
+    if row is not None and row["file_name"]:
+        return str(row["file_name"])
+    if header is None:
+        with storage.open_reader() as reader:
+            first = reader.stream.readline()
+        header = codec.loads(first) if first else {}
+    return model.session_file_name(str(header.get("timestamp", "")),
+                                   str(header.get("id", storage.session)))
+
+
+def live_storage(storage: PostgresStorage) -> PostgresStorage:
+    """The session that continues `storage` now (itself if it is not sealed)."""
+    current = storage
+    for _ in range(MAX_HOPS):
+        row = stream_row(current)
+        if row is None or not row["successor"]:
+            return current
+        current = PostgresStorage(current.conninfo, str(row["successor"]))
+    raise JournalError(f"{storage.locator}: more than {MAX_HOPS} successors; a loop?")
+
+
+def lock_live(storage: PostgresStorage, timeout: float) -> tuple[PostgresStorage, Lease]:
+    """Take the lease of the live session `storage` leads to, following a rotation that
+    happened while this waited for it."""
+    current = live_storage(storage)
+    for _ in range(MAX_HOPS):
+        lease = current.lock(timeout)
+        row = stream_row(current)
+        if row is None or not row["successor"]:
+            return current, lease
+        lease.release()  # rotated while we waited: on to its successor
+        current = live_storage(current)
+    raise JournalError(f"{storage.locator}: kept moving on while it was opened; try again")
+
+
+def rotate_database(
+    target: str | PostgresStorage,
+    *,
+    archive_dir: str | None = None,
+    dry_run: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> RotationResult:
+    """Rotate a database session into a successor session (see the module docstring).
+
+    `target` is a session URL or a `PostgresStorage`; a sealed session is followed to its live
+    successor first. Returns `rotated=False` with the reason when there is nothing to rotate
+    (no compaction on the active branch, or a successor no shorter). `archive_dir` also
+    exports the sealed session to `<archive_dir>/<file>.gz`. A dry run takes no lease and
+    writes nothing. Raises LockTimeout (naming the holder), LeaseLost if another writer took
+    the session over meanwhile, DatabaseError.
+
+    Example:
+        >>> result = rotate_database("pg:4f1c...")  # doctest: +SKIP
+        >>> result.successor
+    """
+    started = time.perf_counter()
+    storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
+    if stream_row(storage) is None:
+        raise NotASession(storage.locator, "no such session in the database")
+    lease: Lease | None = None
+    if dry_run:
+        storage = live_storage(storage)
+    else:
+        storage, lease = lock_live(storage, lock_timeout)
+    locked_at = time.perf_counter()
+    try:
+        result = _rotate_held(storage, lease, archive_dir, dry_run)
+    finally:
+        if lease is not None:
+            lease.release()
+    result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
+    if result.rotated and archive_dir is not None and not dry_run:
+        try:
+            result.archive = export_archive(storage, archive_dir)
+        except (OSError, JournalError) as e:
+            result.warnings.append(f"exporting the archive failed ({e}); it stays in the "
+                                   "database")
+    result.total_ms = (time.perf_counter() - started) * 1000
+    return result
+
+
+def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str | None = None,
+                   dry_run: bool = False) -> tuple[RotationResult, PostgresStorage | None,
+                                                   Lease | None]:
+    """Rotate a session whose lease the caller holds (an open `Session`): the result, and,
+    when it rotated, the successor with its lease, taken at once (it was created a moment ago
+    and is named nowhere else yet), for the writer to carry on in."""
+    started = time.perf_counter()
+    result = _rotate_held(storage, lease, archive_dir, dry_run)
+    result.lock_held_ms = (time.perf_counter() - started) * 1000
+    if not result.rotated or dry_run or result.successor_id is None:
+        result.total_ms = (time.perf_counter() - started) * 1000
+        return result, None, None
+    successor = PostgresStorage(storage.conninfo, result.successor_id)
+    new_lease = successor.lock(0)
+    if archive_dir is not None:
+        try:
+            result.archive = export_archive(storage, archive_dir)
+        except (OSError, JournalError) as e:
+            result.warnings.append(f"exporting the archive failed ({e}); it stays in the "
+                                   "database")
+    result.total_ms = (time.perf_counter() - started) * 1000
+    return result, successor, new_lease
+
+
+def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str | None,
+                 dry_run: bool) -> RotationResult:
+    locator = storage.locator
+    snap = resume(storage)
+    if snap.version != model.CURRENT_VERSION:
+        raise UnsupportedVersion(locator, snap.version, "only version 3 sessions rotate")
+    header = snap.header or {}
+    with storage.open_reader() as reader:
+        old_size = reader.size
+        end = last_newline_end(reader.stream, reader.size)
+        info = find_last_of_type(reader.stream, end, "session_info")
+    tree = Tree(snap.entries, complete=snap.complete)
+    old_name = file_name(storage, header)
+    archive = f"{ARCHIVE_DIR}/{os.path.basename(old_name)}"
+    plan = plan_successor(tree, header, archive, info)
+    if isinstance(plan, str):
+        return RotationResult(False, locator, plan, old_size=old_size, dry_run=dry_run)
+    data = codec.encode(plan.header) + codec.encode_many(plan.entries)
+    if len(data) + MIN_GAIN_BYTES > old_size:
+        reason = "the successor would be no shorter: nothing lies before the kept entries"
+        return RotationResult(False, locator, reason, old_size=old_size, dry_run=dry_run)
+    new_id = str(plan.header["id"])
+    new_name = model.session_file_name(plan.header["timestamp"], new_id)
+    successor = PostgresStorage(storage.conninfo, new_id)
+    # read back as a reader will see it, before anything is written
+    read_back = [codec.loads(line) for line in data.splitlines()[1:]]
+    if not plan.projects_alike(read_back):
+        raise JournalError(f"{locator}: the successor would not give the model the same "
+                           "context (nothing was changed; please report this)")
+    result = RotationResult(True, locator, successor=successor.locator, successor_id=new_id,
+                            archive=locator, entries_copied=len(plan.entries),
+                            old_size=old_size, successor_size=len(data), dry_run=dry_run)
+    if dry_run:
+        return result
+    assert lease is not None
+    seal = make_seal(tree.ids, tree.leaf_id, new_name, new_id, archive)
+    try:
+        # file names stay in the folder the old file was in (a pushed folder's subfolder)
+        folder = posixpath.dirname(old_name)
+        _commit(storage, successor, lease, data, codec.encode(seal),
+                posixpath.join(folder, new_name), posixpath.join(folder, archive))
+    except psycopg.Error as e:
+        if getattr(e, "sqlstate", None) == schema.SQLSTATE_FENCED:
+            from ..errors import LeaseLost
+
+            raise LeaseLost(locator, lease.epoch, describe(e)) from e
+        raise DatabaseError(f"{locator}: the rotation was not committed (nothing changed): "
+                            f"{describe(e)}") from e
+    log.info("%s: rotated into %s", locator, successor.locator)
+    return result
+
+
+def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, data: bytes,
+            seal: bytes, new_name: str, archive: str) -> None:
+    """The one transaction: successor created, old stream sealed and pointed at it."""
+    conn = lease.conn  # the lease's own connection: the advisory lock is held on it
+    batch = split_batch(storage.locator, -1, seal)
+    with conn.transaction():
+        row = conn.execute("SELECT epoch, successor FROM journal.streams WHERE session = %s "
+                           "FOR UPDATE", (storage.session,)).fetchone()
+        if row is None or int(row[0]) != lease.epoch or row[1] is not None:
+            from ..errors import LeaseLost
+
+            raise LeaseLost(storage.locator, lease.epoch, "the session changed hands or was "
+                            "rotated meanwhile")
+        successor.create_in(conn, data)
+        conn.execute(
+            "SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::bigint[], %s, %s)",
+            (storage.session, lease.epoch, batch.lines, batch.ids, batch.parents, batch.types,
+             batch.offsets, batch.total, batch.kept))
+        conn.execute("UPDATE journal.streams SET file_name = %s WHERE session = %s",
+                     (new_name, successor.session))
+        conn.execute("UPDATE journal.streams SET successor = %s, sealed_at = now(), "
+                     "file_name = %s WHERE session = %s",
+                     (successor.session, archive, storage.session))
+
+
+def export_archive(storage: PostgresStorage, directory: str) -> str:
+    """Write the sealed session's bytes to `<directory>/<file>.gz` (gzip, as file rotation
+    compresses archives), durably, never over an existing file; record it on the row and
+    return its path."""
+    name = os.path.basename(file_name(storage)) + ".gz"
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with storage.open_reader() as reader:
+        raw = reader.stream.read()
+    data = gzip_bytes(raw)
+    if os.path.lexists(path):
+        raise JournalError(f"{path} already exists; the archive stays in the database only")
+    new = NewFile(path, ARCHIVE_TAG)
+    try:
+        new.write(data)
+        new.publish()
+    except BaseException:
+        if not new.published:
+            new.discard()
+        raise
+    session = storage.session
+
+    def record(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("UPDATE journal.streams SET exported_to = %s WHERE session = %s",
+                     (path, session))
+
+    with_shared(storage.conninfo, record)
+    return path
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """`data` compressed exactly as file rotation compresses an archive (level 1, no name,
+    no time): the same bytes in, the same archive out."""
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=1, mtime=0) as gz:
+        gz.write(data)
+    return out.getvalue()
+
+
+def successor_url(storage: PostgresStorage) -> str | None:
+    row = stream_row(storage)
+    if row is None or not row["successor"]:
+        return None
+    return session_url(storage.conninfo, str(row["successor"]))

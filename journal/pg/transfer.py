@@ -1,0 +1,354 @@
+"""Moving sessions between the file backend and a database: `journal push` and `journal pull`.
+
+`push(PATH, URL)` stores session files in the database: a file with its whole lineage (the
+archived files it continues, compressed or not, and the live one), or every session file
+under a folder. Each file becomes one session, named by its header's id, holding its bytes
+verbatim (a compressed archive's uncompressed bytes), with its file name (relative to the
+session's folder: `archive/<name>.jsonl.gz` for an archive) and, for a sealed file, its
+successor when that is pushed too. Everything is pushed in one transaction: all of it or
+nothing. A session already in the database with the same bytes is skipped (a push can be
+repeated); with other bytes, the push is refused.
+
+`pull(URL, DIR)` writes them back: a session URL pulls that session's lineage (the sessions
+it continues and those continuing it), a database URL (no `session`) every session. Each is
+written to `DIR/<its file name>`, compressed as file rotation compresses archives when the
+name ends in `.gz`. Existing files are never overwritten: the pull is refused before anything
+is written. A push then a pull gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from .. import codec
+from ..errors import JournalError, NotASession
+from ..lineage import ARCHIVE_DIR, lineage
+from ..publish import NewFile
+from ..seal import is_seal
+from ..snapshot import last_newline_end
+from .connect import DatabaseError, connect, describe, with_shared
+from .rotation import file_name, gzip_bytes
+from .storage import PostgresStorage
+from .url import DATABASE_ENV, is_database_url, parse_database, parse_url, session_url
+
+__all__ = ["PullResult", "PushResult", "TransferError", "database_of", "database_sessions",
+           "pull", "push", "push_bytes"]
+
+PULL_TAG = "pull"
+_SIDE = (".quarantine", ".lock", ".bak", ".tmp", ".rotating", "~")
+
+
+class TransferError(JournalError):
+    """A push or pull that cannot be done; nothing was changed."""
+
+
+@dataclass
+class PushResult:
+    """What a push stored (session URLs) and what it skipped (already there, same bytes)."""
+
+    database: str
+    pushed: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"database": self.database, "pushed": self.pushed, "skipped": self.skipped}
+
+
+@dataclass
+class PullResult:
+    """The files a pull wrote."""
+
+    directory: str
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"directory": self.directory, "files": self.files}
+
+
+def database_of(url: str | None) -> str:
+    """The database a push or pull uses: `url` (a database URL, or a session URL whose
+    database is meant), else JOURNAL_DATABASE_URL."""
+    if url is None or url == "":
+        url = os.environ.get(DATABASE_ENV) or ""
+        if not url:
+            raise TransferError(f"no database named and {DATABASE_ENV} is not set")
+    if not is_database_url(url) or url.startswith("pg:"):
+        if url.startswith("pg:"):
+            return parse_url(url).conninfo
+        raise TransferError(f"{url}: not a postgresql:// URL")
+    try:
+        return parse_url(url).conninfo
+    except JournalError:
+        return parse_database(url)
+
+
+# push
+
+
+@dataclass
+class _File:
+    path: str
+    name: str  # relative to the session's folder
+    data: bytes
+    session: str
+    successor: str | None
+
+
+def _is_session_file(name: str) -> bool:
+    return ((name.endswith(".jsonl") or name.endswith(".jsonl.gz"))
+            and not name.startswith(".") and not any(p in name for p in _SIDE))
+
+
+def _files_to_push(source: str) -> list[tuple[str, str]]:
+    """(path, name relative to the session folder) of every file `source` stands for."""
+    if os.path.isdir(source):
+        found = []
+        for root, dirs, names in os.walk(source):
+            dirs.sort()
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if _is_session_file(name) and not os.path.islink(path):
+                    found.append((path, os.path.relpath(path, source)))
+        return found
+    if not os.path.isfile(source):
+        raise NotASession(source, "no such file or directory")
+    chain = lineage(os.path.realpath(source))
+    folder = os.path.dirname(chain[-1])
+    return [(path, os.path.relpath(path, folder)) for path in chain]
+
+
+def _read(path: str, name: str) -> _File:
+    with open(path, "rb") as f:
+        data = f.read()
+    if path.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise TransferError(f"{path}: not a readable gzip archive ({e})") from e
+    if data and not data.endswith(b"\n"):
+        raise TransferError(f"{path}: its last line is incomplete (a torn tail); open it for "
+                            "writing once (or run 'journal repair') before pushing it")
+    first = data.split(b"\n", 1)[0]
+    try:
+        header = codec.loads(first) if first else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("type") != "session" or not isinstance(
+            header.get("id"), str):
+        raise TransferError(f"{path}: no session header with an id on its first line")
+    successor = None
+    end = last_newline_end(io.BytesIO(data), len(data))
+    last = data[data.rfind(b"\n", 0, end - 1) + 1:end]
+    try:
+        entry = codec.loads(last) if last else None
+    except ValueError:
+        entry = None
+    if isinstance(entry, dict) and is_seal(entry):
+        found = entry["data"].get("sessionId")
+        successor = found if isinstance(found, str) else None
+    return _File(path, name, data, str(header["id"]), successor)
+
+
+def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
+    """Store session files in the database `url` names (see the module docstring).
+
+    Raises TransferError (a torn tail, no header, a session already in the database with
+    other bytes, two files with one session id), NotASession, DatabaseError. Nothing is
+    stored unless everything is.
+
+    Example:
+        >>> push("sessions/", "postgresql://me@db/journal")  # doctest: +SKIP
+    """
+    conninfo = database_of(url)
+    files = [_read(path, name) for path, name in _files_to_push(os.fspath(source))]
+    ids: dict[str, str] = {}
+    for f in files:
+        if f.session in ids:
+            raise TransferError(f"{f.path} and {ids[f.session]} are the same session "
+                                f"({f.session}); push one of them")
+        ids[f.session] = f.path
+    result = PushResult(_safe(conninfo))
+    conn = connect(conninfo)
+    try:
+        with conn.transaction():
+            for f in files:
+                storage = PostgresStorage(conninfo, f.session)
+                existing = _stored_bytes(conn, f.session)
+                entry = {"file": f.path, "name": f.name, "session": storage.locator,
+                         "bytes": len(f.data)}
+                if existing is not None:
+                    if existing != f.data:
+                        raise TransferError(f"{f.path}: the session {f.session} is already "
+                                            "in the database with other bytes; nothing was "
+                                            "pushed")
+                    result.skipped.append(entry)
+                    continue
+                storage.create_in(conn, f.data)
+                result.pushed.append(entry)
+            for f in files:
+                successor = f.successor if f.successor in ids else None
+                conn.execute(
+                    "UPDATE journal.streams SET file_name = %s, successor = coalesce(%s, "
+                    "successor), sealed_at = CASE WHEN %s::text IS NULL THEN sealed_at ELSE "
+                    "coalesce(sealed_at, now()) END WHERE session = %s",
+                    (f.name, successor, successor, f.session))
+    except psycopg.Error as e:
+        raise DatabaseError(f"the push was not stored (nothing changed): {describe(e)}") from e
+    finally:
+        conn.close()
+    return result
+
+
+def push_bytes(data: bytes, url: str) -> None:
+    """Store one session's bytes as the session `url` names (a benchmark's and a test's
+    shortcut to a big session: one COPY)."""
+    PostgresStorage.from_url(url).create(data)
+
+
+def _stored_bytes(conn: psycopg.Connection[Any], session: str) -> bytes | None:
+    row = conn.execute("SELECT id, generation FROM journal.streams WHERE session = %s "
+                       "AND generation IS NOT NULL", (session,)).fetchone()
+    if row is None:
+        return None
+    lines = conn.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
+                         "generation = %s ORDER BY position", (row[0], row[1])).fetchall()
+    return b"".join(str(line[0]).encode("utf-8") + b"\n" for line in lines)
+
+
+def _safe(conninfo: str) -> str:
+    return session_url(conninfo, "-").rsplit("session=", 1)[0].rstrip("?&")
+
+
+# pull
+
+
+def _sessions(conninfo: str, session: str | None) -> list[tuple[str, str | None]]:
+    """(session, file name) of what a pull writes, oldest of a lineage first."""
+
+    def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute("SELECT session, file_name, successor FROM journal.streams "
+                            "WHERE generation IS NOT NULL ORDER BY created_at, id").fetchall()
+
+    rows = with_shared(conninfo, query)
+    by_id = {str(r[0]): (r[1], r[2]) for r in rows}
+    if session is None:
+        return [(str(r[0]), r[1]) for r in rows]
+    if session not in by_id:
+        raise NotASession(session_url(conninfo, session), "no such session in the database")
+    parents = {str(v[1]): k for k, v in by_id.items() if v[1]}
+    chain = [session]
+    while chain[0] in parents and parents[chain[0]] not in chain:
+        chain.insert(0, parents[chain[0]])
+    while (after := by_id.get(chain[-1], (None, None))[1]) and after in by_id \
+            and after not in chain:
+        chain.append(str(after))
+    return [(s, by_id[s][0]) for s in chain]
+
+
+def _targets(conninfo: str, directory: str,
+             sessions: list[tuple[str, str | None]]) -> Iterator[tuple[PostgresStorage, str]]:
+    for session, name in sessions:
+        storage = PostgresStorage(conninfo, session)
+        if not name:
+            name = file_name(storage)
+        relative = os.path.normpath(name)
+        if relative.startswith("..") or os.path.isabs(relative):
+            raise TransferError(f"{storage.locator}: its file name {name!r} leads out of the "
+                                "folder; nothing was written")
+        yield storage, os.path.join(directory, relative)
+
+
+def pull(url: str, directory: str | os.PathLike[str]) -> PullResult:
+    """Write the sessions `url` names into `directory` (see the module docstring).
+
+    Raises TransferError if a file to be written exists already (nothing is written),
+    NotASession, DatabaseError.
+
+    Example:
+        >>> pull("postgresql://me@db/journal?session=4f1c...", "restored/")  # doctest: +SKIP
+    """
+    directory = os.fspath(directory)
+    if url.startswith("pg:") or "session=" in url:
+        parsed = parse_url(url)
+        conninfo, session = parsed.conninfo, parsed.session
+    else:
+        conninfo, session = database_of(url), None
+    targets = list(_targets(conninfo, directory, _sessions(conninfo, session)))
+    taken = [path for _, path in targets if os.path.lexists(path)]
+    if taken:
+        raise TransferError(f"{taken[0]} already exists; nothing was written")
+    written: list[str] = []
+    result = PullResult(directory)
+    try:
+        for storage, path in targets:
+            with storage.open_reader() as reader:
+                data = reader.stream.read()
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            if path.endswith(".gz"):
+                data = gzip_bytes(data)
+            new = NewFile(path, PULL_TAG)
+            try:
+                new.write(data)
+                if os.path.lexists(path):
+                    raise TransferError(f"{path} appeared meanwhile; nothing more was written")
+                new.publish()
+            except BaseException:
+                if not new.published:
+                    new.discard()
+                raise
+            written.append(path)
+            result.files.append({"session": storage.locator, "file": path,
+                                 "bytes": len(data), "archive": os.path.dirname(
+                                     os.path.relpath(path, directory)) == ARCHIVE_DIR})
+    except BaseException:
+        for path in written:  # all or nothing
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        raise
+    return result
+
+
+# listing
+
+
+def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
+    """One row per lineage in the database (`journal ls URL`): its live session, its file,
+    how many sessions it spans (the sealed ones before), the live session's entries and
+    bytes, when it was created and last written, and who holds its lease (if anyone)."""
+    conninfo = database_of(url)
+
+    def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT s.session, s.successor, s.file_name, s.entries, s.size, s.created_at, "
+            "s.updated_at, CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE "
+            "l.locktype = 'advisory' AND l.granted AND l.pid = s.holder_backend) "
+            "THEN s.holder_pid END, s.holder_host FROM journal.streams s "
+            "WHERE s.generation IS NOT NULL ORDER BY s.created_at, s.id").fetchall()
+
+    rows = with_shared(conninfo, query)
+    before = {str(r[1]): str(r[0]) for r in rows if r[1]}
+    out = []
+    for r in rows:
+        if r[1]:  # sealed: counted with its live successor
+            continue
+        span, current = 1, str(r[0])
+        while current in before and span < 10_000:
+            current, span = before[current], span + 1
+        out.append({"session": r[0], "url": session_url(_safe(conninfo), str(r[0])),
+                    "file": r[2], "sessions": span, "entries": r[3], "size": r[4],
+                    "created": _iso(r[5]), "updated": _iso(r[6]),
+                    "holder": {"pid": r[7], "host": r[8]} if r[7] is not None else None})
+    return out
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None

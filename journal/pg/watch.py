@@ -1,0 +1,253 @@
+"""The database's standing watch (`Storage.open_watch`): LISTEN/NOTIFY, with polling behind it.
+
+Every transaction that changes a stream (an append, a replacement, a rotation) sends one
+notification on `CHANNEL` as it commits, carrying only the stream's id and its new position
+(`notify_sql`). A notification is a hint, never data: the follower re-selects everything
+after the last position it delivered, so a notification that is dropped, or one sent while
+the watch was reconnecting, loses nothing; at worst the change is seen at the next wake-up.
+
+Announcing costs writers something (NOTIFY takes a lock at commit), so only streams someone
+follows are announced: the watch registers the streams it waits on in `journal.followers`
+(renewed while it waits, expiring `FOLLOW_TTL` seconds after the last renewal, removed when it
+closes), and the `journal.streams` trigger notifies only for those. A wait that registers a
+stream for the first time returns at once, so the caller reads what was committed before.
+
+`PgWatch` keeps one connection listening from the moment it is opened (before the follower's
+first read, so nothing committed after that read is slept through). `wait(storages, places)`
+returns True when a notification names one of the followed streams (or any stream, when
+`places` is not empty: new sessions may appear there), when `timeout` seconds pass, or right
+after the listening connection was lost and opened again (the caller re-reads, which covers
+what happened while it was down); False once `stop` is set. When the server cannot be
+listened to (or `poll=True`), it waits `POLL_INTERVAL` and returns True: plain polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+from contextlib import closing
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..storage.mark import StopFlag
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["CHANNEL", "POLL_INTERVAL", "STEP", "PgWatch", "Streamed", "notify_sql", "parse"]
+
+log = logging.getLogger("journal.tail")
+
+CHANNEL = "journal_changes"
+"""The one channel every change of every stream is announced on."""
+POLL_INTERVAL = 0.05
+"""How often a polling watch (no LISTEN) wakes the follower to re-read."""
+STEP = 0.1
+"""The longest a wait blocks without looking at its stop flag."""
+RETRY_AFTER = 2.0
+"""Seconds between attempts to listen while it fails (polling meanwhile)."""
+FOLLOW_TTL = 60
+"""Seconds a registration in `journal.followers` lasts; the watch renews it well before."""
+RENEW_EVERY = 20.0
+
+
+class Streamed(Protocol):
+    """What the watch needs of a database session's `Storage`: its session id."""
+
+    @property
+    def session(self) -> str: ...
+
+
+def notify_sql(stream: str = "%s", position: str = "%s") -> str:
+    """The statement (one call of `pg_notify`) a changing transaction sends on commit."""
+    return f"SELECT pg_notify('{CHANNEL}', {stream} || ' ' || {position})"
+
+
+def parse(payload: str) -> tuple[str, int | None]:
+    """(stream id, position) from a notification's payload; position None if unreadable."""
+    stream, _, position = payload.rpartition(" ")
+    if not stream:
+        return payload, None
+    try:
+        return stream, int(position)
+    except ValueError:
+        return payload, None
+
+
+def _session(storage: Streamed | object) -> str | None:
+    """The session id of a database session's storage (None for another backend's)."""
+    found = getattr(storage, "session", None)
+    return found if isinstance(found, str) else None
+
+
+class PgWatch:
+    """A standing wait over database sessions (see the module docstring)."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], stop: StopFlag,
+                 timeout: float, poll: bool | None = None) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.connect = connect
+        self.stop = stop
+        self.timeout = timeout
+        self.polling = bool(poll)
+        self.may_fall_back = poll is None
+        self.conn: psycopg.Connection[Any] | None = None
+        self.reconnects = 0
+        self.notified = 0
+        self._retry_at = 0.0
+        self._worked = False
+        self._registered: dict[str, float] = {}
+        if not self.polling:
+            self._listen(first=True)
+
+    def _listen(self, first: bool = False) -> bool:
+        """Open the listening connection; on failure poll (if allowed) or raise."""
+        import psycopg
+
+        try:
+            conn = self.connect()
+            conn.autocommit = True
+            conn.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as e:
+            if first and not self.may_fall_back:
+                raise
+            log.warning("cannot listen for changes (%s); polling every %gs until it can",
+                        str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                        POLL_INTERVAL)
+            self.conn = None
+            self._retry_at = time.monotonic() + RETRY_AFTER
+            return False
+        self.conn = conn
+        self._worked = False
+        self._registered = {}
+        if not first:
+            self.reconnects += 1
+        return True
+
+    def _register(self, wanted: set[str | None]) -> bool:
+        """Register (or renew) this watch as a follower of `wanted` in `journal.followers`,
+        so their changes are announced; True if one was not registered yet (its changes
+        until now were not announced: the caller must re-read once)."""
+        assert self.conn is not None
+        now = time.monotonic()
+        due = sorted(s for s in wanted
+                     if s is not None and now - self._registered.get(s, -RENEW_EVERY)
+                     >= RENEW_EVERY)
+        if not due:
+            return False
+        new = any(s not in self._registered for s in due)
+        with self.conn.transaction():
+            self.conn.execute("DELETE FROM journal.followers WHERE until < now()")
+            self.conn.execute(
+                "INSERT INTO journal.followers (session, backend, until) "
+                "SELECT s, pg_backend_pid(), now() + make_interval(secs => %s) "
+                "FROM unnest(%s::text[]) AS s ON CONFLICT (session, backend) "
+                "DO UPDATE SET until = excluded.until", (FOLLOW_TTL, due))
+        for stream in due:
+            self._registered[stream] = now
+        self._worked = True
+        return new
+
+    def _lost(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - it is already broken; closing is best effort
+                pass
+        log.info("the listening connection was lost; listening again")
+        # at once, unless that connection failed before it ever worked
+        self._retry_at = time.monotonic() + (0.0 if self._worked else RETRY_AFTER)
+
+    def wait(self, storages: Collection[Any], places: Collection[str] = ()) -> bool:
+        """Block until a followed stream may have changed, or the interval passed (True), or
+        `stop` is set (False)."""
+        import psycopg
+
+        wanted = {_session(storage) for storage in storages} - {None}
+        anywhere = bool(places)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self.stop.is_set():
+                return False
+            now = time.monotonic()
+            if now >= deadline:
+                return True
+            if self.conn is None:
+                if self.polling:
+                    self._sleep(min(POLL_INTERVAL, deadline - now))
+                    return True
+                if now < self._retry_at:  # polling until listening is tried again
+                    self._sleep(min(POLL_INTERVAL, deadline - now))
+                    return True
+                self._listen()  # listening again or not, the caller re-reads what it missed
+                return True
+            woken = False
+            try:
+                if self._register(wanted):
+                    return True
+                # closed before anything else is asked of the connection: a suspended
+                # `notifies` generator holds the connection's lock
+                with closing(self.conn.notifies(
+                        timeout=max(0.001, min(STEP, deadline - now)))) as notes:
+                    for note in notes:
+                        self.notified += 1
+                        stream, _ = parse(note.payload)
+                        if anywhere or stream in wanted:
+                            woken = True
+                            break
+                        # another stream's change: keep waiting, but look at the stop flag
+                        if self.stop.is_set() or time.monotonic() >= deadline:
+                            break
+            except psycopg.Error:
+                self._lost()
+                continue
+            self._worked = True
+            if woken:
+                self._drain()
+                return True
+
+    def _drain(self) -> None:
+        """Take in notifications already queued (one wake-up reads them all)."""
+        import psycopg
+
+        if self.conn is None:
+            return
+        try:
+            with closing(self.conn.notifies(timeout=0.001)) as notes:
+                for _ in notes:
+                    self.notified += 1
+        except psycopg.Error:
+            self._lost()
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + max(0.0, seconds)
+        while not self.stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, STEP))
+
+    async def wait_async(self, storages: Collection[Any],
+                         places: Collection[str] = ()) -> bool:
+        """`wait` on a worker thread, so the event loop keeps running meanwhile."""
+        return await asyncio.to_thread(self.wait, storages, places)
+
+    def close(self) -> None:
+        import psycopg
+
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        try:
+            if self._registered:
+                conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
+        except psycopg.Error:
+            pass  # gone with the connection anyway: the registrations expire
+        finally:
+            conn.close()
+
+    async def aclose(self) -> None:
+        self.close()

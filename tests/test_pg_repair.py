@@ -1,0 +1,125 @@
+"""Repair of a database session: the file repair's plan, published as a new generation under
+the lease; every removed or rewritten line kept in the journal.quarantine table."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+from corruption import (  # noqa: E402
+    edit_entry,
+    generated_bytes,
+    glue_torn,
+    insert_lines,
+    split_lines,
+)
+
+from journal import LockTimeout, Session, load, repair  # noqa: E402
+from journal.cli import main  # noqa: E402
+from journal.context import build_context  # noqa: E402
+from journal.pg.repair import quarantined, quarantined_record, repair_database  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+from journal.quarantine import numbered_records  # noqa: E402
+from journal.storage import as_storage  # noqa: E402
+from journal.tree import Tree  # noqa: E402
+
+
+def damaged(tmp_path: Path) -> bytes:
+    """A generated session with a duplicated line, a broken parent and a torn, glued line."""
+    data = generated_bytes(tmp_path, seed=7, size=120_000)
+    lines = split_lines(data)
+    data = insert_lines(data, 12, lines[11])  # the same entry twice: a duplicate id
+
+    def orphan(entry: dict[str, Any]) -> None:
+        entry["parentId"] = "ffffffff"
+
+    data = edit_entry(data, 25, orphan)  # a parent that is nowhere
+    return glue_torn(data, 40, 30)  # a line cut short and the next one written after it
+
+
+def context(snap: Any) -> Any:
+    tree = Tree(snap.entries)
+    return build_context(tree, tree.leaf_id).messages
+
+
+def stored(pg_url: str, data: bytes) -> str:
+    url = session_url(pg_url, str(uuid.uuid4()))
+    as_storage(url).create(data)
+    return url
+
+
+def db_bytes(url: str) -> bytes:
+    with as_storage(url).open_reader() as reader:
+        return reader.stream.read()
+
+
+def test_database_repair_gives_the_file_repairs_bytes_and_keeps_what_it_removed(
+        pg_url: str, tmp_path: Path) -> None:
+    data = damaged(tmp_path)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    file_report = repair(str(path))
+    url = stored(pg_url, data)
+    report = repair_database(url)
+    assert report.changed and file_report.changed
+    assert report.counts == file_report.counts
+    assert len(report.counts) >= 2
+    # what the file repair wrote, but for the fresh id a duplicate gets in each
+    fixed, ours = load(str(path)), load(url)
+    assert ours.diagnostics == [] and len(ours.entries) == len(fixed.entries)
+    assert [e["type"] for e in ours.entries] == [e["type"] for e in fixed.entries]
+    differ = [a for a, b in zip(split_lines(db_bytes(url)), split_lines(path.read_bytes()),
+                                strict=True) if a != b]
+    assert len(differ) <= len(file_report.rewritten)
+    assert context(ours) == context(fixed)
+    kept = [r["data"] for _, r in numbered_records(str(path) + ".quarantine")]
+    assert [quarantined_record(url, n)["data"] for n in range(1, len(kept) + 1)] == kept
+    assert len(quarantined(url)) == len(kept) > 0
+    again = repair_database(url)
+    assert not again.changed  # repaired once and for all
+    assert len(quarantined(url)) == len(kept)
+
+
+def test_dry_run_and_a_clean_session_change_nothing(pg_url: str, tmp_path: Path) -> None:
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    report = repair_database(url, dry_run=True)
+    assert report.changed and report.dry_run
+    assert db_bytes(url) == data and quarantined(url) == []
+    clean = stored(pg_url, generated_bytes(tmp_path, seed=7, size=120_000))
+    assert not repair_database(clean).changed
+    assert quarantined(clean) == []
+
+
+def test_repair_waits_for_the_writer(pg_url: str, tmp_path: Path) -> None:
+    url = session_url(pg_url, "busy")
+    with Session.create(url, cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+        with pytest.raises(LockTimeout):
+            repair_database(url, lock_timeout=0.2)
+
+
+def test_repair_and_quarantine_commands(pg_url: str, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    url = stored(pg_url, damaged(tmp_path))
+    assert main(["repair", url, "--check"]) == 1
+    capsys.readouterr()
+    assert main(["repair", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["changed"] and report["quarantine"] == url
+    assert main(["quarantine", "list", url, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all("data" not in row for row in rows)
+    assert main(["quarantine", "show", url, "1"]) == 0
+    assert capsys.readouterr().out.encode() == quarantined_record(url, 1)["data"]
+    assert main(["repair", url, "--check"]) == 0
+    capsys.readouterr()
+    restored = tmp_path / "restored.bin"
+    assert main(["quarantine", "restore", url, "1", str(restored)]) == 0
+    assert restored.read_bytes() == quarantined_record(url, 1)["data"]
+    assert main(["quarantine", "restore", url, "1", str(restored)]) == 2  # never overwritten

@@ -1,0 +1,213 @@
+"""Rotation of a database session: successor and seal in one transaction, the file rotation's
+content rules, the old id followed to the live one, archives exported by policy."""
+
+from __future__ import annotations
+
+import gzip
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+import psycopg  # noqa: E402
+
+from journal import LockTimeout, Session, load, rotate  # noqa: E402
+from journal.context import build_context  # noqa: E402
+from journal.pg import rotation as pg_rotation  # noqa: E402
+from journal.pg.rotation import rotate_database, stream_row  # noqa: E402
+from journal.pg.storage import PostgresStorage  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+from journal.seal import is_seal  # noqa: E402
+from journal.storage import as_storage  # noqa: E402
+from journal.tree import Tree  # noqa: E402
+
+
+def fill(session: Session, turns: int = 30) -> None:
+    """Turns, a model and a name, a compaction keeping the last few, more turns."""
+    session.append_model_change("anthropic", "claude-x")
+    session.append_thinking_level_change("high")
+    session.append_session_info("rotating")
+    kept = None
+    for i in range(turns):
+        entry = session.append_message({"role": "user", "content": f"question {i} " + "x" * 200,
+                                        "timestamp": 1})
+        if i == turns - 5:
+            kept = entry
+        session.append_message({"role": "assistant", "content": [{"type": "text",
+                                "text": f"answer {i}"}], "provider": "anthropic",
+                                "model": "claude-x", "api": "anthropic-messages",
+                                "usage": {"input": 1, "output": 1}, "stopReason": "stop",
+                                "timestamp": 2})
+    session.append_compaction("what happened before", kept, 1000)
+    session.append_message({"role": "user", "content": "after the compaction", "timestamp": 3})
+
+
+def context_of(target: object) -> object:
+    snap = load(target)  # type: ignore[arg-type]
+    tree = Tree(snap.entries)
+    return build_context(tree, tree.leaf_id)
+
+
+def new_session(pg_url: str) -> str:
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/work") as session:
+        fill(session)
+    return url
+
+
+def test_rotation_creates_the_successor_seals_the_old_and_opening_follows(pg_url: str) -> None:
+    url = new_session(pg_url)
+    before = context_of(url)
+    old_size = as_storage(url).size()
+    result = rotate_database(url)
+    assert result.rotated and result.successor_id is not None
+    assert result.successor_size < old_size
+    old = PostgresStorage.from_url(url)
+    row = stream_row(old)
+    assert row is not None and row["successor"] == result.successor_id
+    old_entries = load(url).entries
+    seal = old_entries[-1]
+    assert is_seal(seal) and seal["data"]["sessionId"] == result.successor_id
+    successor = session_url(pg_url, result.successor_id)
+    header = load(successor).header
+    assert header is not None and header["parentSession"] == row["file_name"]
+    assert row["file_name"].startswith("archive/")
+    assert context_of(successor) == before
+    # the old id leads to the live session, for writing
+    with Session.open(url) as session:
+        assert session.session_id == result.successor_id
+        assert session.followed == [old.locator]
+        session.append_message({"role": "user", "content": "on the successor", "timestamp": 4})
+    assert load(successor).entries[-1]["message"]["content"] == "on the successor"
+    assert len(load(url).entries) == len(old_entries)  # the sealed session is not written
+
+
+def test_successor_holds_what_file_rotation_would(pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    with as_storage(url).open_reader() as reader:
+        data = reader.stream.read()
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    file_result = rotate(str(path), compress=False)
+    db_result = rotate_database(url)
+    assert file_result.rotated and db_result.rotated
+    assert file_result.successor is not None and db_result.successor_id is not None
+    from_file = load(file_result.successor).entries
+    from_db = load(session_url(pg_url, db_result.successor_id)).entries
+
+    def shape(entries: list[dict[str, object]]) -> list[object]:
+        # a model_change built from an assistant message gets a fresh id in each
+        return [(e["type"], e["id"] if e["type"] != "model_change" else None)
+                for e in entries]
+
+    assert shape(from_file) == shape(from_db)
+    assert db_result.entries_copied == file_result.entries_copied
+
+
+def test_a_failed_rotation_changes_nothing(pg_url: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    url = new_session(pg_url)
+    with as_storage(url).open_reader() as reader:
+        before = reader.stream.read()
+    real = PostgresStorage.create_in
+
+    def create_then_fail(self: PostgresStorage, conn: psycopg.Connection[object],
+                         data: bytes) -> None:
+        real(self, conn, data)  # the successor is made inside the transaction ...
+        raise psycopg.OperationalError("the connection broke")  # ... which then fails
+
+    monkeypatch.setattr(PostgresStorage, "create_in", create_then_fail)
+    with pytest.raises(pg_rotation.DatabaseError, match="nothing changed"):
+        rotate_database(url)
+    with as_storage(url).open_reader() as reader:
+        assert reader.stream.read() == before
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] is None
+    with psycopg.connect(pg_url) as conn:
+        count = conn.execute("SELECT count(*) FROM journal.streams").fetchone()
+    assert count is not None and count[0] == 1
+
+
+def test_rotation_waits_for_the_writer_and_names_it(pg_url: str) -> None:
+    url = new_session(pg_url)
+    with Session.open(url):
+        with pytest.raises(LockTimeout):
+            rotate_database(url, lock_timeout=0.2)
+
+
+def test_nothing_to_rotate_without_a_compaction(pg_url: str) -> None:
+    url = session_url(pg_url, "plain")
+    with Session.create(url, cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    result = rotate_database(url)
+    assert not result.rotated and "compaction" in result.reason
+
+
+def test_archive_exported_to_gz_by_policy(pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "archive"))
+    assert result.rotated and result.archive is not None
+    with as_storage(url).open_reader() as reader:
+        sealed = reader.stream.read()
+    assert result.archive.endswith(".jsonl.gz")
+    assert gzip.decompress(Path(result.archive).read_bytes()) == sealed
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["exported_to"] == result.archive
+
+
+def test_rotating_twice_then_opening_the_first_id(pg_url: str) -> None:
+    url = new_session(pg_url)
+    first = rotate_database(url)
+    with Session.open(url) as session:
+        fill(session, turns=10)
+    second = rotate_database(url)  # the old id: rotates the live one
+    assert first.rotated and second.rotated
+    assert second.path == session_url(pg_url, str(first.successor_id))
+    with Session.open(url) as session:
+        assert session.session_id == second.successor_id
+
+
+def test_an_open_session_rotates_by_policy_and_writes_on_in_the_successor(pg_url: str) -> None:
+    from journal import RotationPolicy
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        session.rotation_policy = RotationPolicy()  # every compaction rotates
+        fill(session)  # ends with a compaction, then one more message
+        assert session.session_id != url.rsplit("=", 1)[1]
+        successor_id = session.session_id
+        before = context_of(session.path)
+        session.append_message({"role": "user", "content": "carried on", "timestamp": 5})
+        assert session.live_context().messages[-1]["content"] == "carried on"
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] == successor_id
+    successor = session_url(pg_url, successor_id)
+    entries = load(successor).entries
+    assert entries[-1]["message"]["content"] == "carried on"
+    assert before is not None
+    ids = [e["id"] for e in load(url).entries] + [e["id"] for e in entries]
+    shared = {e["id"] for e in entries} & {e["id"] for e in load(url).entries}
+    assert len(set(ids)) == len(ids) - len(shared)  # only the kept entries repeat
+    with Session.open(url) as again:  # the old id: the successor, its lease free again
+        assert again.session_id == successor_id
+
+
+def test_rotate_command_on_a_database_session(pg_url: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    assert main(["rotate", url, "--dry-run", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["rotated"] and planned["dryRun"]
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+    assert main(["rotate", url, "--keep", "1"]) == 2
+    assert "for files" in capsys.readouterr().err
+    assert main(["rotate", url, "--archive-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "rotated into" in out and str(tmp_path / "a") in out
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] is not None

@@ -1,0 +1,207 @@
+"""Live tail of a database session: LISTEN/NOTIFY wake-ups, every entry once and in order,
+across a rotation and a reset of the follower's connections, polling as a fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+import psycopg  # noqa: E402
+
+from journal import Session, follow, follow_events  # noqa: E402
+from journal.cli import main  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+from journal.tail import ENTRY, ROTATED  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WRITER = textwrap.dedent("""
+    import sys
+    from journal import Session
+    from journal.pg.rotation import rotate_database
+
+    url, count, rotate_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    session = Session.open(url)
+    kept = None
+    for i in range(count):
+        if i == rotate_at:
+            session.append_compaction("all before", kept, 100)
+            session.close()
+            result = rotate_database(url)
+            assert result.rotated, result.reason
+            session = Session.open(url)  # the old id leads to the successor
+        entry = session.append_message({"role": "user", "content": f"m{i}", "timestamp": 1})
+        if i == rotate_at - 10:
+            kept = entry
+    session.close()
+""")
+
+
+def writer(url: str, count: int, rotate_at: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PGAPPNAME": "tail-writer"}
+    return subprocess.Popen([sys.executable, "-c", WRITER, url, str(count), str(rotate_at)],
+                            env=env)
+
+
+def terminate(pg_url: str, application: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                            "application_name = %s AND pid <> pg_backend_pid()",
+                            (application,)).fetchall()
+    return len(rows)
+
+
+def new_session(pg_url: str) -> str:
+    url = session_url(pg_url, str(uuid.uuid4()))
+    Session.create(url, cwd="/w").close()
+    return url
+
+
+@pytest.mark.slow
+def test_ten_thousand_appends_arrive_once_in_order_across_rotation_and_reset(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    count, rotate_at, reset_at = 10_000, 6_000, 3_000
+    monkeypatch.setenv("PGAPPNAME", "tail-follower")  # this process's connections
+    url = new_session(pg_url)
+    deadline = time.monotonic() + 240
+    proc = writer(url, count, rotate_at)
+    events = follow_events(url, from_start=True, timeout=2.0,
+                           stop=lambda: time.monotonic() > deadline)
+    texts: list[str] = []
+    ids: list[str] = []
+    rotated: list[str] = []
+    killed = 0
+    try:
+        for event in events:
+            if event.kind == ROTATED:
+                rotated.append(event.detail)
+            if event.kind != ENTRY or event.entry is None:
+                continue
+            ids.append(event.entry["id"])
+            message = event.entry.get("message")
+            if isinstance(message, dict) and str(message.get("content", "")).startswith("m"):
+                texts.append(message["content"])
+            if len(texts) == reset_at and not killed:
+                killed = terminate(pg_url, "tail-follower")
+            if len(texts) == count:
+                break
+    finally:
+        events.close()
+        proc.wait(timeout=120)
+    assert proc.returncode == 0
+    assert killed >= 2  # the shared read connection and the listening one
+    assert texts == [f"m{i}" for i in range(count)]
+    assert len(ids) == len(set(ids))  # nothing twice, the kept entries the successor repeats
+    assert len(rotated) == 1 and "session=" in rotated[0]
+
+
+def test_the_follower_wakes_on_notify_not_on_its_timeout(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.pg import storage as pg_storage
+
+    def no_polling(*args: Any) -> Any:
+        raise AssertionError("the follow polled")
+
+    monkeypatch.setattr(pg_storage, "PostgresWatch", no_polling)
+    url = new_session(pg_url)
+    stop = threading.Event()
+    got: list[float] = []
+
+    def consume() -> None:
+        for entry in follow(url, stop=stop, timeout=30.0):
+            got.append(time.monotonic() - entry["message"]["timestamp"] / 1e3)
+            if len(got) == 5:
+                return
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    time.sleep(0.5)
+    with psycopg.connect(pg_url) as conn:  # the waiting follower registered itself
+        row = conn.execute("SELECT count(*) FROM journal.followers WHERE session = %s",
+                           (url.rsplit("=", 1)[1],)).fetchone()
+    assert row is not None and row[0] == 1
+    with Session.open(url) as session:
+        for _ in range(5):
+            session.append_message({"role": "user", "content": "hi",
+                                    "timestamp": time.monotonic() * 1e3})
+            time.sleep(0.05)
+    thread.join(timeout=20)
+    stop.set()
+    assert len(got) == 5
+    assert max(got) < 2.0  # far below the 30 s timeout: woken by the notification
+
+
+def test_polling_follows_too(pg_url: str) -> None:
+    url = new_session(pg_url)
+    with Session.open(url) as session:
+        session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    deadline = time.monotonic() + 20
+    seen = []
+    for event in follow_events(url, from_start=True, poll=True,
+                               stop=lambda: time.monotonic() > deadline):
+        if event.kind == ENTRY and event.entry is not None:
+            seen.append(event.entry["message"]["content"])
+            if len(seen) == 1:
+                with Session.open(url) as session:
+                    session.append_message({"role": "user", "content": "two", "timestamp": 1})
+            if len(seen) == 2:
+                break
+    assert seen == ["one", "two"]
+
+
+def test_tail_command_on_a_database_session(pg_url: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    url = new_session(pg_url)
+    with Session.open(url) as session:
+        for i in range(5):
+            session.append_message({"role": "user", "content": f"line {i}", "timestamp": 1})
+    assert main(["tail", url, "-n", "2", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    contents = [x.get("entry", x).get("message", {}).get("content") for x in lines]
+    assert contents == ["line 3", "line 4"]
+    assert main(["tail", session_url(url.split("?")[0], "missing"), "-n", "1"]) == 2
+    assert capsys.readouterr().err.startswith("Error: ")
+
+
+def _entries(events: Any) -> list[Any]:
+    return [e for e in events if e.kind == ENTRY]
+
+
+def test_afollow_a_database_session(pg_url: str) -> None:
+    import asyncio
+
+    from journal import afollow
+
+    url = new_session(pg_url)
+
+    async def main_loop() -> list[str]:
+        seen: list[str] = []
+        deadline = time.monotonic() + 20
+
+        async def write() -> None:
+            await asyncio.sleep(0.3)
+            with Session.open(url) as session:
+                for i in range(3):
+                    session.append_message({"role": "user", "content": f"a{i}",
+                                            "timestamp": 1})
+
+        writer_task = asyncio.create_task(write())
+        async for entry in afollow(url, stop=lambda: time.monotonic() > deadline):
+            seen.append(entry["message"]["content"])
+            if len(seen) == 3:
+                break
+        await writer_task
+        return seen
+
+    assert asyncio.run(main_loop()) == ["a0", "a1", "a2"]

@@ -1,0 +1,193 @@
+"""Push file sessions (with their lineage) into a database and pull them back: the files come
+back byte for byte; a push is all or nothing; a pull never overwrites."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+from third_party import pi_path  # noqa: E402
+
+from journal import Session, load  # noqa: E402
+from journal.cli import main  # noqa: E402
+from journal.pg.connect import connect  # noqa: E402
+from journal.pg.transfer import TransferError, pull, push  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+
+PI = ["all-types.jsonl", "before-compaction.jsonl", "large-session.jsonl"]
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))}
+
+
+def count_streams(pg_url: str) -> int:
+    with connect(pg_url) as conn:  # the schema made if it is not yet
+        row = conn.execute("SELECT count(*) FROM journal.streams").fetchone()
+    return int(row[0]) if row is not None else -1
+
+
+def fill(session: Session, turns: int, tag: str) -> None:
+    session.append_model_change("anthropic", "claude-x")
+    kept = None
+    for i in range(turns):
+        entry = session.append_message({"role": "user", "content": f"{tag} {i} " + "y" * 300,
+                                        "timestamp": 1})
+        if i == turns - 3:
+            kept = entry
+    session.append_compaction(f"summary {tag}", kept, 500)
+
+
+def rotated_lineage(folder: Path) -> str:
+    """A live file continuing two archives (one compressed, one not)."""
+    folder.mkdir()
+    with Session.create(str(folder), cwd="/w") as session:
+        fill(session, 40, "one")
+        assert session.rotate().rotated
+        fill(session, 40, "two")
+        assert session.rotate(compress=False).rotated
+        session.append_message({"role": "user", "content": "live", "timestamp": 1})
+        return session.path
+
+
+@pytest.mark.parametrize("name", PI)
+def test_pi_fixtures_round_trip_byte_for_byte(pg_url: str, tmp_path: Path, name: str) -> None:
+    source = pi_path(name)
+    result = push(str(source), pg_url)
+    assert len(result.pushed) == 1
+    header = load(str(source)).header
+    assert header is not None
+    url = session_url(pg_url, header["id"])
+    pulled = pull(url, tmp_path / "out")
+    assert [Path(f["file"]).name for f in pulled.files] == [name]
+    assert (tmp_path / "out" / name).read_bytes() == source.read_bytes()
+
+
+def test_a_rotated_lineage_round_trips_and_stays_a_lineage(pg_url: str, tmp_path: Path) -> None:
+    live = rotated_lineage(tmp_path / "src")
+    original = files_under(tmp_path / "src")
+    assert len(original) == 3 and any(k.endswith(".gz") for k in original)
+    result = push(live, pg_url)
+    assert len(result.pushed) == 3
+    live_id = load(live).header["id"]  # type: ignore[index]
+    # in the database, the first session leads to the live one
+    first_id = load(str(next(p for p in (tmp_path / "src" / "archive").iterdir()
+                             if p.name.endswith(".gz")))).header["id"]  # type: ignore[index]
+    with Session.open(session_url(pg_url, first_id)) as session:
+        assert session.session_id == live_id
+    pull(session_url(pg_url, first_id), tmp_path / "by-session")
+    assert files_under(tmp_path / "by-session") == original
+    pull(pg_url, tmp_path / "whole")
+    assert files_under(tmp_path / "whole") == original
+
+
+def test_a_folder_round_trips(pg_url: str, tmp_path: Path) -> None:
+    rotated_lineage(tmp_path / "src")
+    with Session.create(str(tmp_path / "src"), cwd="/w") as other:
+        other.append_message({"role": "user", "content": "another session", "timestamp": 1})
+    (tmp_path / "src" / "notes.txt").write_text("not a session")
+    original = files_under(tmp_path / "src")
+    assert len(push(str(tmp_path / "src"), pg_url).pushed) == 4
+    pull(pg_url, tmp_path / "out")
+    assert files_under(tmp_path / "out") == original
+
+
+def test_push_again_skips_and_other_bytes_are_refused_whole(pg_url: str,
+                                                           tmp_path: Path) -> None:
+    live = rotated_lineage(tmp_path / "src")
+    push(live, pg_url)
+    again = push(live, pg_url)
+    assert again.pushed == [] and len(again.skipped) == 3
+    changed = tmp_path / "changed.jsonl"
+    data = Path(live).read_bytes()
+    changed.write_bytes(data.replace(b'"live"', b'"LIVE"'))
+    fresh = tmp_path / "fresh"
+    with Session.create(str(fresh), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "new", "timestamp": 1})
+    os.rename(changed, fresh / changed.name)
+    before = count_streams(pg_url)
+    with pytest.raises(TransferError, match="other bytes"):
+        push(str(fresh), pg_url)
+    assert count_streams(pg_url) == before  # the new session was not stored either
+
+
+def test_refusals_leave_nothing(pg_url: str, tmp_path: Path) -> None:
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(pi_path("all-types.jsonl").read_bytes() + b'{"type":"mess')
+    with pytest.raises(TransferError, match="incomplete"):
+        push(str(torn), pg_url)
+    assert count_streams(pg_url) == 0
+    live = rotated_lineage(tmp_path / "src")
+    push(live, pg_url)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / Path(live).name).write_text("mine")
+    with pytest.raises(TransferError, match="already exists"):
+        pull(pg_url, out)
+    assert sorted(p.name for p in out.rglob("*")) == [Path(live).name]
+    assert (out / Path(live).name).read_text() == "mine"
+
+
+def test_push_and_pull_commands(pg_url: str, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    live = rotated_lineage(tmp_path / "src")
+    assert main(["push", live, pg_url, "--json"]) == 0
+    pushed = json.loads(capsys.readouterr().out)
+    assert len(pushed["pushed"]) == 3
+    assert main(["pull", pg_url, str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert files_under(tmp_path / "out") == files_under(tmp_path / "src")
+    assert main(["pull", pg_url, str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()  # the progress line, then the error
+    assert err[-1].startswith("Error: ") and "already exists" in err[-1]
+    assert main(["push", str(tmp_path / "missing.jsonl"), pg_url]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("Error: ")
+
+
+def test_ls_lists_the_databases_lineages(pg_url: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    live = rotated_lineage(tmp_path / "src")
+    push(live, pg_url)
+    with Session.create(session_url(pg_url, "other"), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "x", "timestamp": 1})
+        assert main(["ls", pg_url, "--json"]) == 0
+        rows = {row["session"]: row for row in json.loads(capsys.readouterr().out)}
+        live_id = load(live).header["id"]  # type: ignore[index]
+        assert set(rows) == {live_id, "other"}
+        assert rows[live_id]["sessions"] == 3 and rows[live_id]["holder"] is None
+        assert rows[live_id]["file"] == Path(live).name
+        assert rows["other"]["holder"]["pid"] == os.getpid()
+    assert main(["ls", pg_url]) == 0
+    assert "idle" in capsys.readouterr().out
+
+
+def test_a_database_rotation_pulls_as_a_file_lineage(pg_url: str, tmp_path: Path) -> None:
+    from journal import lineage
+    from journal.pg.rotation import rotate_database
+
+    folder = tmp_path / "src" / "team"
+    folder.mkdir(parents=True)
+    with Session.create(str(folder), cwd="/w") as session:
+        fill(session, 40, "one")
+        session.append_message({"role": "user", "content": "last", "timestamp": 1})
+        path, session_id = session.path, session.session_id
+    push(str(tmp_path / "src"), pg_url)
+    result = rotate_database(session_url(pg_url, session_id))
+    assert result.rotated and result.successor_id is not None
+    pull(pg_url, tmp_path / "out")
+    pulled = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")
+                    if p.is_file())
+    old_name = Path(path).name
+    assert f"team/archive/{old_name}" in pulled and len(pulled) == 2
+    live = next(tmp_path / "out" / p for p in pulled if "archive" not in p)
+    chain = lineage(str(live))
+    assert [Path(p).name for p in chain] == [old_name, live.name]
+    assert (tmp_path / "out" / "team" / "archive" / old_name).read_bytes().startswith(
+        Path(path).read_bytes())  # the old file, then its seal
+    with Session.open(str(live)) as session:  # a file session again, continuing the lineage
+        assert session.live_context().messages[-1]["content"] == "last"

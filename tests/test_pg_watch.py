@@ -1,0 +1,164 @@
+"""The database's standing watch: LISTEN/NOTIFY wake-ups, reconnection, polling, stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from journal.pg import schema  # noqa: E402
+from journal.pg.watch import CHANNEL, POLL_INTERVAL, PgWatch, parse  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Stream:
+    session: str
+
+
+def opened(url: str, stream: str = "s1", **kw: Any) -> PgWatch:
+    """A watch on a database with the journal schema, already registered on `stream`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        schema.ensure(conn)
+    watch = PgWatch(lambda: psycopg.connect(url), kw.pop("stop", threading.Event()),
+                    timeout=kw.pop("timeout", 5.0), **kw)
+    started = time.monotonic()
+    assert watch.wait([Stream(stream)]) is True  # registered: the caller reads once
+    assert time.monotonic() - started < 1.0
+    return watch
+
+
+def notify(url: str, stream: str, position: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{stream} {position}"))
+
+
+def later(seconds: float, action: Any, *args: Any) -> threading.Thread:
+    def run() -> None:
+        time.sleep(seconds)
+        action(*args)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_payload_is_stream_and_position() -> None:
+    assert parse("a b 12") == ("a b", 12)
+    assert parse("abc") == ("abc", None)
+
+
+def test_a_notification_for_a_followed_stream_wakes_the_wait(pg_url: str) -> None:
+    watch = opened(pg_url)
+    try:
+        thread = later(0.3, notify, pg_url, "s1", 3)
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is True
+        waited = time.monotonic() - started
+        thread.join()
+        assert 0.2 < waited < 2.0
+        assert watch.notified == 1
+    finally:
+        watch.close()
+
+
+def test_other_streams_do_not_wake_it_and_the_timeout_does(pg_url: str) -> None:
+    watch = opened(pg_url, timeout=1.0)
+    try:
+        thread = later(0.2, notify, pg_url, "other", 1)
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is True
+        thread.join()
+        assert time.monotonic() - started >= 0.95  # the timeout, not the other stream
+        assert watch.notified == 1
+    finally:
+        watch.close()
+
+
+def test_a_change_between_two_waits_is_not_slept_through(pg_url: str) -> None:
+    watch = opened(pg_url)
+    try:
+        notify(pg_url, "s1", 1)  # before any wait: the watch listens from its opening
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is True
+        assert time.monotonic() - started < 1.0
+    finally:
+        watch.close()
+
+
+def test_stop_ends_the_wait(pg_url: str) -> None:
+    stop = threading.Event()
+    watch = opened(pg_url, stop=stop, timeout=30.0)
+    try:
+        thread = later(0.2, stop.set)
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is False
+        thread.join()
+        assert time.monotonic() - started < 2.0
+    finally:
+        watch.close()
+
+
+def test_a_killed_listening_connection_is_replaced(pg_url: str) -> None:
+    watch = opened(pg_url, timeout=10.0)
+    try:
+        assert watch.conn is not None
+        pid = watch.conn.info.backend_pid
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        started = time.monotonic()
+        # the loss is noticed and the wait returns at once: the caller re-reads
+        assert watch.wait([Stream("s1")]) is True
+        assert time.monotonic() - started < 5.0
+        assert watch.reconnects == 1
+        assert watch.conn is not None and watch.conn.info.backend_pid != pid
+        assert watch.wait([Stream("s1")]) is True  # registered again, from the new backend
+        thread = later(0.2, notify, pg_url, "s1", 2)
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is True
+        thread.join()
+        assert time.monotonic() - started < 2.0
+        assert watch.notified == 1
+    finally:
+        watch.close()
+
+
+def test_polling_when_asked_or_when_listening_is_impossible(pg_url: str) -> None:
+    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=10.0, poll=True)
+    started = time.monotonic()
+    assert watch.wait([Stream("s1")]) is True
+    assert time.monotonic() - started < POLL_INTERVAL + 0.5
+    assert watch.conn is None
+
+    def refuse() -> Any:
+        raise psycopg.OperationalError("no server here")
+
+    fallback = PgWatch(refuse, threading.Event(), timeout=10.0)
+    started = time.monotonic()
+    assert fallback.wait([Stream("s1")]) is True
+    assert time.monotonic() - started < POLL_INTERVAL + 0.5
+    with pytest.raises(psycopg.OperationalError):
+        PgWatch(refuse, threading.Event(), timeout=10.0, poll=False)
+
+
+def test_only_followed_streams_are_announced_and_closing_unregisters(pg_url: str) -> None:
+    watch = opened(pg_url, timeout=1.0)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        listener = psycopg.connect(pg_url, autocommit=True)
+        listener.execute(f"LISTEN {CHANNEL}")
+        for session in ("s1", "s2"):
+            conn.execute("INSERT INTO journal.streams (session, generation) VALUES (%s, 1)",
+                         (session,))
+        conn.execute("UPDATE journal.streams SET size = 10, entries = 1")
+        conn.execute("UPDATE journal.streams SET updated_at = now()")  # no change: silent
+        heard = [n.payload for n in listener.notifies(timeout=0.5)]
+        assert heard == ["s1 0", "s1 1"]  # created, appended; s2 is followed by nobody
+        watch.close()
+        left = conn.execute("SELECT count(*) FROM journal.followers").fetchone()
+        assert left is not None and left[0] == 0
+        conn.execute("UPDATE journal.streams SET size = 20, entries = 2")
+        assert [n.payload for n in listener.notifies(timeout=0.3)] == []
+        listener.close()
