@@ -37,7 +37,7 @@ import orjson
 
 from . import codec, model
 from .boundary import boundary
-from .claude.detect import CLAUDE, dialect_of
+from .claude.detect import CLAUDE
 from .claude.mend import assess_claude, repair_claude
 from .codec import Line
 from .context import build_context, compaction_summary_message, entry_message
@@ -56,7 +56,7 @@ from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
-from .snapshot import is_compressed, refuse_foreign
+from .snapshot import dialect_of_storage, is_compressed, refuse_foreign
 from .storage import Storage, as_storage
 from .tree import Tree
 
@@ -740,7 +740,7 @@ def repair(
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the session files it holds")
     path = _readable(path)
-    if (dialect or dialect_of(path)) == CLAUDE:
+    if dialect_of_storage(as_storage(path), dialect) == CLAUDE:
         return repair_claude(path, dry_run=dry_run, lock_timeout=lock_timeout,
                              progress=progress)
     refuse_foreign(path)  # a Claude Code transcript forced as pi is not repaired as a pi file
@@ -824,7 +824,7 @@ def assess(path: str, *, migrate: bool = False, strict: bool = False,
     take theirs from here, so they agree. A Claude Code transcript is assessed in its own
     format (`journal.claude.assess_claude`).
     """
-    if (dialect or ("pi" if is_compressed(path) else dialect_of(path))) == CLAUDE:
+    if dialect_of_storage(as_storage(path), dialect) == CLAUDE:
         return assess_claude(path, progress=progress)
     p = plan(path, migrate=migrate, strict=strict, progress=progress)
     p.meter.finish()
