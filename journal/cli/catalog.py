@@ -14,6 +14,7 @@ from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sess
 from ..prices import load_prices
 from ..rowcache import RowCache, default_cache_path
 from .app import ByteProgress, default_sessions_dir
+from .filesonly import files_only
 
 LS_DESCRIPTION = (
     "One row per logical session under the folders given (searched recursively; default "
@@ -141,7 +142,7 @@ def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--no-cache", action="store_true",
                    help="read every session again; neither read nor write the cache file")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_ls)
+    p.set_defaults(func=files_only(cmd_ls, "journal ls"))
 
     p = sub.add_parser("prune", help="remove whole sessions idle longer than an age",
                        description=PRUNE_DESCRIPTION)
@@ -152,4 +153,4 @@ def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--archive-to", metavar="DIR",
                    help="move the files under DIR (keeping their paths) instead of removing")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_prune)
+    p.set_defaults(func=files_only(cmd_prune, "journal prune"))

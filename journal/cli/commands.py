@@ -29,6 +29,7 @@ from .app import ByteProgress, default_sessions_dir, entry_parser, run
 from .catalog import add_catalog_parsers
 from .claude import add_import_parser
 from .export import add_export_parser
+from .filesonly import files_only
 from .repair import add_repair_parser
 from .search import add_search_parser
 from .tail import add_tail_parser
@@ -481,14 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for another writer (default 10)")
     _add_json(p)
-    p.set_defaults(func=cmd_rotate)
+    p.set_defaults(func=files_only(cmd_rotate, "journal rotate"))
 
     p = sub.add_parser("lineage", help="list a session's files from first archive to live",
                        description="Follow parentSession links and successor markers to list "
                        "every file of a rotated session, oldest first, the live one last.")
     p.add_argument("path", help="any file of the lineage (an archived or moved path works)")
     _add_json(p)
-    p.set_defaults(func=cmd_lineage)
+    p.set_defaults(func=files_only(cmd_lineage, "journal lineage"))
 
     p = sub.add_parser("quarantine", help="list, print or restore bytes repair set aside",
                        description="The byte ranges taken out of a session (torn tails, bad "
@@ -498,20 +499,20 @@ def build_parser() -> argparse.ArgumentParser:
     q = qsub.add_parser("list", help="one line per record: its number, offset, size, reason")
     q.add_argument("path", help="session file (or its .quarantine file)")
     _add_json(q)
-    q.set_defaults(func=cmd_quarantine_list)
+    q.set_defaults(func=files_only(cmd_quarantine_list, "journal quarantine"))
     q = qsub.add_parser("show", help="print a record's bytes as they were in the session")
     q.add_argument("path", help="session file (or its .quarantine file)")
     q.add_argument("number", type=_line_number, metavar="N", help="the record's number (list)")
     q.add_argument("--json", action="store_true",
                    help="print the record as JSON (bytes in base64, text when UTF-8)")
-    q.set_defaults(func=cmd_quarantine_show)
+    q.set_defaults(func=files_only(cmd_quarantine_show, "journal quarantine"))
     q = qsub.add_parser("restore", help="write a record's bytes to a new file",
                         description="Write the bytes of record N to FILE, which must not "
                         "exist (never into the session, never over a file).")
     q.add_argument("path", help="session file (or its .quarantine file)")
     q.add_argument("number", type=_line_number, metavar="N", help="the record's number (list)")
     q.add_argument("file", metavar="FILE", help="a new file to write the bytes to")
-    q.set_defaults(func=cmd_quarantine_restore)
+    q.set_defaults(func=files_only(cmd_quarantine_restore, "journal quarantine"))
 
     add_repair_parser(sub)
     add_tail_parser(sub)

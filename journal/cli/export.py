@@ -13,6 +13,7 @@ from .. import codec
 from ..errors import JournalError
 from ..exporting import FORMATS, ExportReport, export_to
 from ..publish import NewFile
+from .filesonly import files_only
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -86,4 +87,4 @@ def add_export_parser(sub: Any) -> None:
                    help="replace what looks like an API key, a token or an e-mail address")
     p.add_argument("--json", action="store_true",
                    help="print a JSON report of the file written (with -o)")
-    p.set_defaults(func=cmd_export)
+    p.set_defaults(func=files_only(cmd_export, "journal export"))

@@ -22,6 +22,7 @@ from .app import (
     progress,
     run,
 )
+from .filesonly import files_only
 
 DESCRIPTION = (
     "Repair damaged session files without losing a byte: torn or glued lines, NUL runs, "
@@ -55,7 +56,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the files' format (default: detected per file from its records; a "
                         "Claude Code transcript is repaired in its own format)")
     p.add_argument("--json", action="store_true", help="print one JSON report per file")
-    p.set_defaults(func=run_repair)
+    p.set_defaults(func=files_only(run_repair, "journal repair"))
 
 
 def add_repair_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -55,6 +55,7 @@ from ..tail import (
 )
 from ..view import check_session, locate
 from .app import EXIT_FINDINGS, EXIT_OK, entry_parser, run
+from .filesonly import files_only
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,7 +78,7 @@ def add_tail_parser(
         "repairs and new sessions.",
     )
     _add_arguments(p)
-    p.set_defaults(func=cmd_tail)
+    p.set_defaults(func=files_only(cmd_tail, "journal tail"))
     return p
 
 
@@ -87,7 +88,7 @@ def tail_main(argv: Sequence[str] | None = None) -> int:
         "journal-tail",
         "Print the last entries of an agent session (pi format v3); with -f, follow it.")
     _add_arguments(parser)
-    parser.set_defaults(func=cmd_tail)
+    parser.set_defaults(func=files_only(cmd_tail, "journal tail"))
     return run(parser, argv)
 
 
