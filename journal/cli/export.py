@@ -49,7 +49,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportReport:
     """Export into a new file beside `output`, published over it once complete
     (`journal.publish`): a failed export leaves nothing behind, and a reader never sees half
-    a file."""
+    a file. `output` naming a file the export read (the session itself, one of its archives)
+    is an error: publishing over it would replace the session with its export."""
     try:
         new = NewFile(os.path.abspath(output), "export", mode=0o666 & ~_umask())
     except OSError as e:
@@ -57,8 +58,18 @@ def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportRep
     with new:
         with new.stream() as stream:  # closing it flushes it
             result = export_to(path, fmt, stream, **options)
+        if any(_same_file(output, read) for read in result.files):
+            raise JournalError(f"{output}: is a file of the session being exported; "
+                               "nothing was written (give another -o FILE)")
         new.publish()
     return result
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False  # `a` does not exist yet (or `b` is gone): not the same file
 
 
 def _umask() -> int:
