@@ -25,6 +25,8 @@ IMPORT_DESCRIPTION = (
 
 def cmd_import(args: argparse.Namespace) -> int:
     report = import_claude(args.source, args.dest, subagents=not args.no_subagents)
+    for problem in report.problems:
+        print(f"Warning: {report.source}: {problem.describe()} (not imported)", file=sys.stderr)
     if args.json:
         sys.stdout.write(codec.dumps(report.to_json()).decode() + "\n")
     else:
