@@ -14,10 +14,11 @@ Claude Code would. The new session is an ordinary pi session: `Session.open` app
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import codec, model
+from ..codec import Diagnostic
 from ..errors import JournalError, NotASession
 from ..identity import real_path
 from ..publish import create_file
@@ -39,11 +40,15 @@ class ImportReport:
     messages: int
     leaf: str | None
     subagent_files: list[str]
+    problems: list[Diagnostic] = field(default_factory=list)
+    """The lines of the transcript (and its subagent files) that were not imported because
+    they are not records (not JSON, not an object, a field of the wrong type, a torn line)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "path": self.path, "sessionId": self.session_id,
                 "entries": self.entries, "messages": self.messages, "leaf": self.leaf,
-                "subagentFiles": self.subagent_files}
+                "subagentFiles": self.subagent_files,
+                "problems": [d.describe() for d in self.problems]}
 
 
 def import_claude(source: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None,
@@ -85,7 +90,7 @@ def import_claude(source: str | os.PathLike[str], dest: str | os.PathLike[str] |
         raise JournalError(f"{target}: already exists; nothing was written") from e
     messages = sum(1 for e in entries if e.get("type") == "message")
     return ImportReport(path, target, header["id"], len(entries), messages, leaf,
-                        list(got.subagent_files))
+                        list(got.subagent_files), list(got.diagnostics))
 
 
 _FIRST = ("type", "id", "parentId", "timestamp")

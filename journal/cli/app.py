@@ -83,7 +83,7 @@ def run(
     `expected` adds error types (beyond `JournalError` and `OSError`) that are reported as
     one `Error: ...` line and exit 2: the agent's model and sandbox errors, say.
     """
-    args = parser.parse_args(argv)
+    args = parse_interleaved(parser, argv)
     logging.basicConfig(
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
         format="%(levelname)s: %(message)s",
@@ -109,6 +109,25 @@ def run(
     except BrokenPipeError as e:
         return _stdout_closed(e, code)
     return code
+
+
+LIST_POSITIONALS = ("paths", "dirs")
+"""The names of the positionals that take any number of paths (`journal search Q PATH...`)."""
+
+
+def parse_interleaved(parser: argparse.ArgumentParser,
+                      argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, where paths may also come after options: argparse fills a
+    list positional with the paths before the first option and refuses the rest
+    (`journal search foo -i DIR` was "unrecognized arguments: DIR"); those go on the list.
+    Anything else left over is the usual usage error (exit 2)."""
+    args, extra = parser.parse_known_args(argv)
+    lists = [name for name in LIST_POSITIONALS if isinstance(getattr(args, name, None), list)]
+    if extra and len(lists) == 1 and not any(item.startswith("-") for item in extra):
+        getattr(args, lists[0]).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def default_sessions_dir() -> str:

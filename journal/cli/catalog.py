@@ -16,6 +16,7 @@ from ..pg.url import is_database_url
 from ..prices import load_prices
 from ..rowcache import RowCache, default_cache_path
 from .app import ByteProgress, default_sessions_dir
+from .filesonly import files_only
 
 LS_DESCRIPTION = (
     "One row per logical session under the folders given (searched recursively; default "
@@ -177,4 +178,4 @@ def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--archive-to", metavar="DIR",
                    help="move the files under DIR (keeping their paths) instead of removing")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_prune)
+    p.set_defaults(func=files_only(cmd_prune, "journal prune"))

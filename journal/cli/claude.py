@@ -12,6 +12,7 @@ import orjson
 from .. import codec
 from ..claude.exporter import export_claude
 from ..claude.importer import import_claude
+from .filesonly import files_only
 
 IMPORT_DESCRIPTION = (
     "Convert a Claude Code transcript (~/.claude/projects/<project>/<session>.jsonl, with its "
@@ -24,6 +25,8 @@ IMPORT_DESCRIPTION = (
 
 def cmd_import(args: argparse.Namespace) -> int:
     report = import_claude(args.source, args.dest, subagents=not args.no_subagents)
+    for problem in report.problems:
+        print(f"Warning: {report.source}: {problem.describe()} (not imported)", file=sys.stderr)
     if args.json:
         sys.stdout.write(codec.dumps(report.to_json()).decode() + "\n")
     else:
@@ -44,7 +47,7 @@ def add_import_parser(sub: Any) -> None:
     p.add_argument("--no-subagents", action="store_true",
                    help="leave out <session>/subagents/agent-*.jsonl")
     p.add_argument("--json", action="store_true", help="print a JSON report")
-    p.set_defaults(func=cmd_import)
+    p.set_defaults(func=files_only(cmd_import, "journal import"))
 
 
 def export_as_claude(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from .catalog import add_catalog_parsers
 from .claude import add_import_parser
 from .database import add_database_parsers
 from .export import add_export_parser
+from .filesonly import files_only
 from .repair import add_repair_parser
 from .search import add_search_parser
 from .tail import add_tail_parser
@@ -523,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "every file of a rotated session, oldest first, the live one last.")
     p.add_argument("path", help="any file of the lineage (an archived or moved path works)")
     _add_json(p)
-    p.set_defaults(func=cmd_lineage)
+    p.set_defaults(func=files_only(cmd_lineage, "journal lineage"))
 
     p = sub.add_parser("quarantine", help="list, print or restore bytes repair set aside",
                        description="The byte ranges taken out of a session (torn tails, bad "

@@ -13,6 +13,7 @@ from .. import codec
 from ..errors import JournalError
 from ..exporting import FORMATS, ExportReport, export_to
 from ..publish import NewFile
+from .filesonly import files_only
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -48,7 +49,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportReport:
     """Export into a new file beside `output`, published over it once complete
     (`journal.publish`): a failed export leaves nothing behind, and a reader never sees half
-    a file."""
+    a file. `output` naming a file the export read (the session itself, one of its archives)
+    is an error: publishing over it would replace the session with its export."""
     try:
         new = NewFile(os.path.abspath(output), "export", mode=0o666 & ~_umask())
     except OSError as e:
@@ -56,8 +58,18 @@ def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportRep
     with new:
         with new.stream() as stream:  # closing it flushes it
             result = export_to(path, fmt, stream, **options)
+        if any(_same_file(output, read) for read in result.files):
+            raise JournalError(f"{output}: is a file of the session being exported; "
+                               "nothing was written (give another -o FILE)")
         new.publish()
     return result
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False  # `a` does not exist yet (or `b` is gone): not the same file
 
 
 def _umask() -> int:
@@ -86,4 +98,4 @@ def add_export_parser(sub: Any) -> None:
                    help="replace what looks like an API key, a token or an e-mail address")
     p.add_argument("--json", action="store_true",
                    help="print a JSON report of the file written (with -o)")
-    p.set_defaults(func=cmd_export)
+    p.set_defaults(func=files_only(cmd_export, "journal export"))

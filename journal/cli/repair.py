@@ -181,8 +181,8 @@ def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]]) -
     table.add_column("result")
     table.add_column("problems", justify="right")
     for r in reports:
-        table.add_row(os.path.basename(r.path), "changed" if r.changed else "clean",
-                      str(len(r.problems)))
+        result = ("needs repair" if r.dry_run else "changed") if r.changed else "clean"
+        table.add_row(os.path.basename(r.path), result, str(len(r.problems)))
     for path, message in errors:
         table.add_row(os.path.basename(path), "error", message)
     Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)

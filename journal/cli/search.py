@@ -13,6 +13,7 @@ import orjson
 from .. import codec
 from ..textsearch import ROLES, Hit, SearchResult, search
 from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress
+from .filesonly import files_only
 
 DESCRIPTION = (
     "Search sessions for text: user and assistant messages, thinking, tool calls (name and "
@@ -65,7 +66,7 @@ def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
                       help="match case exactly")
     p.add_argument("-n", "--limit", type=_limit, metavar="N", help="stop after N hits")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_search, default_dir=default_dir)
+    p.set_defaults(func=files_only(cmd_search, "journal search"), default_dir=default_dir)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from .. import codec
 from ..accounting import BY, By, Tally, UsageReport, usage
 from ..prices import PRICES_ENV, load_prices
 from .app import ByteProgress, default_sessions_dir
+from .filesonly import files_only
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
@@ -93,4 +94,4 @@ def add_usage_parser(sub: Any) -> None:
     p.add_argument("--prices", metavar="FILE",
                    help=f"price table to use (default: ${PRICES_ENV}, else the bundled one)")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_usage)
+    p.set_defaults(func=files_only(cmd_usage, "journal usage"))

@@ -209,7 +209,9 @@ class SourceReader:
         body = self._read_header(src)
         start = body
         found = 0
-        for line in _reader(src).lines_backward(end):
+        if src.translator is not None:  # a record may give no entry: count forward
+            start = self._last_records(src, body, end, count)
+        for line in _reader(src).lines_backward(end) if src.translator is None else ():
             if line.offset < body:
                 break
             if self._counts(src, codec.parse_line(line)):
@@ -220,6 +222,28 @@ class SourceReader:
         start = start if src.header_done else 0
         self._baseline(src, body, start)
         self._place(src, start)
+
+    @staticmethod
+    def _last_records(src: Source, body: int, end: int, count: int) -> int:
+        """Where the records giving a Claude Code transcript's last `count` entries start.
+
+        Not every record with a uuid gives an entry (a duplicate uuid, a message that is not
+        an object), and records without one (`summary`, `ai-title`) give none: the records
+        are read forward through a translator of their own, as the tail will read them.
+        """
+        counter = Translator(merge=False)
+        giving: list[tuple[int, int]] = []  # (offset of a record, entries it gives)
+        for item in _reader(src).lines(body, end):
+            if isinstance(item, Line):
+                value = codec.parse_line(item)
+                if isinstance(value, dict) and (given := len(counter.feed(value))):
+                    giving.append((item.offset, given))
+        start, found = body, 0
+        for offset, given in reversed(giving):
+            if found >= count:
+                break
+            start, found = offset, found + given
+        return start
 
     def seek_since(self, src: Source) -> bool:
         """Place the offset just after the entry `since_id`; False (at the end) if absent."""
