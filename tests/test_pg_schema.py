@@ -67,3 +67,21 @@ def test_a_database_that_is_not_utf8_is_refused() -> None:
         with pytest.raises(schema.SchemaError, match="UTF8"):
             schema.ensure(conn)
         assert schema.current_version(conn) == 0
+
+
+def test_deleting_a_session_deletes_its_lines_and_no_other(pg_url: str) -> None:
+    from journal.pg.storage import PostgresStorage
+
+    header = b'{"type":"session","version":3,"id":"h","timestamp":"t","cwd":"/"}\n'
+    line = b'{"type":"custom","id":"0000000a","parentId":null,"timestamp":"t","customType":"x"}\n'
+    for name in ("gone", "kept"):
+        storage = PostgresStorage(pg_url, name)
+        storage.create(header)
+        appender = storage.open_appender()
+        appender.commit(line)
+        appender.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM journal.streams WHERE session = 'gone'")
+        rows = conn.execute("SELECT s.session, count(*) FROM journal.entries e LEFT JOIN "
+                            "journal.streams s ON s.id = e.stream GROUP BY 1").fetchall()
+    assert rows == [("kept", 2)]

@@ -266,3 +266,31 @@ def test_the_stream_row_keeps_the_offsets_a_resume_starts_from(pg_url: str) -> N
                              "last_thinking_change FROM journal.streams "
                              "WHERE session = 'offsets'").fetchone()
     assert again == row
+
+
+TRICKY = ['"', "\\", '\\"', "{}", "{a,b}", ",", "NULL", "null", "", " padded ", "\t\n\r",
+          "é 漢字 🙂", '{"type":"message","content":"say \\"hi\\" \\\\ {x}"}', None]
+
+
+def test_array_literals_reach_the_server_as_the_values(pg_url: str) -> None:
+    import psycopg
+
+    values = [*TRICKY, *(a + b for a in TRICKY[:6] for b in TRICKY[:6] if a and b)]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT %s::text[]", (pg_storage.text_array(values),)).fetchone()
+        assert row is not None and row[0] == values
+        one = conn.execute("SELECT %s::text[]", (pg_storage.text_array([None]),)).fetchone()
+        assert one is not None and one[0] == [None]
+
+
+def test_lines_with_quotes_and_backslashes_are_stored_verbatim(pg_url: str) -> None:
+    url = session_url(pg_url, "tricky")
+    with Session.create(url, cwd="/") as session:
+        for text in TRICKY:
+            if text is not None:
+                session.append_message({"role": "user", "content": text, "timestamp": 0})
+    data = PostgresStorage(pg_url, "tricky").open_reader().stream.read()
+    loaded = load(url)
+    assert [e["message"]["content"] for e in loaded.entries if e["type"] == "message"] == [
+        t for t in TRICKY if t is not None]
+    assert data.count(b"\n") == len(loaded.entries) + 1

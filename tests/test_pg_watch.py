@@ -144,6 +144,10 @@ def test_polling_when_asked_or_when_listening_is_impossible(pg_url: str) -> None
         PgWatch(refuse, threading.Event(), timeout=10.0, poll=False)
 
 
+APPEND_ONE = ("SELECT journal.append(%s, NULL, ARRAY['{}'], ARRAY[NULL], ARRAY[NULL], "
+              "ARRAY[NULL], ARRAY[0::bigint], 3, NULL)")
+
+
 def test_only_followed_streams_are_announced_and_closing_unregisters(pg_url: str) -> None:
     watch = opened(pg_url, timeout=1.0)
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -152,13 +156,14 @@ def test_only_followed_streams_are_announced_and_closing_unregisters(pg_url: str
         for session in ("s1", "s2"):
             conn.execute("INSERT INTO journal.streams (session, generation) VALUES (%s, 1)",
                          (session,))
-        conn.execute("UPDATE journal.streams SET size = 10, entries = 1")
+        for session in ("s1", "s2"):  # an append notifies from journal.append itself
+            conn.execute(APPEND_ONE, (session,))
         conn.execute("UPDATE journal.streams SET updated_at = now()")  # no change: silent
         heard = [n.payload for n in listener.notifies(timeout=0.5)]
         assert heard == ["s1 0", "s1 1"]  # created, appended; s2 is followed by nobody
         watch.close()
         left = conn.execute("SELECT count(*) FROM journal.followers").fetchone()
         assert left is not None and left[0] == 0
-        conn.execute("UPDATE journal.streams SET size = 20, entries = 2")
+        conn.execute(APPEND_ONE, ("s1",))
         assert [n.payload for n in listener.notifies(timeout=0.3)] == []
         listener.close()

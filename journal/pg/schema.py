@@ -68,7 +68,11 @@ CREATE TABLE journal.streams (
 );
 
 CREATE TABLE journal.entries (
-    stream      bigint NOT NULL REFERENCES journal.streams (id) ON DELETE CASCADE,
+    -- streams.id; no foreign key: its check (a FOR KEY SHARE probe of the stream row per
+    -- inserted line) cost a fifth of an append's server time, and every insert already holds
+    -- that row (journal.append's update, publish's FOR UPDATE, create's insert). Deleting a
+    -- stream deletes its lines (streams_deleted below).
+    stream      bigint NOT NULL,
     generation  bigint NOT NULL,
     position    bigint NOT NULL,
     byte_offset bigint NOT NULL,
@@ -81,6 +85,16 @@ CREATE TABLE journal.entries (
     PRIMARY KEY (stream, generation, byte_offset)
 );
 
+-- what ON DELETE CASCADE did: a deleted stream's lines go with it, in the same transaction
+CREATE FUNCTION journal.delete_lines() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM journal.entries WHERE stream = OLD.id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER streams_deleted AFTER DELETE ON journal.streams
+    FOR EACH ROW EXECUTE FUNCTION journal.delete_lines();
+
 -- Append one batch: lock the stream row, check the writer's epoch, acknowledge a retried
 -- batch that is already the session's last, else insert the lines at the next positions
 -- and offsets.
@@ -90,8 +104,10 @@ CREATE FUNCTION journal.append(
     p_types text[], p_offsets bigint[], p_total bigint, p_kept text
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-    s journal.streams%ROWTYPE;
     n bigint := coalesce(cardinality(p_lines), 0);
+    sid bigint;
+    gen bigint;
+    cur_epoch bigint;
     old_size bigint;
     old_entries bigint;
     found_id text;
@@ -102,21 +118,21 @@ DECLARE
     thinking_at bigint;
 BEGIN
     -- the row lock that serializes appends (and waits for a lease takeover's epoch change),
-    -- taken by moving the size on at once; any refusal below rolls it back
+    -- taken by moving the size on at once; any refusal below rolls it back. Only the columns
+    -- used are returned (scalars: no row-type assembly per call).
     UPDATE journal.streams SET size = size + p_total, entries = entries + n,
                                updated_at = now()
         WHERE session = p_session AND generation IS NOT NULL
-        RETURNING * INTO s;
+        RETURNING id, generation, epoch, size - p_total, entries - n
+        INTO sid, gen, cur_epoch, old_size, old_entries;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no session % in this database', p_session
             USING ERRCODE = 'JN001';
     END IF;
-    IF p_epoch IS NOT NULL AND s.epoch <> p_epoch THEN
+    IF p_epoch IS NOT NULL AND cur_epoch <> p_epoch THEN
         RAISE EXCEPTION 'session %: the lease was taken over (epoch % is now %)',
-            p_session, p_epoch, s.epoch USING ERRCODE = 'JN002';
+            p_session, p_epoch, cur_epoch USING ERRCODE = 'JN002';
     END IF;
-    old_size := s.size - p_total;
-    old_entries := s.entries - n;
     IF n = 0 THEN
         RETURN old_size;
     END IF;
@@ -126,23 +142,37 @@ BEGIN
     start_offset := old_size - p_total;
     IF start_offset >= 0 AND p_ids[1] IS NOT NULL THEN
         SELECT e.id INTO found_id FROM journal.entries e
-            WHERE e.stream = s.id AND e.generation = s.generation
-              AND e.byte_offset = start_offset;
+            WHERE e.stream = sid AND e.generation = gen AND e.byte_offset = start_offset;
         IF found_id = p_ids[1] AND ARRAY(
             SELECT e.line FROM journal.entries e
-            WHERE e.stream = s.id AND e.generation = s.generation
-              AND e.byte_offset >= start_offset
+            WHERE e.stream = sid AND e.generation = gen AND e.byte_offset >= start_offset
             ORDER BY e.byte_offset) = p_lines
         THEN
-            UPDATE journal.streams SET size = old_size, entries = old_entries WHERE id = s.id;
+            UPDATE journal.streams SET size = old_size, entries = old_entries WHERE id = sid;
             RETURN start_offset;  -- acknowledged at the offset it has, stored once
         END IF;
     END IF;
-    INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
-                                 type, line)
-        SELECT s.id, s.generation, old_entries + u.o - 1, old_size + u.rel, u.i, u.p, u.t, u.l
-        FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
-             WITH ORDINALITY AS u (l, i, p, t, rel, o);
+    IF n = 1 THEN
+        -- one entry per commit is the common case: a plain VALUES row, no unnest
+        INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
+                                     type, line)
+            VALUES (sid, gen, old_entries, old_size, p_ids[1], p_parents[1], p_types[1],
+                    p_lines[1]);
+    ELSE
+        INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
+                                     type, line)
+            SELECT sid, gen, old_entries + u.o - 1, old_size + u.rel, u.i, u.p, u.t, u.l
+            FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
+                 WITH ORDINALITY AS u (l, i, p, t, rel, o);
+    END IF;
+    -- a followed session's followers are told (on commit) here rather than by the
+    -- streams_changed trigger of version 2, which appends do not fire: a row trigger on every
+    -- commit cost more than this one probe (journal.followers is made by version 2; the
+    -- migrations are applied together)
+    IF EXISTS (SELECT 1 FROM journal.followers f
+               WHERE f.session = p_session AND f.until > now()) THEN
+        PERFORM pg_notify('journal_changes', p_session || ' ' || (old_entries + n));
+    END IF;
     IF p_types && ARRAY['compaction', 'model_change', 'thinking_level_change'] THEN
         -- where a resume starts reading: the latest compaction, where its kept entries
         -- start, the latest settings
@@ -154,12 +184,12 @@ BEGIN
         IF compaction_at IS NOT NULL AND p_kept IS NOT NULL THEN
             -- the kept entry is recent: look in the last 8 MiB first (a primary-key range)
             SELECT e.byte_offset INTO kept_offset FROM journal.entries e
-                WHERE e.stream = s.id AND e.generation = s.generation
-                  AND e.byte_offset >= s.size - 8388608 AND e.id = p_kept
+                WHERE e.stream = sid AND e.generation = gen
+                  AND e.byte_offset >= old_size + p_total - 8388608 AND e.id = p_kept
                 ORDER BY e.byte_offset DESC LIMIT 1;
             IF kept_offset IS NULL THEN
                 SELECT e.byte_offset INTO kept_offset FROM journal.entries e
-                    WHERE e.stream = s.id AND e.generation = s.generation AND e.id = p_kept
+                    WHERE e.stream = sid AND e.generation = gen AND e.id = p_kept
                     ORDER BY e.byte_offset DESC LIMIT 1;
             END IF;
         END IF;
@@ -168,7 +198,7 @@ BEGIN
             last_kept = CASE WHEN compaction_at IS NULL THEN last_kept ELSE kept_offset END,
             last_model_change = coalesce(model_at, last_model_change),
             last_thinking_change = coalesce(thinking_at, last_thinking_change)
-        WHERE id = s.id;
+        WHERE id = sid;
     END IF;
     RETURN old_size;
 END
@@ -219,7 +249,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER streams_changed AFTER INSERT OR UPDATE ON journal.streams
+-- journal.append notifies for its own commits (it sets only size, entries and updated_at, so
+-- this trigger does not fire for them); this covers creation, replacement and sealing
+CREATE TRIGGER streams_changed AFTER INSERT OR UPDATE OF generation, successor ON journal.streams
     FOR EACH ROW EXECUTE FUNCTION journal.notify_change();
 """
 
