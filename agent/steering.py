@@ -43,7 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from journal import Session, resolve_live
+from journal import Session, inbox_path, resolve_live
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
@@ -52,9 +52,6 @@ QUEUED_TYPE = "journal.queued"
 STEER_TYPE = "journal.steer"
 FOLLOW_UP_TYPE = "journal.follow_up"
 DELIVERED_TYPES = {STEER: STEER_TYPE, FOLLOW_UP: FOLLOW_UP_TYPE}
-INBOX_SUFFIX = ".inbox"
-
-
 @dataclass(frozen=True)
 class Queued:
     """One queued message: its id (unique in the session), kind and text."""
@@ -62,11 +59,6 @@ class Queued:
     id: str
     kind: str
     text: str
-
-
-def inbox_path(session_path: str) -> str:
-    """The folder other processes drop queued messages into for the session at this path."""
-    return session_path + INBOX_SUFFIX
 
 
 def queue_message(session_path: str, text: str, kind: str = STEER, *,

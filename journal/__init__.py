@@ -37,7 +37,9 @@ What the model sees
 Keeping files healthy
     `repair` with `RepairReport` and `Problem`; `rotate` with `RotationResult` and
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
-    live one); `read_quarantine` and `Quarantined` (the bytes repair set aside);
+    live one); `inbox_path` and `INBOX_SUFFIX` (the folder beside a session file where
+    messages for its agent are queued); `read_quarantine` and `Quarantined` (the bytes repair
+    set aside);
     `repair_claude` and `assess_claude` (what `repair` runs on a Claude Code transcript: a
     repair in its own format); `import_claude` with `ImportReport` (a transcript into a pi
     session) and `export_claude` with `ClaudeExportReport` (a pi session as a transcript).
@@ -102,7 +104,7 @@ from .errors import (
     WriteFailed,
 )
 from .info import SessionInfo, inspect
-from .lineage import lineage, resolve_live
+from .lineage import INBOX_SUFFIX, inbox_path, lineage, resolve_live
 from .lock import current_holder
 from .model import CURRENT_VERSION, Entry, Message
 from .pairing import Fix, PairingReport, sanitize
@@ -186,6 +188,8 @@ __all__ = [
     "RotationAborted",
     "lineage",
     "resolve_live",
+    "inbox_path",
+    "INBOX_SUFFIX",
     "read_quarantine",
     "repair_claude",
     "assess_claude",

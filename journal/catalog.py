@@ -38,7 +38,7 @@ from .discovery import find_lineages, session_paths
 from .errors import JournalError, LockTimeout, describe_os_error
 from .header import read_header
 from .idscan import scan_ids
-from .lineage import intent_path
+from .lineage import inbox_path, intent_path
 from .lock import WriterLock, current_holder
 from .model import Entry
 from .prices import PriceTable
@@ -441,9 +441,28 @@ def _side_files(files: Iterable[str]) -> list[str]:
     return found
 
 
+def _inbox_entries(files: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(inbox folders of these files, the names waiting in them): see `lineage.INBOX_SUFFIX`."""
+    folders: list[str] = []
+    waiting: list[str] = []
+    for f in files:
+        folder = inbox_path(f)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        folders.append(folder)
+        waiting.extend(os.path.join(folder, n) for n in names)
+    return folders, waiting
+
+
 def _why_kept(row: SessionRow, cutoff: datetime) -> str | None:
     if row.dialect == CLAUDE:
         return "a Claude Code transcript: Claude Code owns it"
+    _, waiting = _inbox_entries(row.files)
+    if waiting:
+        return (f"{len(waiting)} message(s) queued for an agent wait in "
+                f"{os.path.dirname(waiting[0])}")
     if row.state == "locked":
         return f"locked by pid {row.holder_pid}" if row.holder_pid else "locked by a writer"
     if row.state == "needs-repair":
@@ -521,6 +540,11 @@ def _prune_one(item: PruneItem, cutoff: datetime) -> None:
             except OSError as e:
                 item.error = describe_os_error(e)
                 return
+        for folder in _inbox_entries(item.row.files)[0]:
+            try:
+                os.rmdir(folder)  # empty: _why_kept keeps a session with messages waiting
+            except OSError:
+                pass
         item.done = True
     finally:
         lock.release()

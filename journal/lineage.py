@@ -323,6 +323,17 @@ def _continues_into(candidate: str, child_id: object, child: str | None) -> bool
 # intent files: crash recovery of a rotation
 
 
+INBOX_SUFFIX = ".inbox"
+"""The folder beside a session file into which other programs queue messages for the agent
+working on it (`<file>.inbox/`, one file a message; format.md § 9.7). Pruning never removes a
+session whose inbox holds a message."""
+
+
+def inbox_path(path: str) -> str:
+    """The inbox folder of the session file `path` (see `INBOX_SUFFIX`)."""
+    return path + INBOX_SUFFIX
+
+
 def intent_path(path: str) -> str:
     return path + INTENT_SUFFIX
 

@@ -15,7 +15,7 @@ from corruption import gen_session_module
 from test_rotate import build_session
 from third_party import pi_path
 
-from journal import Session, load, prune, rotate, sessions
+from journal import Session, inbox_path, load, prune, rotate, sessions
 from journal.catalog import parse_age, sort_rows
 from journal.lock import WriterLock
 
@@ -265,3 +265,26 @@ def test_prune_skips_a_lineage_whose_lock_is_taken_meanwhile(tmp_path, monkeypat
         assert old.exists()
     finally:
         lock.release()
+
+
+def test_prune_keeps_a_session_with_messages_queued_for_its_agent(tmp_path):
+    """A message queued with `journal-agent queue` waits in `<file>.inbox/` until an agent
+    reads it: pruning the session would drop it silently. An empty inbox goes with the
+    session instead of being left behind."""
+    (tmp_path / "waiting").mkdir()
+    (tmp_path / "done").mkdir()
+    waiting, waiting_archive = rotated(tmp_path / "waiting")
+    done, done_archive = rotated(tmp_path / "done")
+    Path(inbox_path(waiting)).mkdir()
+    Path(inbox_path(waiting), "00000000000000000001-q1.json").write_text("{}")
+    Path(inbox_path(done)).mkdir()
+    age(waiting, waiting_archive, done, done_archive)
+    later = datetime.now(UTC) + timedelta(days=100)
+    report = prune([str(tmp_path)], timedelta(days=90), now=later)
+    reasons = {os.path.basename(i.row.path): (i.action, i.reason) for i in report.items}
+    action, reason = reasons[os.path.basename(waiting)]
+    assert action == "skip" and "queued for an agent" in reason
+    assert os.path.exists(waiting) and os.path.exists(inbox_path(waiting))
+    [gone] = report.pruned
+    assert gone.done and gone.row.path == os.path.realpath(done)
+    assert not os.path.exists(done) and not os.path.exists(inbox_path(done))

@@ -36,11 +36,10 @@ from agent.steering import (
     QUEUED_TYPE,
     STEER,
     STEER_TYPE,
-    inbox_path,
     queue_message,
     read_inbox,
 )
-from journal import Session, load
+from journal import Session, inbox_path, load
 from tools import Tool, ToolResult, Workspace, default_tools
 
 
