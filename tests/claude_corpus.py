@@ -383,8 +383,39 @@ def _missing_newline() -> Case:
                 "the last record has no line end; the next append would glue onto it")
 
 
+def _no_message_and_lost_result() -> Case:
+    # the first line of a response lost its `message` key (one byte of it is not UTF-8), and
+    # the result of the first of its two parallel calls (both hanging on that line) is lost
+    records = [user(1, None, "list the files"),
+               text(2, _uuid(1), "Listing them.", "msg_a"),
+               call(3, _uuid(2), "toolu_01", "msg_a"), call(4, _uuid(2), "toolu_02", "msg_a"),
+               result(6, _uuid(4), "toolu_02", "tests/"),
+               text(7, _uuid(6), "Two things.", "msg_b")]
+    data = lines(records).replace(b'"message":{"model"', b'"mes\xffage":{"model"', 1)
+
+    def check(before: Records, after: Records) -> None:
+        # the unusable line goes as a lost line would; the calls' lines hang on in file order
+        (added,) = _added(before, after)
+        _interrupt_of(added, "toolu_01", _uuid(4))
+        assert [r["uuid"] for r in after] == [_uuid(1), _uuid(3), _uuid(4), added["uuid"],
+                                              _uuid(6), _uuid(7)]
+        got = by_uuid(after)
+        assert got[_uuid(3)]["parentUuid"] == _uuid(1)
+        assert got[_uuid(4)]["parentUuid"] == _uuid(3)
+        assert got[_uuid(6)]["parentUuid"] == added["uuid"]
+        assert {k: v for k, v in got[_uuid(6)].items() if k != "parentUuid"} == {
+            k: v for k, v in records[4].items() if k != "parentUuid"}
+        assert got[_uuid(7)] == records[5]
+
+    return Case("no_message_and_lost_result", data,
+                {"invalid_utf8": 1, "no_message": 1, "missing_parent": 2,
+                 "unpaired_tool_use": 1}, check,
+                "a damaged line of a response and a lost result: tool_use ids were found "
+                "without tool_result blocks immediately after")
+
+
 CASES: list[Case] = [f() for f in (
     _unpaired_mid, _unpaired_end, _orphan_after_compaction, _duplicate_result,
     _duplicate_block, _second_compact, _rewind_logical, _rewind_with_logical, _cycle,
     _forward_parent, _self_parent, _nul_run, _nul_in_output, _invalid_utf8, _torn_tail, _glued,
-    _duplicate_line, _empty_prompt, _missing_newline)]
+    _duplicate_line, _empty_prompt, _missing_newline, _no_message_and_lost_result)]

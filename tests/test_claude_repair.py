@@ -243,11 +243,13 @@ SAMPLES = {  # claude-code-log's samples: what repair finds in each (they end wi
     "representative_messages.jsonl": {"missing_newline": 1},
     "session_b.jsonl": {"missing_newline": 1},
     "todowrite_examples.jsonl": {"missing_newline": 1},
-    # bare values that are not records, a record whose parent is in no line, and two uuids
-    # used twice by different records (the later ones go: one was the result of a call, which
-    # the projection never saw, so the call gets the interrupted-tool record)
+    # bare values that are not records, a record whose parent is in no line, a user record
+    # whose message is a string (no reader can use it: it goes, and the valid record written
+    # after it under the same uuid stays), and a uuid used twice by different records (the
+    # later one goes: it was the result of a call, which the projection never saw, so the
+    # call gets the interrupted-tool record)
     "edge_cases.jsonl": {"not_a_record": 4, "missing_newline": 1, "missing_parent": 1,
-                         "duplicate_uuid": 2, "unpaired_tool_use": 1},
+                         "no_message": 1, "duplicate_uuid": 1, "unpaired_tool_use": 1},
 }
 
 
@@ -271,3 +273,19 @@ def test_shared_samples_repair_in_place(tmp_path: Path, name: str) -> None:
     # repair leaves alone; its tool pairing must be valid)
     problems = pairing_problems(build_context(tree, tree.leaf_id).messages)
     assert [p for p in problems if "tool" in p] == []
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_repaired_corpus_projects_to_a_valid_context(tmp_path: Path, case: Case) -> None:
+    """What the store's readers see of the repaired file is what repair read: every call
+    answered right after its message, no result without its call."""
+    import journal
+    from journal.context import build_context
+    from journal.validate import pairing_problems
+
+    path = tmp_path / "4f0c2a9e-7b1d-4c3e-9a55-0d6b2e81c7f4.jsonl"
+    path.write_bytes(case.data)
+    repair_claude(path)
+    tree = journal.load(str(path)).tree()
+    messages = build_context(tree, tree.leaf_id).messages
+    assert messages and pairing_problems(messages) == []

@@ -7,6 +7,10 @@ as a `Problem` (a `kind` below, or a byte-level kind from `journal.salvage`):
 - a last record with no line end (`missing_newline`): the line is ended;
 - bytes that hold no record: torn and glued lines, NUL runs, trailing garbage, blank lines,
   values that are not records (`not_a_record`); invalid UTF-8 replaced with U+FFFD;
+- `no_message`: a user or assistant record whose `message` is not an object (a damaged
+  key or value): every reader skips it (the projection makes no entry of it, Claude Code
+  cannot send it), so it is quarantined as a lost line would be, and the records that hung on
+  it are re-attached below (`missing_parent`), before the pairing is read;
 - `nul_in_text`: NUL characters (`\\u0000`) in a message, which break the API request body;
   removed from the message's strings;
 - `duplicate_record`: a record written twice (same uuid, same content); the copy goes;
@@ -50,6 +54,7 @@ from .mendrecs import MendPlan, Rec
 
 NOT_A_RECORD = "not_a_record"
 NUL_IN_TEXT = "nul_in_text"
+NO_MESSAGE = "no_message"
 MISSING_NEWLINE = "missing_newline"
 DUPLICATE_RECORD = "duplicate_record"
 DUPLICATE_UUID = "duplicate_uuid"
@@ -58,6 +63,8 @@ PARENT_CYCLE = "parent_cycle"
 FORWARD_PARENT = "forward_parent"
 MISSING_LOGICAL_PARENT = "missing_logical_parent"
 _NUL_RE = re.compile(rb"\\u0000")
+_MESSAGE_TYPES = ("user", "assistant")
+_ABSENT = object()
 
 
 def plan_claude(path: str, progress: Progress | None = None) -> MendPlan:
@@ -75,6 +82,7 @@ def plan_bytes(data: bytes, path: str = "<memory>",
         p = MendPlan(path, [], meter=meter, size=len(data))
         _salvage(p, data)
     _fix_nuls(p, [m.start() for m in _NUL_RE.finditer(data)])
+    _drop_messageless(p)
     _fix_duplicates(p)
     _fix_chains(p)
     _fix_duplicates(p)  # a re-attached record may now be the copy of the one before
@@ -175,6 +183,23 @@ def _fix_nuls(p: MendPlan, at: list[int]) -> None:
         value = rec.edit(NUL_IN_TEXT)
         value["message"] = codec.map_strings(message, lambda s: s.replace("\x00", ""))
         p.problem(NUL_IN_TEXT, "removed NUL characters from the message", rec)
+
+
+def _drop_messageless(p: MendPlan) -> None:
+    """A user or assistant record without a message object goes, as if its line were lost:
+    the readers skip it (its uuid names no entry), so what hangs on it is re-attached by
+    `_fix_chains`, and the pairing is then read on the chain every reader sees."""
+    for rec in p.records:
+        if rec.uuid is None or rec.value.get("type") not in _MESSAGE_TYPES:
+            continue
+        message = rec.value.get("message", _ABSENT)
+        if isinstance(message, dict):
+            continue
+        what = ("no message" if message is _ABSENT
+                else f"a message that is {type(message).__name__}, not an object")
+        p.drop(rec, NO_MESSAGE, f"a {rec.value['type']} record with {what}")
+        p.problem(NO_MESSAGE, "quarantined the record (no reader can use it)", rec,
+                  detail=f"a {rec.value['type']} record with {what}")
 
 
 def _has_nul(value: Any) -> bool:
