@@ -15,6 +15,9 @@ regular expression with no literal every match must contain) parses every line.
 Case follows ripgrep's smart case unless the caller says otherwise: a query with an upper-case
 letter is matched case-sensitively, any other case-insensitively.
 
+Database sessions are searched as files are (`paths` may hold a database URL or a session
+URL, `journal.discovery`): each read through its storage, a lineage of sessions as one.
+
 A rotated session is one lineage: its live file and its archives (`.gz` included) are searched
 oldest first, and an entry a successor repeats (same id) is reported once, where it was first
 written. A damaged file or line is reported in `problems` and the search goes on.
@@ -42,8 +45,9 @@ from .discovery import find_lineages
 from .errors import JournalError
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
+from .pg.url import is_database_url
 from .render import content_text
-from .snapshot import is_compressed, load, open_for_reading
+from .snapshot import is_compressed, load, open_for_reading, stored_size
 
 log = logging.getLogger(__name__)
 
@@ -219,10 +223,7 @@ def search(
 
 
 def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+    return stored_size(path)
 
 
 # the query
@@ -362,7 +363,8 @@ def _search_file(path: str, live: str, q: _Query, seen: set[str],
         return
     result.files += 1
     try:
-        result.bytes += os.fstat(stream.fileno()).st_size
+        result.bytes += (stored_size(path) if is_database_url(path)
+                         else os.fstat(stream.fileno()).st_size)
         with stream:
             if is_compressed(path):
                 with gzip.GzipFile(fileobj=stream, mode="rb") as unpacked:

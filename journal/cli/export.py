@@ -72,7 +72,9 @@ def add_export_parser(sub: Any) -> None:
         description="Export a session, all files of a rotated lineage read as one (each entry "
         "once), as Markdown, a self-contained HTML page (no request at view time), or JSONL. "
         "The live branch by default.")
-    p.add_argument("path", help="session file (any file of a lineage; archives .gz included)")
+    p.add_argument("path", help="session file (any file of a lineage; archives .gz included), "
+                   "or a database session (postgresql://...?session=ID, pg:ID: its lineage; "
+                   "a database URL if it holds one lineage)")
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
     p.add_argument("--all-branches", action="store_true",
                    help="every branch, not only the live one (md, jsonl; the HTML page always "

@@ -44,7 +44,8 @@ def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
     p.add_argument("query", help="the text to find (a regular expression with --regex)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders (their sessions at any depth, archives included) or session "
-                   "files; "
+                   "files, or a database (postgresql://.../db: every session) or a database "
+                   "session (...?session=ID, pg:ID: its lineage); "
                    "default $JOURNAL_SESSIONS_DIR or ./sessions")
     p.add_argument("--role", action="append", metavar="ROLE",
                    choices=[*ROLES, "summary"],

@@ -86,7 +86,9 @@ def add_usage_parser(sub: Any) -> None:
         "kept entries not counted twice). A message that recorded no cost is priced from "
         f"the price table (bundled; --prices FILE or ${PRICES_ENV} replace it).")
     p.add_argument("paths", nargs="*", metavar="PATH|DIR",
-                   help="session files or folders, searched at any depth (default: "
+                   help="session files or folders, searched at any depth, or a database "
+                   "(postgresql://.../db: every session) or a database session "
+                   "(...?session=ID, pg:ID: its lineage) (default: "
                    "$JOURNAL_SESSIONS_DIR or ./sessions)")
     p.add_argument("--by", choices=BY, default="session",
                    help="one row per session (default), model or day (UTC)")
