@@ -23,7 +23,8 @@ from pg_server import fresh_database  # noqa: E402
 from journal import Session, export, load, search, usage  # noqa: E402
 from journal.accounting import UsageReport  # noqa: E402
 from journal.errors import JournalError, NotASession  # noqa: E402
-from journal.pg.transfer import push  # noqa: E402
+from journal.pg.lineages import database_lineages  # noqa: E402
+from journal.pg.transfer import pull, push  # noqa: E402
 from journal.pg.url import parse_url, session_url  # noqa: E402
 from journal.textsearch import SearchResult  # noqa: E402
 
@@ -217,3 +218,30 @@ def test_the_commands_take_database_urls(pushed, tmp_path):
     assert "holds 3 sessions" in refused.stderr and not (tmp_path / "all.md").exists()
     shutil.rmtree(tmp_path / "src")  # the database alone answers
     assert run_cli(tmp_path, "search", "lock", url, "--json").returncode == 0
+
+
+def test_a_lineage_rotated_in_the_database_reads_as_its_pulled_files(pg_url, tmp_path):
+    """A session written and rotated twice in the database (not pushed): search, usage and
+    export of its URL equal those of the files `journal pull` writes for it (sessions named
+    by their headers' ids: the first one's URL names it otherwise)."""
+    with Session.create(session_url(pg_url, "db-rotated"), cwd="/w") as session:
+        for round_ in range(2):
+            turn(session, f"database lock {round_}")
+            assert session.rotate().rotated
+        turn(session, "database after")
+        live = session.path
+    with Session.create(session_url(pg_url, "db-other"), cwd="/w") as other:
+        turn(other, "another lock")
+    chains = database_lineages(pg_url)
+    assert sorted(len(c) for c in chains) == [1, 3]
+    assert database_lineages(live) == [c for c in chains if len(c) == 3]
+    pull(live, tmp_path / "pulled")
+    folder = str(tmp_path / "pulled")
+    on_db = search("lock", [live])
+    on_files = search("lock", [folder])
+    assert on_files.files == on_db.files == 3 and on_db.hits
+    assert hits(on_db, file_key) == hits(on_files, file_key)
+    assert totals(usage([live]), file_key) == totals(usage([folder]), file_key)
+    (pulled_live,) = [s.path for s in usage([folder]).sessions]
+    assert export(live, "jsonl", all_branches=True) == export(pulled_live, "jsonl",
+                                                              all_branches=True)
