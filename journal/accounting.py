@@ -31,7 +31,7 @@ from typing import Any, Literal
 from .claude import ClaudeRead
 from .discovery import find_lineages
 from .errors import JournalError
-from .pg.url import is_database_url
+from .pg.url import is_database_url, shown
 from .prices import PriceTable, load_prices
 from .progress import Progress
 from .snapshot import load, stored_size
@@ -207,6 +207,7 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
                 progress(done, total)
         session = lineage_usage(chain, table, warnings, after_file=step)
         if session is not None:
+            session.path, session.files = shown(session.path), [shown(f) for f in chain]
             sessions.append(session)
     return UsageReport(sessions, warnings, table)
 

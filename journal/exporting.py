@@ -49,7 +49,7 @@ from .export_page import PAGE
 from .lineage import lineage
 from .model import Entry
 from .pairing import is_synthetic_result
-from .pg.url import is_database_url
+from .pg.url import is_database_url, shown
 from .render import content_text, describe_entry, first_line
 from .tree import Tree
 
@@ -180,8 +180,8 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     header = redact_value(stream.header) if redact else stream.header
     live_leaf = stream.live_leaf if stream.live_leaf in tree else tree.leaf_id
     title = redact_text(stream.title) if redact and stream.title else stream.title
-    return Exported(files, header, tree, live_leaf, stats.to_json(), stream, redact,
-                    list(stream.warnings), title)
+    return Exported([shown(f) for f in files], header, tree, live_leaf, stats.to_json(), stream,
+                    redact, list(stream.warnings), title)
 
 
 def database_lineage(url: str) -> list[str]:
@@ -191,7 +191,7 @@ def database_lineage(url: str) -> list[str]:
 
     chains = database_lineages(url)
     if len(chains) != 1:
-        raise JournalError(f"{url}: the database holds {len(chains)} sessions; name one "
+        raise JournalError(f"{shown(url)}: the database holds {len(chains)} sessions; name one "
                            "(...?session=<id> or pg:<id>; 'journal ls URL' lists them)")
     return chains[0]
 

@@ -35,7 +35,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import IO, Any, cast
 
@@ -45,7 +45,7 @@ from .discovery import find_lineages
 from .errors import JournalError
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
-from .pg.url import is_database_url
+from .pg.url import is_database_url, shown
 from .render import content_text
 from .snapshot import is_compressed, load, open_for_reading, stored_size
 
@@ -212,6 +212,8 @@ def search(
         seen: set[str] = set()
         for path in files:
             for hit in _search_file(path, live, q, seen, result):
+                if is_database_url(path):  # named without the password it is read with
+                    hit = replace(hit, session=shown(live), file=shown(path))
                 result.hits.append(hit)
                 if limit is not None and len(result.hits) >= limit:
                     result.truncated = True

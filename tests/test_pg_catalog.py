@@ -245,3 +245,22 @@ def test_a_lineage_rotated_in_the_database_reads_as_its_pulled_files(pg_url, tmp
     (pulled_live,) = [s.path for s in usage([folder]).sessions]
     assert export(live, "jsonl", all_branches=True) == export(pulled_live, "jsonl",
                                                               all_branches=True)
+
+
+def test_results_name_database_sessions_without_the_password(pushed):
+    url, lives = pushed
+    secret = url.replace("postgres@", "postgres:sekrit-pw@", 1)  # trust: any password does
+    assert secret != url
+    session = next(iter(lives))
+    found = search("lock", [secret])
+    counted = usage([secret])
+    page = export(session_url(secret, session), "html")
+    text = export(session_url(secret, session), "md")
+    assert found.hits and counted.sessions
+    assert {db_key(h.session) for h in found.hits} == set(lives)
+    assert all(h.session.startswith("postgresql://postgres:***@") for h in found.hits)
+    for shown in (json.dumps(found.to_json()), json.dumps(counted.to_json()), page, text):
+        assert "sekrit-pw" not in shown
+    with pytest.raises(JournalError) as refused:
+        export(secret, "md")
+    assert "sekrit-pw" not in str(refused.value)

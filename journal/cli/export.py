@@ -12,6 +12,7 @@ import orjson
 from .. import codec
 from ..errors import JournalError
 from ..exporting import FORMATS, ExportReport, export_to
+from ..pg.url import shown
 from ..publish import NewFile
 
 
@@ -22,7 +23,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return export_as_claude(args)
     if args.json and not args.output:
         raise JournalError("--json reports on the file written; give -o FILE")
-    print(f"journal: exporting {args.path} as {args.format}", file=sys.stderr)
+    print(f"journal: exporting {shown(args.path)} as {args.format}", file=sys.stderr)
     options = {"all_branches": args.all_branches, "redact": args.redact}
     if args.output is None:
         sys.stdout.flush()

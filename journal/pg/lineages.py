@@ -8,6 +8,8 @@ continues and the ones continuing it). A lineage is linked by each sealed sessio
 `successor` (set by a database rotation and by `journal push`), the same link
 `journal ls URL` and `journal pull` follow. Search, usage and export then read each session
 through the storage seam (`journal.load`, `PostgresStorage.open_reader`) as they read files.
+The URLs hold the password the caller gave (they are read with it); results name them
+without it (`journal.pg.url.shown`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import psycopg
 
 from ..errors import NotASession
 from .connect import with_shared
-from .url import parse_database, parse_url, session_url
+from .url import parse_database, parse_url, session_url, shown
 
 __all__ = ["database_lineages"]
 
@@ -66,5 +68,6 @@ def database_lineages(url: str) -> list[list[str]]:
     if wanted is not None:
         chains = [c for c in chains if wanted in c]
         if not chains:
-            raise NotASession(session_url(conninfo, wanted), "no such session in the database")
+            raise NotASession(shown(session_url(conninfo, wanted)),
+                              "no such session in the database")
     return [[session_url(conninfo, s) for s in chain] for chain in chains]
