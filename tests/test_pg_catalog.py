@@ -206,6 +206,13 @@ def test_the_commands_take_database_urls(pushed, tmp_path):
     assert counted.returncode == 0, counted.stderr
     assert json.loads(counted.stdout)["rows"] == json.loads(
         run_cli(tmp_path, "usage", folder, "--json", "--by", "model").stdout)["rows"]
+    table = run_cli(tmp_path, "usage", url)  # the table names each session by its URL
+    assert table.returncode == 0, table.stderr
+    assert all(session_url(url, s) in table.stdout.replace("\n", "") or s[:20] in table.stdout
+               for s in lives)
+    assert "postgresql:/" + url.split("//", 1)[1] not in table.stdout  # not made a path
+    lines = run_cli(tmp_path, "search", "lock", url).stdout.splitlines()
+    assert lines and all(line.startswith(url + "?session=") for line in lines)
     session, live = next(iter(lives.items()))
     out = tmp_path / "out.md"
     made = run_cli(tmp_path, "export", session_url(url, session), "--format", "md", "-o",

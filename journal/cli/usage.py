@@ -11,6 +11,7 @@ import orjson
 
 from .. import codec
 from ..accounting import BY, By, Tally, UsageReport, usage
+from ..pg.url import is_database_url
 from ..prices import PRICES_ENV, load_prices
 from .app import ByteProgress, default_sessions_dir
 
@@ -62,7 +63,10 @@ def _print_table(report: UsageReport, by: By) -> None:
 
 
 def _shown(path: str) -> str:
-    """A path as short as it can be said: relative to here when it is below here."""
+    """A path as short as it can be said: relative to here when it is below here (a database
+    session's URL as it is)."""
+    if is_database_url(path):
+        return path
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
 
