@@ -217,10 +217,16 @@ def search(
                 result.hits.append(hit)
                 if limit is not None and len(result.hits) >= limit:
                     result.truncated = True
-                    return result
+                    return _named(result)
             done += _size(path)
             if progress is not None:
                 progress(done, total)
+    return _named(result)
+
+
+def _named(result: SearchResult) -> SearchResult:
+    """`result` with its problems' database sessions named without their password."""
+    result.problems = [SearchProblem(shown(p.path), p.message) for p in result.problems]
     return result
 
 
