@@ -271,3 +271,13 @@ def test_results_name_database_sessions_without_the_password(pushed):
     with pytest.raises(JournalError) as refused:
         export(secret, "md")
     assert "sekrit-pw" not in str(refused.value)
+
+
+def test_prune_refuses_a_database_and_leaves_nothing(pushed, tmp_path, monkeypatch):
+    url, lives = pushed
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    refused = run_cli(tmp_path, "prune", url, "--older-than", "1s")
+    assert refused.returncode == 2 and "journal ls URL" in refused.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+    assert len(database_lineages(url)) == 3  # nothing removed
