@@ -51,6 +51,7 @@ from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
 from .pairing import ORPHAN_RESULT, Fix, classify, sanitize, synthetic_result
+from .pg.url import is_database_url
 from .progress import Meter, Progress
 from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
@@ -824,7 +825,8 @@ def assess(path: str, *, migrate: bool = False, strict: bool = False,
     take theirs from here, so they agree. A Claude Code transcript is assessed in its own
     format (`journal.claude.assess_claude`).
     """
-    if (dialect or ("pi" if is_compressed(path) else dialect_of(path))) == CLAUDE:
+    pi_only = is_compressed(path) or is_database_url(path)  # what only this library writes
+    if (dialect or ("pi" if pi_only else dialect_of(path))) == CLAUDE:
         return assess_claude(path, progress=progress)
     p = plan(path, migrate=migrate, strict=strict, progress=progress)
     p.meter.finish()
