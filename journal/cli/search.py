@@ -13,7 +13,6 @@ import orjson
 from .. import codec
 from ..textsearch import ROLES, Hit, SearchResult, search
 from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress
-from .filesonly import files_only
 
 DESCRIPTION = (
     "Search sessions for text: user and assistant messages, thinking, tool calls (name and "
@@ -45,7 +44,8 @@ def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
     p.add_argument("query", help="the text to find (a regular expression with --regex)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders (their sessions at any depth, archives included) or session "
-                   "files; "
+                   "files, or a database (postgresql://.../db: every session) or a database "
+                   "session (...?session=ID, pg:ID: its lineage); "
                    "default $JOURNAL_SESSIONS_DIR or ./sessions")
     p.add_argument("--role", action="append", metavar="ROLE",
                    choices=[*ROLES, "summary"],
@@ -66,7 +66,7 @@ def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
                       help="match case exactly")
     p.add_argument("-n", "--limit", type=_limit, metavar="N", help="stop after N hits")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=files_only(cmd_search, "journal search"), default_dir=default_dir)
+    p.set_defaults(func=cmd_search, default_dir=default_dir)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -11,9 +11,9 @@ import orjson
 
 from .. import codec
 from ..accounting import BY, By, Tally, UsageReport, usage
+from ..pg.url import is_database_url
 from ..prices import PRICES_ENV, load_prices
 from .app import ByteProgress, default_sessions_dir
-from .filesonly import files_only
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
@@ -63,7 +63,10 @@ def _print_table(report: UsageReport, by: By) -> None:
 
 
 def _shown(path: str) -> str:
-    """A path as short as it can be said: relative to here when it is below here."""
+    """A path as short as it can be said: relative to here when it is below here (a database
+    session's URL as it is)."""
+    if is_database_url(path):
+        return path
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
 
@@ -87,11 +90,13 @@ def add_usage_parser(sub: Any) -> None:
         "kept entries not counted twice). A message that recorded no cost is priced from "
         f"the price table (bundled; --prices FILE or ${PRICES_ENV} replace it).")
     p.add_argument("paths", nargs="*", metavar="PATH|DIR",
-                   help="session files or folders, searched at any depth (default: "
+                   help="session files or folders, searched at any depth, or a database "
+                   "(postgresql://.../db: every session) or a database session "
+                   "(...?session=ID, pg:ID: its lineage) (default: "
                    "$JOURNAL_SESSIONS_DIR or ./sessions)")
     p.add_argument("--by", choices=BY, default="session",
                    help="one row per session (default), model or day (UTC)")
     p.add_argument("--prices", metavar="FILE",
                    help=f"price table to use (default: ${PRICES_ENV}, else the bundled one)")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=files_only(cmd_usage, "journal usage"))
+    p.set_defaults(func=cmd_usage)

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import JournalError
 
-__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "session_url"]
+__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "session_url", "shown"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -84,6 +84,12 @@ def session_url(conninfo: str, session: str) -> str:
     """The URL of `session` in the database `conninfo` names."""
     joiner = "&" if "?" in conninfo else "?"
     return f"{conninfo}{joiner}session={quote(session, safe='')}"
+
+
+def shown(target: str) -> str:
+    """How results and messages name `target`: a `postgresql://` URL without its password
+    (the one needed to read it stays with the caller), anything else as it is."""
+    return _without_password(target) if target.startswith(SCHEMES) else target
 
 
 def _without_password(url: str) -> str:

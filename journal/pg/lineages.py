@@ -1,0 +1,73 @@
+"""Database sessions grouped as the catalog commands read them: one list per rotated lineage.
+
+`database_lineages(url)` names every logical session a URL stands for, each as the session
+URLs of its lineage, oldest first and the live session last, as `journal.discovery` gives
+files: a database URL (no `session`) stands for every session in that database, a session
+URL (`...?session=<id>`, or `pg:<id>`) for that session's lineage (the sealed sessions it
+continues and the ones continuing it). A lineage is linked by each sealed session's
+`successor` (set by a database rotation and by `journal push`), the same link
+`journal ls URL` and `journal pull` follow. Search, usage and export then read each session
+through the storage seam (`journal.load`, `PostgresStorage.open_reader`) as they read files.
+The URLs hold the password the caller gave (they are read with it); results name them
+without it (`journal.pg.url.shown`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..errors import NotASession
+from .connect import with_shared
+from .url import parse_database, parse_url, session_url, shown
+
+__all__ = ["database_lineages"]
+
+
+def _split(url: str) -> tuple[str, str | None]:
+    """(conninfo, session or None for the whole database) of `url`."""
+    if url.startswith("pg:") or "session=" in url:
+        parsed = parse_url(url)
+        return parsed.conninfo, parsed.session
+    return parse_database(url), None
+
+
+def database_lineages(url: str) -> list[list[str]]:
+    """The lineages `url` names, each as session URLs oldest first (see the module
+    docstring), in the order their live sessions were created.
+
+    Raises:
+        NotASession: `url` names a session the database does not hold.
+        DatabaseError, BadDatabaseUrl: the database cannot be reached, a malformed URL.
+    """
+    conninfo, wanted = _split(url)
+
+    def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute("SELECT session, successor FROM journal.streams "
+                            "WHERE generation IS NOT NULL ORDER BY created_at, id").fetchall()
+
+    rows = [(str(r[0]), str(r[1]) if r[1] else None) for r in with_shared(conninfo, query)]
+    present = {session for session, _ in rows}
+    after = {s: n for s, n in rows if n is not None and n in present and n != s}
+    before: dict[str, str] = {}
+    for session, successor in after.items():
+        before.setdefault(successor, session)
+    claimed: set[str] = set()
+    chains: list[list[str]] = []
+    for session, _ in rows:
+        if session in after:
+            continue  # sealed: read with the session that continues it
+        chain = [session]
+        while chain[0] in before and before[chain[0]] not in chain:
+            chain.insert(0, before[chain[0]])
+        chain = [s for s in chain if s not in claimed]
+        claimed.update(chain)
+        chains.append(chain)
+    chains.extend([s] for s, _ in rows if s not in claimed)  # a loop of successors
+    if wanted is not None:
+        chains = [c for c in chains if wanted in c]
+        if not chains:
+            raise NotASession(shown(session_url(conninfo, wanted)),
+                              "no such session in the database")
+    return [[session_url(conninfo, s) for s in chain] for chain in chains]
