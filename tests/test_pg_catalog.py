@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 from corruption import gen_session_module  # noqa: E402
 from pg_server import fresh_database  # noqa: E402
 
-from journal import Session, export, load, search, usage  # noqa: E402
+from journal import Session, export, load, prune, search, usage  # noqa: E402
 from journal.accounting import UsageReport  # noqa: E402
 from journal.errors import JournalError, NotASession  # noqa: E402
 from journal.pg.lineages import database_lineages  # noqa: E402
@@ -278,6 +279,9 @@ def test_prune_refuses_a_database_and_leaves_nothing(pushed, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     before = sorted(os.listdir(tmp_path))
     refused = run_cli(tmp_path, "prune", url, "--older-than", "1s")
-    assert refused.returncode == 2 and "journal ls URL" in refused.stderr
+    assert refused.returncode == 2
+    assert "journal prune works on session files only" in refused.stderr
     assert sorted(os.listdir(tmp_path)) == before
+    with pytest.raises(JournalError, match="journal ls URL"):  # the library says it too
+        prune([url], timedelta(seconds=1))
     assert len(database_lineages(url)) == 3  # nothing removed
