@@ -414,8 +414,28 @@ def _no_message_and_lost_result() -> Case:
                 "without tool_result blocks immediately after")
 
 
+def _text_key_lost() -> Case:
+    # one byte of the `"text"` key of a response's first line is not UTF-8: its only block is
+    # left without a text (the search found it in a generated transcript)
+    records = base()
+    data = lines(records).replace(b'"text":"Listing them."', b'"te\xfft":"Listing them."', 1)
+
+    def check(before: Records, after: Records) -> None:
+        # the line left with no content goes; the call's line hangs on its parent instead
+        assert [r["uuid"] for r in after] == [_uuid(n) for n in (1, 3, 4, 5, 6, 7, 8, 9)]
+        got = by_uuid(after)
+        assert got[_uuid(3)] == {**records[2], "parentUuid": _uuid(1)}
+        assert [r for r in after if r["uuid"] != _uuid(3)] == \
+            [r for r in records if r["uuid"] not in (_uuid(2), _uuid(3))]
+
+    return Case("text_block_without_text", data,
+                {"invalid_utf8": 1, "empty_text_block": 1}, check,
+                "messages: text content blocks must be non-empty (a damaged line's text)")
+
+
 CASES: list[Case] = [f() for f in (
     _unpaired_mid, _unpaired_end, _orphan_after_compaction, _duplicate_result,
     _duplicate_block, _second_compact, _rewind_logical, _rewind_with_logical, _cycle,
     _forward_parent, _self_parent, _nul_run, _nul_in_output, _invalid_utf8, _torn_tail, _glued,
-    _duplicate_line, _empty_prompt, _missing_newline, _no_message_and_lost_result)]
+    _duplicate_line, _empty_prompt, _missing_newline, _no_message_and_lost_result,
+    _text_key_lost)]

@@ -99,24 +99,32 @@ def test_damaged_transcripts_repair_to_valid_resumable_files(tmp_path: Path, see
     check_repair(tmp_path, damaged)
 
 
-# damage the search found, replayed in every run: (seed, [(kind, line index)], applied in order)
-FOUND = [
+# damage the search found, replayed in every run: (seed, [(kind, line index[, byte in the
+# line])], applied in order)
+FOUND: list[tuple[int, list[tuple[Any, ...]]]] = [
     # the first line of a response (two parallel calls hanging on it) loses its `message` key,
     # and the result of the first call is deleted (repair read the chain through the unusable
     # line, the projection did not: the call went unanswered)
     (2, [("message_key", 8), ("delete", 11)]),
     (2, [("message_key", 14), ("delete", 17)]),
+    # a byte of the `"text"` key of a response's line is not UTF-8: its only text block has
+    # no text (repair left it, the projection's text block was empty)
+    (0, [("utf8", 11, 358)]),
 ]
 
 
 @pytest.mark.parametrize(("seed", "steps"), FOUND)
 def test_damage_found_by_the_search(tmp_path: Path, seed: int,
-                                    steps: list[tuple[str, int]]) -> None:
+                                    steps: list[tuple[Any, ...]]) -> None:
     damaged = generated(seed)
-    for kind, index in steps:
+    for kind, index, *at in steps:
         lo, hi = _line_spans(damaged)[index]
         line = damaged[lo:hi]
-        if kind == "delete":
+        if kind == "utf8":
+            (byte,) = at
+            assert damaged[lo + byte:lo + byte + 1] not in (b'"', b"\\")
+            damaged = damaged[:lo + byte] + b"\xff" + damaged[lo + byte + 1:]
+        elif kind == "delete":
             damaged = damaged[:lo] + damaged[hi + 1:]
         else:
             assert b'"message":' in line

@@ -21,6 +21,9 @@ answered once.
 
 - `bad_tool_use`: a tool_use block without a string id, a name or an input object (a
   damaged line) is removed, and its result goes as an orphan;
+- `empty_text_block`: a text block without a text, or with only blank text (a damaged
+  `"text"` key; the API refuses it) is removed, a line left with no content going as
+  `empty_message` does;
 - `empty_message`: a user record with nothing to send, or a response with no content that
   does not end the history (the API refuses both), goes, its children re-attached to its
   parent;
@@ -45,6 +48,7 @@ DUPLICATE_RESULT = "duplicate_result"
 UNPAIRED_TOOL_USE = "unpaired_tool_use"
 EMPTY_MESSAGE = "empty_message"
 BAD_TOOL_USE = "bad_tool_use"
+EMPTY_TEXT_BLOCK = "empty_text_block"
 REPARENTED = "reparented"
 _MESSAGE_TYPES = ("user", "assistant")
 
@@ -233,6 +237,7 @@ def _remove_bad_results(p: MendPlan) -> bool:
     bad: dict[int, tuple[Rec, list[tuple[str, Any]]]] = {}
     empty: list[Rec] = []
     broken: list[tuple[Rec, list[Any]]] = []
+    blank: list[tuple[Rec, list[Any]]] = []
     messages = _messages(active_chain(records), records)
     for index, msg in enumerate(messages):
         if msg.kind == "assistant":
@@ -245,11 +250,16 @@ def _remove_bad_results(p: MendPlan) -> bool:
                          and b.get("type") == "tool_use" and not _well_formed(b)]
                 if calls:
                     broken.append((line, calls))
+                texts = _blank_texts(line)
+                if texts:
+                    blank.append((line, texts))
             continue
         if msg.kind == "user":
             expected, got = set(), set()
             if _is_empty(msg.recs[0]):
                 empty.append(msg.recs[0])
+            elif texts := _blank_texts(msg.recs[0]):
+                blank.append((msg.recs[0], texts))
             continue
         rec = msg.recs[0]
         for tool_id in _result_ids(rec):
@@ -260,22 +270,33 @@ def _remove_bad_results(p: MendPlan) -> bool:
             kind = DUPLICATE_RESULT if tool_id in got or tool_id in answered else ORPHAN_RESULT
             bad.setdefault(id(rec), (rec, []))[1].append((kind, tool_id))
     gone = [(rec, found[0][0]) for rec, found in bad.values() if not _drop_blocks(p, rec, found)]
-    for rec, calls in broken:
-        p.problem(BAD_TOOL_USE, "removed the tool_use block", rec,
-                  detail=f"{len(calls)} call(s) without a string id, a name or an input object")
-        keep = [b for b in _blocks(rec) if not any(b is c for c in calls)]
-        if keep:
-            value = rec.edit(rec.reason or BAD_TOOL_USE)
-            value["message"] = {**value["message"], "content": keep}
-        else:
-            gone.append((rec, BAD_TOOL_USE))
+    for kind, found in ((BAD_TOOL_USE, broken), (EMPTY_TEXT_BLOCK, blank)):
+        for rec, blocks in found:
+            if kind == BAD_TOOL_USE:
+                p.problem(kind, "removed the tool_use block", rec, detail=f"{len(blocks)} "
+                          "call(s) without a string id, a name or an input object")
+            else:
+                p.problem(kind, "removed the text block", rec, detail=f"{len(blocks)} text "
+                          "block(s) without a text or with blank text (the API refuses them)")
+            keep = [b for b in _blocks(rec) if not any(b is c for c in blocks)]
+            if keep:
+                value = rec.edit(rec.reason or kind)
+                value["message"] = {**value["message"], "content": keep}
+            else:
+                gone.append((rec, kind))
     for rec in empty:
         p.problem(EMPTY_MESSAGE, "quarantined the record", rec,
                   detail=f"{'an assistant' if rec.value.get('type') == 'assistant' else 'a user'}"
                          " message with no content (the API refuses it)")
         gone.append((rec, EMPTY_MESSAGE))
     _remove_records(p, gone)
-    return bool(bad) or bool(empty) or bool(broken)
+    return bool(bad) or bool(empty) or bool(broken) or bool(blank)
+
+
+def _blank_texts(rec: Rec) -> list[Any]:
+    """The text blocks of `rec` the API refuses: no text string, or only whitespace."""
+    return [b for b in _blocks(rec) if isinstance(b, dict) and b.get("type") == "text"
+            and not (isinstance(b.get("text"), str) and b["text"].strip())]
 
 
 def _well_formed(call: dict[str, Any]) -> bool:
