@@ -48,7 +48,8 @@ from .rowcache import RowCache, file_signature, prices_key
 from .seal import is_seal
 from .snapshot import Snapshot, find_last_of_type, load, open_for_reading, resume
 
-__all__ = ["PruneItem", "PruneReport", "SessionRow", "parse_age", "prune", "session_paths",
+__all__ = ["PruneItem", "PruneReport", "SessionRow", "database_rows", "parse_age", "prune",
+           "session_paths",
            "sessions"]
 
 STATES = ("live", "locked", "sealed", "needs-repair")
@@ -444,6 +445,26 @@ def _side_files(files: Iterable[str]) -> list[str]:
             except OSError:
                 pass
     return found
+
+
+def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:
+    """`journal ls URL`: one row per lineage in the database (`journal.pg.transfer.
+    database_sessions`), each with the models, tokens and cost of its whole lineage counted
+    as `journal usage` counts them (each entry once; `tokens` and `cost` None when no file
+    of it reads as a session)."""
+    from .pg.lineages import database_lineages
+    from .pg.transfer import database_sessions
+    from .pg.url import parse_url
+
+    rows = database_sessions(url)
+    chains = {parse_url(chain[-1]).session: chain for chain in database_lineages(url)}
+    for row in rows:
+        chain = chains.get(str(row["session"]))
+        used = lineage_usage(chain, prices) if chain else None
+        row["models"] = used.models if used is not None else []
+        row["tokens"] = used.total.total_tokens if used is not None else None
+        row["cost"] = used.total.cost if used is not None else None
+    return rows
 
 
 def _inbox_entries(files: Iterable[str]) -> tuple[list[str], list[str]]:

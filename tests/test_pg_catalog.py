@@ -285,3 +285,23 @@ def test_prune_refuses_a_database_and_leaves_nothing(pushed, tmp_path, monkeypat
     with pytest.raises(JournalError, match="journal ls URL"):  # the library says it too
         prune([url], timedelta(seconds=1))
     assert len(database_lineages(url)) == 3  # nothing removed
+
+
+def test_ls_of_a_database_has_each_lineages_tokens_cost_and_models(pushed, tmp_path):
+    """`journal ls URL` counts tokens and cost as `journal usage` does, each lineage once,
+    as `journal ls DIR` does for the same sessions as files."""
+    url, lives = pushed
+    listed = run_cli(tmp_path, "ls", url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["session"]: row for row in json.loads(listed.stdout)}
+    on_files = usage([str(tmp_path / "src")])
+    expected = {file_key(s.path): s for s in on_files.sessions}
+    assert set(rows) == set(expected) == set(lives)
+    for session, counted in expected.items():
+        assert rows[session]["tokens"] == counted.total.total_tokens > 0
+        assert rows[session]["cost"] == pytest.approx(counted.total.cost)
+        assert rows[session]["models"] == counted.models
+    table = run_cli(tmp_path, "ls", url)
+    assert table.returncode == 0, table.stderr
+    header = table.stdout.splitlines()[0].split("\t")
+    assert "tokens" in header and "cost" in header

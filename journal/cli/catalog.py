@@ -10,7 +10,16 @@ from typing import Any
 import orjson
 
 from .. import codec
-from ..catalog import SORT_KEYS, PruneReport, SessionRow, parse_age, prune, sessions, sort_rows
+from ..catalog import (
+    SORT_KEYS,
+    PruneReport,
+    SessionRow,
+    database_rows,
+    parse_age,
+    prune,
+    sessions,
+    sort_rows,
+)
 from ..errors import JournalError
 from ..pg.url import is_database_url
 from ..prices import load_prices
@@ -65,20 +74,22 @@ RIGHT = ("entries", "files", "size", "tokens", "cost")
 
 
 def _ls_database(args: argparse.Namespace) -> int:
-    from ..pg.transfer import database_sessions
-
     if len(args.dirs) != 1:
         raise JournalError("journal ls lists one database at a time")
-    rows = database_sessions(args.dirs[0])
+    rows = database_rows(args.dirs[0], load_prices(args.prices))
     if args.json:
         _emit_json(rows)
         return 0
-    print("\t".join(["session", "file", "sessions", "entries", "size", "updated", "state"]))
+    print("\t".join(["session", "file", "sessions", "models", "entries", "size", "tokens",
+                     "cost", "updated", "state"]))
     for row in rows:
         holder = row["holder"]
         state = f"locked ({holder['pid']} on {holder['host']})" if holder else "idle"
+        tokens = f"{row['tokens']:,}" if row["tokens"] is not None else ""
+        cost = f"{row['cost']:,.4f}" if row["cost"] is not None else ""
         print("\t".join([str(row["session"]), str(row["file"] or ""), str(row["sessions"]),
-                         f"{row['entries']:,}", _size(int(row["size"])),
+                         ",".join(row["models"]), f"{row['entries']:,}",
+                         _size(int(row["size"])), tokens, cost,
                          str(row["updated"] or "")[:19], state]))
     return 0
 
