@@ -130,7 +130,7 @@ def sessions(dirs: Iterable[str], *, progress: Progress | None = None,
     named = next((d for d in dirs if is_database_url(d)), None)
     if named is not None:  # rows of files (their locks, their times): not a database's
         raise JournalError(f"{shown(named)}: a database; 'journal ls URL' "
-                           "(journal.pg.transfer.database_sessions) lists its sessions")
+                           "(journal.catalog.database_rows) lists its sessions")
     known = cache.files_of if cache is not None else None
     chains = find_lineages(dirs, known=known)
     total = sum(_size_of(f) for chain in chains for f in chain)
