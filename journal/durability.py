@@ -66,7 +66,8 @@ class Durability:
             return "always"
         if self.every == 0 and self.interval_ms is None:
             return "never"
-        return f"batch:{self.every}:{self.interval_ms:g}"
+        interval = "inf" if self.interval_ms is None else f"{self.interval_ms:g}"
+        return f"batch:{self.every}:{interval}"  # parse() reads "inf" as no time bound
 
 
 class SyncClock:

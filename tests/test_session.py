@@ -134,6 +134,23 @@ def test_durability_policies_parse_and_describe():
     assert Durability.parse("batch:10:50") == Durability.batch(10, 50.0)
     with pytest.raises(ValueError):
         Durability.parse("sometimes")
+    untimed = Durability.batch(5, None)  # every 5 commits, no time bound
+    assert untimed.describe() == "batch:5:inf"
+    assert Durability.parse(untimed.describe()).describe() == "batch:5:inf"
+
+
+def test_a_batch_policy_without_a_time_bound_syncs_at_close(tmp_path, monkeypatch):
+    """Closing with commits pending asks the policy's description; one without an interval
+    could not describe itself and the close raised."""
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr("journal.log.os.fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    with Session.create(tmp_path / "s.jsonl", cwd="/",
+                        durability=Durability.batch(5, None)) as s:
+        for i in range(7):
+            s.append_message({"role": "user", "content": str(i)})
+        assert len(calls) == 1
+    assert len(calls) == 2, "close syncs what is pending"
 
 
 def test_batch_policy_syncs_every_n(tmp_path, monkeypatch):
