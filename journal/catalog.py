@@ -247,15 +247,7 @@ def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
         problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
     if snap is not None and snap.claude is not None and len(files) == 1:
         return _claude_facts(live, extra)
-    size, mtime = 0, 0.0
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError as e:
-            problems.append(describe_os_error(e))
-            continue
-        size += st.st_size
-        mtime = max(mtime, st.st_mtime)
+    size, mtime = _size_and_mtime(files, problems)
     first_header = read_header(files[0])
     header = snap.header if snap is not None else None
     if snap is not None and header is None:
@@ -292,16 +284,8 @@ def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
     """A Claude Code transcript's row: read whole (with its subagent files) by
     `journal.claude`, as `journal info` reads it; its id, cwd and first time come from its
     records, its name from its latest title (`ai-title`, or an older `summary`)."""
-    size, mtime = 0, 0.0
     problems: list[str] = []
-    for f in [live, *extra]:
-        try:
-            st = os.stat(f)
-        except OSError as e:
-            problems.append(describe_os_error(e))
-            continue
-        size += st.st_size
-        mtime = max(mtime, st.st_mtime)
+    size, mtime = _size_and_mtime([live, *extra], problems)
     facts: dict[str, Any] = {"id": None, "name": None, "cwd": None, "models": [],
                              "first": None, "last": None, "entries": 0, "size": size,
                              "mtime": mtime, "problems": problems, "sealed": False,
@@ -445,6 +429,21 @@ def _side_files(files: Iterable[str]) -> list[str]:
             except OSError:
                 pass
     return found
+
+
+def _size_and_mtime(files: Iterable[str], problems: list[str]) -> tuple[int, float]:
+    """The bytes the files hold together and the latest of their modification times; a file
+    that cannot be looked at is a problem (and counts nothing)."""
+    size, mtime = 0, 0.0
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError as e:
+            problems.append(describe_os_error(e))
+            continue
+        size += st.st_size
+        mtime = max(mtime, st.st_mtime)
+    return size, mtime
 
 
 def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:

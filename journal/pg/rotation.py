@@ -149,11 +149,7 @@ def rotate_database(
             lease.release()
     result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
     if result.rotated and archive_dir is not None and not dry_run:
-        try:
-            result.archive = export_archive(storage, archive_dir)
-        except (OSError, JournalError) as e:
-            result.warnings.append(f"exporting the archive failed ({e}); it stays in the "
-                                   "database")
+        _export_sealed(result, storage, archive_dir)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
 
@@ -173,13 +169,18 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str |
     successor = PostgresStorage(storage.conninfo, result.successor_id)
     new_lease = successor.lock(0)
     if archive_dir is not None:
-        try:
-            result.archive = export_archive(storage, archive_dir)
-        except (OSError, JournalError) as e:
-            result.warnings.append(f"exporting the archive failed ({e}); it stays in the "
-                                   "database")
+        _export_sealed(result, storage, archive_dir)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result, successor, new_lease
+
+
+def _export_sealed(result: RotationResult, storage: PostgresStorage, archive_dir: str) -> None:
+    """Export the sealed session to `archive_dir` (`--archive-dir`); a failure is a warning:
+    the archive stays in the database."""
+    try:
+        result.archive = export_archive(storage, archive_dir)
+    except (OSError, JournalError) as e:
+        result.warnings.append(f"exporting the archive failed ({e}); it stays in the database")
 
 
 def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str | None,
