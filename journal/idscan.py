@@ -28,29 +28,32 @@ BLOCK = 1 << 22
 class IdScan:
     """A background scan of a session file's entry ids; `__contains__` once it is done."""
 
-    def __init__(self, source: str | Storage | Callable[[], str | None]) -> None:
+    def __init__(self, source: str | Storage | Callable[[], str | Storage | None]) -> None:
         """Scan the file `source` names (or the session a `Storage` holds, read through it); a
-        callable is asked in the thread which file that is (finding it may read files too),
-        and None means there is nothing to scan."""
+        callable is asked in the thread which session that is (finding it may read files or
+        query a database too), and None means there is nothing to scan."""
         self._ids: set[int] | None = None
         self._thread = threading.Thread(target=self._scan, args=(source,), daemon=True,
                                         name="journal-id-scan")
         self._thread.start()
 
-    def _scan(self, source: str | Storage | Callable[[], str | None]) -> None:
+    def _scan(self, source: str | Storage | Callable[[], str | Storage | None]) -> None:
         try:
-            if isinstance(source, FileStorage):
-                source = source.path  # an archive is read decompressed
-            ids_of = getattr(source, "entry_ids", None)
-            if isinstance(source, Storage) and callable(ids_of):
+            found = source if isinstance(source, (str, Storage)) else source()
+            if found is None:
+                self._ids = set()
+                return
+            if isinstance(found, FileStorage):
+                found = found.path  # an archive is read decompressed
+            ids_of = getattr(found, "entry_ids", None)
+            if isinstance(found, Storage) and callable(ids_of):
                 self._ids = ids_of()  # a backend that indexes ids (PostgreSQL) lists them
                 return
-            if isinstance(source, Storage):
-                with source.open_reader() as reader:
+            if isinstance(found, Storage):
+                with found.open_reader() as reader:
                     self._ids = scan_stream(reader.stream)
                 return
-            path = source if isinstance(source, str) else source()
-            self._ids = set() if path is None else scan_ids(path)
+            self._ids = scan_ids(found)
         except (OSError, EOFError, JournalError):
             return
 

@@ -54,7 +54,7 @@ from .snapshot import (
     refuse_foreign,
     resume,
 )
-from .storage import Appender, FileStorage, Lock, Storage, as_storage
+from .storage import Appender, Continues, FileStorage, Lock, Storage, as_storage
 from .tree import Tree, TreeNode
 
 log = logging.getLogger(__name__)
@@ -530,10 +530,13 @@ class Session:
         older = self._older_ids
         if older is not None and not self.tree.complete:
             taken = model.Either(taken, older)
-        if (self._previous_ids is None and "parentSession" in self.header
-                and isinstance(self._storage, FileStorage)):  # lineages are files
-            path, header = self.path, self.header
-            self._previous_ids = IdScan(lambda: parent_of(path, header))
+        if self._previous_ids is None and "parentSession" in self.header:
+            storage = self._storage
+            if isinstance(storage, FileStorage):
+                path, header = self.path, self.header
+                self._previous_ids = IdScan(lambda: parent_of(path, header))
+            elif isinstance(storage, Continues):
+                self._previous_ids = IdScan(storage.predecessor)
         if self._previous_ids is not None:
             taken = model.Either(taken, self._previous_ids)
         return taken

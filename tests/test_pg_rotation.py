@@ -211,3 +211,30 @@ def test_rotate_command_on_a_database_session(pg_url: str, tmp_path: Path,
     assert "rotated into" in out and str(tmp_path / "a") in out
     row = stream_row(PostgresStorage.from_url(url))
     assert row is not None and row["successor"] is not None
+
+
+def test_a_session_opened_on_a_database_successor_never_reuses_a_sealed_id(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database twin of the file test: a writer that opens the successor later (another
+    process, say) avoids the sealed session's ids too, or a follower, which skips the entries
+    rotation copied by id, would skip its new entry."""
+    from journal.idscan import IdScan
+
+    url = new_session(pg_url)
+    sealed = {e["id"] for e in load(url).entries if isinstance(e.get("id"), str)}
+    assert rotate_database(url).rotated
+    with Session.open(url) as session:
+        left_behind = sorted(sealed - set(session.tree.ids))[0]
+        session.append_message({"role": "user", "content": "first", "timestamp": 1})
+        previous = session._previous_ids
+        assert isinstance(previous, IdScan) and previous.wait(10)
+        draws = iter([int(left_behind, 16), 0xABCDEF12])
+        monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
+        assert session.append_message({"role": "user", "content": "new"}) == "abcdef12"
+
+
+def test_a_session_never_rotated_has_no_predecessor(pg_url: str) -> None:
+    url = new_session(pg_url)
+    assert PostgresStorage.from_url(url).predecessor() is None
+    assert rotate_database(url).rotated
+    assert PostgresStorage.from_url(url).predecessor() is None  # the sealed one

@@ -475,6 +475,20 @@ class PostgresStorage:
         row = self._row()
         return None if row is None else Mark(int(row[1]), int(row[2]))
 
+    def predecessor(self) -> PostgresStorage | None:
+        """The sealed session this one continues: the one whose row names it as successor
+        (set by a database rotation and by `journal push`), the latest sealed if several."""
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            return conn.execute(
+                "SELECT session FROM journal.streams WHERE successor = %s AND session <> %s "
+                "AND generation IS NOT NULL ORDER BY sealed_at DESC NULLS LAST, id DESC LIMIT 1",
+                (session, session)).fetchone()
+
+        row = with_shared(self.conninfo, query)
+        return None if row is None else PostgresStorage(self.conninfo, str(row[0]))
+
     # -- reading and writing
 
     def open_reader(self) -> PostgresReader:

@@ -69,8 +69,8 @@ from ..pg.url import is_database_url
 from .filesystem import FileStorage
 from .mark import Mark, StopFlag
 
-__all__ = ["Appender", "FileStorage", "Lock", "Mark", "Reader", "StopFlag", "Storage", "Watch",
-           "as_storage"]
+__all__ = ["Appender", "Continues", "FileStorage", "Lock", "Mark", "Reader", "StopFlag", "Storage",
+           "Watch", "as_storage"]
 
 
 class Lock(Protocol):
@@ -175,6 +175,17 @@ class Storage(Protocol):
     def open_watch(self, stop: StopFlag, timeout: float, poll: bool | None = None) -> Watch:
         """A standing watch over any sessions of this backend (see the module docstring);
         `poll`: None lets the backend choose, True asks for polling, False refuses it."""
+        ...
+
+
+@runtime_checkable
+class Continues(Protocol):
+    """A backend that links a rotated lineage itself (PostgreSQL: the sealed stream's row
+    names its successor). Files need no such method: a successor's header names the archived
+    file it continues (`journal.lineage.parent_of`)."""
+
+    def predecessor(self) -> Storage | None:
+        """The sealed session this one continues, if any."""
         ...
 
 
