@@ -294,3 +294,47 @@ def test_lines_with_quotes_and_backslashes_are_stored_verbatim(pg_url: str) -> N
     assert [e["message"]["content"] for e in loaded.entries if e["type"] == "message"] == [
         t for t in TRICKY if t is not None]
     assert data.count(b"\n") == len(loaded.entries) + 1
+
+
+def test_one_plain_entry_and_a_batch_are_stored_alike(pg_url: str) -> None:
+    """A single plain entry goes as one statement (schema.APPEND_ONE), a batch or a
+    compaction through journal.append: the rows, positions and offsets come out the same."""
+    import psycopg
+
+    from journal import NotASession
+
+    storage = stored(pg_url, "alike", b'{"type":"session","version":3,"id":"alike",'
+                     b'"timestamp":"t","cwd":"/"}\n')
+    lines = [b'{"type":"custom","id":"a1","customType":"x"}\n',  # one: the statement
+             b'{"type":"custom","id":"b1","parentId":"a1","customType":"x"}\n'
+             b'{"type":"custom","id":"b2","parentId":"b1","customType":"x"}\n',  # a batch
+             b'{"type":"custom","id":"c1","parentId":"b2","customType":"y"}\n',
+             b'{"type":"compaction","id":"d1","parentId":"c1","summary":"s",'
+             b'"firstKeptEntryId":"c1","tokensBefore":1}\n',
+             b'"not an entry"\n']  # no id: sent once, as the statement
+    header_size = storage.size()
+    appender = storage.open_appender()  # unfenced: no lease taken
+    offsets = [appender.commit(data) for data in lines]
+    appender.close()
+    assert offsets == [header_size + sum(map(len, lines[:k])) for k in range(len(lines))]
+    assert stored_bytes(storage).endswith(b"".join(lines))
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage.conninfo) as conn:
+        rows = conn.execute(
+            "SELECT e.position, e.byte_offset, e.id, e.parent_id, e.type FROM journal.entries e "
+            "JOIN journal.streams s ON s.id = e.stream AND s.generation = e.generation "
+            "WHERE s.session = 'alike' ORDER BY e.position").fetchall()
+        stream = conn.execute("SELECT size, entries, last_compaction, last_kept FROM "
+                              "journal.streams WHERE session = 'alike'").fetchone()
+    assert [r[0] for r in rows] == list(range(7))
+    assert [(r[2], r[3], r[4]) for r in rows[1:]] == [
+        ("a1", None, "custom"), ("b1", "a1", "custom"), ("b2", "b1", "custom"),
+        ("c1", "b2", "custom"), ("d1", "c1", "compaction"), (None, None, None)]
+    at = {r[2]: r[1] for r in rows}
+    assert stream == (len(stored_bytes(storage)), 7, at["d1"], at["c1"])
+    with psycopg.connect(storage.conninfo, autocommit=True) as conn:
+        conn.execute("DELETE FROM journal.streams WHERE session = 'alike'")
+    appender = storage.open_appender()
+    with pytest.raises(NotASession):
+        appender.commit(lines[0])
+    appender.close()

@@ -8,8 +8,9 @@ of rows on demand), and everything above the seam (`Session`, `load`, `resume`, 
 planning, the tail) works unchanged.
 
 - A commit is one call of the server function `journal.append` (one round trip, one
-  transaction): it locks the stream row, checks the writer's fencing epoch, assigns the next
-  gap-free positions and offsets, and inserts the batch; a batch that is already the
+  transaction; a single plain entry goes as `schema.APPEND_ONE`, the same as one statement):
+  it locks the stream row, checks the writer's fencing epoch, assigns the next gap-free
+  positions and offsets, and inserts the batch; a batch that is already the
   session's last, with the same ids and bytes (a retry after a lost acknowledgement), is
   acknowledged at the offset it has, never stored twice. If the connection is lost during a
   commit, the appender reconnects and sends the same batch once more: the row lock makes
@@ -317,6 +318,7 @@ class PostgresAppender:
         self.epoch = epoch
         self._clock = SyncClock(self.durability)
         self._conn: psycopg.Connection[Any] | None = self._connect()
+        self._cursor: psycopg.Cursor[Any] | None = None
 
     def _connect(self) -> psycopg.Connection[Any]:
         synchronous = "on" if self.durability.every == 1 else "off"
@@ -343,17 +345,24 @@ class PostgresAppender:
             batch = split_batch(locator, 0, data)
         except WriteFailed as e:
             raise WriteFailed(locator, self.storage.size_or(0), e.reason) from None
-        params = (self.storage.session, self.epoch, text_array(batch.lines),
-                  text_array(batch.ids), text_array(batch.parents), text_array(batch.types),
-                  "{" + ",".join(map(str, batch.offsets)) + "}", batch.total, batch.kept)
+        one = len(batch.lines) == 1 and batch.types[0] not in schema.RESUME_TYPES
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
         attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
         last: BaseException | None = None
-        for _ in range(attempts):
+        for attempt in range(attempts):
             try:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = self._connect()
-                row = self._conn.execute(APPEND, params).fetchone()
+                if self._cursor is None or self._cursor.connection is not self._conn:
+                    self._cursor = self._conn.cursor()  # kept: one less object per commit
+                row = None
+                if one and attempt == 0:
+                    row = self._cursor.execute(schema.APPEND_ONE, {
+                        "session": self.storage.session, "epoch": self.epoch,
+                        "line": batch.lines[0], "id": batch.ids[0], "parent": batch.parents[0],
+                        "type": batch.types[0], "total": batch.total}).fetchone()
+                if row is None:
+                    row = self._cursor.execute(APPEND, self._params(batch)).fetchone()
             except psycopg.OperationalError as e:
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
                     raise self._refused(e) from e
@@ -370,6 +379,12 @@ class PostgresAppender:
         raise WriteFailed(locator, self.storage.size_or(-1),
                           f"the connection was lost and the batch could not be confirmed "
                           f"({_first_line(last)}); nothing of it was committed")
+
+    def _params(self, batch: Batch) -> tuple[Any, ...]:
+        """journal.append's arguments for `batch`."""
+        return (self.storage.session, self.epoch, text_array(batch.lines),
+                text_array(batch.ids), text_array(batch.parents), text_array(batch.types),
+                "{" + ",".join(map(str, batch.offsets)) + "}", batch.total, batch.kept)
 
     def _refused(self, e: psycopg.Error) -> JournalError:
         locator = self.storage.locator
@@ -404,7 +419,7 @@ class PostgresAppender:
         return self.storage.size()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._cursor = self._conn, None, None
         if conn is None:
             return
         try:
