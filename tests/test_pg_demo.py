@@ -25,3 +25,44 @@ def test_the_postgres_demo_runs_end_to_end(tmp_path: Path,
     assert any("pairing fixed for it: missing_result 1" in line for line in lines)
     assert "writer A is refused: LeaseLost" in lines
     assert "done in" in out
+
+
+def test_a_terminated_postgres_demo_leaves_no_server_behind(tmp_path: Path) -> None:
+    """SIGTERM (what a service manager or `timeout` sends) ends the demo through its cleanup:
+    the embedded server stops and its folder goes."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    pg_server.server()
+    root = Path(__file__).resolve().parents[1]
+    scratch = Path(tempfile.mkdtemp(prefix="journal-demo-term-"))  # TMPDIR the server can reach
+    scratch.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1",
+           "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "demo", "--postgres", "--dir",
+                             str(tmp_path / "demo")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        port = None
+        for raw in proc.stdout:
+            line = raw.decode()
+            if line.startswith("session postgresql://"):
+                port = int(line.split("@127.0.0.1:", 1)[1].split("/", 1)[0])
+                break
+        assert port is not None, proc.stderr.read() if proc.stderr else ""
+        assert [p.name for p in scratch.iterdir() if p.name.startswith("journal-pg-")]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # nothing listens there any more
+    assert [p.name for p in scratch.iterdir()] == []
+    scratch.rmdir()
