@@ -4,7 +4,8 @@ What it measures (each journal figure next to its raw psycopg baseline):
 
 - appends/s and p50/p99 per commit for one session: `Session.append_message` (one entry per
   commit) versus a raw loop of one INSERT committed per row (autocommit: one round trip,
-  the least a durable row can cost) into a table of the same shape;
+  the least a durable row can cost) into a table of the same shape, the two taking turns
+  (`--turns`): on a 2-core machine a single run of either swings by 10-20%;
 - the same with 8 sessions written concurrently, each by its own process, and the ratio of
   their total throughput to one session's;
 - live tail latency: a writer process appends at a steady rate, `journal.follow(url)` in this
@@ -12,7 +13,8 @@ What it measures (each journal figure next to its raw psycopg baseline):
 - resume of a 1,000,000-entry session (`Session.open` + `live_context`): the stream row keeps
   the latest compaction's position, so only the tail is read.
 
-    python bench/pg_bench.py [--n 3000] [--procs 8] [--tail 2000] [--resume 1000000]
+    python bench/pg_bench.py [--n 3000] [--turns 4] [--procs 8] [--tail 2000]
+                             [--resume 1000000]
                              [--url postgresql://...]   (default: a throwaway embedded server)
 
 Targets: one session within 1.3x of the raw loop; 8 sessions >= 3x one session's throughput
@@ -118,6 +120,23 @@ def journal_loop(url: str, n: int, name: str = "journal append") -> Result:
     with Session.create(as_storage(target), cwd="/bench") as session:
         append = session.append_message
         return timed(name, n, lambda i: append(messages[i]))
+
+
+def in_turns(url: str, n: int, turns: int) -> tuple[Result, Result]:
+    """The raw loop and the journal loop `turns` times each, n / turns commits a time (each
+    time a fresh connection and a fresh session; the one going first swapped each turn), so a
+    slow moment of the machine falls on both alike; each result sums its turns."""
+    raw = Result("raw INSERT+COMMIT", 0, 0.0)
+    ours = Result("journal append", 0, 0.0)
+    per = max(1, n // turns)
+    for turn in range(turns):
+        order = [(raw, raw_loop), (ours, journal_loop)]
+        for result, loop in order if turn % 2 == 0 else reversed(order):
+            part = loop(url, per)
+            result.n += part.n
+            result.seconds += part.seconds
+            result.latencies_ns += part.latencies_ns
+    return raw, ours
 
 
 def _worker(kind: str, url: str, n: int, start: Any, out: Any) -> None:
@@ -321,6 +340,8 @@ def start_server() -> tuple[str, Callable[[], None]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3000, help="commits per session per run")
+    parser.add_argument("--turns", type=int, default=4,
+                        help="turns the one-session raw and journal loops take")
     parser.add_argument("--procs", type=int, default=8, help="concurrent sessions")
     parser.add_argument("--tail", type=int, default=2000, help="entries followed")
     parser.add_argument("--tail-rate", type=float, default=200.0, help="appends/s while tailing")
@@ -332,8 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         journal_loop(url, 200)  # warm-up: imports, schema, prepared statements
         raw_loop(url, 200)
-        raw1 = raw_loop(url, args.n)
-        one = journal_loop(url, args.n)
+        raw1, one = in_turns(url, args.n, args.turns)
         raw_n = concurrent("raw", url, args.n, args.procs)
         many = concurrent("journal", url, args.n, args.procs)
         tail = tail_latency(url, args.tail, args.tail_rate)

@@ -281,11 +281,13 @@ WITH s AS (
         SELECT s.id, s.generation, s.entries - 1, s.at, %(id)s, %(parent)s, %(type)s, %(line)s
         FROM s
         RETURNING byte_offset
-), told AS (
-    SELECT count(pg_notify('journal_changes', %(session)s || ' ' || s.entries)) AS n
-        FROM s JOIN journal.followers f ON f.session = %(session)s AND f.until > now()
 )
-SELECT i.byte_offset FROM i, told WHERE told.n >= 0
+SELECT i.byte_offset,
+       CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
+                         WHERE f.session = %(session)s AND f.until > now())
+            THEN (SELECT pg_notify('journal_changes', %(session)s || ' ' || s.entries) FROM s)
+       END
+    FROM i
 """
 
 MIGRATIONS: list[tuple[int, str, str]] = [

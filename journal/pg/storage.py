@@ -96,22 +96,22 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
         raise WriteFailed(locator, at, "a commit must be whole lines (no newline at its end)")
     if b"\x00" in data:
         raise WriteFailed(locator, at, "a NUL byte cannot be stored in a text column")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise WriteFailed(locator, at, f"not valid UTF-8 at byte {e.start}") from e
-    lines = text.split("\n")[:-1] if text else []
+    lines: list[str] = []
     ids: list[str | None] = []
     parents: list[str | None] = []
     types: list[str | None] = []
     offsets: list[int] = []
     offset = 0
     kept: str | None = None
-    for line in lines:
-        offsets.append(offset)
-        offset += len(line.encode("utf-8")) + 1
+    for raw in data.split(b"\n")[:-1]:
         try:
-            value = orjson.loads(line)
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise WriteFailed(locator, at, f"not valid UTF-8 at byte {offset + e.start}") from e
+        offsets.append(offset)
+        offset += len(raw) + 1
+        try:
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             value = None
         if isinstance(value, dict):
