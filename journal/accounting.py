@@ -209,7 +209,8 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
         if session is not None:
             session.path, session.files = shown(session.path), [shown(f) for f in chain]
             sessions.append(session)
-    named = [UsageWarning(shown(w.path), w.message) for w in warnings]
+    named = [UsageWarning(shown(w.path), w.message.replace(w.path, shown(w.path)))
+             for w in warnings]
     return UsageReport(sessions, named, table)
 
 

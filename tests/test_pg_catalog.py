@@ -305,3 +305,26 @@ def test_ls_of_a_database_has_each_lineages_tokens_cost_and_models(pushed, tmp_p
     assert table.returncode == 0, table.stderr
     header = table.stdout.splitlines()[0].split("\t")
     assert "tokens" in header and "cost" in header
+
+
+def test_warnings_about_a_damaged_database_session_name_it_without_the_password(pg_url):
+    from journal import export_session
+    from journal.storage import as_storage
+
+    secret_db = pg_url.replace("postgres@", "postgres:sekrit-pw@", 1)
+    assert secret_db != pg_url
+    url = session_url(secret_db, "damaged-export")
+    as_storage(url).create(b'{"type":"session","version":3,"id":"damaged-export",'
+                           b'"timestamp":"2026-01-01T00:00:00.000Z","cwd":"/"}\n'
+                           b'{"type":"message","id":"aaaa0001","parentId":null,"timestamp":'
+                           b'"2026-01-01T00:00:00.000Z","message":{"role":"user","content":'
+                           b'"hi","timestamp":1}}\n'
+                           b'{"type":"message","id":"broken\n')
+    result = export_session(url, "md")
+    assert result.entries == 1 and result.warnings
+    assert all("sekrit-pw" not in w and "postgres:***@" in w for w in result.warnings)
+    assert "sekrit-pw" not in result.text
+    counted = usage([url])
+    assert counted.warnings and "journal repair postgresql://postgres:***@" in \
+        counted.warnings[0].message
+    assert "sekrit-pw" not in json.dumps(counted.to_json())
