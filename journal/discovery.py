@@ -34,7 +34,7 @@ from .errors import JournalError
 from .lineage import ARCHIVE_DIR, lineage, seal_of
 from .pg.url import is_database_url
 
-__all__ = ["find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
+__all__ = ["check_paths", "find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
            "session_paths"]
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")

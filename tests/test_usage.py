@@ -358,3 +358,13 @@ def test_with_no_path_usage_reads_the_sessions_folder_every_command_reads(
     rows = orjson.loads(out)["rows"]
     assert [row["session"] for row in rows] == [os.path.realpath(files[-1])]
     assert rows[0]["messages"] == len(written)
+
+
+def test_usage_of_a_path_that_does_not_exist_is_an_error(tmp_path, capsys):
+    gen = gen_session_module()
+    good = tmp_path / "good.jsonl"
+    gen.generate(good, target_bytes=20_000, seed=5)
+    code, out, err = run(capsys, "usage", str(good), str(tmp_path / "missing.jsonl"))
+    assert code == 2 and out == ""
+    missing = tmp_path / "missing.jsonl"
+    assert err.strip().splitlines()[-1] == f"Error: {missing}: no such file or folder"

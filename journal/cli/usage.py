@@ -11,6 +11,7 @@ import orjson
 
 from .. import codec
 from ..accounting import BY, By, Tally, UsageReport, usage
+from ..discovery import check_paths
 from ..pg.url import is_database_url
 from ..prices import PRICES_ENV, load_prices
 from .app import ByteProgress, default_sessions_dir
@@ -18,6 +19,7 @@ from .app import ByteProgress, default_sessions_dir
 
 def cmd_usage(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
+    check_paths([p for p in args.paths if not is_database_url(p)])  # as ls and search do
     with ByteProgress("reading sessions", enabled=not args.json) as bar:
         report = usage(args.paths or [default_sessions_dir()], prices=prices, progress=bar)
     for warning in report.warnings:
