@@ -531,7 +531,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
         new.publish(final)
         _step("published")
         source.seal(make_seal(tree.ids, tree.leaf_id, final, build.header["id"],
-                              stored_archive))
+                              stored_archive, build.leaf_id))
         _step("sealed")
         archived = _archive_or_warn(path, stored_archive, result)
         _step("archived")

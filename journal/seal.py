@@ -19,8 +19,8 @@ from .durability import Durability
 from .log import AppendLog
 from .model import Entry
 
-__all__ = ["SUCCESSOR_TYPE", "commit_seal", "is_seal", "make_seal", "seal_pointers",
-           "write_seal"]
+__all__ = ["SUCCESSOR_TYPE", "commit_seal", "is_seal", "last_copied", "make_seal",
+           "seal_pointers", "write_seal"]
 
 SUCCESSOR_TYPE = "journal.successor"
 
@@ -33,21 +33,33 @@ def is_seal(entry: Entry | None) -> bool:
         "customType") == SUCCESSOR_TYPE and isinstance(entry.get("data"), dict)
 
 
-def seal_pointers(successor: str, session_id: str, archive: str | None) -> dict[str, Any]:
+def seal_pointers(successor: str, session_id: str, archive: str | None,
+                  last_copied: str | None = None) -> dict[str, Any]:
     """What a seal records: the successor's name (its folder is the session's folder), its
-    session id (the identity a follower checks), and the way from the archive to it."""
+    session id (the identity a follower checks), the way from the archive to it, and the id
+    of the last entry rotation copied into it (where a follower stops skipping by id)."""
     name = os.path.basename(successor)
     data: dict[str, Any] = {"successor": name, "file": name, "sessionId": session_id}
     if archive is not None:
         data["fromArchive"] = os.path.relpath(successor, os.path.dirname(archive))
+    if last_copied is not None:
+        data["lastCopied"] = last_copied
     return data
 
 
 def make_seal(taken: Container[str], parent_id: str | None, successor: str, session_id: str,
-              archive: str | None) -> Entry:
+              archive: str | None, last_copied: str | None = None) -> Entry:
     """The seal entry, chained after `parent_id`, with an id not in `taken`."""
     return model.custom_entry(model.new_id(taken), parent_id, SUCCESSOR_TYPE,
-                              seal_pointers(successor, session_id, archive))
+                              seal_pointers(successor, session_id, archive, last_copied))
+
+
+def last_copied(seal: Entry | None) -> str | None:
+    """The id of the last entry the sealing rotation copied into the successor, if the seal
+    says (seals of earlier versions, and of a recovered rotation, do not)."""
+    data = seal.get("data") if seal is not None else None
+    found = data.get("lastCopied") if isinstance(data, dict) else None
+    return found if isinstance(found, str) and found else None
 
 
 def commit_seal(commit: SealCommit, seal: Entry) -> None:

@@ -270,7 +270,8 @@ def test_seal_example_is_what_rotation_writes(tmp_path: Path) -> None:
     new_name = public("session_file_name")(new_header["timestamp"], new_header["id"])
     assert old_name == public("session_file_name")(old_header["timestamp"], old_header["id"])
     pointers = public("seal_pointers")(os.path.join(folder, new_name), new_header["id"],
-                                       os.path.join(folder, "archive", old_name))
+                                       os.path.join(folder, "archive", old_name),
+                                       successor.values[-1]["id"])
     assert seal["data"] == pointers
     assert seal["customType"] == public("SUCCESSOR_TYPE")
     assert table_fields(section("8.1 The seal"))[: len(pointers)] == list(pointers)

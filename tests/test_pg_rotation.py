@@ -238,3 +238,12 @@ def test_a_session_never_rotated_has_no_predecessor(pg_url: str) -> None:
     assert PostgresStorage.from_url(url).predecessor() is None
     assert rotate_database(url).rotated
     assert PostgresStorage.from_url(url).predecessor() is None  # the sealed one
+
+
+def test_the_seal_names_the_last_entry_copied(pg_url: str) -> None:
+    url = new_session(pg_url)
+    result = rotate_database(url)
+    assert result.rotated and result.path is not None
+    seal = [e for e in load(url).entries if is_seal(e)][-1]
+    successor = load(session_url(pg_url, str(result.successor_id))).entries
+    assert seal["data"]["lastCopied"] == successor[-1]["id"]

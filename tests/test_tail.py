@@ -20,14 +20,14 @@ import orjson
 import pytest
 import watchfiles
 
-from journal import Durability, Session
+from journal import Durability, Session, load
 from journal.cli import TailPrinter, tail_main
 from journal.cli.tail import format_entry
 from journal.tail import TailEvent, afollow, follow, follow_events
 
 WRITER = """
 import sys
-from journal import Durability, Session
+from journal import Durability, Session, load
 path, count = sys.argv[1], int(sys.argv[2])
 with Session.open(path, durability=Durability.never()) as session:
     for i in range(count):
@@ -1007,3 +1007,39 @@ def test_the_tail_modules_share_no_private_names():
                 shared += [f"{name} uses {other}'s {p}" for p in sorted(used & private
                                                                         - defined[name])]
     assert len(trees) == 6 and shared == []
+
+
+def test_a_new_entry_reusing_an_archived_id_is_still_delivered_after_a_rotation(tmp_path):
+    """The follower skips by id only what rotation copied into the successor (up to the
+    seal's `lastCopied`): a later entry whose writer drew an id of the archive (a writer that
+    does not check the archive, such as pi, or ours before its scan of the archive is done)
+    is still delivered."""
+    from journal.rotation import rotate
+    from journal.tail import Follower
+
+    with Session.create(tmp_path, cwd="/", durability=Durability.never()) as s:
+        path = s.path
+        early = s.append_message({"role": "user", "content": "early " + "x" * 3000,
+                                  "timestamp": 0})
+        kept = s.append_message({"role": "user", "content": "kept", "timestamp": 0})
+        compaction = s.append_compaction("summary", kept, 100)
+    follower = Follower(path, grace=0.0)
+    follower.open()
+    try:
+        result = rotate(path)
+        assert result.rotated and result.successor
+        got = [e.entry for e in follower.poll() if e.kind == "entry" and e.entry]
+        assert [e["customType"] for e in got] == ["journal.successor"]  # only the seal: the
+        assert not {kept, compaction} & {e["id"] for e in got}  # copies were delivered
+        leaf = load(result.successor).entries[-1]["id"]
+        seal = load(result.archive).entries[-1]
+        assert seal["customType"] == "journal.successor"
+        assert seal["data"]["lastCopied"] == leaf
+        reused = {"type": "message", "id": early, "parentId": leaf,
+                  "timestamp": "2026-12-01T00:00:00.000Z",
+                  "message": {"role": "user", "content": "new, with an old id",
+                              "timestamp": 0}}
+        append(Path(result.successor), [reused])
+        assert step(follower) == [early]
+    finally:
+        follower.close()

@@ -218,7 +218,7 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str
     if dry_run:
         return result
     assert lease is not None
-    seal = make_seal(tree.ids, tree.leaf_id, new_name, new_id, archive)
+    seal = make_seal(tree.ids, tree.leaf_id, new_name, new_id, archive, plan.leaf_id)
     try:
         # file names stay in the folder the old file was in (a pushed folder's subfolder)
         folder = posixpath.dirname(old_name)

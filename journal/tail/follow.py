@@ -25,6 +25,7 @@ from ..claude import check_dialect
 from ..errors import NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
 from ..pg.url import is_database_url
+from ..seal import last_copied
 from ..storage import Storage
 from .chain import Catalog, FileCatalog, FollowTargets, is_session_name
 from .source import (
@@ -262,7 +263,7 @@ class Follower(SourceReader):
             return
         self._retire(src)
         if name != src.path:  # a successor (not this file replaced, then archived)
-            src.delivered.moved_on()
+            src.delivered.moved_on(last_copied(src.marker))
         src.path = name
         src.storage = self.catalog.storage(name)
         src.reader = opened

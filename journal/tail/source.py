@@ -96,27 +96,35 @@ class Delivered:
       compressed, when several rotations happened between two reads) are read from their
       start, each against the ids of the file before it: the kept entries rotation copied
       from that file are skipped, everything else is delivered. Only the file before counts,
-      since rotation copies from it alone, and a writer's new ids avoid that file's ids, so
-      ids reused from files further back never hide a new entry.
+      since rotation copies from it alone. Rotation writes what it copies first, and its seal
+      names the last entry copied (`lastCopied`, format.md § 8.1): once that entry is read,
+      `before` is dropped, so a later entry whose writer drew an id of the file before (one
+      that does not check that file, or not yet) is still delivered. A seal without it (of
+      an earlier version) keeps `before` for the whole file.
 
     Entries without an id (version 1 files) cannot be told apart: they are delivered as read.
     """
 
-    __slots__ = ("before", "ids")
+    __slots__ = ("before", "copied_until", "ids")
 
     def __init__(self) -> None:
         self.ids: set[str] = set()
         self.before: set[str] = set()
+        self.copied_until: str | None = None
 
     def first_time(self, entry_id: str) -> bool:
         """Record `entry_id` as read from the followed file; whether it is to be delivered."""
         new = entry_id not in self.ids and entry_id not in self.before
         self.ids.add(entry_id)
+        if entry_id == self.copied_until:
+            self.before, self.copied_until = set(), None  # past what rotation copied
         return new
 
-    def moved_on(self) -> None:
-        """The lineage goes on in the file that continues the one read so far."""
+    def moved_on(self, copied_until: str | None = None) -> None:
+        """The lineage goes on in the file that continues the one read so far, into which
+        rotation copied the entries up to `copied_until` (None: not known)."""
         self.before, self.ids = self.ids, set()
+        self.copied_until = copied_until
 
 
 @dataclass(eq=False)
