@@ -171,8 +171,8 @@ def _terminated_as_interrupted() -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    finally:  # None: the handler was not set from Python; the default is what stood
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def run_postgres_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, Any]:

@@ -211,12 +211,13 @@ def test_a_writer_killed_mid_append_loses_no_acknowledged_entry_and_no_batch_is_
 
 
 class DropReplyProxy:
-    """A TCP relay to the server that, when armed, lets the next `journal.append` call reach
-    the server and then cuts the connection instead of relaying the reply: the commit
-    happened, its acknowledgement is lost."""
+    """A TCP relay to the server that, when armed, lets the next statement holding `marker`
+    (a call of `journal.append`, by default) reach the server and then cuts the connection
+    instead of relaying the reply: the commit happened, its acknowledgement is lost."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, marker: bytes = b"journal.append") -> None:
         self.target = (host, port)
+        self.marker = marker
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.armed = threading.Event()
@@ -240,7 +241,7 @@ class DropReplyProxy:
               upward: bool) -> None:
         try:
             while data := source.recv(65536):
-                if upward and self.armed.is_set() and b"journal.append" in data:
+                if upward and self.armed.is_set() and self.marker in data:
                     self.armed.clear()
                     state["cut"] = True
                 elif not upward and state["cut"]:
@@ -290,6 +291,134 @@ def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
         proxy.close()
     assert stored_ids(url) == ["b1", "b2", "b3"]
     assert direct.size() == offset + len(batch)
+
+
+def test_one_entry_whose_acknowledgement_was_lost_is_stored_once_and_a_resend_too(
+        pg_url: str) -> None:
+    """The one-entry statement (schema.APPEND_ONE) loses its reply: the appender's retry and
+    then its caller's own re-send are acknowledged at the offset the entry has."""
+    url = new_session(pg_url, "dropped-one")
+    direct = as_storage(url)
+    assert isinstance(direct, PostgresStorage)
+    host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    proxy = DropReplyProxy(host, int(port), marker=b"WITH s AS (")
+    one = b'{"type":"custom","id":"c2","customType":"x"}\n'
+    try:
+        relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
+                                  "dropped-one")
+        lease = relayed.lock(5)
+        appender = relayed.open_appender(Durability.always())
+        try:
+            first = appender.commit(b'{"type":"custom","id":"c1","customType":"x"}\n')
+            proxy.armed.set()
+            offset = appender.commit(one)  # the reply is lost; the appender asks again
+            assert proxy.dropped.is_set()
+            assert offset == first + len(b'{"type":"custom","id":"c1","customType":"x"}\n')
+            assert appender.commit(one) == offset  # the caller sends it again
+            assert appender.commit(one) == offset
+        finally:
+            appender.close()
+            lease.release()
+    finally:
+        proxy.close()
+    assert stored_ids(url) == ["c1", "c2"]
+    assert direct.size() == offset + len(one)
+
+
+class CutProxy:
+    """A TCP relay to the server that can cut a connection right after relaying the
+    statement holding `marker` (the statement runs on, its client gone), and refuse new
+    connections for a while (`refusing`)."""
+
+    def __init__(self, host: str, port: int, marker: bytes) -> None:
+        self.target = (host, port)
+        self.marker = marker
+        self.armed = threading.Event()
+        self.refusing = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refusing.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, upward: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+                if upward and self.armed.is_set() and self.marker in data:
+                    self.armed.clear()
+                    self.refusing.set()
+                    break  # the statement is on its way; its client is cut off
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            end.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
+        pg_url: str) -> None:
+    """A commit's connection is cut while its statement waits for the stream row (another
+    transaction holds it) and no new connection can be made: WriteFailed, the outcome unknown.
+    The caller sends the entry again while the first statement still waits: once that one
+    commits, the re-sent entry is found, not stored a second time (the one-entry statement's
+    snapshot would predate the first commit, so after an unconfirmed commit the appender
+    goes through journal.append)."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "unconfirmed")
+    direct = as_storage(url)
+    assert isinstance(direct, PostgresStorage)
+    host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    proxy = CutProxy(host, int(port), marker=b"WITH s AS (")
+    one = b'{"type":"custom","id":"u2","customType":"x"}\n'
+    holder = psycopg.connect(direct.conninfo)  # a transaction holding the stream row
+    try:
+        relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
+                                  "unconfirmed")
+        appender = relayed.open_appender(Durability.always())  # unfenced: no lease
+        try:
+            first = appender.commit(b'{"type":"custom","id":"u1","customType":"x"}\n')
+            holder.execute("SELECT 1 FROM journal.streams WHERE session = 'unconfirmed' "
+                           "FOR UPDATE")
+            proxy.armed.set()
+            with pytest.raises(WriteFailed, match="may have been committed"):
+                appender.commit(one)  # reaches the server, waits there; its client is cut
+            proxy.refusing.clear()
+            resent: list[int] = []
+            again = threading.Thread(target=lambda: resent.append(appender.commit(one)))
+            again.start()
+            time.sleep(0.5)  # the re-send waits for the row behind the first statement
+            holder.commit()  # the first statement commits, then the re-send goes on
+            again.join(timeout=30)
+        finally:
+            appender.close()
+    finally:
+        holder.close()
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u2"]
+    assert resent == [first + len(b'{"type":"custom","id":"u1","customType":"x"}\n')]
 
 
 def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(

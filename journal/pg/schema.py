@@ -261,19 +261,26 @@ CREATE TRIGGER streams_changed AFTER INSERT OR UPDATE OF generation, successor O
 RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"})
 
 # journal.append for the common commit, sent as a statement (prepared, its plan cached on
-# every server version): one entry, not of RESUME_TYPES, the writer's first attempt. The
-# same row lock, epoch check, next position and offset and notification of followers, as one
-# statement rather than a PL/pgSQL function's several: about a third less server time per
-# commit (bench/pg_append_micro.py). No row when the session is missing or the epoch is not
-# the writer's: journal.append then says which (and a retry after a lost acknowledgement goes
-# there too, to be recognised). Parameters: session, epoch (NULL: unfenced), the line, its
-# id, parentId and type, its length with the newline.
+# every server version): one entry, not of RESUME_TYPES. The same row lock, epoch check,
+# next position and offset and notification of followers, as one statement rather than a
+# PL/pgSQL function's several: about a third less server time per commit
+# (bench/pg_append_micro.py). No row when the session is missing, the epoch is not the
+# writer's, or the session's last line already has this entry's id where it would start (a
+# retry after a lost acknowledgement, by the appender or its caller): journal.append then
+# says which, or acknowledges the retry at the offset it has. The followers probe sees the
+# followers registered when the statement began (journal.append's, those when it held the
+# row lock): one registered while this commit waited for the lock may wake at its next
+# timeout instead, which loses nothing (a notification is only a hint). Parameters: session,
+# epoch (NULL: unfenced), the line, its id, parentId and type, its length with the newline.
 APPEND_ONE = """
 WITH s AS (
-    UPDATE journal.streams SET size = size + %(total)s, entries = entries + 1,
-                               updated_at = now()
+    UPDATE journal.streams AS t SET size = size + %(total)s, entries = entries + 1,
+                                    updated_at = now()
         WHERE session = %(session)s AND generation IS NOT NULL
           AND (%(epoch)s::bigint IS NULL OR epoch = %(epoch)s::bigint)
+          AND NOT EXISTS (SELECT 1 FROM journal.entries e
+                          WHERE e.stream = t.id AND e.generation = t.generation
+                            AND e.byte_offset = t.size - %(total)s AND e.id = %(id)s)
         RETURNING id, generation, size - %(total)s AS at, entries
 ), i AS (
     INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,

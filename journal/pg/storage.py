@@ -15,8 +15,8 @@ planning, the tail) works unchanged.
   acknowledged at the offset it has, never stored twice. If the connection is lost during a
   commit, the appender reconnects and sends the same batch once more: the row lock makes
   that wait for the first attempt to end, so the batch is then found (acknowledged) or
-  appended, exactly once. If that fails too, `WriteFailed`: nothing of the batch was
-  committed.
+  appended, exactly once. If that fails too, `WriteFailed`: the batch may or may not be in
+  the session, and committing the same batch again stores it at most once.
 - Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
   (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
@@ -319,6 +319,7 @@ class PostgresAppender:
         self._clock = SyncClock(self.durability)
         self._conn: psycopg.Connection[Any] | None = self._connect()
         self._cursor: psycopg.Cursor[Any] | None = None
+        self._unsure = False  # the last commit's end is not known (its connection was lost)
 
     def _connect(self) -> psycopg.Connection[Any]:
         synchronous = "on" if self.durability.every == 1 else "off"
@@ -345,7 +346,12 @@ class PostgresAppender:
             batch = split_batch(locator, 0, data)
         except WriteFailed as e:
             raise WriteFailed(locator, self.storage.size_or(0), e.reason) from None
-        one = len(batch.lines) == 1 and batch.types[0] not in schema.RESUME_TYPES
+        # APPEND_ONE recognises a batch stored by a commit that has ended, not by one still
+        # running on the server (its snapshot is older than that commit): after a commit whose
+        # end is unknown, the next goes through journal.append, whose probe comes after the
+        # row lock
+        one = (len(batch.lines) == 1 and batch.types[0] not in schema.RESUME_TYPES
+               and batch.ids[0] is not None and not self._unsure)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
         attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
         last: BaseException | None = None
@@ -374,11 +380,14 @@ class PostgresAppender:
             except psycopg.Error as e:
                 raise self._refused(e) from e
             assert row is not None
+            self._unsure = False
             self._after_commit()
             return int(row[0])
+        self._unsure = True
         raise WriteFailed(locator, self.storage.size_or(-1),
                           f"the connection was lost and the batch could not be confirmed "
-                          f"({_first_line(last)}); nothing of it was committed")
+                          f"({_first_line(last)}); it may have been committed: committing the "
+                          "same batch again stores it at most once")
 
     def _params(self, batch: Batch) -> tuple[Any, ...]:
         """journal.append's arguments for `batch`."""
