@@ -278,9 +278,11 @@ WITH s AS (
                                     updated_at = now()
         WHERE session = %(session)s AND generation IS NOT NULL
           AND (%(epoch)s::bigint IS NULL OR epoch = %(epoch)s::bigint)
-          AND NOT EXISTS (SELECT 1 FROM journal.entries e
-                          WHERE e.stream = t.id AND e.generation = t.generation
-                            AND e.byte_offset = t.size - %(total)s AND e.id = %(id)s)
+          -- a scalar subquery: one primary-key probe (NOT EXISTS would be planned as an
+          -- anti-join reading the whole session)
+          AND (SELECT e.id FROM journal.entries e
+               WHERE e.stream = t.id AND e.generation = t.generation
+                 AND e.byte_offset = t.size - %(total)s) IS DISTINCT FROM %(id)s
         RETURNING id, generation, size - %(total)s AS at, entries
 ), i AS (
     INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
