@@ -72,6 +72,13 @@ def add_version(parser: argparse.ArgumentParser) -> None:
         pass  # the parser has a --version already
 
 
+class LevelLines(logging.Formatter):
+    """Log records as the commands print their own notes: `Warning: ...`, `Info: ...`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.capitalize()}: {super().format(record)}"
+
+
 def run(
     parser: argparse.ArgumentParser,
     argv: Sequence[str] | None = None,
@@ -84,9 +91,11 @@ def run(
     one `Error: ...` line and exit 2: the agent's model and sandbox errors, say.
     """
     args = parse_interleaved(parser, argv)
+    handler = logging.StreamHandler()
+    handler.setFormatter(LevelLines())
     logging.basicConfig(
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(levelname)s: %(message)s",
+        handlers=[handler],
     )
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
