@@ -34,6 +34,7 @@ CLI::
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -797,6 +798,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-extras", action="store_true",
                     help="no custom / custom_message / bashExecution entries")
     a = ap.parse_args(argv)
+    folder = os.path.dirname(os.path.abspath(a.out))
+    if not os.path.isdir(folder):
+        print(f"Error: {folder}: no such folder (make it first, or name another)",
+              file=sys.stderr)
+        return 2
     stats = generate(
         a.out,
         target_bytes=a.size,
