@@ -71,17 +71,21 @@ class UnsafeLockFile(JournalError):
 
 
 class WriteFailed(JournalError):
-    """A commit did not reach the file whole; the file was rolled back to before it."""
+    """A commit did not reach the file whole; the file was rolled back to before it (unless
+    `outcome` says otherwise: a database commit whose acknowledgement was lost)."""
 
-    def __init__(self, path: str, offset: int, reason: str) -> None:
+    def __init__(self, path: str, offset: int, reason: str, outcome: str | None = None) -> None:
         self.path = path
         self.offset = offset
         self.reason = reason
-        if "cut" in reason:
+        if outcome is not None:
+            pass
+        elif "cut" in reason:
             outcome = "nothing more will be appended until the file can be truncated"
         else:
             outcome = "the file was rolled back to its last complete entry and stays usable"
-        super().__init__(f"{path}: commit at byte {offset:,} failed ({reason}); {outcome}")
+        where = f"at byte {offset:,} " if offset >= 0 else ""
+        super().__init__(f"{path}: commit {where}failed ({reason}); {outcome}")
 
 
 class UnsafeFile(JournalError):

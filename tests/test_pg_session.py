@@ -313,9 +313,11 @@ def test_one_plain_entry_and_a_batch_are_stored_alike(pg_url: str) -> None:
              b'"firstKeptEntryId":"c1","tokensBefore":1}\n',
              b'"not an entry"\n']  # no id: sent once, as the statement
     header_size = storage.size()
-    appender = storage.open_appender()  # unfenced: no lease taken
+    lease = storage.lock(5)  # the one-entry statement is a fenced writer's
+    appender = storage.open_appender()
     offsets = [appender.commit(data) for data in lines]
     appender.close()
+    lease.release()
     assert offsets == [header_size + sum(map(len, lines[:k])) for k in range(len(lines))]
     assert stored_bytes(storage).endswith(b"".join(lines))
     assert isinstance(storage, PostgresStorage)
@@ -366,5 +368,6 @@ def test_the_one_entry_statement_probes_the_session_by_its_key_only(pg_url: str)
              if "Scan" in line and " on entries " in line]
     assert reads and all(line.startswith("->  Index Scan using entries_pkey") for line in reads)
     conditions = [line for line in plan.splitlines() if "Index Cond" in line and "stream" in line]
-    assert conditions and all("byte_offset =" in line for line in conditions)
+    assert conditions and all("generation =" in line and "byte_offset =" in line
+                              for line in conditions)
     assert "Anti Join" not in plan

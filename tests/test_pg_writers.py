@@ -331,9 +331,10 @@ class CutProxy:
     statement holding `marker` (the statement runs on, its client gone), and refuse new
     connections for a while (`refusing`)."""
 
-    def __init__(self, host: str, port: int, marker: bytes) -> None:
+    def __init__(self, host: str, port: int, marker: bytes, *, refuse: bool = True) -> None:
         self.target = (host, port)
         self.marker = marker
+        self.refuse = refuse  # refuse new connections once a statement was cut off
         self.armed = threading.Event()
         self.refusing = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -361,7 +362,8 @@ class CutProxy:
                 sink.sendall(data)
                 if upward and self.armed.is_set() and self.marker in data:
                     self.armed.clear()
-                    self.refusing.set()
+                    if self.refuse:
+                        self.refusing.set()
                     break  # the statement is on its way; its client is cut off
         except OSError:
             pass
@@ -376,49 +378,127 @@ class CutProxy:
         self.listener.close()
 
 
-def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
-        pg_url: str) -> None:
-    """A commit's connection is cut while its statement waits for the stream row (another
-    transaction holds it) and no new connection can be made: WriteFailed, the outcome unknown.
-    The caller sends the entry again while the first statement still waits: once that one
-    commits, the re-sent entry is found, not stored a second time (the one-entry statement's
-    snapshot would predate the first commit, so after an unconfirmed commit the appender
-    goes through journal.append)."""
-    from journal.errors import WriteFailed
-
-    url = new_session(pg_url, "unconfirmed")
+def _relayed(url: str, proxy_port: int) -> tuple[PostgresStorage, PostgresStorage]:
+    """(the session, the same session reached through a proxy on `proxy_port`)."""
     direct = as_storage(url)
     assert isinstance(direct, PostgresStorage)
     host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
-    host, port = host_port.rsplit(":", 1)
-    proxy = CutProxy(host, int(port), marker=b"WITH s AS (")
-    one = b'{"type":"custom","id":"u2","customType":"x"}\n'
+    return direct, PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy_port}"),
+                                   direct.session)
+
+
+def _server(url: str) -> tuple[str, int]:
+    direct = as_storage(url)
+    assert isinstance(direct, PostgresStorage)
+    host, port = direct.conninfo.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def _waiting(conninfo: str, count: int) -> list[tuple[int, str]]:
+    """(server process, statement) of the statements waiting for a lock, once `count` are."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for _ in range(200):
+            rows = conn.execute("SELECT pid, query FROM pg_stat_activity "
+                                "WHERE wait_event_type = 'Lock'").fetchall()
+            if len(rows) >= count:
+                return [(int(pid), str(query)) for pid, query in rows]
+            time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} statements wait for a lock")
+
+
+U1 = b'{"type":"custom","id":"u1","customType":"x"}\n'
+U2 = b'{"type":"custom","id":"u2","customType":"x"}\n'
+
+
+def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
+        pg_url: str) -> None:
+    """A fenced writer's commit is cut off while its statement waits for the stream row
+    (another transaction holds it) and no new connection can be made: WriteFailed, outcome
+    unknown. The entry is sent again, by another appender under the same lease, while the first
+    statement still waits: once that one commits, the re-sent entry is found, not stored a
+    second time (the one-entry statement's snapshot would predate the first commit, so after
+    an unconfirmed commit this process goes through journal.append)."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "unconfirmed")
+    proxy = CutProxy(*_server(url), marker=b"WITH s AS (")
+    direct, relayed = _relayed(url, proxy.port)
     holder = psycopg.connect(direct.conninfo)  # a transaction holding the stream row
+    lease = relayed.lock(5)
     try:
-        relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
-                                  "unconfirmed")
-        appender = relayed.open_appender(Durability.always())  # unfenced: no lease
-        try:
-            first = appender.commit(b'{"type":"custom","id":"u1","customType":"x"}\n')
-            holder.execute("SELECT 1 FROM journal.streams WHERE session = 'unconfirmed' "
-                           "FOR UPDATE")
-            proxy.armed.set()
-            with pytest.raises(WriteFailed, match="may have been committed"):
-                appender.commit(one)  # reaches the server, waits there; its client is cut
-            proxy.refusing.clear()
-            resent: list[int] = []
-            again = threading.Thread(target=lambda: resent.append(appender.commit(one)))
-            again.start()
-            time.sleep(0.5)  # the re-send waits for the row behind the first statement
-            holder.commit()  # the first statement commits, then the re-send goes on
-            again.join(timeout=30)
-        finally:
-            appender.close()
+        appender = relayed.open_appender(Durability.always())
+        first = appender.commit(U1)
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'unconfirmed' "
+                       "FOR UPDATE")
+        proxy.armed.set()
+        with pytest.raises(WriteFailed, match="may have been committed"):
+            appender.commit(U2)  # reaches the server, waits there; its client is cut off
+        appender.close()
+        proxy.refusing.clear()
+        again = relayed.open_appender(Durability.always())
+        resent: list[int] = []
+        sender = threading.Thread(target=lambda: resent.append(again.commit(U2)), daemon=True)
+        sender.start()
+        _waiting(direct.conninfo, 2)  # the first statement, and the re-send behind it
+        holder.commit()  # the first statement commits, then the re-send goes on
+        sender.join(timeout=30)
+        again.close()
     finally:
-        holder.close()
+        holder.close()  # first: nothing may be left waiting for the row it holds
+        lease.release()
         proxy.close()
     assert stored_ids(url) == ["u1", "u2"]
-    assert resent == [first + len(b'{"type":"custom","id":"u1","customType":"x"}\n')]
+    assert resent == [first + len(U1)]
+
+
+def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
+        pg_url: str) -> None:
+    """The first attempt is cut off while it waits for the row; the appender's retry is
+    refused (cancelled) while it waits behind it. The commit may still happen: WriteFailed says
+    so, and the entry sent again is found, not stored twice."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "refused-retry")
+    proxy = CutProxy(*_server(url), marker=b"WITH s AS (", refuse=False)
+    direct, relayed = _relayed(url, proxy.port)
+    holder = psycopg.connect(direct.conninfo)
+    lease = relayed.lock(5)
+    errors: list[BaseException] = []
+    try:
+        appender = relayed.open_appender(Durability.always())
+        first = appender.commit(U1)
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'refused-retry' "
+                       "FOR UPDATE")
+        proxy.armed.set()
+
+        def commit() -> None:
+            try:
+                appender.commit(U2)
+            except WriteFailed as e:
+                errors.append(e)
+
+        trying = threading.Thread(target=commit, daemon=True)
+        trying.start()
+        [retry] = [pid for pid, query in _waiting(direct.conninfo, 2)
+                   if query.startswith("SELECT journal.append")]
+        with psycopg.connect(direct.conninfo, autocommit=True) as admin:
+            admin.execute("SELECT pg_cancel_backend(%s)", (retry,))
+        trying.join(timeout=30)
+        assert len(errors) == 1 and "may have been committed" in str(errors[0])
+        resent: list[int] = []
+        sender = threading.Thread(target=lambda: resent.append(appender.commit(U2)),
+                                  daemon=True)
+        sender.start()
+        _waiting(direct.conninfo, 2)  # the first attempt, and the re-send behind it
+        holder.commit()
+        sender.join(timeout=30)
+        appender.close()
+    finally:
+        holder.close()  # first: nothing may be left waiting for the row it holds
+        lease.release()
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u2"]
+    assert resent == [first + len(U1)]
 
 
 def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(

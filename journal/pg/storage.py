@@ -15,8 +15,8 @@ planning, the tail) works unchanged.
   acknowledged at the offset it has, never stored twice. If the connection is lost during a
   commit, the appender reconnects and sends the same batch once more: the row lock makes
   that wait for the first attempt to end, so the batch is then found (acknowledged) or
-  appended, exactly once. If that fails too, `WriteFailed`: the batch may or may not be in
-  the session, and committing the same batch again stores it at most once.
+  appended, exactly once. If that fails too, `WriteFailed`: the batch may have been
+  committed (or may still be), and committing the same batch again stores it at most once.
 - Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
   (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
@@ -65,6 +65,11 @@ POLL_INTERVAL = 0.02
 APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
           "%s::bigint[], %s, %s)")
 COMMIT_ATTEMPTS = 2
+UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
+                       "batch again stores it at most once")
+# Sessions (conninfo, session) this process committed to without learning the end of the
+# commit (its connection was lost): their next commit goes through journal.append.
+_UNCONFIRMED: set[tuple[str, str]] = set()
 READ_AHEAD = 1 << 20
 RESUME_READ_AHEAD = 64 << 20
 
@@ -319,7 +324,6 @@ class PostgresAppender:
         self._clock = SyncClock(self.durability)
         self._conn: psycopg.Connection[Any] | None = self._connect()
         self._cursor: psycopg.Cursor[Any] | None = None
-        self._unsure = False  # the last commit's end is not known (its connection was lost)
 
     def _connect(self) -> psycopg.Connection[Any]:
         synchronous = "on" if self.durability.every == 1 else "off"
@@ -347,11 +351,16 @@ class PostgresAppender:
         except WriteFailed as e:
             raise WriteFailed(locator, self.storage.size_or(0), e.reason) from None
         # APPEND_ONE recognises a batch stored by a commit that has ended, not by one still
-        # running on the server (its snapshot is older than that commit): after a commit whose
-        # end is unknown, the next goes through journal.append, whose probe comes after the
-        # row lock
+        # running on the server (its snapshot is older than that commit). A fenced writer's
+        # earlier commits have ended, but for one whose end this process does not know (its
+        # connection was lost): then the next goes through journal.append, whose probe comes
+        # after the row lock. Another process's, or another lease's, have ended too: taking
+        # the lease updates the stream row, which waits for them. An unfenced appender has no
+        # such order, so it always uses journal.append.
+        key = (self.storage.conninfo, self.storage.session)
         one = (len(batch.lines) == 1 and batch.types[0] not in schema.RESUME_TYPES
-               and batch.ids[0] is not None and not self._unsure)
+               and batch.ids[0] is not None and self.epoch is not None
+               and key not in _UNCONFIRMED)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
         attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
         last: BaseException | None = None
@@ -371,23 +380,21 @@ class PostgresAppender:
                     row = self._cursor.execute(APPEND, self._params(batch)).fetchone()
             except psycopg.OperationalError as e:
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
-                    raise self._refused(e) from e
+                    raise self._refused(e, unconfirmed=last is not None) from e
                 last = e
                 continue
             except DatabaseUnavailable as e:
                 last = e
                 continue
             except psycopg.Error as e:
-                raise self._refused(e) from e
+                raise self._refused(e, unconfirmed=last is not None) from e
             assert row is not None
-            self._unsure = False
+            _UNCONFIRMED.discard(key)
             self._after_commit()
             return int(row[0])
-        self._unsure = True
-        raise WriteFailed(locator, self.storage.size_or(-1),
-                          f"the connection was lost and the batch could not be confirmed "
-                          f"({_first_line(last)}); it may have been committed: committing the "
-                          "same batch again stores it at most once")
+        _UNCONFIRMED.add(key)
+        raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
+                          f"confirmed ({_first_line(last)})", UNCONFIRMED_OUTCOME)
 
     def _params(self, batch: Batch) -> tuple[Any, ...]:
         """journal.append's arguments for `batch`."""
@@ -395,13 +402,19 @@ class PostgresAppender:
                 text_array(batch.ids), text_array(batch.parents), text_array(batch.types),
                 "{" + ",".join(map(str, batch.offsets)) + "}", batch.total, batch.kept)
 
-    def _refused(self, e: psycopg.Error) -> JournalError:
+    def _refused(self, e: psycopg.Error, *, unconfirmed: bool = False) -> JournalError:
+        """The error for a commit the server refused; `unconfirmed`: an earlier attempt of it
+        lost its connection, so it may have been committed all the same (and may still be)."""
         locator = self.storage.locator
         state = getattr(e, "sqlstate", None)
+        if unconfirmed:
+            _UNCONFIRMED.add((self.storage.conninfo, self.storage.session))
         if state == schema.SQLSTATE_FENCED:
             return LeaseLost(locator, self.epoch or 0, _first_line(e))
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
+        if unconfirmed:
+            return WriteFailed(locator, -1, _first_line(e), UNCONFIRMED_OUTCOME)
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e))
 
     def _after_commit(self) -> None:
