@@ -111,6 +111,11 @@ def test_a_damaged_file_is_a_row_and_the_others_are_listed(tmp_path):
     assert listed == {"gen-1.jsonl": "live", "torn.jsonl": "needs-repair",
                       "junk.jsonl": "needs-repair"}
     assert str(good.name) in proc.stdout
+    proc = run_cli(tmp_path, "ls", str(tmp_path))  # the table: the problems go to stderr
+    assert proc.returncode == 0, proc.stderr
+    warned = sorted(line.split(": ", 2)[1] for line in proc.stderr.splitlines()
+                    if line.startswith("Warning: "))  # as search writes a damaged line's
+    assert warned == sorted(str(tmp_path / name) for name in ("torn.jsonl", "junk.jsonl"))
 
 
 def test_a_held_session_is_locked_by_its_pid(tmp_path):

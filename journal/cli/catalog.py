@@ -124,7 +124,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print("\t".join([*_cells(row), row.path]))
     for row in rows:
         if row.problems:
-            print(f"journal: {row.path}: {'; '.join(row.problems)}", file=sys.stderr)
+            print(f"Warning: {row.path}: {'; '.join(row.problems)}", file=sys.stderr)
     return 0
 
 
