@@ -31,7 +31,7 @@ from typing import Any, Literal
 from .claude import ClaudeRead
 from .discovery import find_lineages
 from .errors import JournalError
-from .pg.url import is_database_url, shown
+from .pg.url import is_database_url, shown, shown_in
 from .prices import PriceTable, load_prices
 from .progress import Progress
 from .snapshot import load, stored_size
@@ -209,8 +209,7 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
         if session is not None:
             session.path, session.files = shown(session.path), [shown(f) for f in chain]
             sessions.append(session)
-    named = [UsageWarning(shown(w.path), w.message.replace(w.path, shown(w.path)))
-             for w in warnings]
+    named = [UsageWarning(shown(w.path), shown_in(w.message, w.path)) for w in warnings]
     return UsageReport(sessions, named, table)
 
 

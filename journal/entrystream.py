@@ -23,7 +23,7 @@ from .codec import Diagnostic
 from .errors import NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
-from .pg.url import shown
+from .pg.url import shown, shown_in
 from .seal import is_seal
 from .snapshot import is_compressed, load, open_for_reading
 
@@ -66,7 +66,7 @@ class LineageStream:
             except (NotASession, OSError) as e:
                 if path == live:
                     raise
-                self.warnings.append(_without_password(f"{path}: not read ({e})", path))
+                self.warnings.append(shown_in(f"{path}: not read ({e})", path))
         if self._leaf is not None:  # a Claude Code transcript names its leaf itself
             self.live_leaf = self._leaf
 
@@ -130,8 +130,3 @@ class LineageStream:
     def _warn(self, path: str, d: Diagnostic) -> None:
         self.warnings.append(f"{shown(path)}: line {d.line or '?'}: {d.reason} ({d.detail})")
 
-
-def _without_password(text: str, path: str) -> str:
-    """`text` naming the session `path` as results name it (a database URL without its
-    password: the password stays with the caller)."""
-    return text.replace(path, shown(path))

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -406,6 +407,19 @@ def _waiting(conninfo: str, count: int) -> list[tuple[int, str]]:
     raise AssertionError(f"fewer than {count} statements wait for a lock")
 
 
+def _resend_behind_it(appender: Any, conninfo: str, holder: psycopg.Connection[Any]
+                      ) -> list[int]:
+    """Send U2 again while the first attempt still waits for the row `holder` holds, then let
+    that attempt commit; the offsets the re-send was acknowledged at."""
+    resent: list[int] = []
+    sender = threading.Thread(target=lambda: resent.append(appender.commit(U2)), daemon=True)
+    sender.start()
+    _waiting(conninfo, 2)  # the first attempt, and the re-send behind it
+    holder.commit()  # the first attempt commits, then the re-send goes on
+    sender.join(timeout=30)
+    return resent
+
+
 U1 = b'{"type":"custom","id":"u1","customType":"x"}\n'
 U2 = b'{"type":"custom","id":"u2","customType":"x"}\n'
 
@@ -436,12 +450,7 @@ def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
         appender.close()
         proxy.refusing.clear()
         again = relayed.open_appender(Durability.always())
-        resent: list[int] = []
-        sender = threading.Thread(target=lambda: resent.append(again.commit(U2)), daemon=True)
-        sender.start()
-        _waiting(direct.conninfo, 2)  # the first statement, and the re-send behind it
-        holder.commit()  # the first statement commits, then the re-send goes on
-        sender.join(timeout=30)
+        resent = _resend_behind_it(again, direct.conninfo, holder)
         again.close()
     finally:
         holder.close()  # first: nothing may be left waiting for the row it holds
@@ -485,13 +494,7 @@ def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
             admin.execute("SELECT pg_cancel_backend(%s)", (retry,))
         trying.join(timeout=30)
         assert len(errors) == 1 and "may have been committed" in str(errors[0])
-        resent: list[int] = []
-        sender = threading.Thread(target=lambda: resent.append(appender.commit(U2)),
-                                  daemon=True)
-        sender.start()
-        _waiting(direct.conninfo, 2)  # the first attempt, and the re-send behind it
-        holder.commit()
-        sender.join(timeout=30)
+        resent = _resend_behind_it(appender, direct.conninfo, holder)
         appender.close()
     finally:
         holder.close()  # first: nothing may be left waiting for the row it holds

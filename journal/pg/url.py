@@ -17,7 +17,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import JournalError
 
-__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "session_url", "shown"]
+__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "session_url", "shown",
+           "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -90,6 +91,11 @@ def shown(target: str) -> str:
     """How results and messages name `target`: a `postgresql://` URL without its password
     (the one needed to read it stays with the caller), anything else as it is."""
     return _without_password(target) if target.startswith(SCHEMES) else target
+
+
+def shown_in(text: str, target: str) -> str:
+    """`text` (a message naming `target`) with `target` named as `shown` names it."""
+    return text.replace(target, shown(target)) if target else text
 
 
 def _without_password(url: str) -> str:
