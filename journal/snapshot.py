@@ -106,7 +106,9 @@ def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
     """Refuse to write to a session another program writes (a Claude Code transcript):
     raises `ForeignSession`. Every writer (`Session.open`, rotation) asks before it takes a
     lock, so nothing is left behind. A path that is not an existing file passes (the opening
-    says why it cannot be used)."""
+    says why it cannot be used, or follows it where a rotation moved it: also when that
+    happens between the look and the read)."""
+    path: str | None = None
     if isinstance(target, (str, os.PathLike)):
         path = os.path.realpath(target)
         if not os.path.isfile(path):
@@ -114,7 +116,13 @@ def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
         storage: Storage = FileStorage(path)
     else:
         storage = target
-    if dialect_of_storage(storage) != claude.PI:
+    try:
+        dialect = dialect_of_storage(storage)
+    except NotASession:
+        if path is not None and not os.path.lexists(path):
+            return  # moved away (rotated) since it was looked at
+        raise
+    if dialect != claude.PI:
         raise ForeignSession(storage.locator, "Claude Code")
 
 

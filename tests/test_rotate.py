@@ -290,3 +290,28 @@ def test_a_session_opened_on_a_successor_never_reuses_an_archived_id(tmp_path, m
         draws = iter([int(early, 16), 0xABCDEF12])
         monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
         assert again.append_message({"role": "user", "content": "new"}) == "abcdef12"
+
+
+def test_a_file_rotated_away_while_rotate_checks_its_dialect_is_followed(tmp_path, monkeypatch):
+    """rotate() first checks that the file is no Claude Code transcript; another writer may
+    rotate it between that check's look and its read. The file moved on, so rotate follows it
+    to the live one instead of failing with 'no such file' (seen in tests/test_races.py)."""
+    from journal import snapshot
+
+    early, s = _rotated_pair(tmp_path)  # a lineage: an archive and a live successor
+    live = s.path
+    with s:
+        s.append_message({"role": "user", "content": "more " + "y" * 3000, "timestamp": 0})
+        kept = s.append_message({"role": "user", "content": "kept again", "timestamp": 0})
+        s.append_compaction("again", kept, 100)
+    real = snapshot.dialect_of_storage
+
+    def rotated_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(snapshot, "dialect_of_storage", real)
+        assert rotate(live).rotated  # the other writer
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "dialect_of_storage", rotated_meanwhile)
+    result = rotate(live)
+    assert not os.path.exists(live)
+    assert result.path == resolve_live(live)[0]  # the successor, looked at instead
