@@ -279,8 +279,9 @@ def check_destination(path: str, archive_dir: str | None, compress: bool, *,
     folder, directory = os.path.dirname(path), os.path.dirname(archive)
     _check_folder(path, directory, is_default_archive(path, directory))
     _check_writable(path, folder, f"the session's folder {folder}")
-    stored = archive.removesuffix(".gz")
-    names = [stored, archive]
+    # the archive's name was just picked free (and is picked again under the lock): looking a
+    # second time would only race a writer that archives this file before our lock is taken
+    names: list[str] = []
     if successor is not None:  # under the lock, once an earlier intent was dealt with
         names += [intent_path(path), successor,
                   os.path.join(folder, temp_name(os.path.basename(successor)))]

@@ -315,3 +315,31 @@ def test_a_file_rotated_away_while_rotate_checks_its_dialect_is_followed(tmp_pat
     result = rotate(live)
     assert not os.path.exists(live)
     assert result.path == resolve_live(live)[0]  # the successor, looked at instead
+
+
+def test_a_file_archived_while_rotate_checks_its_destination_is_followed(tmp_path, monkeypatch):
+    """rotate() checks the destination before it waits for the lock: it picks a free archive
+    name, then checks the folders. Another writer may archive the file in between, under that
+    very name. The name is picked again under the lock, so rotate follows the file to its live
+    successor instead of refusing with 'already exists' (seen in tests/test_races.py)."""
+    from journal import rotation
+
+    early, s = _rotated_pair(tmp_path)
+    live = s.path
+    with s:
+        s.append_message({"role": "user", "content": "more " + "y" * 3000, "timestamp": 0})
+        kept = s.append_message({"role": "user", "content": "kept again", "timestamp": 0})
+        s.append_compaction("again", kept, 100)
+    real = rotation.is_default_archive
+    archived: list[str] = []
+
+    def archived_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(rotation, "is_default_archive", real)
+        other = rotate(live)  # the other writer takes the name just picked
+        archived.append(other.archive or "")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rotation, "is_default_archive", archived_meanwhile)
+    result = rotate(live)
+    assert archived and os.path.exists(archived[0])
+    assert result.path == resolve_live(live)[0]
