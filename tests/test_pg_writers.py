@@ -212,11 +212,12 @@ def test_a_writer_killed_mid_append_loses_no_acknowledged_entry_and_no_batch_is_
 
 
 class DropReplyProxy:
-    """A TCP relay to the server that, when armed, lets the next statement holding `marker`
-    (a call of `journal.append`, by default) reach the server and then cuts the connection
-    instead of relaying the reply: the commit happened, its acknowledgement is lost."""
+    """A TCP relay to the server that, when armed, lets the next message holding `marker`
+    reach the server and then cuts the connection instead of relaying the reply: the commit
+    happened, its acknowledgement is lost. The marker is a value of the commit (the appender's
+    statements are prepared: their text goes once, each execution carries only values)."""
 
-    def __init__(self, host: str, port: int, marker: bytes = b"journal.append") -> None:
+    def __init__(self, host: str, port: int, marker: bytes) -> None:
         self.target = (host, port)
         self.marker = marker
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -269,7 +270,7 @@ def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
     assert isinstance(direct, PostgresStorage)
     host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
     host, port = host_port.rsplit(":", 1)
-    proxy = DropReplyProxy(host, int(port))
+    proxy = DropReplyProxy(host, int(port), marker=b"lose-its-reply")
     try:
         relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
                                   "dropped")
@@ -278,7 +279,7 @@ def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
         try:
             first = appender.commit(b'{"type":"custom","id":"b1","customType":"x"}\n')
             proxy.armed.set()
-            batch = (b'{"type":"custom","id":"b2","customType":"x"}\n'
+            batch = (b'{"type":"custom","id":"b2","customType":"lose-its-reply"}\n'
                      b'{"type":"custom","id":"b3","customType":"x"}\n')
             offset = appender.commit(batch)  # the reply is lost; the appender asks again
             assert proxy.dropped.is_set()
@@ -303,8 +304,8 @@ def test_one_entry_whose_acknowledgement_was_lost_is_stored_once_and_a_resend_to
     assert isinstance(direct, PostgresStorage)
     host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
     host, port = host_port.rsplit(":", 1)
-    proxy = DropReplyProxy(host, int(port), marker=b"WITH s AS (")
-    one = b'{"type":"custom","id":"c2","customType":"x"}\n'
+    proxy = DropReplyProxy(host, int(port), marker=b"lose-its-reply")
+    one = b'{"type":"custom","id":"c2","customType":"lose-its-reply"}\n'
     try:
         relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
                                   "dropped-one")
@@ -329,8 +330,8 @@ def test_one_entry_whose_acknowledgement_was_lost_is_stored_once_and_a_resend_to
 
 class CutProxy:
     """A TCP relay to the server that can cut a connection right after relaying the
-    statement holding `marker` (the statement runs on, its client gone), and refuse new
-    connections for a while (`refusing`)."""
+    message holding `marker` (a value of the commit: the statement runs on, its client gone),
+    and refuse new connections for a while (`refusing`)."""
 
     def __init__(self, host: str, port: int, marker: bytes, *, refuse: bool = True) -> None:
         self.target = (host, port)
@@ -421,7 +422,7 @@ def _resend_behind_it(appender: Any, conninfo: str, holder: psycopg.Connection[A
 
 
 U1 = b'{"type":"custom","id":"u1","customType":"x"}\n'
-U2 = b'{"type":"custom","id":"u2","customType":"x"}\n'
+U2 = b'{"type":"custom","id":"u2","customType":"cut-here"}\n'  # what CutProxy looks for
 
 
 def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
@@ -435,7 +436,7 @@ def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
     from journal.errors import WriteFailed
 
     url = new_session(pg_url, "unconfirmed")
-    proxy = CutProxy(*_server(url), marker=b"WITH s AS (")
+    proxy = CutProxy(*_server(url), marker=b"cut-here")
     direct, relayed = _relayed(url, proxy.port)
     holder = psycopg.connect(direct.conninfo)  # a transaction holding the stream row
     lease = relayed.lock(5)
@@ -468,7 +469,7 @@ def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
     from journal.errors import WriteFailed
 
     url = new_session(pg_url, "refused-retry")
-    proxy = CutProxy(*_server(url), marker=b"WITH s AS (", refuse=False)
+    proxy = CutProxy(*_server(url), marker=b"cut-here", refuse=False)
     direct, relayed = _relayed(url, proxy.port)
     holder = psycopg.connect(direct.conninfo)
     lease = relayed.lock(5)
