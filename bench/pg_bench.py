@@ -13,7 +13,7 @@ What it measures (each journal figure next to its raw psycopg baseline):
 - resume of a 1,000,000-entry session (`Session.open` + `live_context`): the stream row keeps
   the latest compaction's position, so only the tail is read.
 
-    python bench/pg_bench.py [--n 3000] [--turns 4] [--procs 8] [--tail 2000]
+    python bench/pg_bench.py [--n 3000] [--turns 10] [--procs 8] [--tail 2000]
                              [--resume 1000000]
                              [--url postgresql://...]   (default: a throwaway embedded server)
 
@@ -122,21 +122,26 @@ def journal_loop(url: str, n: int, name: str = "journal append") -> Result:
         return timed(name, n, lambda i: append(messages[i]))
 
 
-def in_turns(url: str, n: int, turns: int) -> tuple[Result, Result]:
+def in_turns(url: str, n: int, turns: int) -> tuple[Result, Result, list[float]]:
     """The raw loop and the journal loop `turns` times each, n / turns commits a time (each
     time a fresh connection and a fresh session; the one going first swapped each turn), so a
-    slow moment of the machine falls on both alike; each result sums its turns."""
+    slow moment of the machine falls on both alike; each result sums its turns. Also the
+    ratio of the two times in each turn (how far the machine's moments moved the result)."""
     raw = Result("raw INSERT+COMMIT", 0, 0.0)
     ours = Result("journal append", 0, 0.0)
+    ratios: list[float] = []
     per = max(1, n // turns)
     for turn in range(turns):
         order = [(raw, raw_loop), (ours, journal_loop)]
+        seconds: dict[str, float] = {}
         for result, loop in order if turn % 2 == 0 else reversed(order):
             part = loop(url, per)
             result.n += part.n
             result.seconds += part.seconds
             result.latencies_ns += part.latencies_ns
-    return raw, ours
+            seconds[result.name] = part.seconds
+        ratios.append(seconds[ours.name] / seconds[raw.name])
+    return raw, ours, ratios
 
 
 def _worker(kind: str, url: str, n: int, start: Any, out: Any) -> None:
@@ -340,7 +345,7 @@ def start_server() -> tuple[str, Callable[[], None]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3000, help="commits per session per run")
-    parser.add_argument("--turns", type=int, default=4,
+    parser.add_argument("--turns", type=int, default=10,
                         help="turns the one-session raw and journal loops take")
     parser.add_argument("--procs", type=int, default=8, help="concurrent sessions")
     parser.add_argument("--tail", type=int, default=2000, help="entries followed")
@@ -353,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         journal_loop(url, 200)  # warm-up: imports, schema, prepared statements
         raw_loop(url, 200)
-        raw1, one = in_turns(url, args.n, args.turns)
+        raw1, one, turn_ratios = in_turns(url, args.n, args.turns)
         raw_n = concurrent("raw", url, args.n, args.procs)
         many = concurrent("journal", url, args.n, args.procs)
         tail = tail_latency(url, args.tail, args.tail_rate)
@@ -369,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'run':<28}{'commits':>9}{'per s':>11}{'p50 ms':>9}{'p99 ms':>9}")
     print(row(raw1))
     print(row(one, raw1))
+    print(f"{'':<28}one turn of {args.n // args.turns:,} commits each: "
+          f"{min(turn_ratios):.2f}x to {max(turn_ratios):.2f}x "
+          f"(median {statistics.median(turn_ratios):.2f}x, {len(turn_ratios)} turns)")
     print(row(raw_n, None, raw1))
     print(row(many, raw_n, one))
     print(row(tail))
