@@ -5,6 +5,7 @@ neither write nor take a lease."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,48 @@ def test_the_documented_roles_and_grants_are_enough_and_no_more(pg_url: str) -> 
         finally:
             appender.close()
     assert [e["id"] for e in load(reader).entries] == [first, second]
+
+
+def test_a_reader_that_may_not_register_as_a_follower_polls_and_says_why(
+        pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A role with SELECT only (no write on journal.followers) cannot be announced changes;
+    its follow says so once, with the grant that is missing, and polls: nothing is lost."""
+    import logging
+    import threading
+
+    from journal import follow
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        connect(pg_url).close()  # the schema, made by the superuser
+        try:
+            admin.execute("CREATE ROLE journal_select_only LOGIN")
+        except psycopg.errors.DuplicateObject:
+            pass
+        admin.execute("GRANT USAGE ON SCHEMA journal TO journal_select_only")
+        admin.execute("GRANT SELECT ON ALL TABLES IN SCHEMA journal TO journal_select_only")
+    url = session_url(pg_url, "followed")
+    Session.create(url, cwd="/").close()
+    reader = session_url(as_role(pg_url, "journal_select_only"), "followed")
+    stop = threading.Event()
+    texts: list[str] = []
+
+    def consume() -> None:
+        for entry in follow(reader, stop=stop, timeout=30.0):
+            texts.append(entry["message"]["content"])
+            if len(texts) == 3:
+                return
+
+    with caplog.at_level(logging.INFO):
+        thread = threading.Thread(target=consume)
+        thread.start()
+        with Session.open(url) as session:
+            for i in range(3):
+                session.append_message({"role": "user", "content": f"m{i}", "timestamp": 1})
+                time.sleep(0.3)
+        thread.join(timeout=20)
+        stop.set()
+    assert texts == ["m0", "m1", "m2"]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("journal")]
+    assert len([m for m in said if "journal.followers" in m]) == 1, said
+    assert any("GRANT INSERT, UPDATE, DELETE ON journal.followers" in m for m in said), said
+    assert not [m for m in said if "listening again" in m], said

@@ -150,13 +150,27 @@ class PgWatch:
         self._worked = True
         return new
 
-    def _lost(self) -> None:
+    def _unannounced(self, error: Exception) -> None:
+        """This role may not register as a follower, so no change would be announced to it:
+        poll from now on (listening again would only be refused again)."""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "permission denied"
+        log.warning("cannot register as a follower in journal.followers (%s): polling every "
+                    "%gs; GRANT INSERT, UPDATE, DELETE ON journal.followers to this role to be "
+                    "woken by notifications (docs/postgres.md, Roles and grants)", first,
+                    POLL_INTERVAL)
+        self.polling = True
+        self._drop()
+
+    def _drop(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001 - it is already broken; closing is best effort
+            except Exception:  # noqa: BLE001 - it may be broken; closing is best effort
                 pass
+
+    def _lost(self) -> None:
+        self._drop()
         log.info("the listening connection was lost; listening again")
         # at once, unless that connection failed before it ever worked
         self._retry_at = time.monotonic() + (0.0 if self._worked else RETRY_AFTER)
@@ -201,6 +215,9 @@ class PgWatch:
                         # another stream's change: keep waiting, but look at the stop flag
                         if self.stop.is_set() or time.monotonic() >= deadline:
                             break
+            except psycopg.errors.InsufficientPrivilege as e:
+                self._unannounced(e)
+                return True
             except psycopg.Error:
                 self._lost()
                 continue
