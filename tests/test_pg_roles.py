@@ -97,7 +97,7 @@ def test_a_reader_that_may_not_register_as_a_follower_polls_and_says_why(
     texts: list[str] = []
 
     def consume() -> None:
-        for entry in follow(reader, stop=stop, timeout=30.0):
+        for entry in follow(reader, from_start=True, stop=stop, timeout=30.0):
             texts.append(entry["message"]["content"])
             if len(texts) == 3:
                 return
