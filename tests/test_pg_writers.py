@@ -215,7 +215,9 @@ class DropReplyProxy:
     """A TCP relay to the server that, when armed, lets the next message holding `marker`
     reach the server and then cuts the connection instead of relaying the reply: the commit
     happened, its acknowledgement is lost. The marker is a value of the commit (the appender's
-    statements are prepared: their text goes once, each execution carries only values)."""
+    statements are prepared: their text goes once, each execution carries only values): a
+    line as it is (`"key":"value"`) is the one-entry statement's parameter; journal.append
+    gets it inside an array literal, its quotes escaped (`\\"key\\":\\"value\\"`)."""
 
     def __init__(self, host: str, port: int, marker: bytes) -> None:
         self.target = (host, port)
@@ -270,7 +272,7 @@ def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
     assert isinstance(direct, PostgresStorage)
     host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
     host, port = host_port.rsplit(":", 1)
-    proxy = DropReplyProxy(host, int(port), marker=b"lose-its-reply")
+    proxy = DropReplyProxy(host, int(port), marker=b'\\"customType\\":\\"lose-its-reply\\"')
     try:
         relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
                                   "dropped")
@@ -304,7 +306,7 @@ def test_one_entry_whose_acknowledgement_was_lost_is_stored_once_and_a_resend_to
     assert isinstance(direct, PostgresStorage)
     host_port = direct.conninfo.split("@", 1)[1].split("/", 1)[0]
     host, port = host_port.rsplit(":", 1)
-    proxy = DropReplyProxy(host, int(port), marker=b"lose-its-reply")
+    proxy = DropReplyProxy(host, int(port), marker=b'"customType":"lose-its-reply"')
     one = b'{"type":"custom","id":"c2","customType":"lose-its-reply"}\n'
     try:
         relayed = PostgresStorage(direct.conninfo.replace(host_port, f"127.0.0.1:{proxy.port}"),
@@ -421,6 +423,18 @@ def _resend_behind_it(appender: Any, conninfo: str, holder: psycopg.Connection[A
     return resent
 
 
+def _holder(conninfo: str) -> psycopg.Connection[Any]:
+    """A connection for a transaction that will hold the stream row. It is closed after
+    LOCK_HELD_AT_MOST seconds whatever happens, so a statement the proxy failed to cut off
+    commits and the test fails rather than waits for ever."""
+    holder = psycopg.connect(conninfo)
+    timer = threading.Timer(LOCK_HELD_AT_MOST, holder.close)
+    timer.daemon = True
+    timer.start()
+    return holder
+
+
+LOCK_HELD_AT_MOST = 30.0
 U1 = b'{"type":"custom","id":"u1","customType":"x"}\n'
 U2 = b'{"type":"custom","id":"u2","customType":"cut-here"}\n'  # what CutProxy looks for
 
@@ -436,9 +450,9 @@ def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
     from journal.errors import WriteFailed
 
     url = new_session(pg_url, "unconfirmed")
-    proxy = CutProxy(*_server(url), marker=b"cut-here")
+    proxy = CutProxy(*_server(url), marker=b'"customType":"cut-here"')  # APPEND_ONE's
     direct, relayed = _relayed(url, proxy.port)
-    holder = psycopg.connect(direct.conninfo)  # a transaction holding the stream row
+    holder = _holder(direct.conninfo)  # a transaction holding the stream row
     lease = relayed.lock(5)
     try:
         appender = relayed.open_appender(Durability.always())
@@ -469,9 +483,9 @@ def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
     from journal.errors import WriteFailed
 
     url = new_session(pg_url, "refused-retry")
-    proxy = CutProxy(*_server(url), marker=b"cut-here", refuse=False)
+    proxy = CutProxy(*_server(url), marker=b'"customType":"cut-here"', refuse=False)
     direct, relayed = _relayed(url, proxy.port)
-    holder = psycopg.connect(direct.conninfo)
+    holder = _holder(direct.conninfo)
     lease = relayed.lock(5)
     errors: list[BaseException] = []
     try:
