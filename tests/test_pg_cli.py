@@ -76,3 +76,25 @@ def test_a_missing_database_session_is_one_error_line(env: dict[str, str]) -> No
     assert result.returncode == 2
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and "no such session" in lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ("show", "postgresql://[bad?session=s1"),
+    ("new", "postgresql://u:secret@[bad/db?session=s1"),
+    ("ls", "postgresql://[bad"),
+    ("push", "{folder}", "postgresql://[bad"),
+    ("pull", "postgresql://[bad?session=s1", "{folder}/out"),
+])
+def test_a_url_that_cannot_be_split_is_one_error_line(
+        env: dict[str, str], tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """A malformed URL (a bracket opening no IPv6 address) is one Error: line and exit 2, its
+    password hidden, nothing written; it was a Python traceback."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    result = journal(*(a.format(folder=folder) for a in argv), env=env)
+    assert result.returncode == 2, result.stderr.decode()
+    errors = [line for line in result.stderr.decode().splitlines()
+              if not line.startswith("journal: ")]  # progress lines of push and pull
+    assert len(errors) == 1 and errors[0].startswith("Error:"), errors
+    assert "not a valid URL" in errors[0] and "secret" not in errors[0]
+    assert [p.name for p in folder.iterdir()] == []

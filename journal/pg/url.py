@@ -11,9 +11,10 @@ This module needs no driver: `import journal` can tell a URL from a path without
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TypeGuard
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import JournalError
 
@@ -22,6 +23,7 @@ __all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "sessio
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
+_PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")  # user:password@ of a URL that cannot be split
 SHORT = "pg:"
 
 
@@ -62,7 +64,7 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
         if not session:
             raise BadDatabaseUrl(f"{target}: no session id after 'pg:'")
         return SessionUrl(base, session)
-    parts = urlsplit(target)
+    parts = _split(target)
     query = parse_qsl(parts.query, keep_blank_values=True)
     sessions = [value for key, value in query if key == "session"]
     if len(sessions) != 1 or not sessions[0]:
@@ -75,7 +77,7 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
 
 def parse_database(url: str) -> str:
     """A database URL (JOURNAL_DATABASE_URL) as the driver's conninfo; it names no session."""
-    parts = urlsplit(url)
+    parts = _split(url)
     if any(key == "session" for key, _ in parse_qsl(parts.query)):
         raise BadDatabaseUrl(f"{_without_password(url)}: a database URL names no session")
     return url
@@ -98,12 +100,29 @@ def shown_in(text: str, target: str) -> str:
     return text.replace(target, shown(target)) if target else text
 
 
+def _split(url: str) -> SplitResult:
+    """`url` split into its parts; BadDatabaseUrl (naming it without a password) if it cannot
+    be (a bracket that opens no IPv6 address). The host part is left to the driver, which
+    also takes several hosts (`h1:5432,h2`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:
+        raise BadDatabaseUrl(f"{_without_password(url)}: not a valid URL ({e}); the form is "
+                             "postgresql://user@host:port/db, with ?session=<id> for one "
+                             "session") from None
+    return parts
+
+
 def _without_password(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # no parts to rebuild it from: hide whatever stands before an '@'
+        return _PASSWORD.sub(r"\1***@", url)
     if parts.password is None:
         return url
     host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
+    if port is not None:
+        host += f":{port}"
     user = f"{parts.username}:***@" if parts.username else ":***@"
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
