@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 from corruption import (  # noqa: E402
     edit_entry,
     generated_bytes,
@@ -123,3 +123,20 @@ def test_repair_and_quarantine_commands(pg_url: str, tmp_path: Path,
     assert main(["quarantine", "restore", url, "1", str(restored)]) == 0
     assert restored.read_bytes() == quarantined_record(url, 1)["data"]
     assert main(["quarantine", "restore", url, "1", str(restored)]) == 2  # never overwritten
+
+
+def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_records_list(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`quarantine list` of a session the database has never held says so (exit 2), as every
+    other command does; the records of a session deleted since are still listed."""
+    assert main(["quarantine", "list", session_url(pg_url, "never-was")]) == 2
+    assert "no such session" in capsys.readouterr().err
+    url = stored(pg_url, damaged(tmp_path))
+    capsys.readouterr()
+    repair_database(url)
+    kept = quarantined(url)
+    assert kept
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM journal.streams WHERE session = %s", (url.rsplit("=", 1)[1],))
+    assert main(["quarantine", "list", url, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == len(kept)

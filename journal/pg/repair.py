@@ -84,19 +84,27 @@ def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> N
 
 
 def quarantined(target: str | PostgresStorage) -> list[dict[str, Any]]:
-    """The session's quarantine records, oldest first, numbered from 1 (without their bytes)."""
+    """The session's quarantine records, oldest first, numbered from 1 (without their bytes).
+    NotASession when there is no such session and nothing of that name in the quarantine
+    (the records of a deleted session are still listed)."""
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     session = storage.session
 
-    def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-        return conn.execute(
+    def query(conn: psycopg.Connection[Any]) -> tuple[bool, list[tuple[Any, ...]]]:
+        rows = conn.execute(
             "SELECT at, generation, byte_offset, octet_length(data), reason, detail "
             "FROM journal.quarantine WHERE session = %s ORDER BY id", (session,)).fetchall()
+        known = conn.execute("SELECT EXISTS (SELECT 1 FROM journal.streams WHERE session = %s)",
+                             (session,)).fetchone()
+        return bool(known and known[0]), rows
 
+    known, rows = with_shared(storage.conninfo, query)
+    if not known and not rows:
+        raise NotASession(storage.locator, "no such session in the database")
     return [{"line": n, "time": row[0].isoformat().replace("+00:00", "Z"),
              "source": storage.locator, "generation": row[1], "offset": row[2],
              "length": row[3], "reason": row[4], "detail": row[5]}
-            for n, row in enumerate(with_shared(storage.conninfo, query), 1)]
+            for n, row in enumerate(rows, 1)]
 
 
 def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, Any]:
