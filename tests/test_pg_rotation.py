@@ -156,6 +156,20 @@ def test_archive_exported_to_gz_by_policy(pg_url: str, tmp_path: Path) -> None:
     assert row is not None and row["exported_to"] == result.archive
 
 
+def test_an_archive_dir_given_relative_is_recorded_absolute(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row's `exported_to` is read from anywhere: a relative --archive-dir is recorded as
+    the absolute path it meant where the rotation ran."""
+    url = new_session(pg_url)
+    monkeypatch.chdir(tmp_path)
+    result = rotate_database(url, archive_dir="kept")
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and result.archive is not None
+    assert row["exported_to"] == result.archive == str(tmp_path / "kept" / Path(
+        result.archive).name)
+    assert gzip.decompress((tmp_path / "kept" / Path(result.archive).name).read_bytes())
+
+
 def test_rotating_twice_then_opening_the_first_id(pg_url: str) -> None:
     url = new_session(pg_url)
     first = rotate_database(url)

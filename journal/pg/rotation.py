@@ -267,7 +267,8 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
     return its path."""
     name = os.path.basename(file_name(storage)) + ".gz"
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, name)
+    # absolute: the row is read from other working folders (and other machines: it says which)
+    path = os.path.join(os.path.abspath(directory), name)
     with storage.open_reader() as reader:
         raw = reader.stream.read()
     data = gzip_bytes(raw)
