@@ -448,15 +448,16 @@ def _size_and_mtime(files: Iterable[str], problems: list[str]) -> tuple[int, flo
 
 def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:
     """`journal ls URL`: one row per lineage in the database (`journal.pg.transfer.
-    database_sessions`), each with the models, tokens and cost of its whole lineage counted
-    as `journal usage` counts them (each entry once; `tokens` and `cost` None when no file
-    of it reads as a session)."""
-    from .pg.lineages import database_lineages
+    database_sessions`), or the one a session URL names, each with the models, tokens and
+    cost of its whole lineage counted as `journal usage` counts them (each entry once;
+    `tokens` and `cost` None when no file of it reads as a session)."""
+    from .pg.lineages import database_lineages, names_session
     from .pg.transfer import database_sessions
     from .pg.url import parse_url
 
-    rows = database_sessions(url)
     chains = {parse_url(chain[-1]).session: chain for chain in database_lineages(url)}
+    rows = [row for row in database_sessions(url)
+            if not names_session(url) or str(row["session"]) in chains]
     for row in rows:
         chain = chains.get(str(row["session"]))
         used = lineage_usage(chain, prices) if chain else None

@@ -305,6 +305,11 @@ def test_ls_of_a_database_has_each_lineages_tokens_cost_and_models(pushed, tmp_p
     assert table.returncode == 0, table.stderr
     header = table.stdout.splitlines()[0].split("\t")
     assert "tokens" in header and "cost" in header
+    for session, counted in expected.items():  # a session URL: that lineage's row only
+        one = run_cli(tmp_path, "ls", session_url(url, session), "--json")
+        assert one.returncode == 0, one.stderr
+        [row] = json.loads(one.stdout)
+        assert row["session"] == session and row["tokens"] == counted.total.total_tokens
 
 
 def test_warnings_about_a_damaged_database_session_name_it_without_the_password(pg_url):

@@ -22,12 +22,17 @@ from ..errors import NotASession
 from .connect import with_shared
 from .url import parse_database, parse_url, session_url, shown
 
-__all__ = ["database_lineages"]
+__all__ = ["database_lineages", "names_session"]
+
+
+def names_session(url: str) -> bool:
+    """Whether `url` names one session (`?session=`, `pg:<id>`) rather than a database."""
+    return url.startswith("pg:") or "session=" in url
 
 
 def _split(url: str) -> tuple[str, str | None]:
     """(conninfo, session or None for the whole database) of `url`."""
-    if url.startswith("pg:") or "session=" in url:
+    if names_session(url):
         parsed = parse_url(url)
         return parsed.conninfo, parsed.session
     return parse_database(url), None
