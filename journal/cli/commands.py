@@ -435,14 +435,19 @@ def add_no_follow(p: argparse.ArgumentParser) -> None:
                    "(default: follow it to its live successor)")
 
 
+SESSION_HELP = "session file, or a database session (postgresql://...?session=<id>, pg:<id>)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = entry_parser(
         "journal", "Inspect and maintain agent session logs (pi session format v3, JSONL).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("new", help="create an empty session file",
-                       description="Create a new session file and print its path.")
-    p.add_argument("dir", nargs="?", help="directory for the file (a .jsonl path names the file); "
+                       description="Create a new session file and print its path (or a "
+                       "database session, named by its URL, and print the URL).")
+    p.add_argument("dir", nargs="?", help="directory for the file (a .jsonl path names the file), "
+                   "or a database session's URL (postgresql://...?session=<id>, pg:<id>); "
                    "default $JOURNAL_SESSIONS_DIR or ./sessions")
     p.add_argument("--cwd", help="working directory recorded in the header (default: here)")
     _add_json(p)
@@ -452,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Append JSON lines from stdin: entries (with 'type') or bare "
                        "messages (with 'role'). ids, parentIds and timestamps are assigned; all "
                        "lines are committed in one write, or none.")
-    p.add_argument("path", help="session file")
+    p.add_argument("path", help=SESSION_HELP)
     p.add_argument("--parent", metavar="ID",
                    help="append on the branch ending at this entry (default: the leaf); "
                    "the first new entry's parent is ID")
@@ -466,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="list entries with line numbers, flag bad lines",
                        description="List every entry with its line number; unreadable byte "
                        "ranges are flagged with '!!'.")
-    p.add_argument("path", help="session file")
+    p.add_argument("path", help=SESSION_HELP)
     p.add_argument("--json", action="store_true", help="print JSON lines")
     add_no_follow(p)
     add_dialect(p)
@@ -474,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="header, counts, size, problems, lock holder",
                        description="Summarise a session file without locking it.")
-    p.add_argument("path", help="session file")
+    p.add_argument("path", help=SESSION_HELP)
     _add_json(p)
     add_no_follow(p)
     add_dialect(p)
@@ -483,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("context", help="print what the model sees for the leaf",
                        description="Project the branch ending at the leaf (or --leaf) into "
                        "the messages, model and thinking level a model would be given.")
-    p.add_argument("path", help="session file")
+    p.add_argument("path", help=SESSION_HELP)
     p.add_argument("--leaf", metavar="ID", help="project this entry's branch instead")
     p.add_argument("--for-model", action="store_true",
                    help="print what a model is sent: tool calls and results paired up "
@@ -495,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tree", help="print the entry tree with labels and the leaf",
                        description="Print the session's tree; branches indent, chains stay flat.")
-    p.add_argument("path", help="session file")
+    p.add_argument("path", help=SESSION_HELP)
     p.add_argument("--json", action="store_true",
                    help="print JSON: the leaf id and every node in the text's order")
     add_no_follow(p)
