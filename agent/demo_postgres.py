@@ -19,10 +19,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,7 @@ from agent.replay import continue_scripted
 from agent.runner import Runner
 from agent.scenarios import scenario_path
 from journal import EmbeddedServer, JournalError, LeaseLost, Session, View, inspect, load
+from journal.interrupt import terminated_as_interrupted
 from tools import default_tools
 
 SESSION = "demo"
@@ -156,32 +154,13 @@ def _last_entries(url: str) -> None:
         _say(f"    {entry['id']} {entry['type']} {what}")
 
 
-@contextmanager
-def _terminated_as_interrupted() -> Iterator[None]:
-    """SIGTERM ends the demo as Ctrl-C does, through its `with` blocks: the embedded server is
-    stopped and its folder removed (by default SIGTERM would end the process on the spot and
-    leave the server running)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupted(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, interrupted)
-    try:
-        yield
-    finally:  # None: the handler was not set from Python; the default is what stood
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-
-
 def run_postgres_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, Any]:
     """Run the demo on a throwaway embedded PostgreSQL server; return what it did."""
     logging.getLogger("agent.window").setLevel(logging.ERROR)  # the small window is on purpose
     started = time.monotonic()
     workspace = _workspace(Path(directory).resolve())
     _say("journal demo on PostgreSQL (embedded server, removed at the end)\n")
-    with _terminated_as_interrupted(), EmbeddedServer() as server:
+    with terminated_as_interrupted(), EmbeddedServer() as server:
         url = f"{server.url()}?session={SESSION}"
         _say(f"session {url}\n")
         _say(f"1. a scripted coding session, window {WINDOW:,} tokens, real tools")

@@ -240,3 +240,37 @@ def test_a_new_entry_in_a_database_successor_is_delivered_even_if_drawn_from_a_s
     finally:
         follower.close()
     assert got == ["first", "second"]
+
+
+def test_a_follow_ended_by_sigterm_removes_its_registration(pg_url: str) -> None:
+    """`journal tail -f URL` stopped with SIGTERM (a service manager's stop) ends as Ctrl-C
+    ends it: its row in journal.followers is removed, not left to expire."""
+    import signal
+
+    url = new_session(pg_url)
+    session = url.rsplit("=", 1)[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from journal.cli import tail_main; "
+         "sys.exit(tail_main())", "-f", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def followers() -> int:
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute("SELECT count(*) FROM journal.followers WHERE session = %s",
+                               (session,)).fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        deadline = time.monotonic() + 30
+        while followers() == 0 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert followers() == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 128 + signal.SIGTERM
+        err = proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "Traceback" not in err
+    assert followers() == 0

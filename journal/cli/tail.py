@@ -32,6 +32,7 @@ from typing import IO, TYPE_CHECKING, Any
 from .. import codec
 from ..claude import DIALECTS
 from ..errors import JournalError
+from ..interrupt import terminated_as_interrupted
 from ..lineage import resolve_live
 from ..model import Entry
 from ..render import (
@@ -118,8 +119,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(path),
         flush=args.follow,
     )
-    try:
-        with closing(events):
+    try:  # SIGTERM ends a follow as Ctrl-C does: its registration as a follower is removed
+        with terminated_as_interrupted(), closing(events):
             for event in events:
                 printer.show(event)
     except KeyboardInterrupt:
