@@ -98,3 +98,14 @@ def test_a_url_that_cannot_be_split_is_one_error_line(
     assert len(errors) == 1 and errors[0].startswith("Error:"), errors
     assert "not a valid URL" in errors[0] and "secret" not in errors[0]
     assert [p.name for p in folder.iterdir()] == []
+
+
+def test_a_default_database_naming_a_session_says_which_variable(env: dict[str, str]) -> None:
+    """JOURNAL_DATABASE_URL with ?session= is refused, naming the variable (the error named
+    only the URL, which the user never typed on that command line)."""
+    env["JOURNAL_DATABASE_URL"] = env["JOURNAL_DATABASE_URL"] + "?session=other"
+    result = journal("show", "pg:cli", env=env)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: JOURNAL_DATABASE_URL: ")
+    assert "names no session" in lines[0]

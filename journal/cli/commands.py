@@ -326,8 +326,9 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
         return 0
     verb = "would rotate" if result.dry_run else "rotated"
     print(f"{result.path}: {verb} into {result.successor}")
-    print(f"  kept {result.entries_copied:,} entries ({result.successor_size:,} bytes of "
-          f"{result.old_size:,})")
+    kept = result.entries_copied
+    print(f"  kept {kept:,} {'entry' if kept == 1 else 'entries'} "
+          f"({result.successor_size:,} bytes of {result.old_size:,})")
     print(f"  archive: {result.archive or 'none (the old file stays, sealed, in place)'}")
     if not result.dry_run:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")

@@ -60,7 +60,11 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
         if not database.startswith(SCHEMES):
             raise BadDatabaseUrl(f"{DATABASE_ENV}={_without_password(database)!r} is not a "
                                  "postgresql:// URL")
-        base = parse_database(database)
+        try:
+            base = parse_database(database)
+        except BadDatabaseUrl as e:
+            raise BadDatabaseUrl(f"{DATABASE_ENV}: {e} (it names the database; 'pg:<id>' "
+                                 "adds the session)") from None
         if not session:
             raise BadDatabaseUrl(f"{target}: no session id after 'pg:'")
         return SessionUrl(base, session)
