@@ -18,15 +18,21 @@ __all__ = ["terminated_as_interrupted"]
 
 @contextmanager
 def terminated_as_interrupted() -> Iterator[None]:
-    """SIGTERM raises SystemExit(128 + SIGTERM) while this is entered (main thread only: a
-    signal handler can be set nowhere else)."""
+    """SIGTERM raises SystemExit(128 + SIGTERM) while this is entered, once: later ones are
+    ignored until it is left. Main thread only (a signal handler can be set nowhere else); a
+    SIGTERM ignored on entry stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupted(signum: int, frame: object) -> None:
+        # once: a second SIGTERM must not cut short the cleanup this one starts
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # the caller wants it ignored
+        yield
+        return
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         yield
