@@ -109,3 +109,36 @@ def test_a_default_database_naming_a_session_says_which_variable(env: dict[str, 
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: JOURNAL_DATABASE_URL: ")
     assert "names no session" in lines[0]
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("postgresql://u:pw@MyHost:5432/db?session=x", "postgresql://u:***@MyHost:5432/db?session=x"),
+    ("postgresql://u:p@ss@h1:5432,h2/db?session=s1", "postgresql://u:***@h1:5432,h2/db?session=s1"),
+    ("postgresql://u:12#ab@host/db", "postgresql://u:***@host/db"),
+    ("postgresql://u:p?ss@host/db", "postgresql://u:***@host/db"),
+    ("postgresql://u@host/db?password=secret&session=s1",
+     "postgresql://u@host/db?password=***&session=s1"),
+    ("postgresql://:pw@h/db", "postgresql://:***@h/db"),
+    ("postgresql://host/db?session=s", "postgresql://host/db?session=s"),
+])
+def test_a_url_is_shown_without_its_password_whatever_it_holds(url: str, expected: str) -> None:
+    """Messages name a URL without its password: one holding '@', '#' or '?' (which
+    splitting a URL stops at), or given as a `password=` parameter, included."""
+    from journal.pg.url import shown
+
+    assert shown(url) == expected
+
+
+@pytest.mark.parametrize(("url", "one"), [
+    ("postgresql://h/db?session=s1", True),
+    ("postgresql://h/db?%73ession=s1", True),
+    ("pg:s1", True),
+    ("postgresql://h/db", False),
+    ("postgresql://u:xsession=1@h/db", False),  # in the password
+    ("postgresql://h/session=x", False),  # the database's name
+    ("postgresql://h/db?application_name=session=a", False),  # another parameter's value
+])
+def test_whether_a_url_names_a_session_is_read_from_its_parameters(url: str, one: bool) -> None:
+    from journal.pg.url import names_session
+
+    assert names_session(url) is one

@@ -18,12 +18,14 @@ from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, url
 
 from ..errors import JournalError
 
-__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "parse_url", "session_url", "shown",
-           "shown_in"]
+__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "names_session", "parse_url",
+           "session_url", "shown", "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
-_PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")  # user:password@ of a URL that cannot be split
+_AUTHORITY = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<auth>[^/]*)(?P<rest>.*)",
+                        re.DOTALL)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 SHORT = "pg:"
 
 
@@ -79,6 +81,14 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
     return SessionUrl(conninfo, sessions[0])
 
 
+def names_session(url: str) -> bool:
+    """Whether `url` names one session (`pg:<id>`, or a `session` parameter) rather than a
+    database: the rule `parse_url` and `parse_database` apply, read from the parsed query."""
+    if url.startswith(SHORT) and not url.startswith(SCHEMES):
+        return True
+    return any(key == "session" for key, _ in parse_qsl(_split(url).query))
+
+
 def parse_database(url: str) -> str:
     """A database URL (JOURNAL_DATABASE_URL) as the driver's conninfo; it names no session."""
     parts = _split(url)
@@ -118,15 +128,14 @@ def _split(url: str) -> SplitResult:
 
 
 def _without_password(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # no parts to rebuild it from: hide whatever stands before an '@'
-        return _PASSWORD.sub(r"\1***@", url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if port is not None:
-        host += f":{port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    """`url` with its password hidden, everything else as written. Read as text, not split:
+    a password may hold what splitting stops at ('#', '?', '@'); the user part is everything
+    before the last '@' ahead of the first '/' (a query holding '@' with no path before it
+    hides more than the password, never less). A `password=` parameter is hidden too."""
+    found = _AUTHORITY.match(url)
+    if found is not None and "@" in found["auth"]:
+        userinfo, host = found["auth"].rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        url = f"{found['scheme']}{userinfo}@{host}{found['rest']}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
