@@ -451,9 +451,9 @@ def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:
     database_sessions`), or the one a session URL names, each with the models, tokens and
     cost of its whole lineage counted as `journal usage` counts them (each entry once;
     `tokens` and `cost` None when no file of it reads as a session)."""
-    from .pg.lineages import database_lineages, names_session
+    from .pg.lineages import database_lineages
     from .pg.transfer import database_sessions
-    from .pg.url import parse_url
+    from .pg.url import names_session, parse_url
 
     chains = {parse_url(chain[-1]).session: chain for chain in database_lineages(url)}
     rows = [row for row in database_sessions(url)

@@ -20,14 +20,9 @@ import psycopg
 
 from ..errors import NotASession
 from .connect import with_shared
-from .url import parse_database, parse_url, session_url, shown
+from .url import names_session, parse_database, parse_url, session_url, shown
 
-__all__ = ["database_lineages", "names_session"]
-
-
-def names_session(url: str) -> bool:
-    """Whether `url` names one session (`?session=`, `pg:<id>`) rather than a database."""
-    return url.startswith("pg:") or "session=" in url
+__all__ = ["database_lineages"]
 
 
 def _split(url: str) -> tuple[str, str | None]:
