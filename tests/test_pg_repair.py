@@ -131,6 +131,12 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
     other command does; the records of a session deleted since are still listed."""
     assert main(["quarantine", "list", session_url(pg_url, "never-was")]) == 2
     assert "no such session" in capsys.readouterr().err
+    lease = as_storage(session_url(pg_url, "leased-only")).lock(5)  # a row, no session yet
+    try:
+        assert main(["quarantine", "list", session_url(pg_url, "leased-only")]) == 2
+    finally:
+        lease.release()
+    assert "no such session" in capsys.readouterr().err
     url = stored(pg_url, damaged(tmp_path))
     capsys.readouterr()
     repair_database(url)
