@@ -44,7 +44,7 @@ from .idscan import scan_ids
 from .intent import MAX_INTENT_BYTES, BadIntent, Intent, parse_intent
 from .lock import WriterLock, lock_path_for
 from .model import Entry
-from .publish import NewFile, publish_bytes, temp_path_for
+from .publish import NewFile, link_no_replace, publish_bytes, temp_path_for
 from .seal import is_seal, make_seal, write_seal
 from .snapshot import last_newline_end, load
 from .storage import Lock
@@ -468,16 +468,14 @@ def recover_rotation(path: str) -> str | None:
             return "pending: the successor is live; sealing the old file failed"
         action = "finished: the successor is live and the old file is archived"
         if os.path.exists(path) and archive is not None:
-            if os.path.lexists(archive):
+            try:  # a crash between the archive's link and the old name's removal: finished
+                move_into_archive(path, archive)
+            except FileExistsError:
                 log.warning("%s: not archived: %s already exists", path, archive)
                 action = "finished: the successor is live; the old file stays, sealed"
-            else:
-                try:
-                    move_into_archive(path, archive)
-                except (OSError, JournalError) as e:
-                    log.warning("%s: not archived (%s); it stays, sealed, where it is",
-                                path, e)
-                    action = "finished: the successor is live; the old file stays, sealed"
+            except (OSError, JournalError) as e:
+                log.warning("%s: not archived (%s); it stays, sealed, where it is", path, e)
+                action = "finished: the successor is live; the old file stays, sealed"
     fsync_directory(os.path.dirname(path))
     remove_intent(path)
     log.warning("%s: an interrupted rotation was %s", path, action)
@@ -520,17 +518,15 @@ def move_into_archive(path: str, archive: str) -> None:
     # the moves go into the folder just checked, even if its name is swapped for a link
     folder = open_folder(directory, follow=not is_default_archive(path, directory))
     try:
-        try:
-            os.rename(path, name, dst_dir_fd=folder)
-        except OSError as e:
-            if e.errno != errno.EXDEV:
-                raise
-            _copy_across(path, archive, folder)
-            os.unlink(path)
+        _place(path, name, archive, folder)
         for suffix in (".bak", ".quarantine"):
             side = path + suffix
             if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
-                os.rename(side, name + suffix, dst_dir_fd=folder)
+                try:
+                    _place(side, name + suffix, archive + suffix, folder)
+                except FileExistsError:
+                    log.warning("%s: not moved into the archive: %s already exists", side,
+                                archive + suffix)
         os.fsync(folder)
     finally:
         os.close(folder)
@@ -565,13 +561,37 @@ def release_after_move(lock: Lock, path: str) -> None:
         lock.release()
 
 
+def _place(path: str, name: str, archive: str, folder: int) -> None:
+    """Move `path` to `name` in the archive folder, never over a file already there: an
+    archive folder chosen by the caller may be shared by sessions whose files have the same
+    name, and two rotations may pick the same free name at once (FileExistsError for the
+    second). The name already being `path` itself (a crash between link and unlink) finishes
+    the move."""
+    try:
+        linked = link_no_replace(path, name, dst_dir_fd=folder)
+    except FileExistsError:
+        if not os.path.samestat(os.lstat(path), os.lstat(name, dir_fd=folder)):
+            raise
+        linked = True
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        _copy_across(path, archive, folder)
+        linked = True
+    if linked:
+        os.unlink(path)
+    else:  # no hard links on this file system: the name was looked at, then renamed onto
+        os.rename(path, name, dst_dir_fd=folder)
+
+
 def _copy_across(path: str, archive: str, folder: int) -> None:
-    """Copy to another file system: a new file (never through a link), same permissions."""
+    """Copy to another file system: a new file (never through a link), same permissions,
+    never over an existing archive."""
     with read_regular(path) as src, NewFile(archive, "archive", like=os.fstat(src.fileno()),
                                             dir_fd=folder) as new:
         while chunk := src.read(1 << 22):
             new.write(chunk)
-        new.publish()
+        new.publish(replace=False)
 
 
 def recover_pending(path: str, lock_timeout: float) -> None:

@@ -9,7 +9,8 @@ so each keeps the same guarantees:
   it exists so a cleaner can tell a live writer's temp from a crash's (`files.remove_stale_temps`).
 - A full disk is measured before writing and reported as NoSpace naming the file.
 - The temp is synced, renamed over its final name (a rename replaces a link, it never writes
-  through it), and the directory is synced: after `publish()` returns, the new name survives
+  through it) or, where nothing may be replaced (archives), hard-linked to it, and the
+  directory is synced: after `publish()` returns, the new name survives
   a crash. With `dir_fd` every step works in one folder descriptor, whatever its path comes
   to name meanwhile.
 - On any failure before publication the temp is removed and the final name is untouched.
@@ -17,6 +18,7 @@ so each keeps the same guarantees:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
@@ -34,7 +36,11 @@ from .files import (
     write_all,
 )
 
-__all__ = ["NewFile", "create_file", "link_as", "publish_bytes", "temp_path_for"]
+__all__ = ["NewFile", "create_file", "link_as", "link_no_replace", "publish_bytes",
+           "temp_path_for"]
+
+# errnos of a file system that makes no hard links (FAT, some network and FUSE mounts)
+NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
 
 
 def temp_path_for(final: str, tag: str) -> str:
@@ -114,12 +120,19 @@ class NewFile:
                 raise NoSpace(self.path, needed, free_bytes(os.path.dirname(self.path))) from e
             raise
 
-    def publish(self, final: str | None = None) -> str:
-        """Sync, then rename over the final name (or `final`) and sync the directory."""
+    def publish(self, final: str | None = None, *, replace: bool = True) -> str:
+        """Sync, then rename over the final name (or `final`) and sync the directory. With
+        `replace=False` an existing final name is left as it is: FileExistsError (a hard
+        link gives the name, then the temp's name is dropped; a file system without hard
+        links falls back to a rename after a look)."""
         target = final or self.final
         self.sync()
-        os.rename(self._in_folder(self.path), self._in_folder(target),
-                  src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        here, there = self._in_folder(self.path), self._in_folder(target)
+        if replace or not link_no_replace(here, there, src_dir_fd=self.dir_fd,
+                                          dst_dir_fd=self.dir_fd):
+            os.rename(here, there, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        else:
+            os.unlink(here, dir_fd=self.dir_fd)
         self.published = True
         if self.dir_fd is None:
             fsync_directory(os.path.dirname(target))
@@ -187,6 +200,31 @@ def publish_bytes(final: str, data: bytes, tag: str, mode: int = 0o600, *,
     with NewFile(final, tag, mode, name=name) as new:
         new.write(data)
         return new.publish()
+
+
+def link_no_replace(source: str, target: str, *, src_dir_fd: int | None = None,
+                    dst_dir_fd: int | None = None) -> bool:
+    """Give `source` the name `target` as well, never over an existing file: True once
+    linked; FileExistsError if `target` exists; False when the file system makes no hard
+    links (the caller renames instead, having looked that `target` is free)."""
+    try:
+        os.link(source, target, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,
+                follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in NO_HARD_LINKS:
+            raise
+        if os.path.lexists(target) if dst_dir_fd is None else _exists_in(target, dst_dir_fd):
+            raise FileExistsError(errno.EEXIST, "File exists", target) from None
+        return False
+    return True
+
+
+def _exists_in(name: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def link_as(existing: str, alias: str) -> None:

@@ -594,8 +594,9 @@ def _compress(stored: str, final: str, progress: Progress | None = None) -> None
     """gzip the sealed archive (outside the lock: it no longer changes).
 
     The compressed copy is written under a fresh temp name (never through a planted link),
-    keeps the archive's permissions and replaces `final` only once it is whole and synced;
-    on failure the temp is removed and the uncompressed archive stays.
+    keeps the archive's permissions and gets the name `final` only once it is whole and
+    synced, never over a file of that name (an archive folder may be shared); on failure the
+    temp is removed and the uncompressed archive stays.
     """
     directory = os.path.dirname(final)
     # the default archive folder is worked in through one descriptor, opened refusing a
@@ -619,7 +620,7 @@ def _compress(stored: str, final: str, progress: Progress | None = None) -> None
                     size = os.fstat(src.fileno()).st_size
                     raise NoSpace(new.path, size, free_bytes(directory)) from e
                 raise
-            new.publish()
+            new.publish(replace=False)  # a shared archive folder: never over another's
         try:
             os.unlink(os.path.basename(stored), dir_fd=folder)
         except FileNotFoundError:

@@ -288,3 +288,78 @@ def test_journal_repair_clears_a_left_over_intent(tmp_path: Path,
     assert not os.path.exists(path + INTENT_SUFFIX)
     assert not [p for p in sessions.iterdir() if p.name.startswith(".")], "temp left"
     assert_writable_and_rotatable(tmp_path, path)
+
+
+def _header_id(path: str) -> str:
+    from journal.lineage import read_header
+
+    header = read_header(path)
+    assert header is not None, path
+    return str(header["id"])
+
+
+@pytest.mark.parametrize("where", ["intent", "sealed"])
+def test_two_sessions_of_one_name_rotated_at_once_into_one_archive_folder_both_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Two sessions whose files have the same name (proj-a/s.jsonl, proj-b/s.jsonl), rotated
+    at the same moment into one --archive-dir: both pick the same free archive name. The
+    second to get there never replaces the first one's archive (found by a reviewer: the
+    move and the compression both replaced it): its old file stays, sealed, where it is, or
+    is archived under the name, and its lineage still reads it."""
+    from journal.lineage import lineage
+
+    paths = []
+    for name in ("proj-a", "proj-b"):
+        made = make_rotatable(tmp_path / name)
+        renamed = str(tmp_path / name / "s.jsonl")
+        os.rename(made, renamed)
+        paths.append(renamed)
+    a, b = paths
+    a_id = _header_id(a)
+    ids = {a_id, _header_id(b)}
+    shared = str(tmp_path / "shared")
+    other: list[object] = []
+
+    def b_meanwhile(step: str) -> None:
+        if step == where and not other:  # A has picked its archive name
+            monkeypatch.setattr(rotation, "step_hook", None)
+            other.append(rotation.rotate(b, archive_dir=shared))
+
+    monkeypatch.setattr(rotation, "step_hook", b_meanwhile)
+    first = rotation.rotate(a, archive_dir=shared)
+    assert other and first.rotated
+    archived = [str(p) for p in Path(shared).iterdir() if p.name.startswith("s.jsonl")
+                and not p.name.endswith((".bak", ".quarantine"))]
+    in_place = [p for p in paths if os.path.exists(p)]
+    assert {_header_id(p) for p in archived + in_place} == ids  # nothing lost
+    assert first.successor is not None
+    chain = lineage(first.successor)
+    assert [_header_id(p) for p in chain[:-1]] == [a_id]  # A's successor reads A's old file
+
+
+def test_a_crash_between_the_archives_link_and_the_old_names_removal_is_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The move into the archive gives the file its archive name first, then drops the old
+    name. Killed in between, both names hold the one file: the next open finishes the move
+    (it took the archive name for someone else's file before)."""
+    from journal.lineage import read_intent
+
+    sessions = tmp_path / "sessions"
+    path = make_rotatable(sessions)
+
+    def crash(step: str) -> None:
+        if step == "sealed":
+            raise InjectedFailure(step)
+
+    monkeypatch.setattr(rotation, "step_hook", crash)
+    with pytest.raises(InjectedFailure):
+        rotation.rotate(path, compress=False)
+    monkeypatch.setattr(rotation, "step_hook", None)
+    intent = read_intent(path)
+    assert intent is not None and intent.archive is not None
+    os.makedirs(os.path.dirname(intent.archive), exist_ok=True)
+    os.link(path, intent.archive)  # the link made, the old name not yet dropped
+    with Session.open(path) as session:  # recovers, and follows to the successor
+        assert session.path != path
+    assert not os.path.exists(path) and os.path.isfile(intent.archive)
+    assert load(intent.archive).entries  # the sealed file, archived once
