@@ -363,3 +363,22 @@ def test_a_crash_between_the_archives_link_and_the_old_names_removal_is_finished
         assert session.path != path
     assert not os.path.exists(path) and os.path.isfile(intent.archive)
     assert load(intent.archive).entries  # the sealed file, archived once
+
+
+def test_rotation_on_a_file_system_without_hard_links_still_archives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the file system makes no hard links (FAT, some FUSE mounts: EPERM), the archive
+    is moved by a rename after a look, and compressed the same way."""
+    import errno as errnos
+
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise OSError(errnos.EPERM, "Operation not permitted")
+
+    publish_module = importlib.import_module("journal.publish")
+    monkeypatch.setattr(publish_module.os, "link", no_links)
+    path = make_rotatable(tmp_path / "sessions")
+    result = rotation.rotate(path)
+    assert result.rotated and not result.warnings
+    assert result.archive is not None and result.archive.endswith(".gz")
+    assert os.path.isfile(result.archive) and not os.path.exists(path)
+    assert not os.path.exists(result.archive.removesuffix(".gz"))
