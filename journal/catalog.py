@@ -456,8 +456,8 @@ def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:
     from .pg.url import names_session, parse_url
 
     chains = {parse_url(chain[-1]).session: chain for chain in database_lineages(url)}
-    rows = [row for row in database_sessions(url)
-            if not names_session(url) or str(row["session"]) in chains]
+    one = names_session(url)
+    rows = [row for row in database_sessions(url) if not one or str(row["session"]) in chains]
     for row in rows:
         chain = chains.get(str(row["session"]))
         used = lineage_usage(chain, prices) if chain else None

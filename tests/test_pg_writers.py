@@ -14,6 +14,9 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -439,6 +442,40 @@ U1 = b'{"type":"custom","id":"u1","customType":"x"}\n'
 U2 = b'{"type":"custom","id":"u2","customType":"cut-here"}\n'  # what CutProxy looks for
 
 
+@dataclass
+class HeldRow:
+    """A session whose appender committed U1 through a CutProxy, armed to cut U2's one-entry
+    statement, while another transaction (`holder`) holds the stream row."""
+
+    url: str
+    proxy: CutProxy
+    direct: PostgresStorage
+    relayed: PostgresStorage
+    holder: psycopg.Connection[Any]
+    appender: Any
+    first: int
+
+
+@contextmanager
+def row_held_and_cut_armed(pg_url: str, session: str, *, refuse: bool) -> Iterator[HeldRow]:
+    url = new_session(pg_url, session)
+    proxy = CutProxy(*_server(url), marker=b'"customType":"cut-here"', refuse=refuse)
+    direct, relayed = _relayed(url, proxy.port)
+    holder = _holder(direct.conninfo)
+    lease = relayed.lock(5)
+    try:
+        appender = relayed.open_appender(Durability.always())
+        first = appender.commit(U1)
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                       (session,))
+        proxy.armed.set()
+        yield HeldRow(url, proxy, direct, relayed, holder, appender, first)
+    finally:
+        holder.close()  # first: nothing may be left waiting for the row it holds
+        lease.release()
+        proxy.close()
+
+
 def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
         pg_url: str) -> None:
     """A fenced writer's commit is cut off while its statement waits for the stream row
@@ -449,30 +486,16 @@ def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
     an unconfirmed commit this process goes through journal.append)."""
     from journal.errors import WriteFailed
 
-    url = new_session(pg_url, "unconfirmed")
-    proxy = CutProxy(*_server(url), marker=b'"customType":"cut-here"')  # APPEND_ONE's
-    direct, relayed = _relayed(url, proxy.port)
-    holder = _holder(direct.conninfo)  # a transaction holding the stream row
-    lease = relayed.lock(5)
-    try:
-        appender = relayed.open_appender(Durability.always())
-        first = appender.commit(U1)
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'unconfirmed' "
-                       "FOR UPDATE")
-        proxy.armed.set()
+    with row_held_and_cut_armed(pg_url, "unconfirmed", refuse=True) as held:
         with pytest.raises(WriteFailed, match="may have been committed"):
-            appender.commit(U2)  # reaches the server, waits there; its client is cut off
-        appender.close()
-        proxy.refusing.clear()
-        again = relayed.open_appender(Durability.always())
-        resent = _resend_behind_it(again, direct.conninfo, holder)
+            held.appender.commit(U2)  # reaches the server, waits there; its client is cut off
+        held.appender.close()
+        held.proxy.refusing.clear()
+        again = held.relayed.open_appender(Durability.always())
+        resent = _resend_behind_it(again, held.direct.conninfo, held.holder)
         again.close()
-    finally:
-        holder.close()  # first: nothing may be left waiting for the row it holds
-        lease.release()
-        proxy.close()
-    assert stored_ids(url) == ["u1", "u2"]
-    assert resent == [first + len(U1)]
+    assert stored_ids(held.url) == ["u1", "u2"]
+    assert resent == [held.first + len(U1)]
 
 
 def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
@@ -482,41 +505,27 @@ def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
     so, and the entry sent again is found, not stored twice."""
     from journal.errors import WriteFailed
 
-    url = new_session(pg_url, "refused-retry")
-    proxy = CutProxy(*_server(url), marker=b'"customType":"cut-here"', refuse=False)
-    direct, relayed = _relayed(url, proxy.port)
-    holder = _holder(direct.conninfo)
-    lease = relayed.lock(5)
     errors: list[BaseException] = []
-    try:
-        appender = relayed.open_appender(Durability.always())
-        first = appender.commit(U1)
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'refused-retry' "
-                       "FOR UPDATE")
-        proxy.armed.set()
+    with row_held_and_cut_armed(pg_url, "refused-retry", refuse=False) as held:
 
         def commit() -> None:
             try:
-                appender.commit(U2)
+                held.appender.commit(U2)
             except WriteFailed as e:
                 errors.append(e)
 
         trying = threading.Thread(target=commit, daemon=True)
         trying.start()
-        [retry] = [pid for pid, query in _waiting(direct.conninfo, 2)
+        [retry] = [pid for pid, query in _waiting(held.direct.conninfo, 2)
                    if query.startswith("SELECT journal.append")]
-        with psycopg.connect(direct.conninfo, autocommit=True) as admin:
+        with psycopg.connect(held.direct.conninfo, autocommit=True) as admin:
             admin.execute("SELECT pg_cancel_backend(%s)", (retry,))
         trying.join(timeout=30)
         assert len(errors) == 1 and "may have been committed" in str(errors[0])
-        resent = _resend_behind_it(appender, direct.conninfo, holder)
-        appender.close()
-    finally:
-        holder.close()  # first: nothing may be left waiting for the row it holds
-        lease.release()
-        proxy.close()
-    assert stored_ids(url) == ["u1", "u2"]
-    assert resent == [first + len(U1)]
+        resent = _resend_behind_it(held.appender, held.direct.conninfo, held.holder)
+        held.appender.close()
+    assert stored_ids(held.url) == ["u1", "u2"]
+    assert resent == [held.first + len(U1)]
 
 
 def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(

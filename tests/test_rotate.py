@@ -292,18 +292,23 @@ def test_a_session_opened_on_a_successor_never_reuses_an_archived_id(tmp_path, m
         assert again.append_message({"role": "user", "content": "new"}) == "abcdef12"
 
 
+def _rotatable_successor(tmp_path):
+    """The live successor of a rotated lineage, with a compaction: it can rotate again."""
+    _, s = _rotated_pair(tmp_path)
+    with s:
+        s.append_message({"role": "user", "content": "more " + "y" * 3000, "timestamp": 0})
+        kept = s.append_message({"role": "user", "content": "kept again", "timestamp": 0})
+        s.append_compaction("again", kept, 100)
+    return s.path
+
+
 def test_a_file_rotated_away_while_rotate_checks_its_dialect_is_followed(tmp_path, monkeypatch):
     """rotate() first checks that the file is no Claude Code transcript; another writer may
     rotate it between that check's look and its read. The file moved on, so rotate follows it
     to the live one instead of failing with 'no such file' (seen in tests/test_races.py)."""
     from journal import snapshot
 
-    early, s = _rotated_pair(tmp_path)  # a lineage: an archive and a live successor
-    live = s.path
-    with s:
-        s.append_message({"role": "user", "content": "more " + "y" * 3000, "timestamp": 0})
-        kept = s.append_message({"role": "user", "content": "kept again", "timestamp": 0})
-        s.append_compaction("again", kept, 100)
+    live = _rotatable_successor(tmp_path)
     real = snapshot.dialect_of_storage
 
     def rotated_meanwhile(*args, **kwargs):
@@ -324,12 +329,7 @@ def test_a_file_archived_while_rotate_checks_its_destination_is_followed(tmp_pat
     successor instead of refusing with 'already exists' (seen in tests/test_races.py)."""
     from journal import rotation
 
-    early, s = _rotated_pair(tmp_path)
-    live = s.path
-    with s:
-        s.append_message({"role": "user", "content": "more " + "y" * 3000, "timestamp": 0})
-        kept = s.append_message({"role": "user", "content": "kept again", "timestamp": 0})
-        s.append_compaction("again", kept, 100)
+    live = _rotatable_successor(tmp_path)
     real = rotation.is_default_archive
     archived: list[str] = []
 

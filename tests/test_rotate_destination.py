@@ -171,6 +171,19 @@ def failing_at(target: str) -> Callable[..., None]:
     return fail
 
 
+def interrupted_at(monkeypatch: pytest.MonkeyPatch, path: str, step: str,
+                   **options: object) -> None:
+    """Rotate `path`, failing at `step` (one of rotation.STEPS), in this process."""
+    def crash(name: str) -> None:
+        if name == step:
+            raise InjectedFailure(name)
+
+    monkeypatch.setattr(rotation, "step_hook", crash)
+    with pytest.raises(InjectedFailure):
+        rotation.rotate(path, **options)
+    monkeypatch.setattr(rotation, "step_hook", None)
+
+
 @pytest.mark.parametrize("where", ["publish", "successor lock"])
 def test_a_rotation_failing_before_it_publishes_rolls_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
@@ -223,15 +236,7 @@ def test_an_intent_that_cannot_be_finished_never_blocks_appends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sessions = tmp_path / "sessions"
     path = make_rotatable(sessions)
-
-    def crash(step: str) -> None:
-        if step == "published":
-            raise InjectedFailure(step)
-
-    monkeypatch.setattr(rotation, "step_hook", crash)
-    with pytest.raises(InjectedFailure):
-        rotation.rotate(path)
-    monkeypatch.setattr(rotation, "step_hook", None)
+    interrupted_at(monkeypatch, path, "published")
     (successor,) = [p for p in sessions.glob("*.jsonl") if str(p) != path]
 
     def cannot_seal(*args: object) -> None:
@@ -253,14 +258,7 @@ def test_a_rotation_interrupted_at_each_step_leaves_the_session_writable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
     sessions = tmp_path / "sessions"
     path = make_rotatable(sessions)
-
-    def crash(name: str) -> None:
-        if name == step:
-            raise InjectedFailure(name)
-
-    monkeypatch.setattr(rotation, "step_hook", crash)
-    with pytest.raises(InjectedFailure):
-        rotation.rotate(path)
+    interrupted_at(monkeypatch, path, step)
     monkeypatch.undo()
     # the command first, then Session, then a next rotation (see assert_writable_and_rotatable)
     appended = journal(tmp_path, "append", path,
@@ -346,15 +344,7 @@ def test_a_crash_between_the_archives_link_and_the_old_names_removal_is_finished
 
     sessions = tmp_path / "sessions"
     path = make_rotatable(sessions)
-
-    def crash(step: str) -> None:
-        if step == "sealed":
-            raise InjectedFailure(step)
-
-    monkeypatch.setattr(rotation, "step_hook", crash)
-    with pytest.raises(InjectedFailure):
-        rotation.rotate(path, compress=False)
-    monkeypatch.setattr(rotation, "step_hook", None)
+    interrupted_at(monkeypatch, path, "sealed", compress=False)
     intent = read_intent(path)
     assert intent is not None and intent.archive is not None
     os.makedirs(os.path.dirname(intent.archive), exist_ok=True)

@@ -94,6 +94,8 @@ def quarantined(target: str | PostgresStorage) -> list[dict[str, Any]]:
         rows = conn.execute(
             "SELECT at, generation, byte_offset, octet_length(data), reason, detail "
             "FROM journal.quarantine WHERE session = %s ORDER BY id", (session,)).fetchall()
+        if rows:
+            return True, rows
         known = conn.execute("SELECT EXISTS (SELECT 1 FROM journal.streams WHERE session = %s "
                              "AND generation IS NOT NULL)", (session,)).fetchone()
         return bool(known and known[0]), rows
