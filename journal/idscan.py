@@ -47,8 +47,10 @@ class IdScan:
                 found = found.path  # an archive is read decompressed
             ids_of = getattr(found, "entry_ids", None)
             if isinstance(found, Storage) and callable(ids_of):
-                self._ids = ids_of()  # a backend that indexes ids (PostgreSQL) lists them
-                return
+                # a backend that indexes ids (PostgreSQL) lists them (None: not for this one)
+                self._ids = ids_of()
+                if self._ids is not None:
+                    return
             if isinstance(found, Storage):
                 with found.open_reader() as reader:
                     self._ids = scan_stream(reader.stream)

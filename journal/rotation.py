@@ -106,6 +106,8 @@ class RotationResult:
     lock_held_ms: float = 0.0
     total_ms: float = 0.0
     removed_archives: list[str] = field(default_factory=list)
+    moved_out: dict[str, str] = field(default_factory=dict)
+    """Database archives whose lines this rotation moved out: {session URL: .jsonl.gz}."""
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
 
@@ -116,7 +118,8 @@ class RotationResult:
             "archive": self.archive, "entriesCopied": self.entries_copied,
             "oldSize": self.old_size, "successorSize": self.successor_size,
             "lockHeldMs": round(self.lock_held_ms, 2), "totalMs": round(self.total_ms, 2),
-            "removedArchives": self.removed_archives, "dryRun": self.dry_run,
+            "removedArchives": self.removed_archives, "movedOut": self.moved_out,
+            "dryRun": self.dry_run,
             "warnings": self.warnings,
         }
 

@@ -185,7 +185,7 @@ class Session:
         writing there (`path` changes), its lock taken before the old one is released."""
         if not isinstance(self._storage, FileStorage):
             if is_database_url(self._storage.locator):
-                return self._rotate_database(archive_dir, dry_run)
+                return self._rotate_database(archive_dir, keep, dry_run)
             raise JournalError(f"{self.path}: rotation works on session files only")
         started = time.perf_counter()
         source = RotationSource(self.path, self.tree, self.header, self.latest_session_info(),
@@ -198,7 +198,8 @@ class Session:
         rotation.result.lock_held_ms = (time.perf_counter() - started) * 1000
         return finish_rotation(rotation, keep=keep)
 
-    def _rotate_database(self, archive_dir: str | None, dry_run: bool) -> RotationResult:
+    def _rotate_database(self, archive_dir: str | None, keep: int | None,
+                         dry_run: bool) -> RotationResult:
         """Rotate a database session (`journal.pg.rotation`) and carry on in its successor."""
         from .pg.lease import Lease
         from .pg.rotation import rotate_session
@@ -208,7 +209,7 @@ class Session:
         if not isinstance(storage, PostgresStorage) or not isinstance(lease, Lease):
             raise JournalError(f"{self.path}: not a database session held by this writer")
         result, successor, new_lease = rotate_session(storage, lease, archive_dir=archive_dir,
-                                                      dry_run=dry_run)
+                                                      keep=keep, dry_run=dry_run)
         if successor is None or new_lease is None:
             return result
         durability, previous = self._log.durability, self._taken()

@@ -218,7 +218,7 @@ def test_rotate_command_on_a_database_session(pg_url: str, tmp_path: Path,
     planned = json.loads(capsys.readouterr().out)
     assert planned["rotated"] and planned["dryRun"]
     assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
-    assert main(["rotate", url, "--keep", "1"]) == 2
+    assert main(["rotate", url, "--no-compress"]) == 2
     assert "for files" in capsys.readouterr().err
     assert main(["rotate", url, "--archive-dir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
@@ -261,3 +261,216 @@ def test_the_seal_names_the_last_entry_copied(pg_url: str) -> None:
     seal = [e for e in load(url).entries if is_seal(e)][-1]
     successor = load(session_url(pg_url, str(result.successor_id))).entries
     assert seal["data"]["lastCopied"] == successor[-1]["id"]
+
+
+# archives moved out of the database (--keep with --archive-dir)
+
+
+def rotate_again(url: str, **options: object) -> object:
+    """More turns and a compaction in the live session, then a rotation with `options`."""
+    with Session.open(url) as session:
+        fill(session, turns=10)
+    return rotate_database(url, **options)  # type: ignore[arg-type]
+
+
+def lineage_of(url: str) -> list[PostgresStorage]:
+    """The sessions of `url`'s lineage, oldest first."""
+    live = pg_rotation.live_storage(PostgresStorage.from_url(url))
+    chain = [live]
+    while (older := chain[0].predecessor()) is not None:
+        chain.insert(0, older)
+    return chain
+
+
+def rows_of(storage: PostgresStorage) -> int:
+    with psycopg.connect(storage.conninfo) as conn:
+        row = conn.execute("SELECT count(*) FROM journal.entries e JOIN journal.streams s "
+                           "ON s.id = e.stream WHERE s.session = %s",
+                           (storage.session,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def bytes_of(storage: PostgresStorage) -> bytes:
+    with storage.open_reader() as reader:
+        return reader.stream.read()
+
+
+def test_keep_moves_the_older_archives_out_and_they_read_as_before(
+        pg_url: str, tmp_path: Path) -> None:
+    from journal.pg.transfer import pull
+
+    url = new_session(pg_url)
+    first = rotate_database(url, archive_dir=str(tmp_path / "a"))
+    assert first.rotated and first.moved_out == {}
+    second = rotate_again(url, archive_dir=str(tmp_path / "a"))
+    oldest, newer, live = lineage_of(url)
+    before = {s.session: bytes_of(s) for s in (oldest, newer, live)}
+    pull(url, tmp_path / "before")
+    third = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=1)
+    assert second.rotated and third.rotated  # type: ignore[attr-defined]
+    chain = lineage_of(url)
+    assert [s.session for s in chain[:3]] == [oldest.session, newer.session, live.session]
+    # the two oldest beyond the newest one archive: moved out, to their exports
+    moved = third.moved_out  # type: ignore[attr-defined]
+    assert set(moved) == {oldest.locator, newer.locator}
+    for storage in (oldest, newer):
+        row = stream_row(storage)
+        assert row is not None and row["moved_out_at"] is not None
+        assert row["exported_to"] == moved[storage.locator]
+        assert rows_of(storage) == 0
+        assert gzip.decompress(Path(moved[storage.locator]).read_bytes()) == before[
+            storage.session]
+        assert bytes_of(storage) == before[storage.session]  # read from the file
+        assert load(storage.locator).entries  # and through everything above the seam
+    assert rows_of(chain[2]) > 0  # the newest archive keeps its lines
+    assert stream_row(chain[2])["moved_out_at"] is None  # type: ignore[index]
+    # a pull writes the same files as before the move, byte for byte
+    pull(session_url(pg_url, oldest.session), tmp_path / "after")
+    written = sorted(p.relative_to(tmp_path / "after") for p in
+                     (tmp_path / "after").rglob("*") if p.is_file())
+    for relative in written:
+        if (tmp_path / "before" / relative).exists():
+            assert (tmp_path / "after" / relative).read_bytes() == (
+                tmp_path / "before" / relative).read_bytes()
+    assert len(written) == 4
+    # a further rotation keeps one: the archive that was newest moves out now
+    fourth = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=1)
+    assert list(fourth.moved_out) == [chain[2].locator]  # type: ignore[attr-defined]
+
+
+def test_a_moved_out_archive_whose_file_is_not_here_says_where_it_is(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from journal import JournalError
+    from journal.cli import main
+    from journal.pg.transfer import pull
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert list(result.moved_out.values()) == [result.archive]
+    assert result.archive is not None
+    Path(result.archive).rename(tmp_path / "elsewhere.gz")
+    with pytest.raises(JournalError, match="moved out of the database to .*not on this"):
+        load(url)
+    assert main(["show", url]) != 0
+    assert result.archive in capsys.readouterr().err
+    # a search of the database says so and searches the rest (the live session)
+    assert main(["search", "after the compaction", pg_url]) == 0
+    found = capsys.readouterr()
+    assert result.archive in found.err and "after the compaction" in found.out
+    with pytest.raises(JournalError, match="not on this machine"):
+        pull(url, tmp_path / "pulled")
+    assert not any(p.is_file() for p in (tmp_path / "pulled").rglob("*"))
+    # the live session is not troubled by it
+    with Session.open(url) as session:
+        session.append_message({"role": "user", "content": "on", "timestamp": 1})
+
+
+def test_move_out_refuses_a_file_that_does_not_hold_the_session(
+        pg_url: str, tmp_path: Path) -> None:
+    from journal import JournalError
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"))
+    assert result.archive is not None
+    sealed = PostgresStorage.from_url(url)
+    rows = rows_of(sealed)
+    Path(result.archive).write_bytes(gzip.compress(b'{"type":"session"}\n'))
+    with pytest.raises(JournalError, match="does not hold the session's bytes"):
+        pg_rotation.move_out(sealed, str(tmp_path / "b"))
+    assert rows_of(sealed) == rows and stream_row(sealed)["moved_out_at"] is None  # type: ignore[index]
+    with pytest.raises(JournalError, match="not sealed"):
+        pg_rotation.move_out(pg_rotation.live_storage(sealed), str(tmp_path / "b"))
+
+
+def test_an_archive_never_exported_is_exported_as_it_moves_out(
+        pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated  # kept in the database only
+    sealed = PostgresStorage.from_url(url)
+    before = bytes_of(sealed)
+    path = pg_rotation.move_out(sealed, str(tmp_path / "out"))
+    assert Path(path).parent == tmp_path / "out"
+    assert gzip.decompress(Path(path).read_bytes()) == before == bytes_of(sealed)
+    assert pg_rotation.move_out(sealed, str(tmp_path / "other")) == path  # done already
+
+
+def test_a_reader_open_during_the_move_reads_on_from_the_file(
+        pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    with sealed.open_reader() as reader:
+        whole = reader.read(0, reader.size)
+    with sealed.open_reader() as reader:
+        head = reader.read(0, 100)
+        pg_rotation.move_out(sealed, str(tmp_path / "out"))
+        assert head + reader.read(100, reader.size - 100) == whole
+
+
+def test_the_ids_of_a_moved_out_archive_are_read_from_its_file(
+        pg_url: str, tmp_path: Path) -> None:
+    from journal.idscan import IdScan
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    ids = sealed.entry_ids()
+    assert ids
+    pg_rotation.move_out(sealed, str(tmp_path / "out"))
+    assert sealed.entry_ids() is None  # not in the database any more
+    scan = IdScan(sealed)
+    assert scan.wait(10)
+    assert all(f"{i:08x}" in scan for i in ids)
+
+
+def test_a_pulled_lineage_pushes_again_after_its_archive_moved_out(
+        pg_url: str, tmp_path: Path) -> None:
+    """A pushed lineage (stored under its files' session ids) whose archive moved out since:
+    pushing the same files again stores nothing and finds nothing different."""
+    from pg_server import fresh_database
+
+    from journal.pg.transfer import pull, push
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    pull(url, tmp_path / "copy")
+    other = fresh_database()
+    first = push(tmp_path / "copy", other)
+    assert len(first.pushed) == 2
+    archive = next(PostgresStorage.from_url(e["session"]) for e in first.pushed
+                   if "/archive/" in e["file"])
+    pg_rotation.move_out(archive, str(tmp_path / "out"))
+    assert rows_of(archive) == 0
+    again = push(tmp_path / "copy", other)
+    assert again.pushed == [] and len(again.skipped) == 2
+
+
+def test_rotate_keep_on_a_database(pg_url: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    assert main(["rotate", url, "--keep", "0"]) == 2
+    assert "--archive-dir" in capsys.readouterr().err
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+    assert main(["rotate", url, "--archive-dir", str(tmp_path / "a"), "--keep", "0",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["movedOut"]) == [url] and out["movedOut"][url] == out["archive"]
+    assert rows_of(PostgresStorage.from_url(url)) == 0
+
+
+def test_a_rotation_policy_with_keep_moves_archives_out(pg_url: str, tmp_path: Path) -> None:
+    from journal import RotationPolicy
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        session.rotation_policy = RotationPolicy(archive_dir=str(tmp_path / "a"), keep=0)
+        fill(session)
+        fill(session, turns=10)
+    oldest, newer, _live = lineage_of(url)
+    assert rows_of(oldest) == 0 and rows_of(newer) == 0
+    assert stream_row(newer)["moved_out_at"] is not None  # type: ignore[index]

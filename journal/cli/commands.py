@@ -292,11 +292,14 @@ def _walk_nested(roots: list[TreeNode]) -> Iterator[tuple[int, TreeNode]]:
 def _rotate_database(args: argparse.Namespace) -> int:
     from ..pg.rotation import rotate_database
 
-    if args.keep is not None or args.no_compress:
-        raise JournalError("--keep and --no-compress are for files: a database keeps its "
-                           "archives (--archive-dir also exports them as .jsonl.gz)")
-    result = rotate_database(args.path, archive_dir=args.archive_dir, dry_run=args.dry_run,
-                             lock_timeout=args.lock_timeout)
+    if args.no_compress:
+        raise JournalError("--no-compress is for files: a database's archives are exported "
+                           "(--archive-dir) as .jsonl.gz")
+    if args.keep is not None and args.archive_dir is None:
+        raise JournalError("--keep on a database moves the older archives out of it, to "
+                           "files: give --archive-dir DIR too")
+    result = rotate_database(args.path, archive_dir=args.archive_dir, keep=args.keep,
+                             dry_run=args.dry_run, lock_timeout=args.lock_timeout)
     return _print_rotation(result, args)
 
 
@@ -334,6 +337,8 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
     for removed in result.removed_archives:
         print(f"  removed old archive {removed}")
+    for session, moved_to in result.moved_out.items():
+        print(f"  moved old archive {session} out of the database to {moved_to}")
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     return 0
@@ -513,11 +518,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "current settings and everything from the compaction's first kept entry "
                        "on; verify it gives the same context, seal the old file and move it to "
                        "the archive. Done under the writer lock; compression happens after.")
-    p.add_argument("path", help="session file (a rotated one is followed to its successor)")
+    p.add_argument("path", help="session file or database session URL (a rotated one is "
+                   "followed to its successor)")
     p.add_argument("--archive-dir", metavar="DIR",
-                   help="where old files go (default: archive/ next to the session)")
+                   help="where old files go (default: archive/ next to the session); a "
+                   "database session's archive stays in the database and is also exported "
+                   "here as .jsonl.gz")
     p.add_argument("--keep", type=int, metavar="N",
-                   help="keep only the newest N archives of this lineage (default: all)")
+                   help="keep only the newest N archives of this lineage (default: all); in a "
+                   "database, older archives are moved out to --archive-dir (their rows "
+                   "deleted once the file is written and read back) and read from there")
     p.add_argument("--no-compress", action="store_true", help="archive without gzip")
     p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
     p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",

@@ -16,8 +16,12 @@ as file rotation leaves it: the successor is `<timestamp>_<id>.jsonl`, its heade
 
 Archives stay in the database (the sealed stream, readable as before) and, by policy
 (`archive_dir`), are also exported to `<archive_dir>/<file>.gz` once sealed (they no longer
-change). Opening a sealed session follows its successors to the live one (`live_storage`,
-`lock_live`), also when it was rotated while the opener waited for the lease.
+change). With `keep` too, only the newest `keep` archives of the lineage keep their lines in
+the database: older ones are moved out (`move_out`: exported, the file read back and
+compared, then their rows deleted in one transaction; the stream row stays, naming the
+file), and read from that file from then on. Opening a sealed session follows its
+successors to the live one (`live_storage`, `lock_live`), also when it was rotated while the
+opener waited for the lease.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import logging
 import os
 import posixpath
 import time
+import zlib
 from typing import Any
 
 import psycopg
@@ -42,13 +47,14 @@ from ..seal import make_seal
 from ..snapshot import find_last_of_type, last_newline_end, resume
 from ..tree import Tree
 from . import schema
-from .connect import DatabaseError, describe, with_shared
+from .connect import DatabaseError, connect, describe, with_shared
 from .lease import Lease
 from .storage import PostgresStorage, split_batch
 from .url import session_url
 
-__all__ = ["export_archive", "file_name", "gzip_bytes", "live_storage", "lock_live",
-           "rotate_database", "rotate_session", "stream_row", "successor_url"]
+__all__ = ["export_archive", "file_name", "gzip_bytes", "keep_archives", "live_storage",
+           "lock_live", "move_out", "rotate_database", "rotate_session", "stream_row",
+           "successor_url"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +67,8 @@ def stream_row(storage: PostgresStorage) -> dict[str, Any] | None:
 
     def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
         return conn.execute(
-            "SELECT successor, file_name, exported_to, sealed_at, generation, size, entries "
+            "SELECT successor, file_name, exported_to, sealed_at, generation, size, entries, "
+            "moved_out_at "
             "FROM journal.streams WHERE session = %s AND generation IS NOT NULL",
             (session,)).fetchone()
 
@@ -69,7 +76,7 @@ def stream_row(storage: PostgresStorage) -> dict[str, Any] | None:
     if row is None:
         return None
     keys = ("successor", "file_name", "exported_to", "sealed_at", "generation", "size",
-            "entries")
+            "entries", "moved_out_at")
     return dict(zip(keys, row, strict=True))
 
 
@@ -116,6 +123,7 @@ def rotate_database(
     target: str | PostgresStorage,
     *,
     archive_dir: str | None = None,
+    keep: int | None = None,
     dry_run: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> RotationResult:
@@ -124,15 +132,18 @@ def rotate_database(
     `target` is a session URL or a `PostgresStorage`; a sealed session is followed to its live
     successor first. Returns `rotated=False` with the reason when there is nothing to rotate
     (no compaction on the active branch, or a successor no shorter). `archive_dir` also
-    exports the sealed session to `<archive_dir>/<file>.gz`. A dry run takes no lease and
-    writes nothing. Raises LockTimeout (naming the holder), LeaseLost if another writer took
-    the session over meanwhile, DatabaseError.
+    exports the sealed session to `<archive_dir>/<file>.gz`; `keep` (with `archive_dir`) then
+    moves the lineage's archives beyond the newest `keep` out of the database
+    (`keep_archives`). A dry run takes no lease and writes nothing. Raises ValueError for a
+    `keep` below 0, JournalError for a `keep` without `archive_dir`, LockTimeout (naming the
+    holder), LeaseLost if another writer took the session over meanwhile, DatabaseError.
 
     Example:
         >>> result = rotate_database("pg:4f1c...")  # doctest: +SKIP
         >>> result.successor
     """
     started = time.perf_counter()
+    _check_keep(keep, archive_dir)
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     if stream_row(storage) is None:
         raise NotASession(storage.locator, "no such session in the database")
@@ -150,17 +161,20 @@ def rotate_database(
     result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
     if result.rotated and archive_dir is not None and not dry_run:
         _export_sealed(result, storage, archive_dir)
+        _keep_only(result, storage, keep, archive_dir)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
 
 
 def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str | None = None,
-                   dry_run: bool = False) -> tuple[RotationResult, PostgresStorage | None,
-                                                   Lease | None]:
+                   keep: int | None = None, dry_run: bool = False
+                   ) -> tuple[RotationResult, PostgresStorage | None, Lease | None]:
     """Rotate a session whose lease the caller holds (an open `Session`): the result, and,
     when it rotated, the successor with its lease, taken at once (it was created a moment ago
-    and is named nowhere else yet), for the writer to carry on in."""
+    and is named nowhere else yet), for the writer to carry on in. `archive_dir` and `keep`
+    as for `rotate_database`."""
     started = time.perf_counter()
+    _check_keep(keep, archive_dir)
     result = _rotate_held(storage, lease, archive_dir, dry_run)
     result.lock_held_ms = (time.perf_counter() - started) * 1000
     if not result.rotated or dry_run or result.successor_id is None:
@@ -170,6 +184,7 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str |
     new_lease = successor.lock(0)
     if archive_dir is not None:
         _export_sealed(result, storage, archive_dir)
+        _keep_only(result, storage, keep, archive_dir)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result, successor, new_lease
 
@@ -181,6 +196,106 @@ def _export_sealed(result: RotationResult, storage: PostgresStorage, archive_dir
         result.archive = export_archive(storage, archive_dir)
     except (OSError, JournalError) as e:
         result.warnings.append(f"exporting the archive failed ({e}); it stays in the database")
+
+
+def _check_keep(keep: int | None, archive_dir: str | None) -> None:
+    if keep is None:
+        return
+    if keep < 0:
+        raise ValueError("keep must be 0 or more")
+    if archive_dir is None:  # JournalError: a rotation policy's is logged, not raised
+        raise JournalError("keeping fewer archives in the database moves the others out to "
+                           "files: give an archive folder (--archive-dir) too")
+
+
+def _keep_only(result: RotationResult, sealed: PostgresStorage, keep: int | None,
+               archive_dir: str) -> None:
+    """`keep_archives` after a rotation; a failure is a warning (the rotation is done, and
+    an archive not moved out stays in the database, whole)."""
+    if keep is None or result.successor_id is None:
+        return
+    live = PostgresStorage(sealed.conninfo, result.successor_id)
+    try:
+        result.moved_out = keep_archives(live, keep, archive_dir)
+    except (OSError, JournalError) as e:
+        result.warnings.append(f"moving old archives out of the database failed ({e}); "
+                               "they stay in the database")
+
+
+def keep_archives(live: PostgresStorage, keep: int, directory: str) -> dict[str, str]:
+    """Move the archives of `live`'s lineage beyond the newest `keep` out of the database
+    (`move_out`, to `directory` where one was never exported); return {session URL: file}
+    for those moved now (older ones moved before are left as they are)."""
+    if keep < 0:
+        raise ValueError("keep must be 0 or more")
+    archives: list[PostgresStorage] = []
+    seen = {live.session}
+    older = live.predecessor()
+    while older is not None and older.session not in seen and len(archives) < MAX_HOPS:
+        seen.add(older.session)
+        archives.append(older)  # newest first
+        older = older.predecessor()
+    moved: dict[str, str] = {}
+    for archive in archives[keep:]:
+        row = stream_row(archive)
+        if row is None or row["moved_out_at"] is not None:
+            continue
+        moved[archive.locator] = move_out(archive, directory)
+    return moved
+
+
+def move_out(storage: PostgresStorage, directory: str) -> str:
+    """Move a sealed session's lines out of the database; return the `.jsonl.gz` holding them.
+
+    Its export (`exported_to`) is used where that file is here, else it is exported to
+    `directory` first. The file is read back and must hold exactly the session's bytes; then,
+    in one transaction, with the row locked and still the generation and size that were read,
+    its rows are deleted and `moved_out_at` set. Readers read the file from then on. Raises
+    JournalError for a session that is not sealed (only an archive moves out), or a file
+    that does not hold its bytes (the rows stay); NotASession."""
+    locator = storage.locator
+    row = stream_row(storage)
+    if row is None:
+        raise NotASession(locator, "no such session in the database")
+    if row["moved_out_at"] is not None:
+        return str(row["exported_to"])
+    if row["successor"] is None:
+        raise JournalError(f"{locator}: not sealed: only an archive (a rotated session) can "
+                           "move out of the database")
+    with storage.open_reader() as reader:
+        generation, data = reader.generation, reader.stream.read()
+    exported = row["exported_to"]
+    path = str(exported) if exported is not None and os.path.exists(str(exported)) else \
+        _write_archive(storage, directory, data)
+    try:
+        with open(path, "rb") as f:
+            same = gzip.decompress(f.read()) == data
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise JournalError(f"{locator}: its export {path} cannot be read back ({e}); its "
+                           "lines stay in the database") from e
+    if not same:
+        raise JournalError(f"{locator}: its export {path} does not hold the session's bytes; "
+                           "its lines stay in the database")
+    conn = connect(storage.conninfo)
+    try:
+        with conn.transaction():
+            now = conn.execute(
+                "SELECT id, generation, size, successor, moved_out_at FROM journal.streams "
+                "WHERE session = %s FOR UPDATE", (storage.session,)).fetchone()
+            if (now is None or now[1] != generation or now[2] != len(data)
+                    or now[3] is None or now[4] is not None):
+                raise JournalError(f"{locator}: it changed while it was being moved out of "
+                                   "the database; its lines stay there")
+            conn.execute("DELETE FROM journal.entries WHERE stream = %s", (now[0],))
+            conn.execute("UPDATE journal.streams SET exported_to = %s, moved_out_at = now() "
+                         "WHERE id = %s", (path, now[0]))
+    except psycopg.Error as e:
+        raise DatabaseError(f"{locator}: moving it out of the database was not committed "
+                            f"(its lines stay there): {describe(e)}") from e
+    finally:
+        conn.close()
+    log.info("%s: moved out of the database to %s", locator, path)
+    return path
 
 
 def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str | None,
@@ -265,12 +380,17 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
     """Write the sealed session's bytes to `<directory>/<file>.gz` (gzip, as file rotation
     compresses archives), durably, never over an existing file; record it on the row and
     return its path."""
+    with storage.open_reader() as reader:
+        raw = reader.stream.read()
+    return _write_archive(storage, directory, raw)
+
+
+def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
+    """`export_archive` of the bytes `raw` (the session's, read by the caller)."""
     name = os.path.basename(file_name(storage)) + ".gz"
     os.makedirs(directory, exist_ok=True)
     # absolute: the row is read from other working folders (and other machines: it says which)
     path = os.path.join(os.path.abspath(directory), name)
-    with storage.open_reader() as reader:
-        raw = reader.stream.read()
     data = gzip_bytes(raw)
     if os.path.lexists(path):
         raise JournalError(f"{path} already exists; the archive stays in the database only")

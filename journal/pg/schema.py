@@ -299,9 +299,18 @@ SELECT i.byte_offset,
     FROM i
 """
 
+# An archive moved out of the database (journal.pg.rotation.move_out): its lines are in the
+# .jsonl.gz `exported_to` names, and its rows are gone. (Version 2's comment on exported_to
+# says "rows dropped": they are only when this is set.)
+_V3 = """
+ALTER TABLE journal.streams
+    ADD COLUMN moved_out_at timestamptz;  -- lines moved out to exported_to, rows deleted
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "streams, entries, append()", _V1),
     (2, "successors, file names, quarantine, followers and change notifications", _V2),
+    (3, "archives moved out of the database", _V3),
 ]
 VERSION = MIGRATIONS[-1][0]
 

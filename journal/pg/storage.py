@@ -27,6 +27,9 @@ planning, the tail) works unchanged.
 - `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
   it current in one transaction; the generation before stays readable for readers that still
   read it, older ones are removed.
+- An archive moved out of the database (`journal.pg.rotation.move_out`) has no rows: its
+  reader serves the bytes of the `.jsonl.gz` its row names, where that file can be read (the
+  machine that moved it, or a shared folder), and says where the file is where it cannot.
 - `mark` and `watch` poll the stream row; `open_watch` waits on LISTEN/NOTIFY
   (`journal.pg.watch`), or with `poll=True` polls the stream rows (one query for all).
 """
@@ -34,9 +37,12 @@ planning, the tail) works unchanged.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
+import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -132,6 +138,12 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
     return Batch(lines, ids, parents, types, offsets, offset, kept)
 
 
+def moved_elsewhere(locator: str, path: str) -> str:
+    """What is said of an archive moved out of the database to a file not on this machine."""
+    return (f"{locator}: an archive moved out of the database to {path}, which is not on "
+            "this machine: read it where it is (or copy it there)")
+
+
 def text_array(values: Sequence[str | None]) -> str:
     """`values` as a PostgreSQL array literal: each element double-quoted with its backslashes
     and double quotes escaped (inside quotes nothing else is special), None as NULL."""
@@ -188,8 +200,9 @@ class PostgresReader:
     """The committed bytes of one generation of a session as of `open_reader()`."""
 
     def __init__(self, storage: PostgresStorage, stream_id: int, generation: int, size: int,
-                 resume_from: int | None) -> None:
+                 resume_from: int | None, moved_to: str | None = None) -> None:
         self._storage = storage
+        self._moved_to = moved_to
         self._stream_id = stream_id
         self._generation = generation
         self._size = size
@@ -279,6 +292,8 @@ class PostgresReader:
 
     def _rows(self, start: int, end: int) -> tuple[int, bytes]:
         """The bytes of the rows that cover [start, end): where the first begins, and them."""
+        if self._moved_to is not None:
+            return 0, self._moved_out_bytes(self._moved_to)
         stream, generation = self._stream_id, self._generation
 
         def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -292,6 +307,11 @@ class PostgresReader:
             ).fetchall()
 
         rows = with_shared(self._storage.conninfo, query)
+        if not rows and start < self._size:
+            # moved out of the database while this reader read it?
+            self._moved_to = self._storage.moved_to()
+            if self._moved_to is not None:
+                return 0, self._moved_out_bytes(self._moved_to)
         if not rows:
             return start, b""
         parts: list[bytes] = []
@@ -299,6 +319,23 @@ class PostgresReader:
             parts.append(bytes(raw))
             parts.append(b"\n")
         return int(rows[0][0]), b"".join(parts)
+
+    def _moved_out_bytes(self, path: str) -> bytes:
+        """The whole session, read from the archive it was moved out to (JournalError naming
+        the file where it cannot be read here, or does not hold the session's bytes)."""
+        locator = self._storage.locator
+        try:
+            with open(path, "rb") as f:
+                data = gzip.decompress(f.read())
+        except FileNotFoundError:
+            raise JournalError(moved_elsewhere(locator, path)) from None
+        except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
+                               f"which cannot be read ({e})") from e
+        if len(data) != self._size:
+            raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
+                               f"which holds {len(data):,} bytes, not the {self._size:,} it had")
+        return data
 
     def close(self) -> None:
         if self._stream is not None:
@@ -499,7 +536,8 @@ class PostgresStorage:
         def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
             return conn.execute(
                 "SELECT id, generation, size, least(last_compaction, last_kept, "
-                "last_model_change, last_thinking_change) FROM journal.streams WHERE session = %s "
+                "last_model_change, last_thinking_change), CASE WHEN moved_out_at IS NOT NULL "
+                "THEN exported_to END FROM journal.streams WHERE session = %s "
                 "AND generation IS NOT NULL", (session,)).fetchone()
 
         return with_shared(self.conninfo, query)
@@ -524,6 +562,12 @@ class PostgresStorage:
         row = self._row()
         return None if row is None else Mark(int(row[1]), int(row[2]))
 
+    def moved_to(self) -> str | None:
+        """The `.jsonl.gz` this session's lines were moved out of the database to, if they
+        were (`journal.pg.rotation.move_out`)."""
+        row = self._row()
+        return None if row is None or row[4] is None else str(row[4])
+
     def predecessor(self) -> PostgresStorage | None:
         """The sealed session this one continues: the one whose row names it as successor
         (set by a database rotation and by `journal push`), the latest sealed if several."""
@@ -545,7 +589,10 @@ class PostgresStorage:
         if row is None:
             raise NotASession(self._name, "no such session in the database")
         hint = None if row[3] is None else int(row[3])
-        return PostgresReader(self, int(row[0]), int(row[1]), int(row[2]), hint)
+        moved_to = None if row[4] is None else str(row[4])
+        if moved_to is not None and not os.path.exists(moved_to):
+            raise JournalError(moved_elsewhere(self._name, moved_to))
+        return PostgresReader(self, int(row[0]), int(row[1]), int(row[2]), hint, moved_to)
 
     def open_appender(self, durability: Durability | None = None) -> PostgresAppender:
         lease = self._lease
@@ -645,10 +692,13 @@ class PostgresStorage:
             self._lease = lease
         return lease
 
-    def entry_ids(self) -> set[int]:
+    def entry_ids(self) -> set[int] | None:
         """Every 8-hex entry id of the current generation, as integers (what
         `journal.idscan` gathers from a file's bytes), from the id column: a resumed
-        session learns the ids it must not reuse without reading the whole session."""
+        session learns the ids it must not reuse without reading the whole session. None
+        for an archive moved out of the database: its ids are in its file (read it)."""
+        if self.moved_to() is not None:
+            return None
         conn = connect(self.conninfo)  # its own: a long read must not hold up the shared one
         try:
             rows = conn.execute(

@@ -180,7 +180,7 @@ def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
         with conn.transaction():
             for f in files:
                 storage = PostgresStorage(conninfo, f.session)
-                existing = _stored_bytes(conn, f.session)
+                existing = _stored_bytes(conn, f.session, f.data)
                 entry = {"file": f.path, "name": f.name, "session": storage.locator,
                          "bytes": len(f.data)}
                 if existing is not None:
@@ -212,11 +212,16 @@ def push_bytes(data: bytes, url: str) -> None:
     PostgresStorage.from_url(url).create(data)
 
 
-def _stored_bytes(conn: psycopg.Connection[Any], session: str) -> bytes | None:
-    row = conn.execute("SELECT id, generation FROM journal.streams WHERE session = %s "
-                       "AND generation IS NOT NULL", (session,)).fetchone()
+def _stored_bytes(conn: psycopg.Connection[Any], session: str, like: bytes) -> bytes | None:
+    """The session's bytes in the database (None: not there). An archive moved out of the
+    database has no rows: it is `like` (the file pushed) when its size is that file's (its
+    file may be on another machine; the archive was sealed, so it has not changed)."""
+    row = conn.execute("SELECT id, generation, moved_out_at, size FROM journal.streams "
+                       "WHERE session = %s AND generation IS NOT NULL", (session,)).fetchone()
     if row is None:
         return None
+    if row[2] is not None:
+        return like if int(row[3]) == len(like) else b""
     lines = conn.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
                          "generation = %s ORDER BY position", (row[0], row[1])).fetchall()
     return b"".join(str(line[0]).encode("utf-8") + b"\n" for line in lines)
