@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .accounting import Tally, lineage_usage
+from .accounting import Tally, UsageWarning, lineage_usage
 from .claude import CLAUDE, PI, subagent_files
 from .discovery import find_lineages, session_paths
 from .errors import JournalError, LockTimeout, describe_os_error
@@ -446,11 +446,13 @@ def _size_and_mtime(files: Iterable[str], problems: list[str]) -> tuple[int, flo
     return size, mtime
 
 
-def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:
+def database_rows(url: str, prices: PriceTable,
+                  warnings: list[UsageWarning] | None = None) -> list[dict[str, Any]]:
     """`journal ls URL`: one row per lineage in the database (`journal.pg.transfer.
     database_sessions`), or the one a session URL names, each with the models, tokens and
     cost of its whole lineage counted as `journal usage` counts them (each entry once;
-    `tokens` and `cost` None when no file of it reads as a session)."""
+    `tokens` and `cost` None when no file of it reads as a session). What could not be
+    counted (an archive moved out to a file not on this machine) is added to `warnings`."""
     from .pg.lineages import database_lineages
     from .pg.transfer import database_sessions
     from .pg.url import names_session, parse_url
@@ -460,7 +462,7 @@ def database_rows(url: str, prices: PriceTable) -> list[dict[str, Any]]:
     rows = [row for row in database_sessions(url) if not one or str(row["session"]) in chains]
     for row in rows:
         chain = chains.get(str(row["session"]))
-        used = lineage_usage(chain, prices) if chain else None
+        used = lineage_usage(chain, prices, warnings) if chain else None
         row["models"] = used.models if used is not None else []
         row["tokens"] = used.total.total_tokens if used is not None else None
         row["cost"] = used.total.cost if used is not None else None

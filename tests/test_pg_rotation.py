@@ -18,6 +18,7 @@ from journal.pg import rotation as pg_rotation  # noqa: E402
 from journal.pg.rotation import rotate_database, stream_row  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
+from journal.rotation import RotationResult  # noqa: E402
 from journal.seal import is_seal  # noqa: E402
 from journal.storage import as_storage  # noqa: E402
 from journal.tree import Tree  # noqa: E402
@@ -266,11 +267,12 @@ def test_the_seal_names_the_last_entry_copied(pg_url: str) -> None:
 # archives moved out of the database (--keep with --archive-dir)
 
 
-def rotate_again(url: str, **options: object) -> object:
-    """More turns and a compaction in the live session, then a rotation with `options`."""
+def rotate_again(url: str, archive_dir: str | None = None,
+                 keep: int | None = None) -> RotationResult:
+    """More turns and a compaction in the live session, then a rotation."""
     with Session.open(url) as session:
         fill(session, turns=10)
-    return rotate_database(url, **options)  # type: ignore[arg-type]
+    return rotate_database(url, archive_dir=archive_dir, keep=keep)
 
 
 def lineage_of(url: str) -> list[PostgresStorage]:
@@ -308,11 +310,11 @@ def test_keep_moves_the_older_archives_out_and_they_read_as_before(
     before = {s.session: bytes_of(s) for s in (oldest, newer, live)}
     pull(url, tmp_path / "before")
     third = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=1)
-    assert second.rotated and third.rotated  # type: ignore[attr-defined]
+    assert second.rotated and third.rotated
     chain = lineage_of(url)
     assert [s.session for s in chain[:3]] == [oldest.session, newer.session, live.session]
     # the two oldest beyond the newest one archive: moved out, to their exports
-    moved = third.moved_out  # type: ignore[attr-defined]
+    moved = third.moved_out
     assert set(moved) == {oldest.locator, newer.locator}
     for storage in (oldest, newer):
         row = stream_row(storage)
@@ -336,7 +338,7 @@ def test_keep_moves_the_older_archives_out_and_they_read_as_before(
     assert len(written) == 4
     # a further rotation keeps one: the archive that was newest moves out now
     fourth = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=1)
-    assert list(fourth.moved_out) == [chain[2].locator]  # type: ignore[attr-defined]
+    assert list(fourth.moved_out) == [chain[2].locator]
 
 
 def test_a_moved_out_archive_whose_file_is_not_here_says_where_it_is(
@@ -430,7 +432,7 @@ def test_a_pulled_lineage_pushes_again_after_its_archive_moved_out(
     pushing the same files again stores nothing and finds nothing different."""
     from pg_server import fresh_database
 
-    from journal.pg.transfer import pull, push
+    from journal.pg.transfer import TransferError, pull, push
 
     url = new_session(pg_url)
     assert rotate_database(url).rotated
@@ -444,6 +446,14 @@ def test_a_pulled_lineage_pushes_again_after_its_archive_moved_out(
     assert rows_of(archive) == 0
     again = push(tmp_path / "copy", other)
     assert again.pushed == [] and len(again.skipped) == 2
+    # the same size, other bytes: not the archive that moved out
+    pulled = next((tmp_path / "copy" / "archive").iterdir())
+    packed = pulled.suffix == ".gz"
+    raw = gzip.decompress(pulled.read_bytes()) if packed else pulled.read_bytes()
+    edited = raw.replace(b"question 3", b"QUESTION 3")
+    pulled.write_bytes(gzip.compress(edited) if packed else edited)
+    with pytest.raises(TransferError, match="other bytes"):
+        push(tmp_path / "copy", other)
 
 
 def test_rotate_keep_on_a_database(pg_url: str, tmp_path: Path,
@@ -474,3 +484,118 @@ def test_a_rotation_policy_with_keep_moves_archives_out(pg_url: str, tmp_path: P
     oldest, newer, _live = lineage_of(url)
     assert rows_of(oldest) == 0 and rows_of(newer) == 0
     assert stream_row(newer)["moved_out_at"] is not None  # type: ignore[index]
+
+
+def test_a_rotation_policy_with_keep_and_no_archive_dir_still_rotates(pg_url: str) -> None:
+    """`keep` without an archive folder (valid for files: archive/ next to the session) does
+    not stop a database session rotating: its archives stay in the database, with a warning."""
+    from journal import RotationPolicy
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        session.rotation_policy = RotationPolicy(keep=0)
+        fill(session)
+        result = session.rotate()  # nothing since the compaction: not rotated
+        assert not result.rotated
+    assert len(lineage_of(url)) == 2
+    assert rows_of(lineage_of(url)[0]) > 0
+    again = rotate_again(url, keep=0)
+    assert again.rotated and again.moved_out == {}
+    assert any("archive folder" in w for w in again.warnings)
+
+
+def test_a_reader_of_the_live_session_reads_on_after_it_is_sealed_and_moved_out(
+        pg_url: str, tmp_path: Path) -> None:
+    """A reader opened before the rotation (a tail, a long export) serves what it had, from
+    the file, which also holds the seal appended since."""
+    url = new_session(pg_url)
+    live = PostgresStorage.from_url(url)
+    with live.open_reader() as reader:
+        whole = reader.read(0, reader.size)
+    with live.open_reader() as reader:
+        head = reader.read(0, 100)
+        result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+        assert list(result.moved_out) == [url]
+        assert head + reader.read(100, reader.size - 100) == whole
+    assert bytes_of(live).startswith(whole) and is_seal(load(url).entries[-1])
+
+
+def test_a_moved_out_archive_whose_file_changed_is_not_read(
+        pg_url: str, tmp_path: Path) -> None:
+    """The file is checked against the SHA-256 recorded as it moved out: other bytes of the
+    same length (another session's archive, an edit) are refused, not served."""
+    from journal import JournalError
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None
+    original = gzip.decompress(Path(result.archive).read_bytes())
+    Path(result.archive).write_bytes(gzip.compress(original.replace(b"question 3",
+                                                                    b"QUESTION 3")))
+    with pytest.raises(JournalError, match="no longer holds the bytes"):
+        load(url)
+
+
+def test_an_export_never_replaces_a_file_and_takes_one_holding_its_bytes(
+        pg_url: str, tmp_path: Path) -> None:
+    """An export finds its file name taken: by another file, it refuses and the rows stay
+    (and the file too); by a file holding exactly the session's bytes (an export that
+    stopped before it was recorded), it takes that file as its export."""
+    from journal import JournalError
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    data = bytes_of(sealed)
+    target = tmp_path / "out" / (Path(pg_rotation.file_name(sealed)).name + ".gz")
+    target.parent.mkdir()
+    target.write_bytes(b"somebody else's")
+    with pytest.raises(JournalError, match="already exists"):
+        pg_rotation.move_out(sealed, str(tmp_path / "out"))
+    assert target.read_bytes() == b"somebody else's" and rows_of(sealed) > 0
+    target.write_bytes(pg_rotation.gzip_bytes(data))  # the leftover of a stopped export
+    assert pg_rotation.move_out(sealed, str(tmp_path / "out")) == str(target)
+    assert rows_of(sealed) == 0 and bytes_of(sealed) == data
+
+
+def test_one_archive_that_cannot_move_out_does_not_hold_back_the_others(
+        pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    assert rotate_again(url).rotated
+    oldest, newer, _live = lineage_of(url)
+    blocked = tmp_path / "a" / (Path(pg_rotation.file_name(oldest)).name + ".gz")
+    blocked.parent.mkdir()
+    blocked.write_bytes(b"in the way")
+    result = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.rotated
+    assert oldest.locator not in result.moved_out and newer.locator in result.moved_out
+    assert any(oldest.locator in w and "already exists" in w for w in result.warnings)
+    assert rows_of(oldest) > 0 and rows_of(newer) == 0
+
+
+def test_a_dry_run_with_keep_says_what_would_move_out(pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    oldest = PostgresStorage.from_url(url)
+    live = pg_rotation.live_storage(oldest)
+    with Session.open(url) as session:
+        fill(session, turns=10)
+    planned = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0, dry_run=True)
+    assert planned.dry_run and set(planned.moved_out) == {oldest.locator, live.locator}
+    assert all(p.startswith(str(tmp_path / "a")) for p in planned.moved_out.values())
+    assert rows_of(oldest) > 0 and not (tmp_path / "a").exists()
+
+
+def test_ls_of_a_database_warns_of_a_lineage_counted_in_part(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None
+    assert main(["ls", pg_url]) == 0
+    assert "Warning" not in capsys.readouterr().err
+    Path(result.archive).rename(tmp_path / "elsewhere.gz")
+    assert main(["ls", pg_url]) == 0
+    assert result.archive in capsys.readouterr().err

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from .. import codec
+from ..accounting import UsageWarning
 from ..catalog import (
     SORT_KEYS,
     PruneReport,
@@ -76,7 +77,10 @@ RIGHT = ("entries", "files", "size", "tokens", "cost")
 def _ls_database(args: argparse.Namespace) -> int:
     if len(args.dirs) != 1:
         raise JournalError("journal ls lists one database at a time")
-    rows = database_rows(args.dirs[0], load_prices(args.prices))
+    warnings: list[UsageWarning] = []
+    rows = database_rows(args.dirs[0], load_prices(args.prices), warnings)
+    for warning in warnings:  # a lineage counted in part: its tokens and cost are less
+        print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
     if args.json:
         _emit_json(rows)
         return 0

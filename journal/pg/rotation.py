@@ -27,6 +27,7 @@ opener waited for the lease.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import logging
 import os
@@ -135,7 +136,7 @@ def rotate_database(
     exports the sealed session to `<archive_dir>/<file>.gz`; `keep` (with `archive_dir`) then
     moves the lineage's archives beyond the newest `keep` out of the database
     (`keep_archives`). A dry run takes no lease and writes nothing. Raises ValueError for a
-    `keep` below 0, JournalError for a `keep` without `archive_dir`, LockTimeout (naming the
+    `keep` below 0 (a `keep` without `archive_dir` is a warning), LockTimeout (naming the
     holder), LeaseLost if another writer took the session over meanwhile, DatabaseError.
 
     Example:
@@ -143,7 +144,7 @@ def rotate_database(
         >>> result.successor
     """
     started = time.perf_counter()
-    _check_keep(keep, archive_dir)
+    _check_keep(keep)
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     if stream_row(storage) is None:
         raise NotASession(storage.locator, "no such session in the database")
@@ -161,6 +162,7 @@ def rotate_database(
     result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
     if result.rotated and archive_dir is not None and not dry_run:
         _export_sealed(result, storage, archive_dir)
+    if result.rotated:
         _keep_only(result, storage, keep, archive_dir)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
@@ -174,17 +176,19 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str |
     and is named nowhere else yet), for the writer to carry on in. `archive_dir` and `keep`
     as for `rotate_database`."""
     started = time.perf_counter()
-    _check_keep(keep, archive_dir)
+    _check_keep(keep)
     result = _rotate_held(storage, lease, archive_dir, dry_run)
     result.lock_held_ms = (time.perf_counter() - started) * 1000
     if not result.rotated or dry_run or result.successor_id is None:
+        if result.rotated:
+            _keep_only(result, storage, keep, archive_dir)
         result.total_ms = (time.perf_counter() - started) * 1000
         return result, None, None
     successor = PostgresStorage(storage.conninfo, result.successor_id)
     new_lease = successor.lock(0)
     if archive_dir is not None:
         _export_sealed(result, storage, archive_dir)
-        _keep_only(result, storage, keep, archive_dir)
+    _keep_only(result, storage, keep, archive_dir)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result, successor, new_lease
 
@@ -198,38 +202,46 @@ def _export_sealed(result: RotationResult, storage: PostgresStorage, archive_dir
         result.warnings.append(f"exporting the archive failed ({e}); it stays in the database")
 
 
-def _check_keep(keep: int | None, archive_dir: str | None) -> None:
-    if keep is None:
-        return
-    if keep < 0:
+def _check_keep(keep: int | None) -> None:
+    if keep is not None and keep < 0:
         raise ValueError("keep must be 0 or more")
-    if archive_dir is None:  # JournalError: a rotation policy's is logged, not raised
-        raise JournalError("keeping fewer archives in the database moves the others out to "
-                           "files: give an archive folder (--archive-dir) too")
 
 
 def _keep_only(result: RotationResult, sealed: PostgresStorage, keep: int | None,
-               archive_dir: str) -> None:
-    """`keep_archives` after a rotation; a failure is a warning (the rotation is done, and
-    an archive not moved out stays in the database, whole)."""
-    if keep is None or result.successor_id is None:
+               archive_dir: str | None) -> None:
+    """`keep_archives` after a rotation (planned only, for a dry run): what cannot be moved
+    out is a warning (the rotation is done, and an archive not moved out stays in the
+    database, whole)."""
+    if keep is None:
         return
-    live = PostgresStorage(sealed.conninfo, result.successor_id)
-    try:
-        result.moved_out = keep_archives(live, keep, archive_dir)
-    except (OSError, JournalError) as e:
-        result.warnings.append(f"moving old archives out of the database failed ({e}); "
-                               "they stay in the database")
+    if archive_dir is None:
+        result.warnings.append("keep needs an archive folder for a database session (its "
+                               "older archives move out to files there): they stay in the "
+                               "database")
+        return
+    if result.dry_run:
+        live, newest = live_storage(sealed), sealed  # the sealed one would be the newest
+    elif result.successor_id is not None:
+        live, newest = PostgresStorage(sealed.conninfo, result.successor_id), None
+    else:
+        return
+    result.moved_out = keep_archives(live, keep, archive_dir, result.warnings,
+                                     dry_run=result.dry_run, newest=newest)
 
 
-def keep_archives(live: PostgresStorage, keep: int, directory: str) -> dict[str, str]:
+def keep_archives(live: PostgresStorage, keep: int, directory: str,
+                  warnings: list[str] | None = None, *, dry_run: bool = False,
+                  newest: PostgresStorage | None = None) -> dict[str, str]:
     """Move the archives of `live`'s lineage beyond the newest `keep` out of the database
     (`move_out`, to `directory` where one was never exported); return {session URL: file}
-    for those moved now (older ones moved before are left as they are)."""
+    for those moved now (older ones moved before are left as they are). One that cannot be
+    moved out stays in the database, the reason added to `warnings` (raised without them),
+    and the others move all the same. A dry run moves nothing and returns where each would
+    go; `newest` counts as the newest archive (the session a rotation would seal)."""
     if keep < 0:
         raise ValueError("keep must be 0 or more")
-    archives: list[PostgresStorage] = []
-    seen = {live.session}
+    archives: list[PostgresStorage] = [] if newest is None else [newest]
+    seen = {live.session} | {a.session for a in archives}
     older = live.predecessor()
     while older is not None and older.session not in seen and len(archives) < MAX_HOPS:
         seen.add(older.session)
@@ -240,19 +252,36 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str) -> dict[str,
         row = stream_row(archive)
         if row is None or row["moved_out_at"] is not None:
             continue
-        moved[archive.locator] = move_out(archive, directory)
+        try:
+            moved[archive.locator] = (_destination(archive, row, directory) if dry_run
+                                      else move_out(archive, directory))
+        except (OSError, JournalError) as e:
+            if warnings is None:
+                raise
+            warnings.append(f"{archive.locator} stays in the database: {e}")
     return moved
+
+
+def _destination(storage: PostgresStorage, row: dict[str, Any], directory: str) -> str:
+    """Where `move_out` would put the session's lines."""
+    exported = row["exported_to"]
+    if exported is not None and os.path.exists(str(exported)):
+        return str(exported)
+    return _archive_path(storage, directory)
 
 
 def move_out(storage: PostgresStorage, directory: str) -> str:
     """Move a sealed session's lines out of the database; return the `.jsonl.gz` holding them.
 
     Its export (`exported_to`) is used where that file is here, else it is exported to
-    `directory` first. The file is read back and must hold exactly the session's bytes; then,
-    in one transaction, with the row locked and still the generation and size that were read,
-    its rows are deleted and `moved_out_at` set. Readers read the file from then on. Raises
-    JournalError for a session that is not sealed (only an archive moves out), or a file
-    that does not hold its bytes (the rows stay); NotASession."""
+    `directory` first (a file already there holding exactly its bytes, left by an export
+    that stopped before recording it, is taken as the export). The file is read back and
+    must hold exactly the session's bytes; then, in one transaction, with the row locked
+    and still the generation and size that were read, its rows are deleted and
+    `moved_out_at` set, with the SHA-256 of the bytes (what readers check the file
+    against). Readers read the file from then on. Raises JournalError for a session that
+    is not sealed (only an archive moves out), or a file that does not hold its bytes (the
+    rows stay); NotASession."""
     locator = storage.locator
     row = stream_row(storage)
     if row is None:
@@ -287,8 +316,9 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
                 raise JournalError(f"{locator}: it changed while it was being moved out of "
                                    "the database; its lines stay there")
             conn.execute("DELETE FROM journal.entries WHERE stream = %s", (now[0],))
-            conn.execute("UPDATE journal.streams SET exported_to = %s, moved_out_at = now() "
-                         "WHERE id = %s", (path, now[0]))
+            conn.execute("UPDATE journal.streams SET exported_to = %s, moved_out_at = now(), "
+                         "moved_out_sha256 = %s WHERE id = %s",
+                         (path, hashlib.sha256(data).hexdigest(), now[0]))
     except psycopg.Error as e:
         raise DatabaseError(f"{locator}: moving it out of the database was not committed "
                             f"(its lines stay there): {describe(e)}") from e
@@ -385,23 +415,33 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
     return _write_archive(storage, directory, raw)
 
 
-def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
-    """`export_archive` of the bytes `raw` (the session's, read by the caller)."""
-    name = os.path.basename(file_name(storage)) + ".gz"
-    os.makedirs(directory, exist_ok=True)
+def _archive_path(storage: PostgresStorage, directory: str) -> str:
     # absolute: the row is read from other working folders (and other machines: it says which)
-    path = os.path.join(os.path.abspath(directory), name)
+    return os.path.join(os.path.abspath(directory),
+                        os.path.basename(file_name(storage)) + ".gz")
+
+
+def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
+    """`export_archive` of the bytes `raw` (the session's, read by the caller). A file of
+    that name is never replaced: one holding exactly these bytes (an export that stopped
+    before it was recorded) is taken as the export, any other is an error."""
+    path = _archive_path(storage, directory)
+    os.makedirs(directory, exist_ok=True)
     data = gzip_bytes(raw)
-    if os.path.lexists(path):
-        raise JournalError(f"{path} already exists; the archive stays in the database only")
-    new = NewFile(path, ARCHIVE_TAG)
-    try:
-        new.write(data)
-        new.publish()
-    except BaseException:
-        if not new.published:
+    if not _holds(path, raw):
+        new = NewFile(path, ARCHIVE_TAG)
+        try:
+            new.write(data)
+            new.publish(replace=False)
+        except FileExistsError:
             new.discard()
-        raise
+            if not _holds(path, raw):
+                raise JournalError(f"{path} already exists; the archive stays in the "
+                                   "database only") from None
+        except BaseException:
+            if not new.published:
+                new.discard()
+            raise
     session = storage.session
 
     def record(conn: psycopg.Connection[Any]) -> None:
@@ -410,6 +450,15 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
 
     with_shared(storage.conninfo, record)
     return path
+
+
+def _holds(path: str, raw: bytes) -> bool:
+    """Whether the file `path` is a gzip archive of exactly `raw` (False: no such file)."""
+    try:
+        with open(path, "rb") as f:
+            return gzip.decompress(f.read()) == raw
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return False
 
 
 def gzip_bytes(data: bytes) -> bytes:

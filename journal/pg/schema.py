@@ -300,11 +300,13 @@ SELECT i.byte_offset,
 """
 
 # An archive moved out of the database (journal.pg.rotation.move_out): its lines are in the
-# .jsonl.gz `exported_to` names, and its rows are gone. (Version 2's comment on exported_to
-# says "rows dropped": they are only when this is set.)
+# .jsonl.gz `exported_to` names, and its rows are gone; the SHA-256 of its bytes lets a
+# reader (and push) know that file for its own. (Version 2's comment on exported_to says
+# "rows dropped": they are only when moved_out_at is set.)
 _V3 = """
 ALTER TABLE journal.streams
-    ADD COLUMN moved_out_at timestamptz;  -- lines moved out to exported_to, rows deleted
+    ADD COLUMN moved_out_at timestamptz,  -- lines moved out to exported_to, rows deleted
+    ADD COLUMN moved_out_sha256 text;     -- hex SHA-256 of those lines (the bytes, not the gz)
 """
 
 MIGRATIONS: list[tuple[int, str, str]] = [

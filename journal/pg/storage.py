@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import io
 import os
 import threading
@@ -62,7 +63,7 @@ from .lease import Lease, acquire, current_holder
 from .url import SessionUrl, parse_url
 from .watch import PgWatch
 
-__all__ = ["PostgresReader", "PostgresStorage", "PostgresWatch", "PostgresAppender"]
+__all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch"]
 
 POLL_INTERVAL = 0.02
 # The arrays go as array literals made here (`text_array`): two C-level replaces per line
@@ -138,6 +139,16 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
     return Batch(lines, ids, parents, types, offsets, offset, kept)
 
 
+@dataclass(frozen=True)
+class MovedOut:
+    """Where a session moved out of the database is (`journal.pg.rotation.move_out`)."""
+
+    path: str
+    sha256: str
+    """Of the session's bytes (not of the gzip file)."""
+    generation: int
+
+
 def moved_elsewhere(locator: str, path: str) -> str:
     """What is said of an archive moved out of the database to a file not on this machine."""
     return (f"{locator}: an archive moved out of the database to {path}, which is not on "
@@ -200,9 +211,9 @@ class PostgresReader:
     """The committed bytes of one generation of a session as of `open_reader()`."""
 
     def __init__(self, storage: PostgresStorage, stream_id: int, generation: int, size: int,
-                 resume_from: int | None, moved_to: str | None = None) -> None:
+                 resume_from: int | None, moved: MovedOut | None = None) -> None:
         self._storage = storage
-        self._moved_to = moved_to
+        self._moved = moved
         self._stream_id = stream_id
         self._generation = generation
         self._size = size
@@ -292,8 +303,8 @@ class PostgresReader:
 
     def _rows(self, start: int, end: int) -> tuple[int, bytes]:
         """The bytes of the rows that cover [start, end): where the first begins, and them."""
-        if self._moved_to is not None:
-            return 0, self._moved_out_bytes(self._moved_to)
+        if self._moved is not None:
+            return 0, self._moved_out_bytes(self._moved)
         stream, generation = self._stream_id, self._generation
 
         def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -309,9 +320,9 @@ class PostgresReader:
         rows = with_shared(self._storage.conninfo, query)
         if not rows and start < self._size:
             # moved out of the database while this reader read it?
-            self._moved_to = self._storage.moved_to()
-            if self._moved_to is not None:
-                return 0, self._moved_out_bytes(self._moved_to)
+            self._moved = self._storage.moved_out()
+            if self._moved is not None:
+                return 0, self._moved_out_bytes(self._moved)
         if not rows:
             return start, b""
         parts: list[bytes] = []
@@ -320,10 +331,15 @@ class PostgresReader:
             parts.append(b"\n")
         return int(rows[0][0]), b"".join(parts)
 
-    def _moved_out_bytes(self, path: str) -> bytes:
-        """The whole session, read from the archive it was moved out to (JournalError naming
-        the file where it cannot be read here, or does not hold the session's bytes)."""
-        locator = self._storage.locator
+    def _moved_out_bytes(self, moved: MovedOut) -> bytes:
+        """The session's bytes, read from the archive it was moved out to: all of them, of
+        which this reader serves its first `size` (opened before the rotation's seal, it
+        has fewer). JournalError naming the file where it cannot be read here, or does not
+        hold the session's bytes."""
+        locator, path = self._storage.locator, moved.path
+        if moved.generation != self._generation:
+            raise JournalError(f"{locator}: the generation this reader read was replaced, "
+                               "and the session has since been moved out of the database")
         try:
             with open(path, "rb") as f:
                 data = gzip.decompress(f.read())
@@ -332,9 +348,9 @@ class PostgresReader:
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
                                f"which cannot be read ({e})") from e
-        if len(data) != self._size:
+        if hashlib.sha256(data).hexdigest() != moved.sha256 or len(data) < self._size:
             raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
-                               f"which holds {len(data):,} bytes, not the {self._size:,} it had")
+                               "which no longer holds the bytes it was moved out with")
         return data
 
     def close(self) -> None:
@@ -537,7 +553,7 @@ class PostgresStorage:
             return conn.execute(
                 "SELECT id, generation, size, least(last_compaction, last_kept, "
                 "last_model_change, last_thinking_change), CASE WHEN moved_out_at IS NOT NULL "
-                "THEN exported_to END FROM journal.streams WHERE session = %s "
+                "THEN exported_to END, moved_out_sha256 FROM journal.streams WHERE session = %s "
                 "AND generation IS NOT NULL", (session,)).fetchone()
 
         return with_shared(self.conninfo, query)
@@ -562,11 +578,10 @@ class PostgresStorage:
         row = self._row()
         return None if row is None else Mark(int(row[1]), int(row[2]))
 
-    def moved_to(self) -> str | None:
-        """The `.jsonl.gz` this session's lines were moved out of the database to, if they
-        were (`journal.pg.rotation.move_out`)."""
-        row = self._row()
-        return None if row is None or row[4] is None else str(row[4])
+    def moved_out(self) -> MovedOut | None:
+        """Where this session's lines were moved out of the database to, if they were
+        (`journal.pg.rotation.move_out`)."""
+        return _moved(self._row())
 
     def predecessor(self) -> PostgresStorage | None:
         """The sealed session this one continues: the one whose row names it as successor
@@ -589,10 +604,10 @@ class PostgresStorage:
         if row is None:
             raise NotASession(self._name, "no such session in the database")
         hint = None if row[3] is None else int(row[3])
-        moved_to = None if row[4] is None else str(row[4])
-        if moved_to is not None and not os.path.exists(moved_to):
-            raise JournalError(moved_elsewhere(self._name, moved_to))
-        return PostgresReader(self, int(row[0]), int(row[1]), int(row[2]), hint, moved_to)
+        moved = _moved(row)
+        if moved is not None and not os.path.exists(moved.path):
+            raise JournalError(moved_elsewhere(self._name, moved.path))
+        return PostgresReader(self, int(row[0]), int(row[1]), int(row[2]), hint, moved)
 
     def open_appender(self, durability: Durability | None = None) -> PostgresAppender:
         lease = self._lease
@@ -697,7 +712,7 @@ class PostgresStorage:
         `journal.idscan` gathers from a file's bytes), from the id column: a resumed
         session learns the ids it must not reuse without reading the whole session. None
         for an archive moved out of the database: its ids are in its file (read it)."""
-        if self.moved_to() is not None:
+        if self.moved_out() is not None:
             return None
         conn = connect(self.conninfo)  # its own: a long read must not hold up the shared one
         try:
@@ -809,6 +824,13 @@ class PostgresWatch:
 
     async def aclose(self) -> None:
         self.seen = None
+
+
+def _moved(row: tuple[Any, ...] | None) -> MovedOut | None:
+    """The `MovedOut` of a `PostgresStorage._row()` (None: not moved out)."""
+    if row is None or row[4] is None:
+        return None
+    return MovedOut(str(row[4]), str(row[5]), int(row[1]))
 
 
 def _first_line(e: BaseException | None) -> str:

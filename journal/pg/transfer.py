@@ -19,6 +19,7 @@ is written. A push then a pull gives byte-identical files.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 from collections.abc import Iterator
@@ -214,14 +215,15 @@ def push_bytes(data: bytes, url: str) -> None:
 
 def _stored_bytes(conn: psycopg.Connection[Any], session: str, like: bytes) -> bytes | None:
     """The session's bytes in the database (None: not there). An archive moved out of the
-    database has no rows: it is `like` (the file pushed) when its size is that file's (its
-    file may be on another machine; the archive was sealed, so it has not changed)."""
-    row = conn.execute("SELECT id, generation, moved_out_at, size FROM journal.streams "
-                       "WHERE session = %s AND generation IS NOT NULL", (session,)).fetchone()
+    database has no rows: it is `like` (the file pushed) when that file's bytes have the
+    SHA-256 recorded as it moved out (its own file may be on another machine)."""
+    row = conn.execute("SELECT id, generation, moved_out_at, moved_out_sha256 FROM "
+                       "journal.streams WHERE session = %s AND generation IS NOT NULL",
+                       (session,)).fetchone()
     if row is None:
         return None
     if row[2] is not None:
-        return like if int(row[3]) == len(like) else b""
+        return like if hashlib.sha256(like).hexdigest() == row[3] else b""
     lines = conn.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
                          "generation = %s ORDER BY position", (row[0], row[1])).fetchall()
     return b"".join(str(line[0]).encode("utf-8") + b"\n" for line in lines)
