@@ -352,7 +352,7 @@ def test_a_moved_out_archive_whose_file_is_not_here_says_where_it_is(
     assert list(result.moved_out.values()) == [result.archive]
     assert result.archive is not None
     Path(result.archive).rename(tmp_path / "elsewhere.gz")
-    with pytest.raises(JournalError, match="moved out of the database to .*not on this"):
+    with pytest.raises(JournalError, match="moved out of the database to .*not here"):
         load(url)
     assert main(["show", url]) != 0
     assert result.archive in capsys.readouterr().err
@@ -360,7 +360,7 @@ def test_a_moved_out_archive_whose_file_is_not_here_says_where_it_is(
     assert main(["search", "after the compaction", pg_url]) == 0
     found = capsys.readouterr()
     assert result.archive in found.err and "after the compaction" in found.out
-    with pytest.raises(JournalError, match="not on this machine"):
+    with pytest.raises(JournalError, match="not here"):
         pull(url, tmp_path / "pulled")
     assert not any(p.is_file() for p in (tmp_path / "pulled").rglob("*"))
     # the live session is not troubled by it
@@ -512,11 +512,13 @@ def test_a_reader_of_the_live_session_reads_on_after_it_is_sealed_and_moved_out(
     live = PostgresStorage.from_url(url)
     with live.open_reader() as reader:
         whole = reader.read(0, reader.size)
-    with live.open_reader() as reader:
+    with live.open_reader() as reader, live.open_reader() as untouched:
         head = reader.read(0, 100)
         result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
         assert list(result.moved_out) == [url]
         assert head + reader.read(100, reader.size - 100) == whole
+        # at its own size, what was appended since (the seal), as a reader of rows gives it
+        assert untouched.read(untouched.size, 1 << 16) == bytes_of(live)[len(whole):]
     assert bytes_of(live).startswith(whole) and is_seal(load(url).entries[-1])
 
 
@@ -599,3 +601,145 @@ def test_ls_of_a_database_warns_of_a_lineage_counted_in_part(
     Path(result.archive).rename(tmp_path / "elsewhere.gz")
     assert main(["ls", pg_url]) == 0
     assert result.archive in capsys.readouterr().err
+
+
+def test_a_failure_to_move_archives_out_never_leaves_a_session_on_its_sealed_one(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rotation is committed before archives move out: a database error there is a
+    warning, and the session writes on in its successor."""
+    from journal.pg.connect import DatabaseError
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        fill(session)
+
+        def refused(self: PostgresStorage) -> PostgresStorage | None:
+            raise DatabaseError("the database refused a read: statement timeout")
+
+        monkeypatch.setattr(PostgresStorage, "predecessor", refused)
+        result = session.rotate(archive_dir=str(tmp_path / "a"), keep=0)
+        monkeypatch.undo()
+        assert result.rotated and result.moved_out == {}
+        assert any("statement timeout" in w for w in result.warnings)
+        assert session.session_id == result.successor_id
+        session.append_message({"role": "user", "content": "after", "timestamp": 1})
+    assert load(url).entries[-1]["customType"] == "journal.successor"  # the seal stays last
+    assert load(str(result.successor)).entries[-1]["message"]["content"] == "after"
+
+
+def test_the_sealing_writer_cannot_append_to_the_sealed_session(pg_url: str) -> None:
+    """Sealing moves the fencing epoch on: a writer left on the sealed session (its switch
+    to the successor failed, say) has its appends refused, naming the successor, rather
+    than written after the seal where the live lineage never reads them."""
+    from journal import LeaseLost
+
+    url = new_session(pg_url)
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender()
+    result, successor, new_lease = pg_rotation.rotate_session(storage, lease)
+    assert result.rotated and successor is not None and new_lease is not None
+    try:
+        with pytest.raises(LeaseLost, match="sealed by a rotation and continues in"):
+            appender.commit(b'{"type":"custom","id":"late0001","customType":"x"}\n')
+        with pytest.raises(LeaseLost):  # a batch too (the function's path)
+            appender.commit(b'{"type":"custom","id":"late0002","customType":"x"}\n'
+                            b'{"type":"custom","id":"late0003","customType":"x"}\n')
+    finally:
+        appender.close()
+        new_lease.release()
+        lease.release()
+    assert load(url).entries[-1]["customType"] == "journal.successor"
+
+
+def test_a_reader_of_a_replaced_generation_reads_on_after_the_move(
+        pg_url: str, tmp_path: Path) -> None:
+    """A repair's new generation leaves the one before for readers still on it; moving the
+    session out deletes the current generation's rows only, so such a reader reads on."""
+    url = new_session(pg_url)
+    live = PostgresStorage.from_url(url)
+    before = bytes_of(live)
+    with live.open_reader() as reader:
+        live.publish(before, "repair")  # a new generation (as a repair publishes one)
+        assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
+        assert reader.extent() == len(before)
+        assert reader.read(0, reader.size) == before
+
+
+def test_an_export_takes_no_link_for_its_file_and_syncs_one_it_takes(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from journal import JournalError
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    data = bytes_of(sealed)
+    elsewhere = tmp_path / "elsewhere.gz"
+    elsewhere.write_bytes(pg_rotation.gzip_bytes(data))
+    target = tmp_path / "out" / (Path(pg_rotation.file_name(sealed)).name + ".gz")
+    target.parent.mkdir()
+    target.symlink_to(elsewhere)  # holds the bytes, through a link: not taken
+    with pytest.raises(JournalError, match="already exists"):
+        pg_rotation.move_out(sealed, str(tmp_path / "out"))
+    assert rows_of(sealed) > 0
+    target.unlink()
+    target.write_bytes(pg_rotation.gzip_bytes(data))  # never synced by whoever wrote it
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    assert pg_rotation.move_out(sealed, str(tmp_path / "out")) == str(target)
+    assert len(synced) >= 2  # the file and its folder, before the rows went
+
+
+def test_two_moves_of_one_archive_agree_on_its_file(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    data = bytes_of(sealed)
+    real = pg_rotation.connect
+    other: list[str] = []
+
+    def meanwhile(conninfo: str, **settings: str) -> psycopg.Connection[object]:
+        if not other:  # another process moves it out first
+            other.append("")
+            other[0] = pg_rotation.move_out(PostgresStorage.from_url(url), str(tmp_path / "d2"))
+        return real(conninfo, **settings)
+
+    monkeypatch.setattr(pg_rotation, "connect", meanwhile)
+    first = pg_rotation.move_out(sealed, str(tmp_path / "d1"))
+    assert first == other[0] == stream_row(sealed)["exported_to"]  # type: ignore[index]
+    assert gzip.decompress(Path(first).read_bytes()) == data == bytes_of(sealed)
+
+
+def test_a_pushed_compressed_archive_moves_out_under_its_own_name(
+        pg_url: str, tmp_path: Path) -> None:
+    from journal.pg.transfer import push
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    path = folder / "s.jsonl"
+    with Session.create(str(path), cwd="/w") as session:
+        fill(session)
+    assert rotate(str(path)).rotated  # archive/s.jsonl.gz
+    pushed = push(folder, pg_url)
+    archive = next(PostgresStorage.from_url(e["session"]) for e in pushed.pushed
+                   if e["file"].endswith(".gz"))
+    moved = pg_rotation.move_out(archive, str(tmp_path / "moved"))
+    assert moved == str(tmp_path / "moved" / "s.jsonl.gz")
+
+
+def test_a_dry_run_prints_what_would_move(pg_url: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    with Session.open(url) as session:
+        fill(session, turns=10)
+    assert main(["rotate", url, "--archive-dir", str(tmp_path / "a"), "--keep", "0",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would move old archive" in out and "  moved" not in out

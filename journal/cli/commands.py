@@ -337,8 +337,9 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
         print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
     for removed in result.removed_archives:
         print(f"  removed old archive {removed}")
+    moved = "would move" if result.dry_run else "moved"
     for session, moved_to in result.moved_out.items():
-        print(f"  moved old archive {session} out of the database to {moved_to}")
+        print(f"  {moved} old archive {session} out of the database to {moved_to}")
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     return 0

@@ -32,6 +32,7 @@ import io
 import logging
 import os
 import posixpath
+import stat
 import time
 import zlib
 from typing import Any
@@ -40,6 +41,7 @@ import psycopg
 
 from .. import codec, model
 from ..errors import JournalError, NotASession, UnsupportedVersion
+from ..files import fsync_directory, make_private_dir
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..publish import NewFile
@@ -51,11 +53,9 @@ from . import schema
 from .connect import DatabaseError, connect, describe, with_shared
 from .lease import Lease
 from .storage import PostgresStorage, split_batch
-from .url import session_url
 
 __all__ = ["export_archive", "file_name", "gzip_bytes", "keep_archives", "live_storage",
-           "lock_live", "move_out", "rotate_database", "rotate_session", "stream_row",
-           "successor_url"]
+           "lock_live", "move_out", "rotate_database", "rotate_session", "stream_row"]
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +225,12 @@ def _keep_only(result: RotationResult, sealed: PostgresStorage, keep: int | None
         live, newest = PostgresStorage(sealed.conninfo, result.successor_id), None
     else:
         return
-    result.moved_out = keep_archives(live, keep, archive_dir, result.warnings,
-                                     dry_run=result.dry_run, newest=newest)
+    try:
+        result.moved_out = keep_archives(live, keep, archive_dir, result.warnings,
+                                         dry_run=result.dry_run, newest=newest)
+    except (OSError, JournalError) as e:  # the lineage could not be read: nothing moved
+        result.warnings.append(f"moving old archives out of the database failed ({e}); "
+                               "they stay in the database")
 
 
 def keep_archives(live: PostgresStorage, keep: int, directory: str,
@@ -293,29 +297,28 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
                            "move out of the database")
     with storage.open_reader() as reader:
         generation, data = reader.generation, reader.stream.read()
-    exported = row["exported_to"]
-    path = str(exported) if exported is not None and os.path.exists(str(exported)) else \
-        _write_archive(storage, directory, data)
-    try:
-        with open(path, "rb") as f:
-            same = gzip.decompress(f.read()) == data
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise JournalError(f"{locator}: its export {path} cannot be read back ({e}); its "
-                           "lines stay in the database") from e
-    if not same:
-        raise JournalError(f"{locator}: its export {path} does not hold the session's bytes; "
-                           "its lines stay in the database")
+    path = _destination(storage, row, directory)
+    if path != row["exported_to"]:
+        path = _write_archive(storage, directory, data)
+    if not _holds(path, data):  # read back: the file the rows are deleted on the strength of
+        raise JournalError(f"{locator}: its export {path} does not hold the session's "
+                           "bytes; its lines stay in the database")
     conn = connect(storage.conninfo)
     try:
         with conn.transaction():
             now = conn.execute(
-                "SELECT id, generation, size, successor, moved_out_at FROM journal.streams "
-                "WHERE session = %s FOR UPDATE", (storage.session,)).fetchone()
-            if (now is None or now[1] != generation or now[2] != len(data)
-                    or now[3] is None or now[4] is not None):
+                "SELECT id, generation, size, successor, moved_out_at, exported_to "
+                "FROM journal.streams WHERE session = %s FOR UPDATE",
+                (storage.session,)).fetchone()
+            if now is not None and now[4] is not None:
+                return str(now[5])  # moved out meanwhile by another process: its file
+            if now is None or now[1] != generation or now[2] != len(data) or now[3] is None:
                 raise JournalError(f"{locator}: it changed while it was being moved out of "
                                    "the database; its lines stay there")
-            conn.execute("DELETE FROM journal.entries WHERE stream = %s", (now[0],))
+            # the current generation only: the one a repair replaced stays for the readers
+            # still on it, as a replacement leaves it
+            conn.execute("DELETE FROM journal.entries WHERE stream = %s AND generation = %s",
+                         (now[0], generation))
             conn.execute("UPDATE journal.streams SET exported_to = %s, moved_out_at = now(), "
                          "moved_out_sha256 = %s WHERE id = %s",
                          (path, hashlib.sha256(data).hexdigest(), now[0]))
@@ -401,8 +404,10 @@ def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, 
              batch.offsets, batch.total, batch.kept))
         conn.execute("UPDATE journal.streams SET file_name = %s WHERE session = %s",
                      (new_name, successor.session))
+        # the epoch moves on: the writer that sealed it (or one that kept its epoch) can
+        # append to the sealed session no more; it writes on in the successor
         conn.execute("UPDATE journal.streams SET successor = %s, sealed_at = now(), "
-                     "file_name = %s WHERE session = %s",
+                     "file_name = %s, epoch = epoch + 1 WHERE session = %s",
                      (successor.session, archive, storage.session))
 
 
@@ -417,8 +422,9 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
 
 def _archive_path(storage: PostgresStorage, directory: str) -> str:
     # absolute: the row is read from other working folders (and other machines: it says which)
+    name = os.path.basename(file_name(storage))
     return os.path.join(os.path.abspath(directory),
-                        os.path.basename(file_name(storage)) + ".gz")
+                        name if name.endswith(".gz") else name + ".gz")
 
 
 def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
@@ -426,9 +432,11 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
     that name is never replaced: one holding exactly these bytes (an export that stopped
     before it was recorded) is taken as the export, any other is an error."""
     path = _archive_path(storage, directory)
-    os.makedirs(directory, exist_ok=True)
-    data = gzip_bytes(raw)
-    if not _holds(path, raw):
+    make_private_dir(directory)
+    if _holds(path, raw):
+        _sync_found(path)
+    else:
+        data = gzip_bytes(raw)
         new = NewFile(path, ARCHIVE_TAG)
         try:
             new.write(data)
@@ -438,6 +446,7 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
             if not _holds(path, raw):
                 raise JournalError(f"{path} already exists; the archive stays in the "
                                    "database only") from None
+            _sync_found(path)
         except BaseException:
             if not new.published:
                 new.discard()
@@ -445,20 +454,35 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
     session = storage.session
 
     def record(conn: psycopg.Connection[Any]) -> None:
-        conn.execute("UPDATE journal.streams SET exported_to = %s WHERE session = %s",
-                     (path, session))
+        # never over the file of an archive moved out meanwhile (by another process)
+        conn.execute("UPDATE journal.streams SET exported_to = %s WHERE session = %s "
+                     "AND moved_out_at IS NULL", (path, session))
 
     with_shared(storage.conninfo, record)
     return path
 
 
 def _holds(path: str, raw: bytes) -> bool:
-    """Whether the file `path` is a gzip archive of exactly `raw` (False: no such file)."""
+    """Whether `path` is a regular file (not a link) holding a gzip archive of exactly `raw`
+    (False: no such file)."""
     try:
-        with open(path, "rb") as f:
-            return gzip.decompress(f.read()) == raw
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and \
+                gzip.decompress(f.read()) == raw
+    except (OSError, EOFError, zlib.error):
         return False
+
+
+def _sync_found(path: str) -> None:
+    """Make a file found in place (written by an export that stopped before recording it)
+    durable, with its name, before rows are deleted on its strength."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_directory(os.path.dirname(path))
 
 
 def gzip_bytes(data: bytes) -> bytes:
@@ -468,10 +492,3 @@ def gzip_bytes(data: bytes) -> bytes:
     with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=1, mtime=0) as gz:
         gz.write(data)
     return out.getvalue()
-
-
-def successor_url(storage: PostgresStorage) -> str | None:
-    row = stream_row(storage)
-    if row is None or not row["successor"]:
-        return None
-    return session_url(storage.conninfo, str(row["successor"]))

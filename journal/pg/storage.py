@@ -60,7 +60,7 @@ from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease, acquire, current_holder
-from .url import SessionUrl, parse_url
+from .url import SessionUrl, parse_url, session_url
 from .watch import PgWatch
 
 __all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch"]
@@ -151,8 +151,9 @@ class MovedOut:
 
 def moved_elsewhere(locator: str, path: str) -> str:
     """What is said of an archive moved out of the database to a file not on this machine."""
-    return (f"{locator}: an archive moved out of the database to {path}, which is not on "
-            "this machine: read it where it is (or copy it there)")
+    return (f"{locator}: an archive moved out of the database to {path}, which is not here "
+            "(on another machine, or moved or deleted since): read it where it is, or put it "
+            "back there")
 
 
 def text_array(values: Sequence[str | None]) -> str:
@@ -318,7 +319,7 @@ class PostgresReader:
             ).fetchall()
 
         rows = with_shared(self._storage.conninfo, query)
-        if not rows and start < self._size:
+        if not rows and start <= self._size:
             # moved out of the database while this reader read it?
             self._moved = self._storage.moved_out()
             if self._moved is not None:
@@ -475,7 +476,10 @@ class PostgresAppender:
         if unconfirmed:
             _UNCONFIRMED.add((self.storage.conninfo, self.storage.session))
         if state == schema.SQLSTATE_FENCED:
-            return LeaseLost(locator, self.epoch or 0, _first_line(e))
+            sealed = self.storage.successor()
+            detail = (f"the session was sealed by a rotation and continues in {sealed}"
+                      if sealed is not None else _first_line(e))
+            return LeaseLost(locator, self.epoch or 0, detail)
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
         if unconfirmed:
@@ -577,6 +581,18 @@ class PostgresStorage:
     def mark(self) -> Mark | None:
         row = self._row()
         return None if row is None else Mark(int(row[1]), int(row[2]))
+
+    def successor(self) -> str | None:
+        """The session a sealed session continues in (its URL), or None."""
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            return conn.execute("SELECT successor FROM journal.streams WHERE session = %s",
+                                (session,)).fetchone()
+
+        row = with_shared(self.conninfo, query)
+        return None if row is None or row[0] is None else session_url(self.conninfo,
+                                                                      str(row[0]))
 
     def moved_out(self) -> MovedOut | None:
         """Where this session's lines were moved out of the database to, if they were

@@ -73,12 +73,11 @@ class DatabaseCatalog:
     def successor(self, src: Source) -> tuple[str, str] | None:
         named = self.named_successor(src)
         if named is None:
-            from ..pg.rotation import successor_url
             from ..pg.storage import PostgresStorage
 
             storage = src.storage
             if isinstance(storage, PostgresStorage):
-                named = successor_url(storage)
+                named = storage.successor()
         if named is None or self.storage(named).mark() is None:
             return None
         return named, named
