@@ -743,3 +743,20 @@ def test_a_dry_run_prints_what_would_move(pg_url: str, tmp_path: Path,
                  "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "would move old archive" in out and "  moved" not in out
+
+
+def test_tail_of_a_moved_out_session_not_here_starts_at_its_successor(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`journal tail OLD-URL` where OLD was moved out to a file not on this machine: what
+    can be read of its lineage (the successor on) is printed, with a warning."""
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None
+    Path(result.archive).rename(tmp_path / "elsewhere.gz")
+    assert main(["tail", url, "-n", "1", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "after the compaction" in out.out
+    assert result.archive in caplog.text and str(result.successor) in caplog.text

@@ -35,6 +35,7 @@ from ..errors import JournalError
 from ..interrupt import terminated_as_interrupted
 from ..lineage import resolve_live
 from ..model import Entry
+from ..pg.url import is_database_url
 from ..render import (
     content_size,
     content_text,
@@ -99,6 +100,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
         path, moved = locate(path, follow=not args.no_follow)
         if moved is not None:
             print(f"journal: {moved} was rotated; reading {path}", file=sys.stderr)
+        if is_database_url(path) and not args.no_follow:
+            from ..tail.dbchain import first_readable
+
+            path = first_readable(path)  # not an archive moved out to a file not here
         check_session(path, dialect=args.dialect)  # no session at the start: an error
         if is_compressed(path):
             if not args.follow:

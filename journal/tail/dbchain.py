@@ -11,18 +11,39 @@ database session is followed.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Hashable
 
 from .. import codec
 from ..errors import NotASession
+from ..lineage import MAX_HOPS
 from ..model import Entry
 from ..pg.url import parse_url, session_url
 from ..storage import StopFlag, Storage, Watch
 from .chain import FollowTargets
 from .source import Source
 
-__all__ = ["DatabaseCatalog"]
+__all__ = ["DatabaseCatalog", "first_readable"]
+
+log = logging.getLogger(__name__)
+
+
+def first_readable(url: str) -> str:
+    """The session `url` names, or, when its lines were moved out of the database to a file
+    that is not here, the first of its successors that can be read here (a warning says
+    so): where a tail of it can start."""
+    from ..pg.storage import PostgresStorage
+
+    storage = PostgresStorage.from_url(url)
+    for _ in range(MAX_HOPS):
+        moved, after = storage.moved_out(), storage.successor()
+        if moved is None or os.path.exists(moved.path) or after is None:
+            break
+        log.warning("%s: moved out of the database to %s, which is not here; reading on from "
+                    "its successor %s", storage.locator, moved.path, after)
+        storage = PostgresStorage.from_url(after)
+    return storage.locator if storage.session != parse_url(url).session else url
 
 
 class DatabaseCatalog:
@@ -40,7 +61,7 @@ class DatabaseCatalog:
     def resolve(self, path: str) -> tuple[str | None, list[str]]:
         if self.storage(path).mark() is None:
             raise NotASession(path, "no such session in the database")
-        return None, [path]
+        return None, [first_readable(path)]
 
     @staticmethod
     def exists(folder: str) -> bool:
