@@ -65,7 +65,8 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
+    `ArchiveElsewhere` (a database archive moved out to a file not here), `LeaseLost`,
+    `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
     `WriteFailed`.
 
@@ -94,6 +95,7 @@ from .context import (
 )
 from .durability import Durability
 from .errors import (
+    ArchiveElsewhere,
     ForeignSession,
     JournalError,
     LeaseLost,
@@ -231,6 +233,7 @@ __all__ = [
     "TailEvent",
     # errors
     "JournalError",
+    "ArchiveElsewhere",
     "LeaseLost",
     "LockTimeout",
     "NotASession",

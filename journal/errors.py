@@ -136,6 +136,18 @@ class SessionClosed(JournalError):
         super().__init__(f"{path}: the session is closed; open it again to write")
 
 
+class ArchiveElsewhere(JournalError):
+    """An archive moved out of the database (`journal rotate --keep`) to a file that is not
+    on this machine (or was moved or deleted since): read it where it is."""
+
+    def __init__(self, locator: str, path: str) -> None:
+        self.locator = locator
+        self.path = path
+        super().__init__(f"{locator}: an archive moved out of the database to {path}, which "
+                         "is not here (on another machine, or moved or deleted since): read "
+                         "it where it is, or put it back there")
+
+
 class UnknownEntry(JournalError):
     """An entry id that the session does not contain."""
 

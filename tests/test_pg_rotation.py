@@ -760,3 +760,98 @@ def test_tail_of_a_moved_out_session_not_here_starts_at_its_successor(
     out = capsys.readouterr()
     assert "after the compaction" in out.out
     assert result.archive in caplog.text and str(result.successor) in caplog.text
+
+
+def follow_across_a_move(url: str, archive_dir: Path, away: Path | None) -> list[tuple[str, str]]:
+    """A follower of `url` that read 'before', a rotation with --keep 0 (its file then moved
+    `away`, as if on another machine), 'after' in the successor: the events of the wakes."""
+    from journal.tail.follow import Follower
+
+    follower = Follower(url, last=0)
+    follower.open()
+    list(follower.poll())
+    with Session.open(url) as session:
+        session.append_custom_entry("before", {"n": 1})
+    events = [(e.kind, str((e.entry or {}).get("customType") or e.detail))
+              for e in follower.poll()]
+    list(follower.poll())  # an idle wake: its reader reads past the size it opened at
+    result = rotate_database(url, archive_dir=str(archive_dir), keep=0)
+    assert list(result.moved_out) == [url] and result.archive is not None
+    if away is not None:
+        Path(result.archive).rename(away)
+    with Session.open(url) as session:
+        session.append_custom_entry("after", {"n": 2})
+    for _ in range(3):
+        events += [(e.kind, str((e.entry or {}).get("customType") or e.detail))
+                   for e in follower.poll()]
+    return events
+
+
+def test_a_follower_reads_on_through_a_move_out(pg_url: str, tmp_path: Path) -> None:
+    """A follower whose reader read past its opening size reads the seal from the file the
+    session moved out to, and goes on in the successor, with no false truncation."""
+    events = follow_across_a_move(new_session(pg_url), tmp_path / "a", None)
+    kinds = [k for k, _ in events]
+    assert "truncated" not in kinds
+    assert [v for k, v in events if k == "entry"][:1] == ["before"]
+    assert "after" in [v for k, v in events if k == "entry"] and "rotated" in kinds
+
+
+def test_a_follower_goes_on_when_the_session_moves_out_to_a_file_not_here(
+        pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    events = follow_across_a_move(new_session(pg_url), tmp_path / "a", tmp_path / "away.gz")
+    assert "after" in [v for k, v in events if k == "entry"]
+    assert "rotated" in [k for k, _ in events]
+    assert "not here" in caplog.text
+
+
+def test_a_reader_that_read_past_its_size_reads_the_seal_after_the_move(
+        pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    live = PostgresStorage.from_url(url)
+    with live.open_reader() as reader:
+        with Session.open(url) as session:
+            session.append_custom_entry("later", {"n": 1})
+        later = reader.read(reader.size, 1 << 16)
+        assert b'"later"' in later
+        rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+        seal = reader.read(reader.size + len(later), 1 << 16)
+    assert seal == bytes_of(live)[reader.size + len(later):] and b"journal.successor" in seal
+
+
+def test_a_session_holds_its_successor_before_the_rotation_commits(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No other writer can take the successor between the commit and the rotating session's
+    lease on it (it would be left on the sealed session, which takes no more appends)."""
+    held_when_created: list[object] = []
+    real = PostgresStorage.create_in
+
+    def create_in(self: PostgresStorage, conn: psycopg.Connection[object], data: bytes) -> None:
+        held_when_created.append(self.holder())
+        real(self, conn, data)
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        fill(session)
+        monkeypatch.setattr(PostgresStorage, "create_in", create_in)
+        assert session.rotate().rotated
+        monkeypatch.undo()
+        assert held_when_created and held_when_created[0] is not None
+        session.append_message({"role": "user", "content": "on", "timestamp": 1})
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None
+    with psycopg.connect(pg_url) as conn:
+        holder = conn.execute("SELECT holder_host, holder_pid, holder_since, holder_backend "
+                              "FROM journal.streams WHERE session = %s",
+                              (PostgresStorage.from_url(url).session,)).fetchone()
+    assert holder == (None, None, None, None)  # a sealed session names no writer
+
+
+def test_rows_a_repair_left_go_at_the_next_move(pg_url: str, tmp_path: Path) -> None:
+    url = new_session(pg_url)
+    first = PostgresStorage.from_url(url)
+    first.publish(bytes_of(first), "repair")  # a new generation; the one before stays
+    assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
+    assert rows_of(first) > 0  # the replaced generation, for readers still on it
+    assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0).rotated
+    assert rows_of(first) == 0

@@ -40,7 +40,7 @@ from typing import Any
 import psycopg
 
 from .. import codec, model
-from ..errors import JournalError, NotASession, UnsupportedVersion
+from ..errors import JournalError, LeaseLost, NotASession, UnsupportedVersion
 from ..files import fsync_directory, make_private_dir
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
@@ -172,20 +172,21 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str |
                    keep: int | None = None, dry_run: bool = False
                    ) -> tuple[RotationResult, PostgresStorage | None, Lease | None]:
     """Rotate a session whose lease the caller holds (an open `Session`): the result, and,
-    when it rotated, the successor with its lease, taken at once (it was created a moment ago
-    and is named nowhere else yet), for the writer to carry on in. `archive_dir` and `keep`
-    as for `rotate_database`."""
+    when it rotated, the successor with its lease, for the writer to carry on in. The
+    successor's lease is taken before the transaction that creates it and seals the old one
+    (no other writer can come between: the sealed session takes no more appends).
+    `archive_dir` and `keep` as for `rotate_database`."""
     started = time.perf_counter()
     _check_keep(keep)
-    result = _rotate_held(storage, lease, archive_dir, dry_run)
+    held: list[Lease] = []
+    result = _rotate_held(storage, lease, archive_dir, dry_run, held)
     result.lock_held_ms = (time.perf_counter() - started) * 1000
-    if not result.rotated or dry_run or result.successor_id is None:
+    if not result.rotated or dry_run or result.successor_id is None or not held:
         if result.rotated:
             _keep_only(result, storage, keep, archive_dir)
         result.total_ms = (time.perf_counter() - started) * 1000
         return result, None, None
-    successor = PostgresStorage(storage.conninfo, result.successor_id)
-    new_lease = successor.lock(0)
+    successor, new_lease = PostgresStorage(storage.conninfo, result.successor_id), held[0]
     if archive_dir is not None:
         _export_sealed(result, storage, archive_dir)
     _keep_only(result, storage, keep, archive_dir)
@@ -241,9 +242,10 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
     for those moved now (older ones moved before are left as they are). One that cannot be
     moved out stays in the database, the reason added to `warnings` (raised without them),
     and the others move all the same. A dry run moves nothing and returns where each would
-    go; `newest` counts as the newest archive (the session a rotation would seal)."""
-    if keep < 0:
-        raise ValueError("keep must be 0 or more")
+    go; `newest` counts as the newest archive (the session a rotation would seal). Rows
+    left of an archive moved out before (the generation a repair replaced, kept then for the
+    readers still on it) are deleted."""
+    _check_keep(keep)
     archives: list[PostgresStorage] = [] if newest is None else [newest]
     seen = {live.session} | {a.session for a in archives}
     older = live.predecessor()
@@ -254,6 +256,8 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
     moved: dict[str, str] = {}
     for archive in archives[keep:]:
         row = stream_row(archive)
+        if row is not None and row["moved_out_at"] is not None and not dry_run:
+            _drop_leftovers(archive)
         if row is None or row["moved_out_at"] is not None:
             continue
         try:
@@ -264,6 +268,18 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
                 raise
             warnings.append(f"{archive.locator} stays in the database: {e}")
     return moved
+
+
+def _drop_leftovers(storage: PostgresStorage) -> None:
+    """Delete the rows an archive moved out of the database still has (older generations)."""
+    session = storage.session
+
+    def delete(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("DELETE FROM journal.entries e USING journal.streams s WHERE "
+                     "e.stream = s.id AND s.session = %s AND s.moved_out_at IS NOT NULL",
+                     (session,))
+
+    with_shared(storage.conninfo, delete)
 
 
 def _destination(storage: PostgresStorage, row: dict[str, Any], directory: str) -> str:
@@ -303,6 +319,7 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
     if not _holds(path, data):  # read back: the file the rows are deleted on the strength of
         raise JournalError(f"{locator}: its export {path} does not hold the session's "
                            "bytes; its lines stay in the database")
+    _sync_found(path)
     conn = connect(storage.conninfo)
     try:
         with conn.transaction():
@@ -332,7 +349,9 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
 
 
 def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str | None,
-                 dry_run: bool) -> RotationResult:
+                 dry_run: bool, held: list[Lease] | None = None) -> RotationResult:
+    """The rotation itself (see the module docstring). With `held`, the successor's lease is
+    taken before the commit and added to it (released again if the commit fails)."""
     locator = storage.locator
     snap = resume(storage)
     if snap.version != model.CURRENT_VERSION:
@@ -367,18 +386,25 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str
         return result
     assert lease is not None
     seal = make_seal(tree.ids, tree.leaf_id, new_name, new_id, archive, plan.leaf_id)
+    # a new id, named nowhere yet: its lease is free (the row it makes has no generation,
+    # which the creation below takes over)
+    successor_lease = successor.lock(0) if held is not None else None
     try:
         # file names stay in the folder the old file was in (a pushed folder's subfolder)
         folder = posixpath.dirname(old_name)
         _commit(storage, successor, lease, data, codec.encode(seal),
                 posixpath.join(folder, new_name), posixpath.join(folder, archive))
-    except psycopg.Error as e:
+    except BaseException as e:
+        if successor_lease is not None:
+            successor_lease.release()  # removes the row it made: nothing was created
+        if not isinstance(e, psycopg.Error):
+            raise
         if getattr(e, "sqlstate", None) == schema.SQLSTATE_FENCED:
-            from ..errors import LeaseLost
-
             raise LeaseLost(locator, lease.epoch, describe(e)) from e
         raise DatabaseError(f"{locator}: the rotation was not committed (nothing changed): "
                             f"{describe(e)}") from e
+    if held is not None and successor_lease is not None:
+        held.append(successor_lease)
     log.info("%s: rotated into %s", locator, successor.locator)
     return result
 
@@ -392,8 +418,6 @@ def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, 
         row = conn.execute("SELECT epoch, successor FROM journal.streams WHERE session = %s "
                            "FOR UPDATE", (storage.session,)).fetchone()
         if row is None or int(row[0]) != lease.epoch or row[1] is not None:
-            from ..errors import LeaseLost
-
             raise LeaseLost(storage.locator, lease.epoch, "the session changed hands or was "
                             "rotated meanwhile")
         successor.create_in(conn, data)
@@ -407,8 +431,9 @@ def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, 
         # the epoch moves on: the writer that sealed it (or one that kept its epoch) can
         # append to the sealed session no more; it writes on in the successor
         conn.execute("UPDATE journal.streams SET successor = %s, sealed_at = now(), "
-                     "file_name = %s, epoch = epoch + 1 WHERE session = %s",
-                     (successor.session, archive, storage.session))
+                     "file_name = %s, epoch = epoch + 1, holder_host = NULL, "
+                     "holder_pid = NULL, holder_since = NULL, holder_backend = NULL "
+                     "WHERE session = %s", (successor.session, archive, storage.session))
 
 
 def export_archive(storage: PostgresStorage, directory: str) -> str:
@@ -432,7 +457,10 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
     that name is never replaced: one holding exactly these bytes (an export that stopped
     before it was recorded) is taken as the export, any other is an error."""
     path = _archive_path(storage, directory)
-    make_private_dir(directory)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        make_private_dir(folder)
+        fsync_directory(os.path.dirname(folder))  # the new folder's own name, durable too
     if _holds(path, raw):
         _sync_found(path)
     else:

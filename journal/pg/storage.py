@@ -55,7 +55,7 @@ import psycopg
 from .. import codec
 from ..codec import Diagnostic, Line
 from ..durability import Durability, SyncClock
-from ..errors import JournalError, LeaseLost, NotASession, WriteFailed
+from ..errors import ArchiveElsewhere, JournalError, LeaseLost, NotASession, WriteFailed
 from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
@@ -147,13 +147,6 @@ class MovedOut:
     sha256: str
     """Of the session's bytes (not of the gzip file)."""
     generation: int
-
-
-def moved_elsewhere(locator: str, path: str) -> str:
-    """What is said of an archive moved out of the database to a file not on this machine."""
-    return (f"{locator}: an archive moved out of the database to {path}, which is not here "
-            "(on another machine, or moved or deleted since): read it where it is, or put it "
-            "back there")
 
 
 def text_array(values: Sequence[str | None]) -> str:
@@ -319,8 +312,9 @@ class PostgresReader:
             ).fetchall()
 
         rows = with_shared(self._storage.conninfo, query)
-        if not rows and start <= self._size:
-            # moved out of the database while this reader read it?
+        if not rows:
+            # moved out of the database while this reader read it? (a reader of rows past
+            # its size reads on, as a tail does: then the rows of the seal appended since)
             self._moved = self._storage.moved_out()
             if self._moved is not None:
                 return 0, self._moved_out_bytes(self._moved)
@@ -345,7 +339,7 @@ class PostgresReader:
             with open(path, "rb") as f:
                 data = gzip.decompress(f.read())
         except FileNotFoundError:
-            raise JournalError(moved_elsewhere(locator, path)) from None
+            raise ArchiveElsewhere(locator, path) from None
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
                                f"which cannot be read ({e})") from e
@@ -622,7 +616,7 @@ class PostgresStorage:
         hint = None if row[3] is None else int(row[3])
         moved = _moved(row)
         if moved is not None and not os.path.exists(moved.path):
-            raise JournalError(moved_elsewhere(self._name, moved.path))
+            raise ArchiveElsewhere(self._name, moved.path)
         return PostgresReader(self, int(row[0]), int(row[1]), int(row[2]), hint, moved)
 
     def open_appender(self, durability: Durability | None = None) -> PostgresAppender:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 
 from ..claude import check_dialect
-from ..errors import NotASession, UnknownEntry
+from ..errors import ArchiveElsewhere, NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
 from ..pg.url import is_database_url
 from ..seal import last_copied
@@ -149,9 +149,13 @@ class Follower(SourceReader):
         # before acting.
         mark = src.storage.mark()
         size = src.reader.extent()
-        if size < src.position or not self.unchanged(src):
-            yield from self._truncated(src, size)
-        yield from self.drain(src)
+        try:
+            if size < src.position or not self.unchanged(src):
+                yield from self._truncated(src, size)
+            yield from self.drain(src)
+        except ArchiveElsewhere as e:
+            yield from self._elsewhere(src, e)
+            return
         if src.marker is not None:
             yield from self._follow_seals(src)
         elif mark is None:
@@ -189,6 +193,20 @@ class Follower(SourceReader):
         log.info("%s: %s", src.path, detail)
         yield TailEvent(REPLACED, src.path, None, detail)
         yield from self.drain(src)
+
+    def _elsewhere(self, src: Source, error: ArchiveElsewhere) -> Iterator[TailEvent]:
+        """The session was moved out of the database, while followed, to a file that is not
+        here: what it got after what was delivered cannot be read here; go on in its
+        successor (the error stands when there is none)."""
+        successor = self.catalog.successor(src)
+        if successor is None:
+            raise error
+        log.warning("%s: moved out of the database to %s, which is not here: what it got after "
+                    "byte %s is not read; following its successor %s", src.path, error.path,
+                    f"{src.position:,}", successor[0])
+        yield TailEvent(ROTATED, src.path, None, successor[0])
+        yield from self._switch(src, *successor)
+        yield from self._follow_seals(src)
 
     def _gone(self, src: Source) -> Iterator[TailEvent]:
         now = time.monotonic()
