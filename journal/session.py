@@ -200,17 +200,19 @@ class Session:
 
     def _rotate_database(self, archive_dir: str | None, keep: int | None,
                          dry_run: bool) -> RotationResult:
-        """Rotate a database session (`journal.pg.rotation`) and carry on in its successor."""
+        """Rotate a database session (`journal.pg.rotation`) and carry on in its successor;
+        then export the sealed one and move archives out (by then writing on: an
+        interruption there leaves this session in its successor)."""
         from .pg.lease import Lease
-        from .pg.rotation import rotate_session
+        from .pg.rotation import archive_sealed, rotate_session
         from .pg.storage import PostgresStorage
 
         storage, lease = self._storage, self._lock
         if not isinstance(storage, PostgresStorage) or not isinstance(lease, Lease):
             raise JournalError(f"{self.path}: not a database session held by this writer")
-        result, successor, new_lease = rotate_session(storage, lease, archive_dir=archive_dir,
-                                                      keep=keep, dry_run=dry_run)
+        result, successor, new_lease = rotate_session(storage, lease, dry_run=dry_run)
         if successor is None or new_lease is None:
+            archive_sealed(result, storage, archive_dir, keep)  # a dry run's plan
             return result
         durability, previous = self._log.durability, self._taken()
         self._log.close()
@@ -225,6 +227,7 @@ class Session:
         self._info = None
         self._older_ids = None
         self._previous_ids = previous
+        archive_sealed(result, storage, archive_dir, keep)
         return result
 
     def _seal(self, seal: Entry) -> None:

@@ -859,3 +859,97 @@ def test_rows_a_repair_left_go_at_the_next_move(pg_url: str, tmp_path: Path) -> 
     assert rows_of(first) > 0  # the replaced generation, for readers still on it
     assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0).rotated
     assert rows_of(first) == 0
+
+
+def test_a_session_writes_on_in_its_successor_fenced(pg_url: str) -> None:
+    """After a rotation the session's appends to its successor carry the successor's lease:
+    once another writer took the successor over (the lease connection lost), they are
+    refused, never interleaved."""
+    from journal import LeaseLost
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    session = Session.create(url, cwd="/w")
+    try:
+        fill(session)
+        assert session.rotate().rotated
+        successor = session.path
+        live = PostgresStorage.from_url(successor)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(holder_backend) FROM journal.streams "
+                         "WHERE session = %s", (live.session,))
+        with Session.open(successor) as other:  # takes the lease over: a newer epoch
+            other.append_message({"role": "user", "content": "the other", "timestamp": 1})
+        with pytest.raises(LeaseLost):
+            session.append_message({"role": "user", "content": "late", "timestamp": 2})
+    finally:
+        try:
+            session.close()
+        except Exception:  # noqa: BLE001 - the lease connection was terminated
+            pass
+    assert load(successor).entries[-1]["message"]["content"] == "the other"
+
+
+def test_an_interruption_while_archiving_leaves_the_session_in_its_successor(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        fill(session)
+
+        def interrupted(storage: PostgresStorage, directory: str) -> str:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pg_rotation, "export_archive", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            session.rotate(archive_dir=str(tmp_path / "a"), keep=0)
+        monkeypatch.undo()
+        assert session.path != url  # it carries on in the successor
+        session.append_message({"role": "user", "content": "on", "timestamp": 1})
+    assert load(url).entries[-1]["customType"] == "journal.successor"
+
+
+def test_a_follower_goes_on_past_two_successors_moved_out_to_files_not_here(
+        pg_url: str, tmp_path: Path) -> None:
+    from journal.tail.follow import Follower
+
+    url = new_session(pg_url)
+    follower = Follower(url, last=0)
+    follower.open()
+    list(follower.poll())
+    for _ in range(2):  # two rotations while the follower sleeps, their files elsewhere
+        result = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0)
+        assert result.archive is not None and result.moved_out
+        for moved in result.moved_out.values():
+            if Path(moved).exists():
+                Path(moved).rename(tmp_path / (Path(moved).name + ".away"))
+    with Session.open(url) as session:
+        session.append_custom_entry("after", {"n": 2})
+    seen: list[str] = []
+    for _ in range(3):
+        seen += [str((e.entry or {}).get("customType")) for e in follower.poll()
+                 if e.kind == "entry"]
+    assert "after" in seen
+
+
+def test_a_moved_out_archive_is_not_replaced(pg_url: str, tmp_path: Path) -> None:
+    from journal import JournalError
+
+    url = new_session(pg_url)
+    assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
+    sealed = PostgresStorage.from_url(url)
+    with pytest.raises(JournalError, match="not replaced"):
+        sealed.publish(b'{"type":"session","version":3,"id":"x","timestamp":"t",'
+                       b'"cwd":"/"}\n', "repair")
+    assert rows_of(sealed) == 0 and load(url).entries
+
+
+def test_rows_a_repair_left_go_also_for_an_archive_kept_by_keep(
+        pg_url: str, tmp_path: Path) -> None:
+    """An archive moved out before and now within the newest `keep` loses its leftovers
+    too."""
+    url = new_session(pg_url)
+    first = PostgresStorage.from_url(url)
+    first.publish(bytes_of(first), "repair")
+    assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
+    assert rows_of(first) > 0
+    assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=5).rotated
+    assert rows_of(first) == 0

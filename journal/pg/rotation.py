@@ -54,7 +54,8 @@ from .connect import DatabaseError, connect, describe, with_shared
 from .lease import Lease
 from .storage import PostgresStorage, split_batch
 
-__all__ = ["export_archive", "file_name", "gzip_bytes", "keep_archives", "live_storage",
+__all__ = ["archive_sealed", "export_archive", "file_name", "gzip_bytes", "keep_archives",
+           "live_storage",
            "lock_live", "move_out", "rotate_database", "rotate_session", "stream_row"]
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ def rotate_database(
         storage, lease = lock_live(storage, lock_timeout)
     locked_at = time.perf_counter()
     try:
-        result = _rotate_held(storage, lease, archive_dir, dry_run)
+        result = _rotate_held(storage, lease, dry_run)
     finally:
         if lease is not None:
             lease.release()
@@ -168,30 +169,37 @@ def rotate_database(
     return result
 
 
-def rotate_session(storage: PostgresStorage, lease: Lease, *, archive_dir: str | None = None,
-                   keep: int | None = None, dry_run: bool = False
+def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = False
                    ) -> tuple[RotationResult, PostgresStorage | None, Lease | None]:
     """Rotate a session whose lease the caller holds (an open `Session`): the result, and,
-    when it rotated, the successor with its lease, for the writer to carry on in. The
-    successor's lease is taken before the transaction that creates it and seals the old one
-    (no other writer can come between: the sealed session takes no more appends).
-    `archive_dir` and `keep` as for `rotate_database`."""
+    when it rotated, the successor holding its lease (its appenders are fenced by it), for
+    the writer to carry on in. The successor's lease is taken before the transaction that
+    creates it and seals the old one (no other writer can come between: the sealed session
+    takes no more appends). The caller switches to the successor, then exports and moves
+    archives out (`archive_sealed`): an interruption there leaves it writing on."""
+    started = time.perf_counter()
+    held: list[tuple[PostgresStorage, Lease]] = []
+    result = _rotate_held(storage, lease, dry_run, held)
+    result.lock_held_ms = result.total_ms = (time.perf_counter() - started) * 1000
+    if not result.rotated or dry_run or not held:
+        return result, None, None
+    successor, new_lease = held[0]
+    return result, successor, new_lease
+
+
+def archive_sealed(result: RotationResult, sealed: PostgresStorage, archive_dir: str | None,
+                   keep: int | None) -> None:
+    """After `rotate_session`: export the session it sealed to `archive_dir` and move the
+    lineage's archives beyond the newest `keep` out of the database (planned only, for a dry
+    run), as `rotate_database` does. Failures are warnings in `result`."""
     started = time.perf_counter()
     _check_keep(keep)
-    held: list[Lease] = []
-    result = _rotate_held(storage, lease, archive_dir, dry_run, held)
-    result.lock_held_ms = (time.perf_counter() - started) * 1000
-    if not result.rotated or dry_run or result.successor_id is None or not held:
-        if result.rotated:
-            _keep_only(result, storage, keep, archive_dir)
-        result.total_ms = (time.perf_counter() - started) * 1000
-        return result, None, None
-    successor, new_lease = PostgresStorage(storage.conninfo, result.successor_id), held[0]
-    if archive_dir is not None:
-        _export_sealed(result, storage, archive_dir)
-    _keep_only(result, storage, keep, archive_dir)
-    result.total_ms = (time.perf_counter() - started) * 1000
-    return result, successor, new_lease
+    if not result.rotated:
+        return
+    if archive_dir is not None and not result.dry_run:
+        _export_sealed(result, sealed, archive_dir)
+    _keep_only(result, sealed, keep, archive_dir)
+    result.total_ms += (time.perf_counter() - started) * 1000
 
 
 def _export_sealed(result: RotationResult, storage: PostgresStorage, archive_dir: str) -> None:
@@ -254,11 +262,15 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
         archives.append(older)  # newest first
         older = older.predecessor()
     moved: dict[str, str] = {}
-    for archive in archives[keep:]:
+    for index, archive in enumerate(archives):
         row = stream_row(archive)
-        if row is not None and row["moved_out_at"] is not None and not dry_run:
-            _drop_leftovers(archive)
-        if row is None or row["moved_out_at"] is not None:
+        if row is None:
+            continue
+        if row["moved_out_at"] is not None:
+            if not dry_run:
+                _drop_leftovers(archive)
+            continue
+        if index < keep:
             continue
         try:
             moved[archive.locator] = (_destination(archive, row, directory) if dry_run
@@ -348,10 +360,11 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
     return path
 
 
-def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str | None,
-                 dry_run: bool, held: list[Lease] | None = None) -> RotationResult:
+def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
+                 held: list[tuple[PostgresStorage, Lease]] | None = None) -> RotationResult:
     """The rotation itself (see the module docstring). With `held`, the successor's lease is
-    taken before the commit and added to it (released again if the commit fails)."""
+    taken before the commit and the successor, holding it, added to `held` (the lease is
+    released again if the commit fails)."""
     locator = storage.locator
     snap = resume(storage)
     if snap.version != model.CURRENT_VERSION:
@@ -404,7 +417,7 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, archive_dir: str
         raise DatabaseError(f"{locator}: the rotation was not committed (nothing changed): "
                             f"{describe(e)}") from e
     if held is not None and successor_lease is not None:
-        held.append(successor_lease)
+        held.append((successor, successor_lease))
     log.info("%s: rotated into %s", locator, successor.locator)
     return result
 
@@ -457,10 +470,7 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
     that name is never replaced: one holding exactly these bytes (an export that stopped
     before it was recorded) is taken as the export, any other is an error."""
     path = _archive_path(storage, directory)
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        make_private_dir(folder)
-        fsync_directory(os.path.dirname(folder))  # the new folder's own name, durable too
+    _make_folder(os.path.dirname(path))
     if _holds(path, raw):
         _sync_found(path)
     else:
@@ -488,6 +498,19 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
 
     with_shared(storage.conninfo, record)
     return path
+
+
+def _make_folder(folder: str) -> None:
+    """Make the archive folder (0700) if need be, each new folder's name durable."""
+    missing: list[str] = []
+    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    if not missing:
+        return
+    make_private_dir(missing[0])
+    for made in reversed(missing):
+        fsync_directory(os.path.dirname(made))
 
 
 def _holds(path: str, raw: bytes) -> bool:

@@ -671,10 +671,14 @@ class PostgresStorage:
         lease = self._lease
         with conn.transaction():
             row = conn.execute(
-                "SELECT id, generation, epoch FROM journal.streams WHERE session = %s "
-                "AND generation IS NOT NULL FOR UPDATE", (self.session,)).fetchone()
+                "SELECT id, generation, epoch, moved_out_at, exported_to FROM journal.streams "
+                "WHERE session = %s AND generation IS NOT NULL FOR UPDATE",
+                (self.session,)).fetchone()
             if row is None:
                 raise NotASession(self._name, "no such session in the database")
+            if row[3] is not None:
+                raise JournalError(f"{self._name}: an archive moved out of the database (to "
+                                   f"{row[4]}): it is not replaced")
             stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
             if lease is not None and not lease.released and epoch != lease.epoch:
                 raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")

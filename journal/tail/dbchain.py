@@ -101,7 +101,8 @@ class DatabaseCatalog:
                 named = storage.successor()
         if named is None or self.storage(named).mark() is None:
             return None
-        return named, named
+        readable = first_readable(named)  # past successors moved out to files not here
+        return readable, readable
 
     @staticmethod
     def named_successor(src: Source) -> str | None:
