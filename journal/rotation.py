@@ -681,10 +681,15 @@ def finish_compression(live: str) -> list[str]:
     return done
 
 
+def check_keep(keep: int | None) -> None:
+    """ValueError for a number of archives to keep below 0 (None: keep them all)."""
+    if keep is not None and keep < 0:
+        raise ValueError("keep must be 0 or more")
+
+
 def apply_retention(live: str, keep: int) -> list[str]:
     """Delete the oldest archived files of `live`'s lineage beyond the newest `keep`."""
-    if keep < 0:
-        raise ValueError("keep must be 0 or more")
+    check_keep(keep)
     archives: list[str] = []
     for path in reversed(lineage(live)[:-1]):
         # only files rotation sealed are archives; a fork's parent is a live session

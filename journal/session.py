@@ -42,6 +42,7 @@ from .rotation import (
     RotationResult,
     RotationSource,
     Successor,
+    check_keep,
     finish_rotation,
     rotate_held,
 )
@@ -183,6 +184,7 @@ class Session:
                compress: bool = True, dry_run: bool = False) -> RotationResult:
         """Rotate into a successor now (see `journal.rotate`); this session carries on
         writing there (`path` changes), its lock taken before the old one is released."""
+        check_keep(keep)
         if not isinstance(self._storage, FileStorage):
             if is_database_url(self._storage.locator):
                 return self._rotate_database(archive_dir, keep, dry_run)
@@ -216,10 +218,15 @@ class Session:
             return result
         durability, previous = self._log.durability, self._taken()
         self._log.close()
-        lease.release()
-        snap = resume(successor)
+        # the successor's lease is this session's from here: closing it releases that one
         self._storage, self.path, self._lock = successor, successor.locator, new_lease
-        self._log = successor.open_appender(durability)
+        lease.release()
+        try:
+            snap = resume(successor)
+            self._log = successor.open_appender(durability)
+        except BaseException:
+            new_lease.release()  # this session is closed: open the successor again
+            raise
         self.header = snap.header or {}
         self.tree = Tree(snap.entries, complete=snap.complete)
         self.diagnostics = []

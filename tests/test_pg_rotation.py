@@ -953,3 +953,109 @@ def test_rows_a_repair_left_go_also_for_an_archive_kept_by_keep(
     assert rows_of(first) > 0
     assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=5).rotated
     assert rows_of(first) == 0
+
+
+def test_a_switch_that_fails_leaves_the_successor_free(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interrupted while it reads its successor, the session is closed and holds nothing:
+    another writer opens the successor at once."""
+    import journal.session as session_module
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    session = Session.create(url, cwd="/w")
+    fill(session)
+    real = session_module.resume
+
+    def interrupted(target: object, *args: object, **kwargs: object) -> object:
+        if isinstance(target, PostgresStorage) and target.session != session.session_id:
+            raise KeyboardInterrupt
+        return real(target, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session_module, "resume", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:  # its traceback kept, as a caller may
+        session.rotate()
+    monkeypatch.undo()
+    assert caught.traceback and session.closed
+    session.close()
+    successor = lineage_of(url)[-1]
+    assert successor.holder() is None
+    with Session.open(successor.locator, lock_timeout=0) as other:
+        other.append_message({"role": "user", "content": "on", "timestamp": 1})
+
+
+def test_a_follower_of_a_replaced_generation_reads_on_once_its_rows_are_gone(
+        pg_url: str, tmp_path: Path) -> None:
+    from journal.tail.follow import Follower
+
+    url = new_session(pg_url)
+    first = PostgresStorage.from_url(url)
+    follower = Follower(url, last=0)
+    follower.open()
+    list(follower.poll())
+    first.publish(bytes_of(first), "repair")
+    assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
+    assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=5).rotated
+    assert rows_of(first) == 0  # the generation the follower read is gone
+    with Session.open(url) as session:
+        session.append_custom_entry("after", {"n": 1})
+    seen: list[str] = []
+    for _ in range(4):
+        seen += [str((e.entry or {}).get("customType")) for e in follower.poll()
+                 if e.kind == "entry"]
+    assert "after" in seen
+
+
+def test_one_archive_that_cannot_be_read_does_not_hold_back_the_others(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.pg.connect import DatabaseError
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    assert rotate_again(url).rotated
+    oldest, newer, _live = lineage_of(url)
+    real, real_create = pg_rotation.stream_row, PostgresStorage.create_in
+    rotated: list[bool] = []
+
+    def refused(storage: PostgresStorage) -> object:
+        if rotated and storage.session == oldest.session:  # once archives move out
+            raise DatabaseError("the database refused a read: statement timeout")
+        return real(storage)
+
+    def create_in(self: PostgresStorage, conn: psycopg.Connection[object], data: bytes) -> None:
+        real_create(self, conn, data)
+        rotated.append(True)
+
+    monkeypatch.setattr(pg_rotation, "stream_row", refused)
+    monkeypatch.setattr(PostgresStorage, "create_in", create_in)
+    result = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0)
+    monkeypatch.undo()
+    assert result.rotated and newer.locator in result.moved_out
+    assert any(oldest.locator in w for w in result.warnings)
+    assert rows_of(oldest) > 0 and rows_of(newer) == 0
+
+
+def test_keep_below_zero_is_refused_before_a_session_rotates(pg_url: str) -> None:
+    url = session_url(pg_url, str(uuid.uuid4()))
+    with Session.create(url, cwd="/w") as session:
+        fill(session)
+        with pytest.raises(ValueError, match="0 or more"):
+            session.rotate(keep=-1)
+        assert session.path == url
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+
+
+def test_a_connection_lost_during_the_rotation_says_it_may_have_been_committed(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.pg.connect import DatabaseError
+
+    url = new_session(pg_url)
+    real = PostgresStorage.create_in
+
+    def lost(self: PostgresStorage, conn: psycopg.Connection[object], data: bytes) -> None:
+        real(self, conn, data)
+        conn.close()  # the reply of the commit never comes
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(PostgresStorage, "create_in", lost)
+    with pytest.raises(DatabaseError, match="may have been committed"):
+        rotate_database(url)

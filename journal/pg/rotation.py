@@ -45,7 +45,7 @@ from ..files import fsync_directory, make_private_dir
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..publish import NewFile
-from ..rotation import MIN_GAIN_BYTES, RotationResult, plan_successor
+from ..rotation import MIN_GAIN_BYTES, RotationResult, check_keep, plan_successor
 from ..seal import make_seal
 from ..snapshot import find_last_of_type, last_newline_end, resume
 from ..tree import Tree
@@ -145,7 +145,7 @@ def rotate_database(
         >>> result.successor
     """
     started = time.perf_counter()
-    _check_keep(keep)
+    check_keep(keep)
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     if stream_row(storage) is None:
         raise NotASession(storage.locator, "no such session in the database")
@@ -193,7 +193,7 @@ def archive_sealed(result: RotationResult, sealed: PostgresStorage, archive_dir:
     lineage's archives beyond the newest `keep` out of the database (planned only, for a dry
     run), as `rotate_database` does. Failures are warnings in `result`."""
     started = time.perf_counter()
-    _check_keep(keep)
+    check_keep(keep)
     if not result.rotated:
         return
     if archive_dir is not None and not result.dry_run:
@@ -209,11 +209,6 @@ def _export_sealed(result: RotationResult, storage: PostgresStorage, archive_dir
         result.archive = export_archive(storage, archive_dir)
     except (OSError, JournalError) as e:
         result.warnings.append(f"exporting the archive failed ({e}); it stays in the database")
-
-
-def _check_keep(keep: int | None) -> None:
-    if keep is not None and keep < 0:
-        raise ValueError("keep must be 0 or more")
 
 
 def _keep_only(result: RotationResult, sealed: PostgresStorage, keep: int | None,
@@ -253,7 +248,7 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
     go; `newest` counts as the newest archive (the session a rotation would seal). Rows
     left of an archive moved out before (the generation a repair replaced, kept then for the
     readers still on it) are deleted."""
-    _check_keep(keep)
+    check_keep(keep)
     archives: list[PostgresStorage] = [] if newest is None else [newest]
     seen = {live.session} | {a.session for a in archives}
     older = live.predecessor()
@@ -263,22 +258,21 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
         older = older.predecessor()
     moved: dict[str, str] = {}
     for index, archive in enumerate(archives):
-        row = stream_row(archive)
-        if row is None:
-            continue
-        if row["moved_out_at"] is not None:
-            if not dry_run:
-                _drop_leftovers(archive)
-            continue
-        if index < keep:
-            continue
         try:
-            moved[archive.locator] = (_destination(archive, row, directory) if dry_run
-                                      else move_out(archive, directory))
+            row = stream_row(archive)
+            if row is None:
+                continue
+            if row["moved_out_at"] is not None:
+                if not dry_run:
+                    _drop_leftovers(archive)
+                continue
+            if index >= keep:
+                moved[archive.locator] = (_destination(archive, row, directory) if dry_run
+                                          else move_out(archive, directory))
         except (OSError, JournalError) as e:
             if warnings is None:
                 raise
-            warnings.append(f"{archive.locator} stays in the database: {e}")
+            warnings.append(f"{archive.locator} stays in the database as it is: {e}")
     return moved
 
 
@@ -414,6 +408,10 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
             raise
         if getattr(e, "sqlstate", None) == schema.SQLSTATE_FENCED:
             raise LeaseLost(locator, lease.epoch, describe(e)) from e
+        if lease.conn.broken or lease.conn.closed:  # its end is not known
+            raise DatabaseError(f"{locator}: the connection was lost during the rotation, "
+                                "which may have been committed: open the session again (it "
+                                f"follows to the live one): {describe(e)}") from e
         raise DatabaseError(f"{locator}: the rotation was not committed (nothing changed): "
                             f"{describe(e)}") from e
     if held is not None and successor_lease is not None:

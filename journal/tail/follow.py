@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 
 from ..claude import check_dialect
-from ..errors import ArchiveElsewhere, NotASession, UnknownEntry
+from ..errors import ArchiveElsewhere, JournalError, NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
 from ..pg.url import is_database_url
 from ..seal import last_copied
@@ -155,6 +155,13 @@ class Follower(SourceReader):
             yield from self.drain(src)
         except ArchiveElsewhere as e:
             yield from self._elsewhere(src, e)
+            return
+        except JournalError:
+            # the generation this reader read is gone (a database session replaced, then
+            # moved out of the database): read the current one, as for any replacement
+            if mark is None or mark.generation == src.generation:
+                raise
+            yield from self._replaced(src, "replaced, then moved out of the database")
             return
         if src.marker is not None:
             yield from self._follow_seals(src)
