@@ -65,7 +65,8 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `ArchiveElsewhere` (a database archive moved out to a file not here), `LeaseLost`,
+    `ArchiveElsewhere` (a database archive moved out to a file not here), `GenerationGone`,
+    `LeaseLost`,
     `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
     `WriteFailed`.
@@ -97,6 +98,7 @@ from .durability import Durability
 from .errors import (
     ArchiveElsewhere,
     ForeignSession,
+    GenerationGone,
     JournalError,
     LeaseLost,
     LockTimeout,
@@ -234,6 +236,7 @@ __all__ = [
     # errors
     "JournalError",
     "ArchiveElsewhere",
+    "GenerationGone",
     "LeaseLost",
     "LockTimeout",
     "NotASession",

@@ -148,6 +148,16 @@ class ArchiveElsewhere(JournalError):
                          "it where it is, or put it back there")
 
 
+class GenerationGone(JournalError):
+    """The generation of a database session a reader was reading was replaced (a repair)
+    and its rows are gone since: read the session again."""
+
+    def __init__(self, locator: str) -> None:
+        self.locator = locator
+        super().__init__(f"{locator}: the generation this reader read was replaced, and the "
+                         "session has since been moved out of the database: read it again")
+
+
 class UnknownEntry(JournalError):
     """An entry id that the session does not contain."""
 

@@ -138,6 +138,9 @@ class RotationPolicy:
     keep: int | None = None
     compress: bool = True
 
+    def __post_init__(self) -> None:
+        check_keep(self.keep)
+
     def wants(self, size: int) -> bool:
         return self.max_bytes is None or size >= self.max_bytes
 
@@ -411,6 +414,7 @@ def rotate(
         >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
         >>> result.successor, result.lock_held_ms
     """
+    check_keep(keep)
     started = time.perf_counter()
     path = real_path(os.fspath(path))
     refuse_foreign(path)  # a Claude Code transcript is never rotated

@@ -216,16 +216,17 @@ class Session:
         if successor is None or new_lease is None:
             archive_sealed(result, storage, archive_dir, keep)  # a dry run's plan
             return result
-        durability, previous = self._log.durability, self._taken()
-        self._log.close()
-        # the successor's lease is this session's from here: closing it releases that one
-        self._storage, self.path, self._lock = successor, successor.locator, new_lease
-        lease.release()
         try:
+            durability, previous = self._log.durability, self._taken()
+            self._log.close()
+            # the successor's lease is this session's from here: closing releases that one
+            self._storage, self.path, self._lock = successor, successor.locator, new_lease
+            lease.release()
             snap = resume(successor)
             self._log = successor.open_appender(durability)
         except BaseException:
             new_lease.release()  # this session is closed: open the successor again
+            self._log.close()
             raise
         self.header = snap.header or {}
         self.tree = Tree(snap.entries, complete=snap.complete)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import logging
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -1059,3 +1060,106 @@ def test_a_connection_lost_during_the_rotation_says_it_may_have_been_committed(
     monkeypatch.setattr(PostgresStorage, "create_in", lost)
     with pytest.raises(DatabaseError, match="may have been committed"):
         rotate_database(url)
+
+
+def test_a_lost_reply_to_the_move_says_the_file_must_be_kept(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+
+    from journal.pg.connect import DatabaseError
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    real = pg_rotation.connect
+
+    class LostReply:
+        """A connection whose transaction commits and whose reply never comes."""
+
+        def __init__(self, conn: psycopg.Connection[object]) -> None:
+            self.conn = conn
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.conn, name)
+
+        @contextmanager
+        def transaction(self) -> Iterator[None]:
+            with self.conn.transaction():
+                yield
+            self.conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(pg_rotation, "connect",
+                        lambda conninfo, **kw: LostReply(real(conninfo, **kw)))
+    with pytest.raises(DatabaseError, match="may have been committed: keep"):
+        pg_rotation.move_out(sealed, str(tmp_path / "out"))
+    monkeypatch.undo()
+    assert rows_of(sealed) == 0  # it was: the file is the only copy
+
+
+@pytest.mark.parametrize("rows_gone", [False, True])
+def test_a_follower_of_a_replaced_generation_goes_on_when_the_file_is_not_here(
+        pg_url: str, tmp_path: Path, rows_gone: bool) -> None:
+    from journal.tail.follow import Follower
+
+    url = new_session(pg_url)
+    first = PostgresStorage.from_url(url)
+    follower = Follower(url, last=0)
+    follower.open()
+    list(follower.poll())
+    first.publish(bytes_of(first), "repair")
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None
+    if rows_gone:
+        assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=5).rotated
+        assert rows_of(first) == 0
+    Path(result.archive).rename(tmp_path / "away.gz")
+    with Session.open(url) as session:
+        session.append_custom_entry("after", {"n": 1})
+    seen: list[str] = []
+    for _ in range(4):
+        seen += [str((e.entry or {}).get("customType")) for e in follower.poll()
+                 if e.kind == "entry"]
+    assert "after" in seen
+
+
+def test_a_switch_interrupted_while_closing_the_old_appender_frees_the_successor(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.pg.storage import PostgresAppender
+
+    url = session_url(pg_url, str(uuid.uuid4()))
+    session = Session.create(url, cwd="/w")
+    fill(session)
+    real = PostgresAppender.close
+    calls: list[int] = []
+
+    def interrupted(self: PostgresAppender) -> None:
+        calls.append(1)
+        real(self)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(PostgresAppender, "close", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        session.rotate()
+    monkeypatch.undo()
+    assert caught.traceback
+    session.close()
+    successor = lineage_of(url)[-1]
+    assert successor.session != PostgresStorage.from_url(url).session
+    assert successor.holder() is None
+
+
+def test_keep_below_zero_is_refused_by_a_policy_and_before_a_file_rotates(
+        tmp_path: Path) -> None:
+    from journal import RotationPolicy
+
+    with pytest.raises(ValueError, match="0 or more"):
+        RotationPolicy(keep=-1)
+    path = tmp_path / "s.jsonl"
+    with Session.create(str(path), cwd="/w") as session:
+        fill(session)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="0 or more"):
+        rotate(str(path), keep=-1)
+    assert path.read_bytes() == before and not (tmp_path / "archive").exists()

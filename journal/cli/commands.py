@@ -304,10 +304,12 @@ def _rotate_database(args: argparse.Namespace) -> int:
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
-    from ..rotation import rotate
+    from ..rotation import check_keep, rotate
 
-    if args.keep is not None and args.keep < 0:
-        raise JournalError("--keep takes a number of archives, 0 or more")
+    try:
+        check_keep(args.keep)
+    except ValueError:
+        raise JournalError("--keep takes a number of archives, 0 or more") from None
     from ..lineage import resolve_live
 
     if is_database_url(args.path):

@@ -55,8 +55,8 @@ from .lease import Lease
 from .storage import PostgresStorage, split_batch
 
 __all__ = ["archive_sealed", "export_archive", "file_name", "gzip_bytes", "keep_archives",
-           "live_storage",
-           "lock_live", "move_out", "rotate_database", "rotate_session", "stream_row"]
+           "live_storage", "lock_live", "move_out", "rotate_database", "rotate_session",
+           "stream_row"]
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,8 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
         except (OSError, JournalError) as e:
             if warnings is None:
                 raise
-            warnings.append(f"{archive.locator} stays in the database as it is: {e}")
+            said = str(e).removeprefix(f"{archive.locator}: ")
+            warnings.append(f"{archive.locator}: not moved out of the database: {said}")
     return moved
 
 
@@ -346,6 +347,10 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
                          "moved_out_sha256 = %s WHERE id = %s",
                          (path, hashlib.sha256(data).hexdigest(), now[0]))
     except psycopg.Error as e:
+        if conn.broken or conn.closed:  # its end is not known: keep the file
+            raise DatabaseError(f"{locator}: the connection was lost while moving it out of "
+                                f"the database, which may have been committed: keep {path} "
+                                f"(its lines may be only there): {describe(e)}") from e
         raise DatabaseError(f"{locator}: moving it out of the database was not committed "
                             f"(its lines stay there): {describe(e)}") from e
     finally:

@@ -55,7 +55,14 @@ import psycopg
 from .. import codec
 from ..codec import Diagnostic, Line
 from ..durability import Durability, SyncClock
-from ..errors import ArchiveElsewhere, JournalError, LeaseLost, NotASession, WriteFailed
+from ..errors import (
+    ArchiveElsewhere,
+    GenerationGone,
+    JournalError,
+    LeaseLost,
+    NotASession,
+    WriteFailed,
+)
 from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
@@ -333,8 +340,7 @@ class PostgresReader:
         hold the session's bytes."""
         locator, path = self._storage.locator, moved.path
         if moved.generation != self._generation:
-            raise JournalError(f"{locator}: the generation this reader read was replaced, "
-                               "and the session has since been moved out of the database")
+            raise GenerationGone(locator)
         try:
             with open(path, "rb") as f:
                 data = gzip.decompress(f.read())

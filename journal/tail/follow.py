@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 
 from ..claude import check_dialect
-from ..errors import ArchiveElsewhere, JournalError, NotASession, UnknownEntry
+from ..errors import ArchiveElsewhere, GenerationGone, NotASession, UnknownEntry
 from ..lineage import MAX_HOPS
 from ..pg.url import is_database_url
 from ..seal import last_copied
@@ -156,11 +156,9 @@ class Follower(SourceReader):
         except ArchiveElsewhere as e:
             yield from self._elsewhere(src, e)
             return
-        except JournalError:
-            # the generation this reader read is gone (a database session replaced, then
-            # moved out of the database): read the current one, as for any replacement
-            if mark is None or mark.generation == src.generation:
-                raise
+        except GenerationGone:
+            # a database session replaced, then moved out of the database: read the
+            # current generation, as after any replacement
             yield from self._replaced(src, "replaced, then moved out of the database")
             return
         if src.marker is not None:
@@ -189,7 +187,11 @@ class Follower(SourceReader):
         yield TailEvent(TRUNCATED, src.path, None, detail)
 
     def _replaced(self, src: Source, why: str) -> Iterator[TailEvent]:
-        opened = open_regular(src.storage)
+        try:
+            opened = open_regular(src.storage)
+        except ArchiveElsewhere as e:  # the current generation is in a file not here
+            yield from self._elsewhere(src, e)
+            return
         if opened is None:
             return
         src.close()
