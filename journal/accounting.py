@@ -319,7 +319,8 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
     try:
         snap = load(path)
     except JournalError as e:
-        warnings.append(UsageWarning(path, f"not counted: {e}"))
+        said = str(e).removeprefix(f"{path}: ")  # the warning names the path already
+        warnings.append(UsageWarning(path, f"not counted: {said}"))
         return False
     if snap.header is None and not snap.entries:
         warnings.append(UsageWarning(path, "not counted: not a session file "

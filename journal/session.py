@@ -226,6 +226,7 @@ class Session:
             self._log = successor.open_appender(durability)
         except BaseException:
             new_lease.release()  # this session is closed: open the successor again
+            lease.release()
             self._log.close()
             raise
         self.header = snap.header or {}

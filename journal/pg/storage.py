@@ -262,9 +262,13 @@ class PostgresReader:
                 "SELECT byte_offset + octet_length(line) + 1 FROM journal.entries "
                 "WHERE stream = %s AND generation = %s ORDER BY byte_offset DESC LIMIT 1",
                 (stream, generation)).fetchone()
-            return int(last[0]) if last is not None else 0
+            return int(last[0]) if last is not None else -1
 
         found = with_shared(self._storage.conninfo, query)
+        if found < 0:  # this replaced generation's rows are gone
+            if self._storage.moved_out() is not None:
+                raise GenerationGone(self._storage.locator)
+            found = 0
         fresh = self._storage.current_generation()
         if fresh != generation:
             self._final_extent = found  # a replaced generation grows no more

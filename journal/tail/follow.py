@@ -148,8 +148,8 @@ class Follower(SourceReader):
         # before it was renamed, deleted or replaced (a rotation marker, say) is then read
         # before acting.
         mark = src.storage.mark()
-        size = src.reader.extent()
         try:
+            size = src.reader.extent()
             if size < src.position or not self.unchanged(src):
                 yield from self._truncated(src, size)
             yield from self.drain(src)
