@@ -66,8 +66,7 @@ Following sessions live
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
     `ArchiveElsewhere` (a database archive moved out to a file not here), `GenerationGone`,
-    `LeaseLost`,
-    `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
+    `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
     `WriteFailed`.
 

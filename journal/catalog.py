@@ -493,6 +493,11 @@ def _why_kept(row: SessionRow, cutoff: datetime) -> str | None:
                 f"{os.path.dirname(waiting[0])}")
     if row.state == "locked":
         return f"locked by pid {row.holder_pid}" if row.holder_pid else "locked by a writer"
+    if row.state == "sealed":
+        # e.g. an archive moved out of a database (`journal rotate --keep`): its lines are
+        # nowhere else, and its live session is in the database
+        return ("sealed, and its successor is not here: it goes on elsewhere (a database, "
+                "another folder), and this file may be the only copy of what it holds")
     if row.state == "needs-repair":
         return "needs repair: " + "; ".join(row.problems[:3])
     when = _last_time(row)

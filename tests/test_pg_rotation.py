@@ -1159,3 +1159,38 @@ def test_keep_below_zero_is_refused_by_a_policy_and_before_a_file_rotates(
     with pytest.raises(ValueError, match="0 or more"):
         rotate(str(path), keep=-1)
     assert path.read_bytes() == before and not (tmp_path / "archive").exists()
+
+
+def test_prune_keeps_an_archive_moved_out_of_the_database(pg_url: str, tmp_path: Path) -> None:
+    """The moved-out file is the only copy of its lines: `journal prune` of the archive folder
+    keeps it (a sealed file whose successor is not there), saying why."""
+    from datetime import UTC, datetime, timedelta
+
+    from journal.catalog import prune
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None and rows_of(PostgresStorage.from_url(url)) == 0
+    report = prune([str(tmp_path / "a")], timedelta(days=30),
+                   now=datetime.now(UTC) + timedelta(days=90))
+    assert [item.action for item in report.items] == ["skip"]
+    assert "successor is not here" in str(report.items[0].reason)
+    assert Path(result.archive).exists() and load(url).entries
+
+
+def test_leftovers_are_only_older_generations(pg_url: str, tmp_path: Path) -> None:
+    """Rows of a moved-out archive's current generation (appended past the seal through the
+    storage API) are in no file: the next move-out pass leaves them."""
+    url = new_session(pg_url)
+    assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
+    sealed = PostgresStorage.from_url(url)
+    lease = sealed.lock(5)
+    appender = sealed.open_appender()
+    try:
+        appender.commit(b'{"type":"custom","id":"past0001","customType":"x"}\n')
+    finally:
+        appender.close()
+        lease.release()
+    assert rows_of(sealed) == 1
+    assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0).rotated
+    assert rows_of(sealed) == 1

@@ -278,13 +278,14 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
 
 
 def _drop_leftovers(storage: PostgresStorage) -> None:
-    """Delete the rows an archive moved out of the database still has (older generations)."""
+    """Delete the rows an archive moved out of the database still has of older generations
+    (never of the current one: what the file does not hold)."""
     session = storage.session
 
     def delete(conn: psycopg.Connection[Any]) -> None:
         conn.execute("DELETE FROM journal.entries e USING journal.streams s WHERE "
-                     "e.stream = s.id AND s.session = %s AND s.moved_out_at IS NOT NULL",
-                     (session,))
+                     "e.stream = s.id AND s.session = %s AND s.moved_out_at IS NOT NULL "
+                     "AND e.generation <> s.generation", (session,))
 
     with_shared(storage.conninfo, delete)
 
@@ -308,7 +309,8 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
     `moved_out_at` set, with the SHA-256 of the bytes (what readers check the file
     against). Readers read the file from then on. Raises JournalError for a session that
     is not sealed (only an archive moves out), or a file that does not hold its bytes (the
-    rows stay); NotASession."""
+    rows stay); NotASession; DatabaseError when the commit failed (the rows stay) or its
+    reply was lost (it may have been committed: keep the file)."""
     locator = storage.locator
     row = stream_row(storage)
     if row is None:

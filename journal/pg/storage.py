@@ -329,7 +329,6 @@ class PostgresReader:
             self._moved = self._storage.moved_out()
             if self._moved is not None:
                 return 0, self._moved_out_bytes(self._moved)
-        if not rows:
             return start, b""
         parts: list[bytes] = []
         for _, raw in rows:
