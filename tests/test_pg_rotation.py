@@ -300,6 +300,11 @@ def bytes_of(storage: PostgresStorage) -> bytes:
         return reader.stream.read()
 
 
+def export_name(storage: PostgresStorage, folder: Path) -> Path:
+    """Where an export of `storage` to `folder` goes (`DIR/<file>.gz`)."""
+    return folder / (Path(pg_rotation.file_name(storage)).name + ".gz")
+
+
 def test_keep_moves_the_older_archives_out_and_they_read_as_before(
         pg_url: str, tmp_path: Path) -> None:
     from journal.pg.transfer import pull
@@ -551,7 +556,7 @@ def test_an_export_never_replaces_a_file_and_takes_one_holding_its_bytes(
     assert rotate_database(url).rotated
     sealed = PostgresStorage.from_url(url)
     data = bytes_of(sealed)
-    target = tmp_path / "out" / (Path(pg_rotation.file_name(sealed)).name + ".gz")
+    target = export_name(sealed, tmp_path / "out")
     target.parent.mkdir()
     target.write_bytes(b"somebody else's")
     with pytest.raises(JournalError, match="already exists"):
@@ -568,7 +573,7 @@ def test_one_archive_that_cannot_move_out_does_not_hold_back_the_others(
     assert rotate_database(url).rotated
     assert rotate_again(url).rotated
     oldest, newer, _live = lineage_of(url)
-    blocked = tmp_path / "a" / (Path(pg_rotation.file_name(oldest)).name + ".gz")
+    blocked = export_name(oldest, tmp_path / "a")
     blocked.parent.mkdir()
     blocked.write_bytes(b"in the way")
     result = rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0)
@@ -681,7 +686,7 @@ def test_an_export_takes_no_link_for_its_file_and_syncs_one_it_takes(
     data = bytes_of(sealed)
     elsewhere = tmp_path / "elsewhere.gz"
     elsewhere.write_bytes(pg_rotation.gzip_bytes(data))
-    target = tmp_path / "out" / (Path(pg_rotation.file_name(sealed)).name + ".gz")
+    target = export_name(sealed, tmp_path / "out")
     target.parent.mkdir()
     target.symlink_to(elsewhere)  # holds the bytes, through a link: not taken
     with pytest.raises(JournalError, match="already exists"):
