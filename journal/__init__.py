@@ -67,7 +67,8 @@ Errors
     `JournalError` (every expected failure; its message names the path and what to do),
     `ArchiveElsewhere` (a database archive moved out to a file not here), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
-    transcript, never appended to), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
+    transcript, never appended to), `SessionSealed` (a database session a rotation sealed
+    takes no more lines), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
     `WriteFailed`.
 
 Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
@@ -102,6 +103,7 @@ from .errors import (
     LeaseLost,
     LockTimeout,
     NotASession,
+    SessionSealed,
     UnknownEntry,
     UnsafeLockFile,
     UnsupportedVersion,
@@ -240,6 +242,7 @@ __all__ = [
     "LockTimeout",
     "NotASession",
     "ForeignSession",
+    "SessionSealed",
     "UnknownEntry",
     "UnsafeLockFile",
     "UnsupportedVersion",

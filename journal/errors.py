@@ -57,6 +57,18 @@ class LeaseLost(JournalError):
                          f"{extra}. Open the session again to write")
 
 
+class SessionSealed(JournalError):
+    """The session was sealed by a rotation and takes no more lines: write to the session
+    it continues in (`Session.open` follows a sealed session to the live one)."""
+
+    def __init__(self, locator: str, successor: str) -> None:
+        self.locator = locator
+        self.successor = successor
+        super().__init__(f"{locator}: sealed by a rotation, it takes no more lines; nothing "
+                         f"was appended. It continues in {successor}: write there (opening "
+                         "the session follows it to the live one)")
+
+
 class UnsafeLockFile(JournalError):
     """The lock file beside a session is not a regular file of its own (a planted link,
     FIFO or hard link); nothing was written through it."""

@@ -1184,18 +1184,50 @@ def test_prune_keeps_an_archive_moved_out_of_the_database(pg_url: str, tmp_path:
 
 
 def test_leftovers_are_only_older_generations(pg_url: str, tmp_path: Path) -> None:
-    """Rows of a moved-out archive's current generation (appended past the seal through the
-    storage API) are in no file: the next move-out pass leaves them."""
+    """Rows of a moved-out archive's current generation (written past the seal, as a
+    database at schema version 3 let a writer do) are in no file: the next move-out pass
+    leaves them."""
     url = new_session(pg_url)
     assert rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0).moved_out
     sealed = PostgresStorage.from_url(url)
-    lease = sealed.lock(5)
-    appender = sealed.open_appender()
-    try:
-        appender.commit(b'{"type":"custom","id":"past0001","customType":"x"}\n')
-    finally:
-        appender.close()
-        lease.release()
+    with psycopg.connect(sealed.conninfo) as conn:
+        conn.execute("INSERT INTO journal.entries (stream, generation, position, byte_offset, "
+                     "line) SELECT id, generation, entries, size, '{}' FROM journal.streams "
+                     "WHERE session = %s", (sealed.session,))
     assert rows_of(sealed) == 1
     assert rotate_again(url, archive_dir=str(tmp_path / "a"), keep=0).rotated
     assert rows_of(sealed) == 1
+
+
+@pytest.mark.parametrize("fenced", [True, False], ids=["new-lease", "unfenced"])
+def test_a_sealed_session_takes_no_more_lines_from_any_writer(pg_url: str,
+                                                             fenced: bool) -> None:
+    """A writer that takes the lease of a sealed session after the seal (its epoch is the
+    current one), or writes without a lease, is refused by the server, naming the successor:
+    nothing lands after the seal, where the live lineage never reads it."""
+    from journal import SessionSealed
+
+    url = new_session(pg_url)
+    result = rotate_database(url)
+    assert result.rotated and result.successor is not None
+    storage = PostgresStorage.from_url(url)
+    before = load(url).entries
+    lease = storage.lock(5) if fenced else None
+    appender = storage.open_appender()
+    assert (appender.epoch is not None) is fenced
+    try:
+        with pytest.raises(SessionSealed, match="continues in") as caught:
+            appender.commit(b'{"type":"custom","id":"late0001","customType":"x"}\n')
+        assert caught.value.successor == result.successor
+        with pytest.raises(SessionSealed):  # a batch too (the function's path)
+            appender.commit(b'{"type":"custom","id":"late0002","customType":"x"}\n'
+                            b'{"type":"custom","id":"late0003","customType":"x"}\n')
+        with pytest.raises(SessionSealed):  # and a compaction (the function, resume offsets)
+            appender.commit(b'{"type":"compaction","id":"late0004","summary":"s",'
+                            b'"firstKeptEntryId":"late0001","tokensBefore":1}\n')
+    finally:
+        appender.close()
+        if lease is not None:
+            lease.release()
+    after = load(url).entries
+    assert after == before and is_seal(after[-1])

@@ -85,3 +85,43 @@ def test_deleting_a_session_deletes_its_lines_and_no_other(pg_url: str) -> None:
         rows = conn.execute("SELECT s.session, count(*) FROM journal.entries e LEFT JOIN "
                             "journal.streams s ON s.id = e.stream GROUP BY 1").fetchall()
     assert rows == [("kept", 2)]
+
+
+def test_version_4_refuses_lines_after_a_seal_and_keeps_the_grants(pg_url: str) -> None:
+    """A database made at version 3 (where journal.append took lines after a seal) is
+    brought to version 4: its sealed session then takes no more lines, a live one still
+    does, and a writer role granted EXECUTE before keeps it."""
+    call = ("SELECT journal.append(%s, NULL, ARRAY[%s], ARRAY['x0000001'], ARRAY[NULL], "
+            "ARRAY['custom'], ARRAY[0]::bigint[], %s, NULL)")
+    line = '{"type":"custom","id":"x0000001","customType":"x"}'
+    role = f"writer_{pg_url.rsplit('/', 1)[1]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for number, description, sql in schema.MIGRATIONS[:3]:
+            conn.execute(sql)
+            conn.execute("INSERT INTO journal.schema_version (version, description) "
+                         "VALUES (%s, %s)", (number, description))
+        conn.execute(f'CREATE ROLE "{role}"')
+        conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA journal TO "{role}"')
+        conn.execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA journal FROM PUBLIC")
+        conn.execute("INSERT INTO journal.streams (session, generation, successor) VALUES "
+                     "('old', 1, 'new'), ('new', 2, NULL)")
+        conn.execute(call, ("old", line, len(line) + 1))  # version 3 took it
+        assert schema.ensure(conn) == 4
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(call, ("old", line, len(line) + 1))
+        assert caught.value.sqlstate == schema.SQLSTATE_SEALED
+        assert caught.value.diag.message_detail == "new"
+        conn.execute(call, ("new", line, len(line) + 1))
+        counts = dict(conn.execute("SELECT s.session, count(e.line) FROM journal.streams s "
+                                   "LEFT JOIN journal.entries e ON e.stream = s.id "
+                                   "GROUP BY 1").fetchall())
+        allowed = conn.execute("SELECT has_function_privilege(%s, 'journal.append(text, "
+                               "bigint, text[], text[], text[], text[], bigint[], bigint, "
+                               "text)', 'EXECUTE'), has_function_privilege('public', "
+                               "'journal.append(text, bigint, text[], text[], text[], "
+                               "text[], bigint[], bigint, text)', 'EXECUTE')",
+                               (role,)).fetchone()
+        conn.execute(f'DROP OWNED BY "{role}"')
+        conn.execute(f'DROP ROLE "{role}"')
+    assert counts == {"old": 1, "new": 1}
+    assert allowed == (True, False)

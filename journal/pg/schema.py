@@ -37,6 +37,7 @@ MIGRATION_LOCK = 0x6A6F75726E616C21
 
 SQLSTATE_NO_SESSION = "JN001"
 SQLSTATE_FENCED = "JN002"
+SQLSTATE_SEALED = "JN003"
 
 _V1 = """
 CREATE SCHEMA IF NOT EXISTS journal;
@@ -264,19 +265,20 @@ RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"}
 # every server version): one entry, not of RESUME_TYPES. The same row lock, epoch check,
 # next position and offset and notification of followers, as one statement rather than a
 # PL/pgSQL function's several: about a third less server time per commit
-# (bench/pg_append_micro.py). No row when the session is missing, the epoch is not the
-# writer's, or the session's last line already has this entry's id where it would start (a
-# retry after a lost acknowledgement, by the appender or its caller): journal.append then
-# says which, or acknowledges the retry at the offset it has. The followers probe sees the
-# followers registered when the statement began (journal.append's, those when it held the
-# row lock): one registered while this commit waited for the lock may wake at its next
-# timeout instead, which loses nothing (a notification is only a hint). Parameters: session,
-# epoch (NULL: unfenced), the line, its id, parentId and type, its length with the newline.
+# (bench/pg_append_micro.py). No row when the session is missing or sealed, the epoch is
+# not the writer's, or the session's last line already has this entry's id where it would
+# start (a retry after a lost acknowledgement, by the appender or its caller):
+# journal.append then says which, or acknowledges the retry at the offset it has. The
+# followers probe sees the followers registered when the statement began (journal.append's,
+# those when it held the row lock): one registered while this commit waited for the lock may
+# wake at its next timeout instead, which loses nothing (a notification is only a hint).
+# Parameters: session, epoch (NULL: unfenced), the line, its id, parentId and type, its
+# length with the newline.
 APPEND_ONE = """
 WITH s AS (
     UPDATE journal.streams AS t SET size = size + %(total)s, entries = entries + 1,
                                     updated_at = now()
-        WHERE session = %(session)s AND generation IS NOT NULL
+        WHERE session = %(session)s AND generation IS NOT NULL AND successor IS NULL
           AND (%(epoch)s::bigint IS NULL OR epoch = %(epoch)s::bigint)
           -- a scalar subquery: one primary-key probe (NOT EXISTS would be planned as an
           -- anti-join reading the whole session)
@@ -309,10 +311,128 @@ ALTER TABLE journal.streams
     ADD COLUMN moved_out_sha256 text;     -- hex SHA-256 of those lines (the bytes, not the gz)
 """
 
+# A sealed session takes no more lines: journal.append as version 1 made it (never edited
+# since), refusing any batch once the stream names a successor, whoever holds the lease (the
+# seal's own epoch move fences the writers of before; this refuses one that takes the lease
+# of a sealed session afterwards, or writes unfenced). A rotation appends its seal before it
+# names the successor, in the same transaction.
+_V4 = """
+CREATE OR REPLACE FUNCTION journal.append(
+    p_session text, p_epoch bigint, p_lines text[], p_ids text[], p_parents text[],
+    p_types text[], p_offsets bigint[], p_total bigint, p_kept text
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint := coalesce(cardinality(p_lines), 0);
+    sid bigint;
+    gen bigint;
+    cur_epoch bigint;
+    old_size bigint;
+    old_entries bigint;
+    sealed_by text;
+    found_id text;
+    start_offset bigint;
+    kept_offset bigint;
+    compaction_at bigint;
+    model_at bigint;
+    thinking_at bigint;
+BEGIN
+    -- the row lock that serializes appends (and waits for a lease takeover's epoch change),
+    -- taken by moving the size on at once; any refusal below rolls it back. Only the columns
+    -- used are returned (scalars: no row-type assembly per call).
+    UPDATE journal.streams SET size = size + p_total, entries = entries + n,
+                               updated_at = now()
+        WHERE session = p_session AND generation IS NOT NULL
+        RETURNING id, generation, epoch, size - p_total, entries - n, successor
+        INTO sid, gen, cur_epoch, old_size, old_entries, sealed_by;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no session % in this database', p_session
+            USING ERRCODE = 'JN001';
+    END IF;
+    IF p_epoch IS NOT NULL AND cur_epoch <> p_epoch THEN
+        RAISE EXCEPTION 'session %: the lease was taken over (epoch % is now %)',
+            p_session, p_epoch, cur_epoch USING ERRCODE = 'JN002';
+    END IF;
+    IF sealed_by IS NOT NULL THEN
+        RAISE EXCEPTION 'session %: sealed by a rotation; it continues in %',
+            p_session, sealed_by USING ERRCODE = 'JN003', DETAIL = sealed_by;
+    END IF;
+    IF n = 0 THEN
+        RETURN old_size;
+    END IF;
+    -- A retry after a lost acknowledgement: the batch is already the session's last (the
+    -- writer holds the lease, so nothing came after it). One primary-key probe at the offset
+    -- it would start at; the bytes compared only when its first id is there.
+    start_offset := old_size - p_total;
+    IF start_offset >= 0 AND p_ids[1] IS NOT NULL THEN
+        SELECT e.id INTO found_id FROM journal.entries e
+            WHERE e.stream = sid AND e.generation = gen AND e.byte_offset = start_offset;
+        IF found_id = p_ids[1] AND ARRAY(
+            SELECT e.line FROM journal.entries e
+            WHERE e.stream = sid AND e.generation = gen AND e.byte_offset >= start_offset
+            ORDER BY e.byte_offset) = p_lines
+        THEN
+            UPDATE journal.streams SET size = old_size, entries = old_entries WHERE id = sid;
+            RETURN start_offset;  -- acknowledged at the offset it has, stored once
+        END IF;
+    END IF;
+    IF n = 1 THEN
+        -- one entry per commit is the common case: a plain VALUES row, no unnest
+        INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
+                                     type, line)
+            VALUES (sid, gen, old_entries, old_size, p_ids[1], p_parents[1], p_types[1],
+                    p_lines[1]);
+    ELSE
+        INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
+                                     type, line)
+            SELECT sid, gen, old_entries + u.o - 1, old_size + u.rel, u.i, u.p, u.t, u.l
+            FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
+                 WITH ORDINALITY AS u (l, i, p, t, rel, o);
+    END IF;
+    -- a followed session's followers are told (on commit) here rather than by the
+    -- streams_changed trigger of version 2, which appends do not fire: a row trigger on every
+    -- commit cost more than this one probe (journal.followers is made by version 2; the
+    -- migrations are applied together)
+    IF EXISTS (SELECT 1 FROM journal.followers f
+               WHERE f.session = p_session AND f.until > now()) THEN
+        PERFORM pg_notify('journal_changes', p_session || ' ' || (old_entries + n));
+    END IF;
+    IF p_types && ARRAY['compaction', 'model_change', 'thinking_level_change'] THEN
+        -- where a resume starts reading: the latest compaction, where its kept entries
+        -- start, the latest settings
+        SELECT max(old_size + x.rel) FILTER (WHERE x.t = 'compaction'),
+               max(old_size + x.rel) FILTER (WHERE x.t = 'model_change'),
+               max(old_size + x.rel) FILTER (WHERE x.t = 'thinking_level_change')
+            INTO compaction_at, model_at, thinking_at
+            FROM unnest(p_types, p_offsets) AS x (t, rel);
+        IF compaction_at IS NOT NULL AND p_kept IS NOT NULL THEN
+            -- the kept entry is recent: look in the last 8 MiB first (a primary-key range)
+            SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+                WHERE e.stream = sid AND e.generation = gen
+                  AND e.byte_offset >= old_size + p_total - 8388608 AND e.id = p_kept
+                ORDER BY e.byte_offset DESC LIMIT 1;
+            IF kept_offset IS NULL THEN
+                SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+                    WHERE e.stream = sid AND e.generation = gen AND e.id = p_kept
+                    ORDER BY e.byte_offset DESC LIMIT 1;
+            END IF;
+        END IF;
+        UPDATE journal.streams SET
+            last_compaction = coalesce(compaction_at, last_compaction),
+            last_kept = CASE WHEN compaction_at IS NULL THEN last_kept ELSE kept_offset END,
+            last_model_change = coalesce(model_at, last_model_change),
+            last_thinking_change = coalesce(thinking_at, last_thinking_change)
+        WHERE id = sid;
+    END IF;
+    RETURN old_size;
+END
+$$;
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "streams, entries, append()", _V1),
     (2, "successors, file names, quarantine, followers and change notifications", _V2),
     (3, "archives moved out of the database", _V3),
+    (4, "a sealed session takes no more lines", _V4),
 ]
 VERSION = MIGRATIONS[-1][0]
 

@@ -61,6 +61,7 @@ from ..errors import (
     JournalError,
     LeaseLost,
     NotASession,
+    SessionSealed,
     WriteFailed,
 )
 from ..storage.mark import Mark, StopFlag
@@ -487,6 +488,11 @@ class PostgresAppender:
             return NotASession(locator, "no such session in the database")
         if unconfirmed:
             return WriteFailed(locator, -1, _first_line(e), UNCONFIRMED_OUTCOME)
+        if state == schema.SQLSTATE_SEALED:
+            said = e.diag.message_detail  # the successor's session id
+            successor = (session_url(self.storage.conninfo, said) if said
+                         else self.storage.successor())
+            return SessionSealed(locator, successor or "its successor")
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e))
 
     def _after_commit(self) -> None:
