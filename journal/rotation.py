@@ -14,7 +14,6 @@ undone by the next writer (see `lineage.recover_rotation`).
 from __future__ import annotations
 
 import errno
-import gzip
 import logging
 import os
 import shutil
@@ -26,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from . import codec, model
+from .archivegz import compressor
 from .boundary import boundary
 from .context import Context, branch_context, build_context
 from .errors import JournalError, NoSpace, NotASession, UnsafeFile, UnsupportedVersion
@@ -617,8 +617,7 @@ def _compress(stored: str, final: str, progress: Progress | None = None) -> None
         with src, NewFile(final, COMPRESS_TAG, like=os.fstat(src.fileno()),
                           dir_fd=folder) as new:
             try:
-                with new.stream() as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
-                                                        compresslevel=1, mtime=0) as gz:
+                with new.stream() as raw, compressor(raw) as gz:
                     meter = Meter(progress, os.fstat(src.fileno()).st_size)
                     shutil.copyfileobj(MeteredReader(src, meter), gz, 1 << 20)
                     meter.finish()

@@ -562,7 +562,7 @@ def test_an_export_never_replaces_a_file_and_takes_one_holding_its_bytes(
     with pytest.raises(JournalError, match="already exists"):
         pg_rotation.move_out(sealed, str(tmp_path / "out"))
     assert target.read_bytes() == b"somebody else's" and rows_of(sealed) > 0
-    target.write_bytes(pg_rotation.gzip_bytes(data))  # the leftover of a stopped export
+    target.write_bytes(gzip.compress(data))  # the leftover of a stopped export
     assert pg_rotation.move_out(sealed, str(tmp_path / "out")) == str(target)
     assert rows_of(sealed) == 0 and bytes_of(sealed) == data
 
@@ -685,7 +685,7 @@ def test_an_export_takes_no_link_for_its_file_and_syncs_one_it_takes(
     sealed = PostgresStorage.from_url(url)
     data = bytes_of(sealed)
     elsewhere = tmp_path / "elsewhere.gz"
-    elsewhere.write_bytes(pg_rotation.gzip_bytes(data))
+    elsewhere.write_bytes(gzip.compress(data))
     target = export_name(sealed, tmp_path / "out")
     target.parent.mkdir()
     target.symlink_to(elsewhere)  # holds the bytes, through a link: not taken
@@ -693,7 +693,7 @@ def test_an_export_takes_no_link_for_its_file_and_syncs_one_it_takes(
         pg_rotation.move_out(sealed, str(tmp_path / "out"))
     assert rows_of(sealed) > 0
     target.unlink()
-    target.write_bytes(pg_rotation.gzip_bytes(data))  # never synced by whoever wrote it
+    target.write_bytes(gzip.compress(data))  # never synced by whoever wrote it
     synced: list[int] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])

@@ -26,9 +26,6 @@ opener waited for the lease.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import logging
 import os
 import posixpath
@@ -39,9 +36,9 @@ from typing import Any
 
 import psycopg
 
-from .. import codec, model
-from ..errors import JournalError, LeaseLost, NotASession, UnsupportedVersion
-from ..files import fsync_directory, make_private_dir
+from .. import archivegz, codec, model
+from ..errors import JournalError, LeaseLost, NoSpace, NotASession, UnsupportedVersion
+from ..files import NO_SPACE_ERRNOS, free_bytes, fsync_directory, make_private_dir
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..publish import NewFile
@@ -52,9 +49,9 @@ from ..tree import Tree
 from . import schema
 from .connect import DatabaseError, connect, describe, with_shared
 from .lease import Lease
-from .storage import PostgresStorage, split_batch
+from .storage import PostgresReader, PostgresStorage, split_batch
 
-__all__ = ["archive_sealed", "export_archive", "file_name", "gzip_bytes", "keep_archives",
+__all__ = ["archive_sealed", "export_archive", "file_name", "keep_archives",
            "live_storage", "lock_live", "move_out", "rotate_database", "rotate_session",
            "stream_row"]
 
@@ -321,11 +318,16 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
         raise JournalError(f"{locator}: not sealed: only an archive (a rotated session) can "
                            "move out of the database")
     with storage.open_reader() as reader:
-        generation, data = reader.generation, reader.stream.read()
-    path = _destination(storage, row, directory)
-    if path != row["exported_to"]:
-        path = _write_archive(storage, directory, data)
-    if not _holds(path, data):  # read back: the file the rows are deleted on the strength of
+        generation = reader.generation
+        path = _destination(storage, row, directory)
+        if path != row["exported_to"]:
+            path, digest = _write_archive(storage, directory, reader)
+        else:
+            digest = archivegz.digest_of(archivegz.chunks(reader.stream, reader.size))
+        if digest.size != reader.size:
+            raise JournalError(f"{locator}: {digest.size} of its {reader.size} bytes could "
+                               "be read; its lines stay in the database")
+    if not _holds(path, digest):  # read back: the file the rows are deleted on the strength of
         raise JournalError(f"{locator}: its export {path} does not hold the session's "
                            "bytes; its lines stay in the database")
     _sync_found(path)
@@ -338,7 +340,7 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
                 (storage.session,)).fetchone()
             if now is not None and now[4] is not None:
                 return str(now[5])  # moved out meanwhile by another process: its file
-            if now is None or now[1] != generation or now[2] != len(data) or now[3] is None:
+            if now is None or now[1] != generation or now[2] != digest.size or now[3] is None:
                 raise JournalError(f"{locator}: it changed while it was being moved out of "
                                    "the database; its lines stay there")
             # the current generation only: the one a repair replaced stays for the readers
@@ -347,7 +349,7 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
                          (now[0], generation))
             conn.execute("UPDATE journal.streams SET exported_to = %s, moved_out_at = now(), "
                          "moved_out_sha256 = %s WHERE id = %s",
-                         (path, hashlib.sha256(data).hexdigest(), now[0]))
+                         (path, digest.sha256, now[0]))
     except psycopg.Error as e:
         if conn.broken or conn.closed:  # its end is not known: keep the file
             raise DatabaseError(f"{locator}: the connection was lost while moving it out of "
@@ -459,8 +461,7 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
     compresses archives), durably, never over an existing file; record it on the row and
     return its path."""
     with storage.open_reader() as reader:
-        raw = reader.stream.read()
-    return _write_archive(storage, directory, raw)
+        return _write_archive(storage, directory, reader)[0]
 
 
 def _archive_path(storage: PostgresStorage, directory: str) -> str:
@@ -470,30 +471,33 @@ def _archive_path(storage: PostgresStorage, directory: str) -> str:
                         name if name.endswith(".gz") else name + ".gz")
 
 
-def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
-    """`export_archive` of the bytes `raw` (the session's, read by the caller). A file of
-    that name is never replaced: one holding exactly these bytes (an export that stopped
-    before it was recorded) is taken as the export, any other is an error."""
+def _write_archive(storage: PostgresStorage, directory: str,
+                   reader: PostgresReader) -> tuple[str, archivegz.Digest]:
+    """`export_archive` of what `reader` reads (a chunk at a time); the file and the digest
+    of the bytes. A file of that name is never replaced: one holding exactly these bytes
+    (an export that stopped before it was recorded) is taken as the export, any other is an
+    error."""
     path = _archive_path(storage, directory)
     _make_folder(os.path.dirname(path))
-    if _holds(path, raw):
-        _sync_found(path)
-    else:
-        data = gzip_bytes(raw)
-        new = NewFile(path, ARCHIVE_TAG)
+    with NewFile(path, ARCHIVE_TAG) as new:
+        reader.stream.seek(0)
         try:
-            new.write(data)
-            new.publish(replace=False)
-        except FileExistsError:
-            new.discard()
-            if not _holds(path, raw):
-                raise JournalError(f"{path} already exists; the archive stays in the "
-                                   "database only") from None
-            _sync_found(path)
-        except BaseException:
-            if not new.published:
-                new.discard()
+            with new.stream() as raw:
+                digest = archivegz.write(archivegz.chunks(reader.stream, reader.size), raw)
+        except OSError as e:
+            if e.errno in NO_SPACE_ERRNOS:
+                raise NoSpace(new.path, reader.size, free_bytes(os.path.dirname(path))) from e
             raise
+        if _holds(path, digest):
+            _sync_found(path)  # the temp goes on leaving the block
+        else:
+            try:
+                new.publish(replace=False)
+            except FileExistsError:
+                if not _holds(path, digest):
+                    raise JournalError(f"{path} already exists; the archive stays in the "
+                                       "database only") from None
+                _sync_found(path)
     session = storage.session
 
     def record(conn: psycopg.Connection[Any]) -> None:
@@ -502,7 +506,7 @@ def _write_archive(storage: PostgresStorage, directory: str, raw: bytes) -> str:
                      "AND moved_out_at IS NULL", (path, session))
 
     with_shared(storage.conninfo, record)
-    return path
+    return path, digest
 
 
 def _make_folder(folder: str) -> None:
@@ -518,14 +522,13 @@ def _make_folder(folder: str) -> None:
         fsync_directory(os.path.dirname(made))
 
 
-def _holds(path: str, raw: bytes) -> bool:
-    """Whether `path` is a regular file (not a link) holding a gzip archive of exactly `raw`
-    (False: no such file)."""
+def _holds(path: str, digest: archivegz.Digest) -> bool:
+    """Whether `path` is a regular file (not a link) holding a gzip archive of exactly the
+    bytes of `digest` (False: no such file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
-            return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and \
-                gzip.decompress(f.read()) == raw
+            return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and archivegz.unpack(f) == digest
     except (OSError, EOFError, zlib.error):
         return False
 
@@ -539,12 +542,3 @@ def _sync_found(path: str) -> None:
     finally:
         os.close(fd)
     fsync_directory(os.path.dirname(path))
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """`data` compressed exactly as file rotation compresses an archive (level 1, no name,
-    no time): the same bytes in, the same archive out."""
-    out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=1, mtime=0) as gz:
-        gz.write(data)
-    return out.getvalue()

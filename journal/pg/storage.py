@@ -37,22 +37,21 @@ planning, the tail) works unchanged.
 from __future__ import annotations
 
 import asyncio
-import gzip
-import hashlib
 import io
 import os
+import tempfile
 import threading
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 import orjson
 import psycopg
 
-from .. import codec
+from .. import archivegz, codec
 from ..codec import Diagnostic, Line
 from ..durability import Durability, SyncClock
 from ..errors import (
@@ -223,6 +222,7 @@ class PostgresReader:
         self._stream: io.BufferedReader | None = None
         self._cached: list[tuple[int, bytes]] = []
         self._final_extent: int | None = None
+        self._unpacked: IO[bytes] | None = None  # a moved-out archive's bytes (`_unpack`)
 
     @property
     def size(self) -> int:
@@ -310,7 +310,7 @@ class PostgresReader:
     def _rows(self, start: int, end: int) -> tuple[int, bytes]:
         """The bytes of the rows that cover [start, end): where the first begins, and them."""
         if self._moved is not None:
-            return 0, self._moved_out_bytes(self._moved)
+            return start, self._from_archive(self._moved, start, end)
         stream, generation = self._stream_id, self._generation
 
         def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -329,7 +329,7 @@ class PostgresReader:
             # its size reads on, as a tail does: then the rows of the seal appended since)
             self._moved = self._storage.moved_out()
             if self._moved is not None:
-                return 0, self._moved_out_bytes(self._moved)
+                return start, self._from_archive(self._moved, start, end)
             return start, b""
         parts: list[bytes] = []
         for _, raw in rows:
@@ -337,30 +337,47 @@ class PostgresReader:
             parts.append(b"\n")
         return int(rows[0][0]), b"".join(parts)
 
-    def _moved_out_bytes(self, moved: MovedOut) -> bytes:
-        """The session's bytes, read from the archive it was moved out to: all of them, of
-        which this reader serves its first `size` (opened before the rotation's seal, it
-        has fewer). JournalError naming the file where it cannot be read here, or does not
-        hold the session's bytes."""
+    def _from_archive(self, moved: MovedOut, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the session, read from the archive it was moved out to."""
+        if self._unpacked is None:
+            self._unpacked = self._unpack(moved)
+        return os.pread(self._unpacked.fileno(), max(0, end - start), start)
+
+    def _unpack(self, moved: MovedOut) -> IO[bytes]:
+        """The archive's bytes, unpacked a chunk at a time into a temporary file (an archive
+        may be long) and checked there against the SHA-256 recorded when it moved out: all
+        of them, of which this reader serves its first `size` (opened before the rotation's
+        seal, it has fewer). JournalError naming the file where it cannot be read here, or
+        does not hold the session's bytes."""
         locator, path = self._storage.locator, moved.path
         if moved.generation != self._generation:
             raise GenerationGone(locator)
+        unpacked = tempfile.TemporaryFile(prefix="journal-archive-")
         try:
-            with open(path, "rb") as f:
-                data = gzip.decompress(f.read())
-        except FileNotFoundError:
-            raise ArchiveElsewhere(locator, path) from None
-        except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-            raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
-                               f"which cannot be read ({e})") from e
-        if hashlib.sha256(data).hexdigest() != moved.sha256 or len(data) < self._size:
-            raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
-                               "which no longer holds the bytes it was moved out with")
-        return data
+            try:
+                with open(path, "rb") as f:
+                    digest = archivegz.unpack(f, unpacked)
+                unpacked.flush()
+            except FileNotFoundError:
+                raise ArchiveElsewhere(locator, path) from None
+            except (OSError, EOFError, zlib.error) as e:
+                raise JournalError(f"{locator}: an archive moved out of the database to "
+                                   f"{path}, which cannot be read ({e})") from e
+            if digest.sha256 != moved.sha256 or digest.size < self._size:
+                raise JournalError(f"{locator}: an archive moved out of the database to "
+                                   f"{path}, which no longer holds the bytes it was moved "
+                                   "out with")
+        except BaseException:
+            unpacked.close()
+            raise
+        return unpacked
 
     def close(self) -> None:
         if self._stream is not None:
             self._stream.close()
+        if self._unpacked is not None:
+            self._unpacked.close()
+            self._unpacked = None
         self._cached = []
 
     def __enter__(self) -> PostgresReader:

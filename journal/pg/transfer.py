@@ -28,14 +28,14 @@ from typing import Any
 
 import psycopg
 
-from .. import codec
+from .. import archivegz, codec
 from ..errors import JournalError, NotASession
 from ..lineage import ARCHIVE_DIR, lineage
 from ..publish import NewFile
 from ..seal import is_seal
 from ..snapshot import last_newline_end
 from .connect import DatabaseError, connect, describe, with_shared
-from .rotation import file_name, gzip_bytes
+from .rotation import file_name
 from .storage import PostgresStorage
 from .url import DATABASE_ENV, is_database_url, parse_database, parse_url, session_url
 
@@ -295,24 +295,22 @@ def pull(url: str, directory: str | os.PathLike[str]) -> PullResult:
     result = PullResult(directory)
     try:
         for storage, path in targets:
-            with storage.open_reader() as reader:
-                data = reader.stream.read()
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            if path.endswith(".gz"):
-                data = gzip_bytes(data)
-            new = NewFile(path, PULL_TAG)
-            try:
-                new.write(data)
+            with NewFile(path, PULL_TAG) as new, storage.open_reader() as reader:
+                parts = archivegz.chunks(reader.stream, reader.size)
+                with new.stream() as raw:  # a chunk at a time: an archive may be long
+                    if path.endswith(".gz"):
+                        archivegz.write(parts, raw)
+                    else:
+                        for part in parts:
+                            raw.write(part)
+                    size = raw.tell()
                 if os.path.lexists(path):
                     raise TransferError(f"{path} appeared meanwhile; nothing more was written")
                 new.publish()
-            except BaseException:
-                if not new.published:
-                    new.discard()
-                raise
             written.append(path)
             result.files.append({"session": storage.locator, "file": path,
-                                 "bytes": len(data), "archive": os.path.dirname(
+                                 "bytes": size, "archive": os.path.dirname(
                                      os.path.relpath(path, directory)) == ARCHIVE_DIR})
     except BaseException:
         for path in written:  # all or nothing
