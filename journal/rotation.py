@@ -685,8 +685,13 @@ def finish_compression(live: str) -> list[str]:
 
 
 def check_keep(keep: int | None) -> None:
-    """ValueError for a number of archives to keep below 0 (None: keep them all)."""
-    if keep is not None and keep < 0:
+    """ValueError for a number of archives to keep below 0, TypeError for one that is not
+    a whole number (None: keep them all)."""
+    if keep is None:
+        return
+    if isinstance(keep, bool) or not isinstance(keep, int):
+        raise TypeError(f"keep must be a whole number of archives, not {keep!r}")
+    if keep < 0:
         raise ValueError("keep must be 0 or more")
 
 

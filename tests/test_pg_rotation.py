@@ -1163,6 +1163,11 @@ def test_keep_below_zero_is_refused_by_a_policy_and_before_a_file_rotates(
     before = path.read_bytes()
     with pytest.raises(ValueError, match="0 or more"):
         rotate(str(path), keep=-1)
+    for wrong in ("2", 2.0, True):  # a number read from a config file, say
+        with pytest.raises(TypeError, match="whole number"):
+            RotationPolicy(keep=wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="whole number"):
+            rotate(str(path), keep=wrong)  # type: ignore[arg-type]
     assert path.read_bytes() == before and not (tmp_path / "archive").exists()
 
 
@@ -1231,3 +1236,35 @@ def test_a_sealed_session_takes_no_more_lines_from_any_writer(pg_url: str,
             lease.release()
     after = load(url).entries
     assert after == before and is_seal(after[-1])
+
+
+def test_a_pull_can_leave_out_an_archive_whose_file_is_not_here(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a machine without the moved-out archive's file, a pull fails writing nothing and
+    says how to pull the rest; with --skip-elsewhere it writes the rest, warning of what it
+    left out."""
+    import json
+
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None and result.successor is not None
+    Path(result.archive).rename(tmp_path / "elsewhere.gz")
+    out = tmp_path / "pulled"
+    assert main(["pull", result.successor, str(out)]) == 2
+    said = capsys.readouterr().err
+    assert result.archive in said and "--skip-elsewhere" in said
+    assert not any(p.is_file() for p in out.rglob("*"))
+
+    assert main(["pull", result.successor, str(out), "--skip-elsewhere", "--json"]) == 0
+    done = capsys.readouterr()
+    report = json.loads(done.out)
+    assert [row["elsewhere"] for row in report["skipped"]] == [result.archive]
+    assert report["skipped"][0]["session"] == url
+    assert "left out" in done.err and result.archive in done.err
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert [str(p) for p in written] == [row["file"] for row in report["files"]]
+    assert len(written) == 1 and not Path(report["skipped"][0]["file"]).exists()
+    with PostgresStorage.from_url(result.successor).open_reader() as reader:
+        assert written[0].read_bytes() == reader.stream.read()

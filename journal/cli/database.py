@@ -35,13 +35,17 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from ..pg.transfer import pull
 
     print(f"journal: pulling into {args.dir}", file=sys.stderr)
-    result = pull(args.url, args.dir)
+    result = pull(args.url, args.dir, skip_elsewhere=args.skip_elsewhere)
+    for row in result.skipped:
+        print(f"Warning: left out {row['file']}: {row['session']} was moved out of the "
+              f"database to {row['elsewhere']}, which is not on this machine", file=sys.stderr)
     if args.json:
         _emit(result.to_json())
         return 0
     for row in result.files:
         print(f"wrote {row['file']}  ({row['bytes']:,} bytes)")
-    print(f"{len(result.files)} file(s) written")
+    left = f", {len(result.skipped)} archive(s) left out" if result.skipped else ""
+    print(f"{len(result.files)} file(s) written{left}")
     return 0
 
 
@@ -64,9 +68,13 @@ def add_database_parsers(sub: Any) -> None:
         description="Write sessions from a database into a folder under their file names "
         "(archives under archive/, compressed as rotation compresses them): a session URL "
         "writes its lineage, a database URL every session. Refused, writing nothing, if a "
-        "file exists already.")
+        "file exists already, or if an archive moved out of the database (rotate --keep) is "
+        "in a file not on this machine.")
     p.add_argument("url", help="postgresql://...?session=ID or pg:ID (a lineage), or "
                    "postgresql://.../db (every session)")
     p.add_argument("dir", help="the folder to write into (made if missing)")
+    p.add_argument("--skip-elsewhere", action="store_true",
+                   help="leave out the archives moved out to files not on this machine "
+                   "(each with a warning) and write the rest")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=cmd_pull)

@@ -13,7 +13,10 @@ repeated); with other bytes, the push is refused.
 it continues and those continuing it), a database URL (no `session`) every session. Each is
 written to `DIR/<its file name>`, compressed as file rotation compresses archives when the
 name ends in `.gz`. Existing files are never overwritten: the pull is refused before anything
-is written. A push then a pull gives byte-identical files.
+is written. A push then a pull gives byte-identical files. An archive moved out of the
+database (`journal rotate --keep`) is copied from its file; where that file is not on this
+machine the pull fails, writing nothing, unless `skip_elsewhere` is given: then that archive
+is left out (listed in the result's `skipped`) and the rest is written.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 import psycopg
 
 from .. import archivegz, codec
-from ..errors import JournalError, NotASession
+from ..errors import ArchiveElsewhere, JournalError, NotASession
 from ..lineage import ARCHIVE_DIR, lineage
 from ..publish import NewFile
 from ..seal import is_seal
@@ -64,13 +67,15 @@ class PushResult:
 
 @dataclass
 class PullResult:
-    """The files a pull wrote."""
+    """The files a pull wrote, and the archives it left out (`skip_elsewhere`): moved out of
+    the database to a file not on this machine."""
 
     directory: str
     files: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"directory": self.directory, "files": self.files}
+        return {"directory": self.directory, "files": self.files, "skipped": self.skipped}
 
 
 def database_of(url: str | None) -> str:
@@ -272,11 +277,13 @@ def _targets(conninfo: str, directory: str,
         yield storage, os.path.join(directory, relative)
 
 
-def pull(url: str, directory: str | os.PathLike[str]) -> PullResult:
+def pull(url: str, directory: str | os.PathLike[str], *,
+         skip_elsewhere: bool = False) -> PullResult:
     """Write the sessions `url` names into `directory` (see the module docstring).
 
-    Raises TransferError if a file to be written exists already (nothing is written),
-    NotASession, DatabaseError.
+    Raises TransferError if a file to be written exists already (nothing is written), or
+    an archive was moved out of the database to a file not here (nothing is written, unless
+    `skip_elsewhere`: it is left out, and listed in `skipped`), NotASession, DatabaseError.
 
     Example:
         >>> pull("postgresql://me@db/journal?session=4f1c...", "restored/")  # doctest: +SKIP
@@ -295,8 +302,17 @@ def pull(url: str, directory: str | os.PathLike[str]) -> PullResult:
     result = PullResult(directory)
     try:
         for storage, path in targets:
+            try:
+                opened = storage.open_reader()
+            except ArchiveElsewhere as e:
+                if not skip_elsewhere:
+                    raise TransferError(f"{e}; nothing was written (--skip-elsewhere pulls "
+                                        "the rest)") from e
+                result.skipped.append({"session": storage.locator, "file": path,
+                                       "elsewhere": e.path})
+                continue
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with NewFile(path, PULL_TAG) as new, storage.open_reader() as reader:
+            with opened as reader, NewFile(path, PULL_TAG) as new:
                 parts = archivegz.chunks(reader.stream, reader.size)
                 with new.stream() as raw:  # a chunk at a time: an archive may be long
                     if path.endswith(".gz"):
