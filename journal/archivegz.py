@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from .errors import JournalError
+
 __all__ = ["CHUNK", "Digest", "chunks", "compressor", "digest_of", "unpack", "write"]
 
 CHUNK = 1 << 20
@@ -34,19 +36,21 @@ def compressor(raw: BinaryIO) -> gzip.GzipFile:
     return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0)
 
 
-def chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
-    """The first `size` bytes of `stream`, from where it is, CHUNK bytes at a time (fewer
-    if it ends first)."""
+def chunks(stream: BinaryIO, size: int, name: str) -> Iterator[bytes]:
+    """The first `size` bytes of `stream` (`name`'s), from where it is, CHUNK bytes at a
+    time. JournalError if it ends before: a copy is of all of them or of none."""
     left = size
     while left > 0:
         part = stream.read(min(CHUNK, left))
         if not part:
-            return
+            raise JournalError(f"{name}: only {size - left:,} of its {size:,} bytes could be "
+                               "read")
         left -= len(part)
         yield part
 
 
 def digest_of(parts: Iterable[bytes]) -> Digest:
+    """The digest of the bytes `parts` make up, read once."""
     hasher, size = hashlib.sha256(), 0
     for part in parts:
         hasher.update(part)

@@ -323,10 +323,7 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
         if path != row["exported_to"]:
             path, digest = _write_archive(storage, directory, reader)
         else:
-            digest = archivegz.digest_of(archivegz.chunks(reader.stream, reader.size))
-        if digest.size != reader.size:
-            raise JournalError(f"{locator}: {digest.size} of its {reader.size} bytes could "
-                               "be read; its lines stay in the database")
+            digest = _digest(reader, locator)
     if not _holds(path, digest):  # read back: the file the rows are deleted on the strength of
         raise JournalError(f"{locator}: its export {path} does not hold the session's "
                            "bytes; its lines stay in the database")
@@ -475,29 +472,29 @@ def _write_archive(storage: PostgresStorage, directory: str,
                    reader: PostgresReader) -> tuple[str, archivegz.Digest]:
     """`export_archive` of what `reader` reads (a chunk at a time); the file and the digest
     of the bytes. A file of that name is never replaced: one holding exactly these bytes
-    (an export that stopped before it was recorded) is taken as the export, any other is an
-    error."""
+    (an export that stopped before it was recorded) is taken as the export, as it is (no
+    copy is made: the disk may be full), any other is an error."""
     path = _archive_path(storage, directory)
     _make_folder(os.path.dirname(path))
-    with NewFile(path, ARCHIVE_TAG) as new:
-        reader.stream.seek(0)
-        try:
-            with new.stream() as raw:
-                digest = archivegz.write(archivegz.chunks(reader.stream, reader.size), raw)
-        except OSError as e:
-            if e.errno in NO_SPACE_ERRNOS:
-                raise NoSpace(new.path, reader.size, free_bytes(os.path.dirname(path))) from e
-            raise
-        if _holds(path, digest):
-            _sync_found(path)  # the temp goes on leaving the block
-        else:
+    if os.path.lexists(path):
+        digest = _digest(reader, storage.locator)
+        _take_found(path, digest)
+    else:
+        with NewFile(path, ARCHIVE_TAG) as new:
+            reader.stream.seek(0)
             try:
-                new.publish(replace=False)
-            except FileExistsError:
-                if not _holds(path, digest):
-                    raise JournalError(f"{path} already exists; the archive stays in the "
-                                       "database only") from None
-                _sync_found(path)
+                with new.stream() as raw:
+                    digest = archivegz.write(
+                        archivegz.chunks(reader.stream, reader.size, storage.locator), raw)
+            except OSError as e:
+                if e.errno in NO_SPACE_ERRNOS:
+                    raise NoSpace(new.path, reader.size,
+                                  free_bytes(os.path.dirname(path))) from e
+                raise
+            try:
+                new.publish(replace=False)  # whole: a short read raised above
+            except FileExistsError:  # made meanwhile
+                _take_found(path, digest)
     session = storage.session
 
     def record(conn: psycopg.Connection[Any]) -> None:
@@ -520,6 +517,18 @@ def _make_folder(folder: str) -> None:
     make_private_dir(missing[0])
     for made in reversed(missing):
         fsync_directory(os.path.dirname(made))
+
+
+def _digest(reader: PostgresReader, locator: str) -> archivegz.Digest:
+    reader.stream.seek(0)
+    return archivegz.digest_of(archivegz.chunks(reader.stream, reader.size, locator))
+
+
+def _take_found(path: str, digest: archivegz.Digest) -> None:
+    """Take the file at `path` as the export if it holds exactly the bytes of `digest`."""
+    if not _holds(path, digest):
+        raise JournalError(f"{path} already exists; the archive stays in the database only")
+    _sync_found(path)
 
 
 def _holds(path: str, digest: archivegz.Digest) -> bool:

@@ -59,10 +59,12 @@ from ..errors import (
     GenerationGone,
     JournalError,
     LeaseLost,
+    NoSpace,
     NotASession,
     SessionSealed,
     WriteFailed,
 )
+from ..files import NO_SPACE_ERRNOS, free_bytes
 from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
@@ -196,6 +198,13 @@ class RangeStream(io.RawIOBase):
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._limit}[whence]
         self._pos = max(0, base + offset)
         return self._pos
+
+    def close(self) -> None:
+        # the stream is often all a caller keeps of its reader (`snapshot.open_for_reading`):
+        # closing it lets go of what the reader holds (a moved-out archive's unpacked copy)
+        if not self.closed:
+            self._reader.release()
+        super().close()
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
@@ -338,10 +347,18 @@ class PostgresReader:
         return int(rows[0][0]), b"".join(parts)
 
     def _from_archive(self, moved: MovedOut, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the session, read from the archive it was moved out to."""
+        """Bytes [start, end) of the session (fewer past its end), read from the archive it
+        was moved out to."""
         if self._unpacked is None:
             self._unpacked = self._unpack(moved)
-        return os.pread(self._unpacked.fileno(), max(0, end - start), start)
+        parts: list[bytes] = []
+        while start < end:  # one pread gives at most about 2 GiB
+            part = os.pread(self._unpacked.fileno(), end - start, start)
+            if not part:
+                break
+            parts.append(part)
+            start += len(part)
+        return b"".join(parts)
 
     def _unpack(self, moved: MovedOut) -> IO[bytes]:
         """The archive's bytes, unpacked a chunk at a time into a temporary file (an archive
@@ -352,15 +369,27 @@ class PostgresReader:
         locator, path = self._storage.locator, moved.path
         if moved.generation != self._generation:
             raise GenerationGone(locator)
-        unpacked = tempfile.TemporaryFile(prefix="journal-archive-")
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            raise ArchiveElsewhere(locator, path) from None
+        except OSError as e:
+            raise JournalError(f"{locator}: an archive moved out of the database to {path}, "
+                               f"which cannot be read ({e})") from e
+        unpacked: IO[bytes] | None = None
         try:
             try:
-                with open(path, "rb") as f:
-                    digest = archivegz.unpack(f, unpacked)
+                unpacked = tempfile.TemporaryFile(prefix="journal-archive-")
+                digest = archivegz.unpack(f, unpacked)
                 unpacked.flush()
-            except FileNotFoundError:
-                raise ArchiveElsewhere(locator, path) from None
-            except (OSError, EOFError, zlib.error) as e:
+            except OSError as e:
+                if e.errno in NO_SPACE_ERRNOS:  # reading does not fill a disk: the copy did
+                    folder = tempfile.gettempdir()
+                    raise NoSpace(os.path.join(folder, "journal-archive-*"), self._size,
+                                  free_bytes(folder)) from e
+                raise JournalError(f"{locator}: an archive moved out of the database to "
+                                   f"{path}, which cannot be read ({e})") from e
+            except (EOFError, zlib.error) as e:
                 raise JournalError(f"{locator}: an archive moved out of the database to "
                                    f"{path}, which cannot be read ({e})") from e
             if digest.sha256 != moved.sha256 or digest.size < self._size:
@@ -368,17 +397,24 @@ class PostgresReader:
                                    f"{path}, which no longer holds the bytes it was moved "
                                    "out with")
         except BaseException:
-            unpacked.close()
+            if unpacked is not None:
+                unpacked.close()
             raise
+        finally:
+            f.close()
         return unpacked
 
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
+    def release(self) -> None:
+        """Let go of a moved-out archive's unpacked copy (made again if read again)."""
         if self._unpacked is not None:
             self._unpacked.close()
             self._unpacked = None
         self._cached = []
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        self.release()
 
     def __enter__(self) -> PostgresReader:
         return self

@@ -313,7 +313,7 @@ def pull(url: str, directory: str | os.PathLike[str], *,
                 continue
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             with opened as reader, NewFile(path, PULL_TAG) as new:
-                parts = archivegz.chunks(reader.stream, reader.size)
+                parts = archivegz.chunks(reader.stream, reader.size, storage.locator)
                 with new.stream() as raw:  # a chunk at a time: an archive may be long
                     if path.endswith(".gz"):
                         archivegz.write(parts, raw)
