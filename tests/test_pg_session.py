@@ -360,10 +360,11 @@ def test_the_one_entry_statement_probes_the_session_by_its_key_only(pg_url: str)
     with psycopg.connect(storage.conninfo, autocommit=True) as conn:
         # planned as for a long session (on a short one a whole read may cost less)
         conn.execute("SET enable_seqscan = off")
+        conn.execute("PREPARE one (text, bigint, text, text, text, text, bigint) AS "
+                     + schema.APPEND_ONE)
         plan = "\n".join(row[0] for row in conn.execute(
-            "EXPLAIN " + schema.APPEND_ONE,
-            {"session": "planned", "epoch": None, "line": "{}", "id": "p9999999",
-             "parent": None, "type": "custom", "total": 3}).fetchall())
+            "EXPLAIN EXECUTE one ('planned', NULL, '{}', 'p9999999', NULL, 'custom', 3)"
+        ).fetchall())
     reads = [line.strip() for line in plan.splitlines()
              if "Scan" in line and " on entries " in line]
     assert reads and all(line.startswith("->  Index Scan using entries_pkey") for line in reads)

@@ -550,3 +550,94 @@ def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(
         appender.close()
         lease.release()
     assert texts(url) == ["taker"]
+
+
+class Interrupted(Exception):
+    """What the test's signal handler raises (as SIGINT raises KeyboardInterrupt)."""
+
+
+def test_a_commit_interrupted_while_it_waits_is_unconfirmed_and_stored_once(
+        pg_url: str) -> None:
+    """A signal interrupts a one-entry commit waiting for the stream row: the appender's
+    connection is dropped (its statement may still commit, and does), the commit counts as
+    unconfirmed, and the same entry sent again is acknowledged at its offset, not stored a
+    second time."""
+    url = new_session(pg_url, "interrupted")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    first = appender.commit(U1)
+    holder = _holder(storage.conninfo)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'interrupted' "
+                       "FOR UPDATE")
+        main = threading.get_ident()
+        threading.Thread(target=lambda: (_waiting(storage.conninfo, 1),
+                                         signal.pthread_kill(main, signal.SIGUSR1)),
+                         daemon=True).start()
+        with pytest.raises(Interrupted):
+            appender.commit(U2)
+        holder.commit()  # the statement left on the server goes on and commits
+        again = appender.commit(U2)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        holder.close()
+        appender.close()
+        lease.release()
+    assert again == first + len(U1)
+    assert stored_ids(url) == ["u1", "u2"]
+
+
+def test_a_one_entry_statement_cancelled_is_committed_by_the_fuller_one(pg_url: str) -> None:
+    """The one-entry statement fails while its connection stays up (cancelled here as it
+    waits for the row): it did nothing, and the commit goes on through journal.append,
+    which stores the entry once."""
+    url = new_session(pg_url, "cancelled")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    first = appender.commit(U1)
+    holder = _holder(storage.conninfo)
+    offsets: list[int] = []
+    try:
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'cancelled' FOR UPDATE")
+        committing = threading.Thread(target=lambda: offsets.append(appender.commit(U2)),
+                                      daemon=True)
+        committing.start()
+        [(pid, query)] = _waiting(storage.conninfo, 1)
+        assert "journal.append" not in query  # the one-entry statement
+        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        [(_, query)] = _waiting(storage.conninfo, 1)
+        assert query.startswith("SELECT journal.append")
+        holder.commit()
+        committing.join(timeout=30)
+    finally:
+        holder.close()
+        appender.close()
+        lease.release()
+    assert offsets == [first + len(U1)]
+    assert stored_ids(url) == ["u1", "u2"]
+
+
+def test_an_entry_id_holding_a_nul_is_refused_not_cut_short(pg_url: str) -> None:
+    """libpq passes a text parameter up to its first NUL: an id holding one (JSON's \\u0000)
+    is not sent that way, and the database refuses it as before, storing nothing."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "nul")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    try:
+        with pytest.raises(WriteFailed, match="NUL"):
+            appender.commit(b'{"type":"custom","id":"ab\\u0000cd","customType":"x"}\n')
+    finally:
+        appender.close()
+        lease.release()
+    assert stored_ids(url) == []

@@ -29,8 +29,8 @@ from ..errors import JournalError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["APPEND_ONE", "MIGRATIONS", "RESUME_TYPES", "VERSION", "SchemaError",
-           "current_version", "ensure"]
+__all__ = ["APPEND_ONE", "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES", "VERSION",
+           "SchemaError", "current_version", "ensure"]
 
 # pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
 MIGRATION_LOCK = 0x6A6F75726E616C21
@@ -272,34 +272,36 @@ RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"}
 # followers probe sees the followers registered when the statement began (journal.append's,
 # those when it held the row lock): one registered while this commit waited for the lock may
 # wake at its next timeout instead, which loses nothing (a notification is only a hint).
-# Parameters: session, epoch (NULL: unfenced), the line, its id, parentId and type, its
-# length with the newline.
+# Parameters ($1 to $7, of APPEND_ONE_TYPES; sent through `journal.pg.prepared`): session,
+# epoch (NULL: unfenced), the line, its id, parentId and type, its length with the newline.
 APPEND_ONE = """
 WITH s AS (
-    UPDATE journal.streams AS t SET size = size + %(total)s, entries = entries + 1,
+    UPDATE journal.streams AS t SET size = size + $7, entries = entries + 1,
                                     updated_at = now()
-        WHERE session = %(session)s AND generation IS NOT NULL AND successor IS NULL
-          AND (%(epoch)s::bigint IS NULL OR epoch = %(epoch)s::bigint)
+        WHERE session = $1 AND generation IS NOT NULL AND successor IS NULL
+          AND ($2 IS NULL OR epoch = $2)
           -- a scalar subquery: one primary-key probe (NOT EXISTS would be planned as an
           -- anti-join reading the whole session)
           AND (SELECT e.id FROM journal.entries e
                WHERE e.stream = t.id AND e.generation = t.generation
-                 AND e.byte_offset = t.size - %(total)s) IS DISTINCT FROM %(id)s
-        RETURNING id, generation, size - %(total)s AS at, entries
+                 AND e.byte_offset = t.size - $7) IS DISTINCT FROM $4
+        RETURNING id, generation, size - $7 AS at, entries
 ), i AS (
     INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
                                  type, line)
-        SELECT s.id, s.generation, s.entries - 1, s.at, %(id)s, %(parent)s, %(type)s, %(line)s
+        SELECT s.id, s.generation, s.entries - 1, s.at, $4, $5, $6, $3
         FROM s
         RETURNING byte_offset
 )
 SELECT i.byte_offset,
        CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
-                         WHERE f.session = %(session)s AND f.until > now())
-            THEN (SELECT pg_notify('journal_changes', %(session)s || ' ' || s.entries) FROM s)
+                         WHERE f.session = $1 AND f.until > now())
+            THEN (SELECT pg_notify('journal_changes', $1 || ' ' || s.entries) FROM s)
        END
     FROM i
 """
+# APPEND_ONE's parameters' types (oids): text, bigint, text, text, text, text, bigint
+APPEND_ONE_TYPES = (25, 20, 25, 25, 25, 25, 20)
 
 # An archive moved out of the database (journal.pg.rotation.move_out): its lines are in the
 # .jsonl.gz `exported_to` names, and its rows are gone; the SHA-256 of its bytes lets a

@@ -8,7 +8,8 @@ of rows on demand), and everything above the seam (`Session`, `load`, `resume`, 
 planning, the tail) works unchanged.
 
 - A commit is one call of the server function `journal.append` (one round trip, one
-  transaction; a single plain entry goes as `schema.APPEND_ONE`, the same as one statement):
+  transaction; a single plain entry goes as `schema.APPEND_ONE`, the same as one statement,
+  sent through psycopg's libpq layer by `journal.pg.prepared`):
   it locks the stream row, checks the writer's fencing epoch, assigns the next gap-free
   positions and offsets, and inserts the batch; a batch that is already the
   session's last, with the same ids and bytes (a retry after a lost acknowledgement), is
@@ -69,6 +70,7 @@ from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease, acquire, current_holder
+from .prepared import Prepared
 from .url import SessionUrl, parse_url, session_url
 from .watch import PgWatch
 
@@ -435,6 +437,7 @@ class PostgresAppender:
         self._clock = SyncClock(self.durability)
         self._conn: psycopg.Connection[Any] | None = self._connect()
         self._cursor: psycopg.Cursor[Any] | None = None
+        self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
 
     def _connect(self) -> psycopg.Connection[Any]:
         synchronous = "on" if self.durability.every == 1 else "off"
@@ -493,12 +496,11 @@ class PostgresAppender:
                     self._conn = self._connect()
                 if self._cursor is None or self._cursor.connection is not self._conn:
                     self._cursor = self._conn.cursor()  # kept: one less object per commit
-                row = None
+                row: Sequence[Any] | None = None
                 if one and attempt == 0:
-                    row = self._cursor.execute(schema.APPEND_ONE, {
-                        "session": self.storage.session, "epoch": self.epoch,
-                        "line": batch.lines[0], "id": batch.ids[0], "parent": batch.parents[0],
-                        "type": batch.types[0], "total": batch.total}).fetchone()
+                    row = self._one.first_row(self._conn, (
+                        self.storage.session, str(self.epoch), batch.lines[0], batch.ids[0],
+                        batch.parents[0], batch.types[0], str(batch.total)))
                 if row is None:
                     row = self._cursor.execute(APPEND, self._params(batch)).fetchone()
             except psycopg.OperationalError as e:
@@ -511,6 +513,9 @@ class PostgresAppender:
                 continue
             except psycopg.Error as e:
                 raise self._refused(e, unconfirmed=last is not None) from e
+            except BaseException:  # interrupted: the commit may have been made all the same
+                _UNCONFIRMED.add(key)
+                raise
             assert row is not None
             _UNCONFIRMED.discard(key)
             self._after_commit()
