@@ -46,15 +46,20 @@ class LockTimeout(JournalError):
 
 class LeaseLost(JournalError):
     """Another writer took the session's lease over (a newer fencing epoch): this writer's
-    appends are refused. Open the session again to write."""
+    appends are refused. Open the session again to write. `outcome` says what became of
+    the batch refused, where that is not "nothing was appended" (an earlier attempt of it
+    lost its connection, and may have been committed before the takeover)."""
 
-    def __init__(self, locator: str, epoch: int, detail: str = "") -> None:
+    def __init__(self, locator: str, epoch: int, detail: str = "",
+                 outcome: str | None = None) -> None:
         self.locator = locator
         self.epoch = epoch
+        self.outcome = outcome
         extra = f" ({detail})" if detail else ""
         super().__init__(f"{locator}: another writer took the session over; this writer's "
-                         f"lease (epoch {epoch}) is no longer valid, nothing was appended"
-                         f"{extra}. Open the session again to write")
+                         f"lease (epoch {epoch}) is no longer valid, "
+                         f"{outcome or 'nothing was appended'}{extra}. Open the session "
+                         "again to write")
 
 
 class SessionSealed(JournalError):

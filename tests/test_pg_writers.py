@@ -641,3 +641,31 @@ def test_an_entry_id_holding_a_nul_is_refused_not_cut_short(pg_url: str) -> None
         appender.close()
         lease.release()
     assert stored_ids(url) == []
+
+
+def test_a_retry_fenced_after_a_lost_connection_does_not_say_nothing_was_appended(
+        pg_url: str) -> None:
+    """The first attempt is cut off while it waits for the row; another writer takes the
+    lease meanwhile, so the retry is fenced. What the first attempt did is not known to the
+    writer: LeaseLost says the batch may have been committed, not that nothing was."""
+    errors: list[BaseException] = []
+    with row_held_and_cut_armed(pg_url, "fenced-retry", refuse=False) as held:
+
+        def commit() -> None:
+            try:
+                held.appender.commit(U2)
+            except JournalError as e:
+                errors.append(e)
+
+        trying = threading.Thread(target=commit, daemon=True)
+        trying.start()
+        _waiting(held.direct.conninfo, 2)  # the first attempt, and the retry behind it
+        held.holder.execute("UPDATE journal.streams SET epoch = epoch + 1 "
+                            "WHERE session = 'fenced-retry'")  # a takeover
+        held.holder.commit()
+        trying.join(timeout=30)
+        held.appender.close()
+    assert len(errors) == 1 and isinstance(errors[0], LeaseLost)
+    assert "may have been committed" in str(errors[0])
+    assert "nothing was appended" not in str(errors[0])
+    assert stored_ids(held.url) == ["u1"]  # the first attempt was fenced too, here

@@ -541,7 +541,9 @@ class PostgresAppender:
             sealed = self.storage.successor()
             detail = (f"the session was sealed by a rotation and continues in {sealed}"
                       if sealed is not None else _first_line(e))
-            return LeaseLost(locator, self.epoch or 0, detail)
+            return LeaseLost(locator, self.epoch or 0, detail, (
+                "an earlier attempt of this batch lost its connection and may have been "
+                "committed before that") if unconfirmed else None)
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
         if unconfirmed:
