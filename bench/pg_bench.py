@@ -124,8 +124,12 @@ def raw_pq_loop(url: str, n: int, name: str = "raw INSERT via psycopg.pq") -> Re
         conn.execute(RAW_TABLE)
         insert = Prepared(b"bench_raw", "INSERT INTO bench_raw (stream, position, line) "
                           "VALUES ($1, $2, $3) RETURNING position", (25, 20, 25))
-        insert.first_row(conn, (stream, "-1", line))
-        return timed(name, n, lambda i: insert.first_row(conn, (stream, str(i), line)))
+        def step(i: int) -> None:
+            if insert.first_row(conn, (stream, str(i), line)) is None:
+                raise RuntimeError("the INSERT returned no row")
+
+        step(-1)
+        return timed(name, n, step)
 
 
 def journal_loop(url: str, n: int, name: str = "journal append") -> Result:

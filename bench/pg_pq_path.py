@@ -33,9 +33,11 @@ Step = Callable[[str, int], None]
 
 def through_cursor(conn: psycopg.Connection[object]) -> Step:
     sql = "INSERT INTO pq_path VALUES (%s, %s, %s) RETURNING position"
+    cursor = conn.cursor()  # kept, as the appender kept its own
 
     def step(stream: str, i: int) -> None:
-        conn.execute(sql, (stream, i, LINE), prepare=True).fetchone()
+        if cursor.execute(sql, (stream, i, LINE), prepare=True).fetchone() is None:
+            raise RuntimeError("the INSERT returned no row")
 
     return step
 

@@ -556,12 +556,12 @@ class Interrupted(Exception):
     """What the test's signal handler raises (as SIGINT raises KeyboardInterrupt)."""
 
 
-def test_a_commit_interrupted_while_it_waits_is_unconfirmed_and_stored_once(
+def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored_once(
         pg_url: str) -> None:
-    """A signal interrupts a one-entry commit waiting for the stream row: the appender's
-    connection is dropped (its statement may still commit, and does), the commit counts as
-    unconfirmed, and the same entry sent again is acknowledged at its offset, not stored a
-    second time."""
+    """A signal interrupts a one-entry commit waiting for the stream row: its statement is
+    cancelled on the server (it does not commit behind the caller's back), the appender's
+    connection dropped, and the commit counts as unconfirmed: the same entry sent again is
+    stored once."""
     url = new_session(pg_url, "interrupted")
     storage = PostgresStorage.from_url(url)
     lease = storage.lock(5)
@@ -582,7 +582,11 @@ def test_a_commit_interrupted_while_it_waits_is_unconfirmed_and_stored_once(
                          daemon=True).start()
         with pytest.raises(Interrupted):
             appender.commit(U2)
-        holder.commit()  # the statement left on the server goes on and commits
+        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            waiting = admin.execute("SELECT count(*) FROM pg_stat_activity "
+                                    "WHERE wait_event_type = 'Lock'").fetchone()
+        holder.commit()
+        assert waiting == (0,) and stored_ids(url) == ["u1"]  # cancelled, not left to run
         again = appender.commit(U2)
     finally:
         signal.signal(signal.SIGUSR1, previous)
@@ -593,36 +597,59 @@ def test_a_commit_interrupted_while_it_waits_is_unconfirmed_and_stored_once(
     assert stored_ids(url) == ["u1", "u2"]
 
 
-def test_a_one_entry_statement_cancelled_is_committed_by_the_fuller_one(pg_url: str) -> None:
-    """The one-entry statement fails while its connection stays up (cancelled here as it
-    waits for the row): it did nothing, and the commit goes on through journal.append,
-    which stores the entry once."""
-    url = new_session(pg_url, "cancelled")
+def test_a_one_entry_statement_that_fails_is_reported_as_it_was(pg_url: str) -> None:
+    """The one-entry statement failing on a live connection (a lock timeout here, as a
+    deployment may set) is reported with the server's reason after that one timeout, not
+    tried again another way: nothing is stored, and the appender goes on."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "timed-out")
     storage = PostgresStorage.from_url(url)
+    with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+        database = admin.execute("SELECT current_database()").fetchone()
+        assert database is not None
+        admin.execute(f'ALTER DATABASE "{database[0]}" SET lock_timeout = 1000')
     lease = storage.lock(5)
     appender = storage.open_appender(Durability.always())
     first = appender.commit(U1)
     holder = _holder(storage.conninfo)
-    offsets: list[int] = []
     try:
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'cancelled' FOR UPDATE")
-        committing = threading.Thread(target=lambda: offsets.append(appender.commit(U2)),
-                                      daemon=True)
-        committing.start()
-        [(pid, query)] = _waiting(storage.conninfo, 1)
-        assert "journal.append" not in query  # the one-entry statement
-        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
-            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
-        [(_, query)] = _waiting(storage.conninfo, 1)
-        assert query.startswith("SELECT journal.append")
-        holder.commit()
-        committing.join(timeout=30)
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'timed-out' FOR UPDATE")
+        threading.Timer(1.5, holder.commit).start()
+        began = time.monotonic()
+        with pytest.raises(WriteFailed, match="lock timeout"):
+            appender.commit(U2)
+        waited = time.monotonic() - began
+        time.sleep(1.5)
+        assert appender.commit(U2) == first + len(U1)
     finally:
         holder.close()
         appender.close()
         lease.release()
-    assert offsets == [first + len(U1)]
+    assert 0.9 < waited < 1.45, waited  # one timeout; a second wait would outlast the holder
     assert stored_ids(url) == ["u1", "u2"]
+
+
+def test_a_prepared_statement_dropped_or_already_there_is_prepared_again(pg_url: str) -> None:
+    """psycopg deallocates every prepared statement when it rolls a transaction back, and
+    a name may already be taken on a connection: the statement is prepared (again) and
+    runs, rather than failing or leaving the fast path for good."""
+    from journal.pg.prepared import Prepared
+
+    sql = "SELECT $1::text || '!'"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        statement = Prepared(b"twice", sql, (25,))
+        assert statement.first_row(conn, ("a",)) == [b"a!"]
+        with pytest.raises(psycopg.errors.DivisionByZero), conn.transaction():
+            conn.execute("SELECT 1 / 0")  # rolled back: psycopg drops prepared statements
+        assert statement.first_row(conn, ("b",)) == [b"b!"]
+        conn.execute("DEALLOCATE ALL")
+        assert statement.first_row(conn, ("c",)) == [b"c!"]
+        other = Prepared(b"twice", sql, (25,))  # the name is taken on this connection
+        assert other.first_row(conn, ("d",)) == [b"d!"]
+        with pytest.raises(psycopg.errors.UndefinedFunction):  # a server error, as psycopg's
+            Prepared(b"bad", "SELECT nothing_like_this($1)", (25,)).first_row(conn, ("e",))
+        assert statement.first_row(conn, ("f",)) == [b"f!"]
 
 
 def test_an_entry_id_holding_a_nul_is_refused_not_cut_short(pg_url: str) -> None:

@@ -1,30 +1,43 @@
 """A statement sent through psycopg's libpq layer (`psycopg.pq`), for the commonest commit.
 
 psycopg's cursor (query conversion, adapting the parameters, its generator-driven wait)
-costs the client about 10-25 us of CPU per statement on top of the round trip on the 2-core
-machine, and a durable one-row commit 10-20 us more wall time (`bench/pg_pq_path.py`), paid
-by every appended entry. The appender's one-entry statement (`schema.APPEND_ONE`) is sent here
-instead, through the documented libpq wrapper psycopg ships: prepared once per connection
-under a name of its own, its parameters as text, its result awaited with poll(2) (a signal
-interrupts the wait, as psycopg's own wait allows). Everything else goes through psycopg's
-cursor as usual.
+costs the client CPU time on top of the round trip: on the 2-core machine 7-10 us for a
+statement of three parameters (`bench/pg_pq_path.py`), more for the appender's seven; its
+commits of a 1 KiB entry took 52 us of client CPU and 258 us (wall, fsync on) through the
+cursor, 39 and 232 us this way (medians of 5 rounds of 2,000 each way). The appender's
+one-entry statement (`schema.APPEND_ONE`) is sent here instead, through the documented libpq
+wrapper psycopg ships: prepared once per connection under a name of its own, its parameters
+as text, its result awaited with poll(2).
 
-What it does not do, it leaves to the caller's other way (`None`): a statement that failed
-while the connection stayed up did nothing (the connection is in autocommit mode), and
-psycopg, running the fuller statement, reports what is wrong. So do parameters libpq could
-not pass as they are (a NUL character, which psycopg refuses; an encoding other than UTF-8).
+It behaves as the cursor did where that matters to the appender:
+- an error the server reports is raised as the psycopg exception of its SQLSTATE
+  (`psycopg.errors.lookup`), with the server's message; a lost connection is
+  `psycopg.OperationalError`, with `conn.broken` true;
+- an interruption while it waits (a signal's exception) cancels the statement on the
+  server (`Connection.cancel_safe`), waits a little for it to end, and closes the
+  connection (its state is not known), as psycopg cancels a query on Ctrl-C;
+- a statement psycopg dropped from the connection (it deallocates all prepared statements
+  when it rolls a transaction back) is prepared again.
+
+Parameters libpq could not pass as they are (a NUL character, which psycopg refuses; a
+connection not in UTF-8) are not sent: `None`, and the caller goes psycopg's way.
 """
 
 from __future__ import annotations
 
 import select
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import pq
 
 __all__ = ["Prepared"]
+
+INVALID_STATEMENT_NAME = "26000"  # no such prepared statement (deallocated)
+DUPLICATE_PREPARED_STATEMENT = "42P05"
+CANCEL_WAIT = 5.0  # seconds an interrupted statement is given to end once cancelled
 
 
 class Prepared:
@@ -35,17 +48,13 @@ class Prepared:
         self.name = name
         self.sql = sql.encode()
         self.types = list(types)
-        # the connection it was last prepared on, and whether that worked (a statement
-        # the server would not prepare is not tried again on that connection)
-        self._on: tuple[psycopg.Connection[Any], bool] | None = None
+        self._on: psycopg.Connection[Any] | None = None  # the connection it is prepared on
 
     def first_row(self, conn: psycopg.Connection[Any],
                   params: Sequence[str | None]) -> list[bytes | None] | None:
-        """The first row the statement returns on `conn` (an autocommit connection that is
-        idle); None if it returns none, failed without losing the connection, or was not
-        sent (see the module docstring). psycopg.OperationalError when the connection is
-        lost (`conn.broken` is then true). An interruption while it waits (a signal)
-        closes `conn`: the statement may still be committed."""
+        """The first row the statement returns on `conn` (an idle autocommit connection),
+        None if it returns none or was not sent (see the module docstring); raises as the
+        cursor would (see the module docstring)."""
         if conn.info.encoding != "utf-8":
             return None
         values: list[bytes | None] = []
@@ -54,43 +63,85 @@ class Prepared:
                 return None
             values.append(None if value is None else value.encode())
         pgconn = conn.pgconn
-        if self._on is None or self._on[0] is not conn:
-            prepared = pgconn.prepare(self.name, self.sql, self.types)
-            self._on = (conn, prepared.status == pq.ExecStatus.COMMAND_OK)
-            if not self._on[1]:
-                _raise_if_lost(pgconn, prepared)
-                return None
-        elif not self._on[1]:
-            return None
-        try:
-            pgconn.send_query_prepared(self.name, values)
-            result = _result(pgconn)
-        except BaseException:
-            # a statement in flight (an interruption, a connection failing): the state of
-            # the connection is not known, and it is not used again
-            if not conn.closed:
-                conn.close()
-            raise
-        if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-            _raise_if_lost(pgconn, result)
-            return None
+        for attempt in range(2):
+            if self._on is not conn:
+                self._prepare(conn)
+            result = _exchange(conn, lambda: pgconn.send_query_prepared(self.name, values))
+            if result.status == pq.ExecStatus.TUPLES_OK:
+                break
+            if _state(result) == INVALID_STATEMENT_NAME and attempt == 0:
+                self._on = None  # psycopg deallocated it
+                continue
+            raise _error(result)
         if result.ntuples == 0:
             return None
         return [result.get_value(0, column) for column in range(result.nfields)]
 
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        pgconn = conn.pgconn
 
-def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult | None:
-    """Send what is left of the query, then wait for its results; the last of them."""
+        def prepare() -> None:
+            pgconn.send_prepare(self.name, self.sql, self.types)
+
+        result = _exchange(conn, prepare)
+        if _state(result) == DUPLICATE_PREPARED_STATEMENT:
+            # the name is this program's own: whatever holds it is made anew
+            dropped = _exchange(conn, lambda: pgconn.send_close_prepared(self.name))
+            if dropped.status != pq.ExecStatus.COMMAND_OK:
+                raise _error(dropped)
+            result = _exchange(conn, prepare)
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            raise _error(result)
+        self._on = conn
+
+
+def _exchange(conn: psycopg.Connection[Any], send: Callable[[], None]) -> pq.abc.PGresult:
+    """`send()` one request, then its result (the last, for a request that makes several)."""
+    pgconn = conn.pgconn
+    try:
+        send()
+        result = _result(pgconn)
+    except psycopg.OperationalError:
+        if not conn.closed:
+            conn.close()  # lost midway: never used again
+        raise
+    except BaseException:
+        try:
+            conn.cancel_safe(timeout=CANCEL_WAIT)
+            _result(pgconn, time.monotonic() + CANCEL_WAIT)
+        except Exception:
+            pass  # the connection is closed all the same
+        finally:
+            conn.close()
+        raise
+    if result is None or pgconn.status == pq.ConnStatus.BAD:
+        message = (result.error_message if result is not None else pgconn.error_message)
+        conn.close()
+        raise psycopg.OperationalError(message.decode(errors="replace").strip()
+                                       or "the connection to the server was lost")
+    return result
+
+
+def _result(pgconn: pq.abc.PGconn, deadline: float | None = None) -> pq.abc.PGresult | None:
+    """Send what is left of the request, then wait for its results; the last of them (None:
+    none came before `deadline`). The waits are libpq's documented ones for a nonblocking
+    connection."""
     poller = select.poll()
-    poller.register(pgconn.socket, select.POLLOUT)
-    while pgconn.flush():  # 1: more to send, once the socket takes it
-        poller.poll()
-    poller.modify(pgconn.socket, select.POLLIN)
+    fd = pgconn.socket
+    poller.register(fd, select.POLLIN | select.POLLOUT)
+    while pgconn.flush():  # 1: more to send
+        ready = _wait(poller, deadline)
+        if not ready:
+            return None
+        if any(events & select.POLLIN for _, events in ready):
+            pgconn.consume_input()
+    poller.modify(fd, select.POLLIN)
     last = None
     while True:
         pgconn.consume_input()
         if pgconn.is_busy():
-            poller.poll()
+            if not _wait(poller, deadline):
+                return None
             continue
         result = pgconn.get_result()
         if result is None:
@@ -98,9 +149,23 @@ def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult | None:
         last = result
 
 
-def _raise_if_lost(pgconn: pq.abc.PGconn, result: pq.abc.PGresult | None) -> None:
-    """OperationalError for a statement that failed because its connection was lost."""
-    if pgconn.status == pq.ConnStatus.BAD:
-        message = result.error_message if result is not None else pgconn.error_message
-        raise psycopg.OperationalError(message.decode(errors="replace").strip()
-                                       or "the connection to the server was lost")
+def _wait(poller: select.poll, deadline: float | None) -> list[tuple[int, int]]:
+    if deadline is None:
+        return poller.poll()
+    return poller.poll(max(0, int((deadline - time.monotonic()) * 1000)))
+
+
+def _state(result: pq.abc.PGresult) -> str | None:
+    state = result.error_field(pq.DiagnosticField.SQLSTATE)
+    return state.decode() if state is not None else None
+
+
+def _error(result: pq.abc.PGresult) -> psycopg.Error:
+    """The psycopg exception of the error `result` holds, with the server's message."""
+    state = _state(result)
+    message = result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or result.error_message
+    try:
+        kind = psycopg.errors.lookup(state) if state else psycopg.DatabaseError
+    except KeyError:
+        kind = psycopg.DatabaseError
+    return kind(message.decode(errors="replace").strip())
