@@ -8,8 +8,8 @@ What it measures (each journal figure next to its raw psycopg baseline):
   (`--turns`): on a 2-core machine a single run of either swings by 10-20%. The journal
   sends its one-entry statement through psycopg's libpq layer (`journal.pg.prepared`), which
   costs the client less than psycopg's cursor: a third loop sends the raw INSERT that way
-  too, and the journal's time against it is printed as well (the journal's own cost, with
-  the client path set aside);
+  too, and the journal's time against it is printed and judged as well (the journal's own
+  cost, with the client path set aside);
 - the same with 8 sessions written concurrently, each by its own process, and the ratio of
   their total throughput to one session's;
 - live tail latency: a writer process appends at a steady rate, `journal.follow(url)` in this
@@ -410,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     print(row(tail))
     verdicts = [
         ("one session within 1.3x of raw", raw1.rate / one.rate <= RATIO_TARGET),
+        ("one session within 1.3x of raw sent the journal's way (psycopg.pq)",
+         raw1_pq.rate / one.rate <= RATIO_TARGET),
         (f"{args.procs} sessions >= 3x one (raw psycopg: {raw_n.rate / raw1.rate:.2f}x)",
          many.rate / one.rate >= SCALE_TARGET),
         ("tail p50 < 20 ms", tail.percentile(50) < TAIL_P50_TARGET_MS),

@@ -587,6 +587,8 @@ def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored
                                     "WHERE wait_event_type = 'Lock'").fetchone()
         holder.commit()
         assert waiting == (0,) and stored_ids(url) == ["u1"]  # cancelled, not left to run
+        appender.sync()  # on a connection made again, as the settings are read
+        assert appender.setting("synchronous_commit") == "on"
         again = appender.commit(U2)
     finally:
         signal.signal(signal.SIGUSR1, previous)
@@ -696,3 +698,31 @@ def test_a_retry_fenced_after_a_lost_connection_does_not_say_nothing_was_appende
     assert "may have been committed" in str(errors[0])
     assert "nothing was appended" not in str(errors[0])
     assert stored_ids(held.url) == ["u1"]  # the first attempt was fenced too, here
+
+
+def test_another_thread_waits_for_a_commit_on_the_same_appender(pg_url: str) -> None:
+    """The one-entry statement holds psycopg's connection lock as a cursor would: another
+    thread's call on the appender waits for the commit, rather than failing with 'another
+    command is already in progress' or having the connection closed under it."""
+    url = new_session(pg_url, "threads")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    first = appender.commit(U1)
+    holder = _holder(storage.conninfo)
+    offsets: list[int] = []
+    try:
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'threads' FOR UPDATE")
+        committing = threading.Thread(target=lambda: offsets.append(appender.commit(U2)),
+                                      daemon=True)
+        committing.start()
+        _waiting(storage.conninfo, 1)
+        threading.Timer(0.5, holder.commit).start()
+        assert appender.setting("synchronous_commit") == "on"  # waits for the commit
+        committing.join(timeout=30)
+    finally:
+        holder.close()
+        appender.close()
+        lease.release()
+    assert offsets == [first + len(U1)]
+    assert stored_ids(url) == ["u1", "u2"]

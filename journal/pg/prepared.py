@@ -1,10 +1,8 @@
 """A statement sent through psycopg's libpq layer (`psycopg.pq`), for the commonest commit.
 
 psycopg's cursor (query conversion, adapting the parameters, its generator-driven wait)
-costs the client CPU time on top of the round trip: on the 2-core machine 7-10 us for a
-statement of three parameters (`bench/pg_pq_path.py`), more for the appender's seven; its
-commits of a 1 KiB entry took 52 us of client CPU and 258 us (wall, fsync on) through the
-cursor, 39 and 232 us this way (medians of 5 rounds of 2,000 each way). The appender's
+costs the client CPU time on top of the round trip, paid by every appended entry
+(`bench/pg_pq_path.py`; the figures are in docs/postgres.md, "Fourth pass"). The appender's
 one-entry statement (`schema.APPEND_ONE`) is sent here instead, through the documented libpq
 wrapper psycopg ships: prepared once per connection under a name of its own, its parameters
 as text, its result awaited with poll(2).
@@ -14,8 +12,11 @@ It behaves as the cursor did where that matters to the appender:
   (`psycopg.errors.lookup`), with the server's message; a lost connection is
   `psycopg.OperationalError`, with `conn.broken` true;
 - an interruption while it waits (a signal's exception) cancels the statement on the
-  server (`Connection.cancel_safe`), waits a little for it to end, and closes the
-  connection (its state is not known), as psycopg cancels a query on Ctrl-C;
+  server (`Connection.cancel_safe`), waits up to CANCEL_WAIT for it to end, and closes the
+  connection (its state is not known), as psycopg cancels a query on Ctrl-C; a request
+  interrupted before it was sent whole is never completed, so it does not run;
+- psycopg's connection lock is held meanwhile, so calls from other threads wait as they
+  would for a cursor;
 - a statement psycopg dropped from the connection (it deallocates all prepared statements
   when it rolls a transaction back) is prepared again.
 
@@ -37,7 +38,7 @@ __all__ = ["Prepared"]
 
 INVALID_STATEMENT_NAME = "26000"  # no such prepared statement (deallocated)
 DUPLICATE_PREPARED_STATEMENT = "42P05"
-CANCEL_WAIT = 5.0  # seconds an interrupted statement is given to end once cancelled
+CANCEL_WAIT = 5.0  # seconds an interrupted statement is given to be cancelled and end
 
 
 class Prepared:
@@ -63,16 +64,18 @@ class Prepared:
                 return None
             values.append(None if value is None else value.encode())
         pgconn = conn.pgconn
-        for attempt in range(2):
-            if self._on is not conn:
-                self._prepare(conn)
-            result = _exchange(conn, lambda: pgconn.send_query_prepared(self.name, values))
-            if result.status == pq.ExecStatus.TUPLES_OK:
-                break
-            if _state(result) == INVALID_STATEMENT_NAME and attempt == 0:
-                self._on = None  # psycopg deallocated it
-                continue
-            raise _error(result)
+        with conn.lock:  # psycopg's own: its other calls on `conn` wait, as for a cursor's
+            for attempt in range(2):
+                if self._on is not conn:
+                    self._prepare(conn)
+                result = _exchange(conn,
+                                   lambda: pgconn.send_query_prepared(self.name, values))
+                if result.status == pq.ExecStatus.TUPLES_OK:
+                    break
+                if _state(result) == INVALID_STATEMENT_NAME and attempt == 0:
+                    self._on = None  # psycopg deallocated it
+                    continue
+                raise _error(result)
         if result.ntuples == 0:
             return None
         return [result.get_value(0, column) for column in range(result.nfields)]
@@ -107,12 +110,17 @@ def _exchange(conn: psycopg.Connection[Any], send: Callable[[], None]) -> pq.abc
         raise
     except BaseException:
         try:
-            conn.cancel_safe(timeout=CANCEL_WAIT)
-            _result(pgconn, time.monotonic() + CANCEL_WAIT)
-        except Exception:
-            pass  # the connection is closed all the same
-        finally:
-            conn.close()
+            whole = pgconn.flush() == 0
+        except psycopg.Error:
+            whole = False
+        if whole:  # sent whole: it may run, so it is cancelled
+            deadline = time.monotonic() + CANCEL_WAIT
+            try:
+                conn.cancel_safe(timeout=CANCEL_WAIT)
+                _result(pgconn, deadline)
+            except Exception:
+                pass  # the connection is closed all the same
+        conn.close()  # (a request sent in part is never completed: it does not run)
         raise
     if result is None or pgconn.status == pq.ConnStatus.BAD:
         message = (result.error_message if result is not None else pgconn.error_message)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import tempfile
 import threading
@@ -76,6 +77,8 @@ from .watch import PgWatch
 
 __all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch"]
 
+log = logging.getLogger(__name__)
+
 POLL_INTERVAL = 0.02
 # The arrays go as array literals made here (`text_array`): two C-level replaces per line
 # cost less than psycopg's per-call adaptation of five Python lists (about 12 us a commit,
@@ -86,7 +89,8 @@ COMMIT_ATTEMPTS = 2
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
 # Sessions (conninfo, session) this process committed to without learning the end of the
-# commit (its connection was lost): their next commit goes through journal.append.
+# commit (its connection was lost, or the commit was interrupted): their next commit goes
+# through journal.append.
 _UNCONFIRMED: set[tuple[str, str]] = set()
 READ_AHEAD = 1 << 20
 RESUME_READ_AHEAD = 64 << 20
@@ -461,9 +465,7 @@ class PostgresAppender:
 
     def setting(self, name: str) -> str:
         """A server setting of the connection this appender commits on, as SHOW gives it."""
-        if self._conn is None:
-            raise JournalError(f"{self.storage.locator}: the appender is closed")
-        row = self._conn.execute(psycopg.sql.SQL("SHOW {}").format(
+        row = self._live().execute(psycopg.sql.SQL("SHOW {}").format(
             psycopg.sql.Identifier(name))).fetchone()
         return str(row[0]) if row is not None else ""
 
@@ -562,36 +564,51 @@ class PostgresAppender:
             self.sync()
 
     def sync(self) -> None:
-        """Make every acknowledged commit durable now: a transaction that takes an id commits
-        with synchronous_commit on, which flushes the WAL up to it (and so every commit of
-        this connection before it)."""
+        """Make every acknowledged commit durable now (see `_flush`)."""
         if self._conn is None:
             return
         try:
-            with self._conn.transaction():
-                self._conn.execute("SET LOCAL synchronous_commit = on")
-                self._conn.execute("SELECT pg_current_xact_id()")
-        except psycopg.Error as e:
+            _flush(self._live())
+        except (psycopg.Error, DatabaseUnavailable) as e:
             raise WriteFailed(self.storage.locator, -1, f"sync failed: {_first_line(e)}") from e
         self._clock.synced()
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The appender's connection, made again if it was lost or closed (an interrupted
+        commit closes it)."""
+        if self._conn is None:
+            raise JournalError(f"{self.storage.locator}: the appender is closed")
+        if self._conn.closed or self._conn.broken:
+            self._conn = self._connect()
+        return self._conn
 
     def size(self) -> int:
         return self.storage.size()
 
     def close(self) -> None:
-        conn, self._conn, self._cursor = self._conn, None, None
-        if conn is None:
+        if self._conn is None:
             return
+        conn = self._conn
         try:
             never = self.durability.every == 0 and self.durability.interval_ms is None
             if self._clock.pending and not never:
-                with conn.transaction():
-                    conn.execute("SET LOCAL synchronous_commit = on")
-                    conn.execute("SELECT pg_current_xact_id()")
-        except psycopg.Error:
-            pass
+                conn = self._live()
+                _flush(conn)
+        except (psycopg.Error, DatabaseUnavailable) as e:
+            log.warning("%s: the last commits could not be flushed on close (%s); the server "
+                        "flushes them within a few hundred milliseconds unless it stops first",
+                        self.storage.locator, _first_line(e))
         finally:
+            self._conn, self._cursor = None, None
             conn.close()
+
+
+def _flush(conn: psycopg.Connection[Any]) -> None:
+    """A transaction that takes an id commits with synchronous_commit on, which flushes the
+    WAL up to it: every commit before it, of any connection, is then durable."""
+    with conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit = on")
+        conn.execute("SELECT pg_current_xact_id()")
 
 
 class PostgresStorage:
