@@ -726,3 +726,49 @@ def test_another_thread_waits_for_a_commit_on_the_same_appender(pg_url: str) -> 
         lease.release()
     assert offsets == [first + len(U1)]
     assert stored_ids(url) == ["u1", "u2"]
+
+
+def test_a_sync_waiting_behind_an_interrupted_commit_is_made_on_a_new_connection(
+        pg_url: str) -> None:
+    """Another thread's sync waits for a commit on the appender's connection; the commit is
+    interrupted, which closes that connection: the sync is made on a new one, not failed."""
+    url = new_session(pg_url, "behind")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.parse("batch:100:10000"))
+    appender.commit(U1)
+    holder = _holder(storage.conninfo)
+    synced: list[BaseException | None] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def sync() -> None:
+        try:
+            appender.sync()
+            synced.append(None)
+        except BaseException as e:  # reported below
+            synced.append(e)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'behind' FOR UPDATE")
+        main = threading.get_ident()
+        syncing = threading.Thread(target=sync, daemon=True)
+
+        def then_interrupt() -> None:
+            _waiting(storage.conninfo, 1)
+            syncing.start()
+            time.sleep(0.5)  # the sync waits for the connection the commit holds
+            signal.pthread_kill(main, signal.SIGUSR1)
+
+        threading.Thread(target=then_interrupt, daemon=True).start()
+        with pytest.raises(Interrupted):
+            appender.commit(U2)
+        syncing.join(timeout=30)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        holder.close()
+        appender.close()
+        lease.release()
+    assert synced == [None]

@@ -13,8 +13,10 @@ It behaves as the cursor did where that matters to the appender:
   `psycopg.OperationalError`, with `conn.broken` true;
 - an interruption while it waits (a signal's exception) cancels the statement on the
   server (`Connection.cancel_safe`), waits up to CANCEL_WAIT for it to end, and closes the
-  connection (its state is not known), as psycopg cancels a query on Ctrl-C; a request
-  interrupted before it was sent whole is never completed, so it does not run;
+  connection (its state is not known), as psycopg cancels a query on Ctrl-C; of a request
+  interrupted before it was sent whole, closing may still send the rest (libpq flushes
+  on close), so its outcome is not known either (the appender then counts the commit as
+  unconfirmed);
 - psycopg's connection lock is held meanwhile, so calls from other threads wait as they
   would for a cursor;
 - a statement psycopg dropped from the connection (it deallocates all prepared statements
@@ -113,14 +115,14 @@ def _exchange(conn: psycopg.Connection[Any], send: Callable[[], None]) -> pq.abc
             whole = pgconn.flush() == 0
         except psycopg.Error:
             whole = False
-        if whole:  # sent whole: it may run, so it is cancelled
+        if whole:  # sent whole: it runs unless cancelled
             deadline = time.monotonic() + CANCEL_WAIT
             try:
                 conn.cancel_safe(timeout=CANCEL_WAIT)
                 _result(pgconn, deadline)
             except Exception:
                 pass  # the connection is closed all the same
-        conn.close()  # (a request sent in part is never completed: it does not run)
+        conn.close()
         raise
     if result is None or pgconn.status == pq.ConnStatus.BAD:
         message = (result.error_message if result is not None else pgconn.error_message)

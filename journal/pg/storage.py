@@ -48,7 +48,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 import psycopg
@@ -78,6 +78,7 @@ from .watch import PgWatch
 __all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 POLL_INTERVAL = 0.02
 # The arrays go as array literals made here (`text_array`): two C-level replaces per line
@@ -442,6 +443,7 @@ class PostgresAppender:
         self._conn: psycopg.Connection[Any] | None = self._connect()
         self._cursor: psycopg.Cursor[Any] | None = None
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
+        self._reconnecting = threading.Lock()
 
     def _connect(self) -> psycopg.Connection[Any]:
         synchronous = "on" if self.durability.every == 1 else "off"
@@ -465,8 +467,8 @@ class PostgresAppender:
 
     def setting(self, name: str) -> str:
         """A server setting of the connection this appender commits on, as SHOW gives it."""
-        row = self._live().execute(psycopg.sql.SQL("SHOW {}").format(
-            psycopg.sql.Identifier(name))).fetchone()
+        query = psycopg.sql.SQL("SHOW {}").format(psycopg.sql.Identifier(name))
+        row = self._on_live(lambda conn: conn.execute(query).fetchone())
         return str(row[0]) if row is not None else ""
 
     def commit(self, data: bytes) -> int:
@@ -568,7 +570,7 @@ class PostgresAppender:
         if self._conn is None:
             return
         try:
-            _flush(self._live())
+            self._on_live(_flush)
         except (psycopg.Error, DatabaseUnavailable) as e:
             raise WriteFailed(self.storage.locator, -1, f"sync failed: {_first_line(e)}") from e
         self._clock.synced()
@@ -576,11 +578,23 @@ class PostgresAppender:
     def _live(self) -> psycopg.Connection[Any]:
         """The appender's connection, made again if it was lost or closed (an interrupted
         commit closes it)."""
-        if self._conn is None:
-            raise JournalError(f"{self.storage.locator}: the appender is closed")
-        if self._conn.closed or self._conn.broken:
-            self._conn = self._connect()
-        return self._conn
+        with self._reconnecting:  # two threads make one connection, not two
+            if self._conn is None:
+                raise JournalError(f"{self.storage.locator}: the appender is closed")
+            if self._conn.closed or self._conn.broken:
+                self._conn = self._connect()
+            return self._conn
+
+    def _on_live(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`work` on the live connection; once more on a new one if that connection was
+        closed while `work` waited for it (another thread's commit was interrupted)."""
+        conn = self._live()
+        try:
+            return work(conn)
+        except psycopg.OperationalError:
+            if not (conn.closed or conn.broken):
+                raise
+        return work(self._live())
 
     def size(self) -> int:
         return self.storage.size()
