@@ -9,12 +9,12 @@ import io
 import os
 import subprocess
 import sys
-import tracemalloc
 from pathlib import Path
 
 import orjson
 import pytest
 from markdown_it import MarkdownIt
+from memory_peak import peak_of
 
 import journal.entrystream
 from journal import Session, codec, export, export_session, load
@@ -51,15 +51,6 @@ class Sink:
 
     def write(self, data: bytes) -> None:
         self.bytes += len(data)
-
-
-def peak_of(fn) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.mark.parametrize("fmt,all_branches", [("jsonl", False), ("jsonl", True),

@@ -12,9 +12,7 @@ import hashlib
 import io
 import os
 import tempfile
-import tracemalloc
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -22,6 +20,7 @@ import pytest
 
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
+from memory_peak import peak_of  # noqa: E402
 
 from journal import JournalError, archivegz, codec, load  # noqa: E402
 from journal.errors import NoSpace  # noqa: E402
@@ -55,15 +54,6 @@ def long_session(entries: int = 1000, text_bytes: int = 8000) -> bytes:
                                "firstKeptEntryId": f"{entries - 2:08x}",
                                "tokensBefore": 1000}))
     return b"\n".join(lines) + b"\n"
-
-
-def peak_of(fn: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_moving_out_reading_and_pulling_an_archive_never_hold_it_whole(

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -437,6 +437,22 @@ def _holder(conninfo: str) -> psycopg.Connection[Any]:
     return holder
 
 
+def _committing(appender: Any, data: bytes, outcomes: list[Any],
+                kind: type[BaseException] = JournalError) -> threading.Thread:
+    """A started thread committing `data` on `appender`; the offset it returns, or the
+    `kind` error it raises, goes to `outcomes`."""
+
+    def commit() -> None:
+        try:
+            outcomes.append(appender.commit(data))
+        except kind as e:
+            outcomes.append(e)
+
+    thread = threading.Thread(target=commit, daemon=True)
+    thread.start()
+    return thread
+
+
 LOCK_HELD_AT_MOST = 30.0
 U1 = b'{"type":"custom","id":"u1","customType":"x"}\n'
 U2 = b'{"type":"custom","id":"u2","customType":"cut-here"}\n'  # what CutProxy looks for
@@ -505,17 +521,9 @@ def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
     so, and the entry sent again is found, not stored twice."""
     from journal.errors import WriteFailed
 
-    errors: list[BaseException] = []
+    errors: list[Any] = []
     with row_held_and_cut_armed(pg_url, "refused-retry", refuse=False) as held:
-
-        def commit() -> None:
-            try:
-                held.appender.commit(U2)
-            except WriteFailed as e:
-                errors.append(e)
-
-        trying = threading.Thread(target=commit, daemon=True)
-        trying.start()
+        trying = _committing(held.appender, U2, errors, WriteFailed)
         [retry] = [pid for pid, query in _waiting(held.direct.conninfo, 2)
                    if query.startswith("SELECT journal.append")]
         with psycopg.connect(held.direct.conninfo, autocommit=True) as admin:
@@ -556,6 +564,51 @@ class Interrupted(Exception):
     """What the test's signal handler raises (as SIGINT raises KeyboardInterrupt)."""
 
 
+@contextmanager
+def interruptible() -> Iterator[Callable[[], None]]:
+    """While inside, SIGUSR1 raises Interrupted in this thread; yields what sends it here
+    (callable from any thread)."""
+    here = threading.get_ident()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        yield lambda: signal.pthread_kill(here, signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@dataclass
+class Held:
+    """A session whose appender committed U1 (at `first`), and a transaction (`holder`) that
+    holds its stream row: the appender's next commit waits until `holder` commits."""
+
+    url: str
+    storage: PostgresStorage
+    appender: Any
+    first: int
+    holder: psycopg.Connection[Any]
+
+
+@contextmanager
+def row_held(url: str, durability: Durability | None = None) -> Iterator[Held]:
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(durability or Durability.always())
+    holder = _holder(storage.conninfo)
+    try:
+        first = appender.commit(U1)
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                       (storage.session,))
+        yield Held(url, storage, appender, first, holder)
+    finally:
+        holder.close()  # first: nothing may be left waiting for the row it holds
+        appender.close()
+        lease.release()
+
+
 def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored_once(
         pg_url: str) -> None:
     """A signal interrupts a one-entry commit waiting for the stream row: its statement is
@@ -563,39 +616,21 @@ def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored
     connection dropped, and the commit counts as unconfirmed: the same entry sent again is
     stored once."""
     url = new_session(pg_url, "interrupted")
-    storage = PostgresStorage.from_url(url)
-    lease = storage.lock(5)
-    appender = storage.open_appender(Durability.always())
-    first = appender.commit(U1)
-    holder = _holder(storage.conninfo)
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGUSR1, interrupt)
-    try:
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'interrupted' "
-                       "FOR UPDATE")
-        main = threading.get_ident()
-        threading.Thread(target=lambda: (_waiting(storage.conninfo, 1),
-                                         signal.pthread_kill(main, signal.SIGUSR1)),
+    with row_held(url) as held, interruptible() as interrupt:
+        conninfo = held.storage.conninfo
+        threading.Thread(target=lambda: (_waiting(conninfo, 1), interrupt()),
                          daemon=True).start()
         with pytest.raises(Interrupted):
-            appender.commit(U2)
-        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            held.appender.commit(U2)
+        with psycopg.connect(conninfo, autocommit=True) as admin:
             waiting = admin.execute("SELECT count(*) FROM pg_stat_activity "
                                     "WHERE wait_event_type = 'Lock'").fetchone()
-        holder.commit()
+        held.holder.commit()
         assert waiting == (0,) and stored_ids(url) == ["u1"]  # cancelled, not left to run
-        appender.sync()  # on a connection made again, as the settings are read
-        assert appender.setting("synchronous_commit") == "on"
-        again = appender.commit(U2)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-        holder.close()
-        appender.close()
-        lease.release()
-    assert again == first + len(U1)
+        held.appender.sync()  # on a connection made again, as the settings are read
+        assert held.appender.setting("synchronous_commit") == "on"
+        again = held.appender.commit(U2)
+    assert again == held.first + len(U1)
     assert stored_ids(url) == ["u1", "u2"]
 
 
@@ -606,28 +641,18 @@ def test_a_one_entry_statement_that_fails_is_reported_as_it_was(pg_url: str) -> 
     from journal.errors import WriteFailed
 
     url = new_session(pg_url, "timed-out")
-    storage = PostgresStorage.from_url(url)
-    with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+    with psycopg.connect(PostgresStorage.from_url(url).conninfo, autocommit=True) as admin:
         database = admin.execute("SELECT current_database()").fetchone()
         assert database is not None
         admin.execute(f'ALTER DATABASE "{database[0]}" SET lock_timeout = 1000')
-    lease = storage.lock(5)
-    appender = storage.open_appender(Durability.always())
-    first = appender.commit(U1)
-    holder = _holder(storage.conninfo)
-    try:
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'timed-out' FOR UPDATE")
-        threading.Timer(1.5, holder.commit).start()
+    with row_held(url) as held:
+        threading.Timer(1.5, held.holder.commit).start()
         began = time.monotonic()
         with pytest.raises(WriteFailed, match="lock timeout"):
-            appender.commit(U2)
+            held.appender.commit(U2)
         waited = time.monotonic() - began
         time.sleep(1.5)
-        assert appender.commit(U2) == first + len(U1)
-    finally:
-        holder.close()
-        appender.close()
-        lease.release()
+        assert held.appender.commit(U2) == held.first + len(U1)
     assert 0.9 < waited < 1.45, waited  # one timeout; a second wait would outlast the holder
     assert stored_ids(url) == ["u1", "u2"]
 
@@ -677,17 +702,9 @@ def test_a_retry_fenced_after_a_lost_connection_does_not_say_nothing_was_appende
     """The first attempt is cut off while it waits for the row; another writer takes the
     lease meanwhile, so the retry is fenced. What the first attempt did is not known to the
     writer: LeaseLost says the batch may have been committed, not that nothing was."""
-    errors: list[BaseException] = []
+    errors: list[Any] = []
     with row_held_and_cut_armed(pg_url, "fenced-retry", refuse=False) as held:
-
-        def commit() -> None:
-            try:
-                held.appender.commit(U2)
-            except JournalError as e:
-                errors.append(e)
-
-        trying = threading.Thread(target=commit, daemon=True)
-        trying.start()
+        trying = _committing(held.appender, U2, errors)
         _waiting(held.direct.conninfo, 2)  # the first attempt, and the retry behind it
         held.holder.execute("UPDATE journal.streams SET epoch = epoch + 1 "
                             "WHERE session = 'fenced-retry'")  # a takeover
@@ -704,71 +721,43 @@ def test_another_thread_waits_for_a_commit_on_the_same_appender(pg_url: str) -> 
     """The one-entry statement holds psycopg's connection lock as a cursor would: another
     thread's call on the appender waits for the commit, rather than failing with 'another
     command is already in progress' or having the connection closed under it."""
-    url = new_session(pg_url, "threads")
-    storage = PostgresStorage.from_url(url)
-    lease = storage.lock(5)
-    appender = storage.open_appender(Durability.always())
-    first = appender.commit(U1)
-    holder = _holder(storage.conninfo)
-    offsets: list[int] = []
-    try:
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'threads' FOR UPDATE")
-        committing = threading.Thread(target=lambda: offsets.append(appender.commit(U2)),
-                                      daemon=True)
-        committing.start()
-        _waiting(storage.conninfo, 1)
-        threading.Timer(0.5, holder.commit).start()
-        assert appender.setting("synchronous_commit") == "on"  # waits for the commit
+    offsets: list[Any] = []
+    with row_held(new_session(pg_url, "threads")) as held:
+        committing = _committing(held.appender, U2, offsets)
+        _waiting(held.storage.conninfo, 1)
+        threading.Timer(0.5, held.holder.commit).start()
+        assert held.appender.setting("synchronous_commit") == "on"  # waits for the commit
         committing.join(timeout=30)
-    finally:
-        holder.close()
-        appender.close()
-        lease.release()
-    assert offsets == [first + len(U1)]
-    assert stored_ids(url) == ["u1", "u2"]
+    assert offsets == [held.first + len(U1)]
+    assert stored_ids(held.url) == ["u1", "u2"]
 
 
 def test_a_sync_waiting_behind_an_interrupted_commit_is_made_on_a_new_connection(
         pg_url: str) -> None:
     """Another thread's sync waits for a commit on the appender's connection; the commit is
     interrupted, which closes that connection: the sync is made on a new one, not failed."""
-    url = new_session(pg_url, "behind")
-    storage = PostgresStorage.from_url(url)
-    lease = storage.lock(5)
-    appender = storage.open_appender(Durability.parse("batch:100:10000"))
-    appender.commit(U1)
-    holder = _holder(storage.conninfo)
     synced: list[BaseException | None] = []
+    url = new_session(pg_url, "behind")
+    with row_held(url, Durability.parse("batch:100:10000")) as held, \
+            interruptible() as interrupt:
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
+        def sync() -> None:
+            try:
+                held.appender.sync()
+                synced.append(None)
+            except BaseException as e:  # reported below
+                synced.append(e)
 
-    def sync() -> None:
-        try:
-            appender.sync()
-            synced.append(None)
-        except BaseException as e:  # reported below
-            synced.append(e)
-
-    previous = signal.signal(signal.SIGUSR1, interrupt)
-    try:
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = 'behind' FOR UPDATE")
-        main = threading.get_ident()
         syncing = threading.Thread(target=sync, daemon=True)
 
         def then_interrupt() -> None:
-            _waiting(storage.conninfo, 1)
+            _waiting(held.storage.conninfo, 1)
             syncing.start()
             time.sleep(0.5)  # the sync waits for the connection the commit holds
-            signal.pthread_kill(main, signal.SIGUSR1)
+            interrupt()
 
         threading.Thread(target=then_interrupt, daemon=True).start()
         with pytest.raises(Interrupted):
-            appender.commit(U2)
+            held.appender.commit(U2)
         syncing.join(timeout=30)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-        holder.close()
-        appender.close()
-        lease.release()
     assert synced == [None]
