@@ -16,6 +16,7 @@ import atexit
 import itertools
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -93,3 +94,18 @@ def stop() -> None:
 def pg_url() -> Iterator[str]:
     """A fresh database on the run's embedded server, as a URL without a session."""
     yield fresh_database()
+
+
+def made_at(conn: Any, version: int, role: str) -> None:
+    """Bring an empty database to schema `version` as that release made it (its migrations
+    as written then), and grant `role` EXECUTE on its functions as docs/postgres.md has a
+    deployment do (revoked from PUBLIC): for the tests of an upgrade."""
+    from journal.pg import schema
+
+    for number, description, sql in schema.MIGRATIONS[:version]:
+        conn.execute(sql)
+        conn.execute("INSERT INTO journal.schema_version (version, description) "
+                     "VALUES (%s, %s)", (number, description))
+    conn.execute(f'CREATE ROLE "{role}"')
+    conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA journal TO "{role}"')
+    conn.execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA journal FROM PUBLIC")

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
-from pg_server import fresh_database  # noqa: E402
+from pg_server import fresh_database, made_at  # noqa: E402
 
 from journal.pg import schema  # noqa: E402
 
@@ -89,24 +89,18 @@ def test_deleting_a_session_deletes_its_lines_and_no_other(pg_url: str) -> None:
 
 def test_version_4_refuses_lines_after_a_seal_and_keeps_the_grants(pg_url: str) -> None:
     """A database made at version 3 (where journal.append took lines after a seal) is
-    brought to version 4: its sealed session then takes no more lines, a live one still
-    does, and a writer role granted EXECUTE before keeps it."""
+    brought to the current version: its sealed session then takes no more lines, a live one
+    still does, and a writer role granted EXECUTE before keeps it."""
     call = ("SELECT journal.append(%s, NULL, ARRAY[%s], ARRAY['x0000001'], ARRAY[NULL], "
             "ARRAY['custom'], ARRAY[0]::bigint[], %s, NULL)")
     line = '{"type":"custom","id":"x0000001","customType":"x"}'
     role = f"writer_{pg_url.rsplit('/', 1)[1]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        for number, description, sql in schema.MIGRATIONS[:3]:
-            conn.execute(sql)
-            conn.execute("INSERT INTO journal.schema_version (version, description) "
-                         "VALUES (%s, %s)", (number, description))
-        conn.execute(f'CREATE ROLE "{role}"')
-        conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA journal TO "{role}"')
-        conn.execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA journal FROM PUBLIC")
+        made_at(conn, 3, role)
         conn.execute("INSERT INTO journal.streams (session, generation, successor) VALUES "
                      "('old', 1, 'new'), ('new', 2, NULL)")
         conn.execute(call, ("old", line, len(line) + 1))  # version 3 took it
-        assert schema.ensure(conn) == 4
+        assert schema.ensure(conn) == schema.VERSION
         with pytest.raises(psycopg.Error) as caught:
             conn.execute(call, ("old", line, len(line) + 1))
         assert caught.value.sqlstate == schema.SQLSTATE_SEALED

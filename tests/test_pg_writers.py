@@ -405,8 +405,10 @@ def _waiting(conninfo: str, count: int) -> list[tuple[int, str]]:
     """(server process, statement) of the statements waiting for a lock, once `count` are."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         for _ in range(200):
+            # (a writer taking its lease again waits for an advisory lock: not counted)
             rows = conn.execute("SELECT pid, query FROM pg_stat_activity "
-                                "WHERE wait_event_type = 'Lock'").fetchall()
+                                "WHERE wait_event_type = 'Lock' AND wait_event <> 'advisory'"
+                                ).fetchall()
             if len(rows) >= count:
                 return [(int(pid), str(query)) for pid, query in rows]
             time.sleep(0.05)
@@ -426,10 +428,17 @@ def _resend_behind_it(appender: Any, conninfo: str, holder: psycopg.Connection[A
     return resent
 
 
+def hold_lines(holder: psycopg.Connection[Any]) -> None:
+    """Make every commit wait in the server until `holder`'s transaction ends: it takes a
+    lock on journal.entries that every insert waits for (the one-entry statement takes no
+    lock on the stream row)."""
+    holder.execute("LOCK TABLE journal.entries IN SHARE MODE")
+
+
 def _holder(conninfo: str) -> psycopg.Connection[Any]:
-    """A connection for a transaction that will hold the stream row. It is closed after
-    LOCK_HELD_AT_MOST seconds whatever happens, so a statement the proxy failed to cut off
-    commits and the test fails rather than waits for ever."""
+    """A connection for a transaction that will hold up every commit (`hold_lines`). It is
+    closed after LOCK_HELD_AT_MOST seconds whatever happens, so a statement the proxy failed
+    to cut off commits and the test fails rather than waits for ever."""
     holder = psycopg.connect(conninfo)
     timer = threading.Timer(LOCK_HELD_AT_MOST, holder.close)
     timer.daemon = True
@@ -461,7 +470,7 @@ U2 = b'{"type":"custom","id":"u2","customType":"cut-here"}\n'  # what CutProxy l
 @dataclass
 class HeldRow:
     """A session whose appender committed U1 through a CutProxy, armed to cut U2's one-entry
-    statement, while another transaction (`holder`) holds the stream row."""
+    statement, while another transaction (`holder`) holds up every commit (`hold_lines`)."""
 
     url: str
     proxy: CutProxy
@@ -482,8 +491,7 @@ def row_held_and_cut_armed(pg_url: str, session: str, *, refuse: bool) -> Iterat
     try:
         appender = relayed.open_appender(Durability.always())
         first = appender.commit(U1)
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
-                       (session,))
+        hold_lines(holder)
         proxy.armed.set()
         yield HeldRow(url, proxy, direct, relayed, holder, appender, first)
     finally:
@@ -494,12 +502,12 @@ def row_held_and_cut_armed(pg_url: str, session: str, *, refuse: bool) -> Iterat
 
 def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
         pg_url: str) -> None:
-    """A fenced writer's commit is cut off while its statement waits for the stream row
-    (another transaction holds it) and no new connection can be made: WriteFailed, outcome
+    """A fenced writer's commit is cut off while its statement waits in the server (another
+    transaction holds it up) and no new connection can be made: WriteFailed, outcome
     unknown. The entry is sent again, by another appender under the same lease, while the first
     statement still waits: once that one commits, the re-sent entry is found, not stored a
-    second time (the one-entry statement's snapshot would predate the first commit, so after
-    an unconfirmed commit this process goes through journal.append)."""
+    second time (after an unconfirmed commit this process goes through journal.append, whose
+    insert at the same offset waits for the first one's and then finds it)."""
     from journal.errors import WriteFailed
 
     with row_held_and_cut_armed(pg_url, "unconfirmed", refuse=True) as held:
@@ -516,8 +524,8 @@ def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
 
 def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
         pg_url: str) -> None:
-    """The first attempt is cut off while it waits for the row; the appender's retry is
-    refused (cancelled) while it waits behind it. The commit may still happen: WriteFailed says
+    """The first attempt is cut off while it waits in the server; the appender's retry is
+    refused (cancelled) while it waits too. The commit may still happen: WriteFailed says
     so, and the entry sent again is found, not stored twice."""
     from journal.errors import WriteFailed
 
@@ -538,6 +546,9 @@ def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
 
 def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(
         pg_url: str) -> None:
+    """The lease's connection dies and another writer takes the session over before the old
+    writer opens an appender: that appender cannot have the lease back, and its commits are
+    refused by the epoch."""
     url = new_session(pg_url, "broken-lease")
     first = as_storage(url)
     assert isinstance(first, PostgresStorage)
@@ -548,16 +559,53 @@ def test_an_appender_opened_after_its_lease_connection_broke_is_still_fenced(
     with pytest.raises(psycopg.OperationalError):
         lease.conn.execute("SELECT 1")  # the writer finds out its lease connection is gone
     assert not lease.held
-    appender = first.open_appender()
     try:
         with Session.open(url, lock_timeout=10) as taker:  # another writer takes over
-            taker.append_message({"role": "user", "content": "taker", "timestamp": 1})
-            with pytest.raises(LeaseLost):
-                appender.commit(b'{"type":"custom","id":"c1","customType":"x"}\n')
+            appender = first.open_appender()
+            try:
+                taker.append_message({"role": "user", "content": "taker", "timestamp": 1})
+                with pytest.raises(LeaseLost):
+                    appender.commit(b'{"type":"custom","id":"c1","customType":"x"}\n')
+            finally:
+                appender.close()
+    finally:
+        lease.release()
+    assert texts(url) == ["taker"]
+
+
+def test_a_writer_whose_lease_connection_died_takes_the_lease_back_if_nobody_took_it(
+        pg_url: str) -> None:
+    """The lease's connection is terminated and nobody takes the session meanwhile: the
+    writer's next commit takes the lease again (the advisory lock and the same epoch, on a
+    new connection), goes on at the end, and another writer again waits for it and times out
+    naming it."""
+    from journal.errors import LockTimeout
+
+    url = new_session(pg_url, "renewed")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    try:
+        first = appender.commit(U1)
+        epoch = lease.epoch
+        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            row = admin.execute("SELECT pg_terminate_backend(holder_backend), holder_backend "
+                                "FROM journal.streams WHERE session = 'renewed'").fetchone()
+            assert row is not None and row[0] is True
+            old_backend = row[1]
+        offset = appender.commit(U2)  # the lost connection is found, the lease taken again
+        assert offset == first + len(U1)
+        assert lease.held and lease.epoch == epoch
+        assert lease.conn.info.backend_pid != old_backend
+        holder = storage.holder()
+        assert holder is not None and holder["pid"] == os.getpid()
+        with pytest.raises(LockTimeout):
+            PostgresStorage.from_url(url).lock(0.3)
+        appender.commit(b'{"type":"custom","id":"u3","customType":"x"}\n')
     finally:
         appender.close()
         lease.release()
-    assert texts(url) == ["taker"]
+    assert stored_ids(url) == ["u1", "u2", "u3"]
 
 
 class Interrupted(Exception):
@@ -583,7 +631,7 @@ def interruptible() -> Iterator[Callable[[], None]]:
 @dataclass
 class Held:
     """A session whose appender committed U1 (at `first`), and a transaction (`holder`) that
-    holds its stream row: the appender's next commit waits until `holder` commits."""
+    holds up every commit (`hold_lines`): the appender's next waits until `holder` commits."""
 
     url: str
     storage: PostgresStorage
@@ -600,8 +648,7 @@ def row_held(url: str, durability: Durability | None = None) -> Iterator[Held]:
     holder = _holder(storage.conninfo)
     try:
         first = appender.commit(U1)
-        holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
-                       (storage.session,))
+        hold_lines(holder)
         yield Held(url, storage, appender, first, holder)
     finally:
         holder.close()  # first: nothing may be left waiting for the row it holds
@@ -611,7 +658,7 @@ def row_held(url: str, durability: Durability | None = None) -> Iterator[Held]:
 
 def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored_once(
         pg_url: str) -> None:
-    """A signal interrupts a one-entry commit waiting for the stream row: its statement is
+    """A signal interrupts a one-entry commit waiting in the server: its statement is
     cancelled on the server (it does not commit behind the caller's back), the appender's
     connection dropped, and the commit counts as unconfirmed: the same entry sent again is
     stored once."""
@@ -699,15 +746,18 @@ def test_an_entry_id_holding_a_nul_is_refused_not_cut_short(pg_url: str) -> None
 
 def test_a_retry_fenced_after_a_lost_connection_does_not_say_nothing_was_appended(
         pg_url: str) -> None:
-    """The first attempt is cut off while it waits for the row; another writer takes the
-    lease meanwhile, so the retry is fenced. What the first attempt did is not known to the
-    writer: LeaseLost says the batch may have been committed, not that nothing was."""
+    """The first attempt is cut off while it waits in the server; the epoch moves on
+    meanwhile (as a takeover moves it), so the retry, on a connection of its own, is fenced.
+    What the first attempt did is not known to the writer: LeaseLost says the batch may have
+    been committed, not that nothing was. (Here it was fenced too: it waited for the table
+    before its snapshot was taken, so it saw the new epoch. A real takeover waits for the
+    lease's advisory lock, which that attempt's server process holds until it ends.)"""
     errors: list[Any] = []
     with row_held_and_cut_armed(pg_url, "fenced-retry", refuse=False) as held:
+        held.holder.execute("UPDATE journal.streams SET epoch = epoch + 1 "
+                            "WHERE session = 'fenced-retry'")  # a takeover's move
         trying = _committing(held.appender, U2, errors)
         _waiting(held.direct.conninfo, 2)  # the first attempt, and the retry behind it
-        held.holder.execute("UPDATE journal.streams SET epoch = epoch + 1 "
-                            "WHERE session = 'fenced-retry'")  # a takeover
         held.holder.commit()
         trying.join(timeout=30)
         held.appender.close()

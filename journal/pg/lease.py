@@ -13,6 +13,11 @@ and comes back after another one took over can never interleave: the newcomer's 
 waited for any append in flight (the row lock) and every later one sees the new epoch.
 
 A writer that waits gives up after its timeout with `LockTimeout`, naming the holder.
+
+The writer's appender commits on the lease's connection while it lives (`journal.pg.storage`):
+there the advisory lock alone keeps every other writer out. When that connection is lost
+(the network, an interrupted commit), `renew` takes the lock again on a new connection if it
+is free and the epoch is still the lease's (nobody took the session over meanwhile).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -39,10 +46,13 @@ def advisory_key(session: str) -> int:
 class Lease:
     """A held lease: its own connection (the advisory lock lives as long as it) and epoch."""
 
-    def __init__(self, conn: psycopg.Connection[Any], session: str, epoch: int) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], session: str, epoch: int,
+                 conninfo: str = "", locator: str = "") -> None:
         self.conn = conn
         self.session = session
         self.epoch = epoch
+        self.conninfo = conninfo
+        self.locator = locator or session
         self._released = False
 
     @property
@@ -55,6 +65,32 @@ class Lease:
     def held(self) -> bool:
         """Not released, and its connection (so its advisory lock) not known to be lost."""
         return not self._released and not self.conn.closed and not self.conn.broken
+
+    def renew(self, wait: float) -> bool:
+        """Take the lease again on a new connection after its own was lost: True if the
+        advisory lock came free within `wait` seconds (the old backend ends once its last
+        statement has) and the epoch is still this lease's (the lease is whole again, on
+        `conn`); False if another backend holds the lock (another writer, or this lease's
+        old backend that the server has not yet seen gone), the lease then fenced by its epoch
+        alone. LeaseLost if the epoch moved on (another writer took the session over);
+        DatabaseUnavailable if the database cannot be reached."""
+        if self._released:
+            raise LeaseLost(self.locator, self.epoch, "the lease was released")
+        conn = connect(self.conninfo)
+        with _closed_on_error(conn, self.locator, "taking the lease again"):
+            if not _wait_for_lock(conn, advisory_key(self.session), wait):
+                conn.close()
+                return False
+            row = conn.execute(
+                "UPDATE journal.streams SET holder_backend = pg_backend_pid() "
+                "WHERE session = %s AND epoch = %s RETURNING epoch",
+                (self.session, self.epoch)).fetchone()
+            if row is None:
+                raise LeaseLost(self.locator, self.epoch, "the session changed hands while "
+                                "this writer's connection was lost")
+        old, self.conn = self.conn, conn
+        old.close()
+        return True
 
     def release(self) -> None:
         if self._released:
@@ -82,16 +118,14 @@ def acquire(conninfo: str, session: str, locator: str, timeout: float) -> Lease:
     holder), and move its fencing epoch on."""
     conn = connect(conninfo)
     key = advisory_key(session)
-    try:
+    with _closed_on_error(conn, locator, "taking the lease"):
         if timeout <= 0:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             got = bool(row and row[0])
         else:
             got = _wait_for_lock(conn, key, timeout)
         if not got:
-            holder = _holder(conn, session)
-            conn.close()
-            raise LockTimeout(locator, timeout, holder)
+            raise LockTimeout(locator, timeout, _holder(conn, session))
         row = conn.execute(
             "INSERT INTO journal.streams AS s (session, epoch, holder_host, holder_pid, "
             "holder_since, holder_backend) VALUES (%s, 1, %s, %s, now(), pg_backend_pid()) "
@@ -100,16 +134,23 @@ def acquire(conninfo: str, session: str, locator: str, timeout: float) -> Lease:
             "holder_since = EXCLUDED.holder_since, holder_backend = EXCLUDED.holder_backend "
             "RETURNING epoch", (session, socket.gethostname(), os.getpid())).fetchone()
         assert row is not None
-        return Lease(conn, session, int(row[0]))
-    except LockTimeout:
-        raise
+        epoch = int(row[0])
+    return Lease(conn, session, epoch, conninfo, locator)
+
+
+@contextmanager
+def _closed_on_error(conn: psycopg.Connection[Any], locator: str, doing: str
+                     ) -> Iterator[None]:
+    """Close `conn` if the block fails; psycopg's errors said as the journal's."""
+    try:
+        yield
     except psycopg.OperationalError as e:
         conn.close()
-        raise DatabaseUnavailable(f"{locator}: lost the database while taking the lease: "
+        raise DatabaseUnavailable(f"{locator}: lost the database while {doing}: "
                                   f"{describe(e)}") from e
     except psycopg.Error as e:
         conn.close()
-        raise DatabaseError(f"{locator}: cannot take the writer lease: {describe(e)}") from e
+        raise DatabaseError(f"{locator}: failed while {doing}: {describe(e)}") from e
     except BaseException:
         conn.close()
         raise

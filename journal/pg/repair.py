@@ -72,6 +72,8 @@ def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> N
     generation = storage.current_generation()
     try:
         with lease.conn.transaction():
+            # durable whatever a writer's appender set on this connection
+            lease.conn.execute("SET LOCAL synchronous_commit = on")
             with lease.conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO journal.quarantine (session, generation, byte_offset, reason, "

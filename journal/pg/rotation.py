@@ -66,10 +66,10 @@ def stream_row(storage: PostgresStorage) -> dict[str, Any] | None:
 
     def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
         return conn.execute(
-            "SELECT successor, file_name, exported_to, sealed_at, generation, size, entries, "
-            "moved_out_at "
-            "FROM journal.streams WHERE session = %s AND generation IS NOT NULL",
-            (session,)).fetchone()
+            f"SELECT s.successor, s.file_name, s.exported_to, s.sealed_at, s.generation, "
+            f"coalesce(e.size, s.size), coalesce(e.entries, s.entries), s.moved_out_at "
+            f"FROM journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+            f"WHERE s.session = %s AND s.generation IS NOT NULL", (session,)).fetchone()
 
     row = with_shared(storage.conninfo, query)
     if row is None:
@@ -432,6 +432,8 @@ def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, 
     conn = lease.conn  # the lease's own connection: the advisory lock is held on it
     batch = split_batch(storage.locator, -1, seal)
     with conn.transaction():
+        # durable whatever the writer's appender set on this connection
+        conn.execute("SET LOCAL synchronous_commit = on")
         row = conn.execute("SELECT epoch, successor FROM journal.streams WHERE session = %s "
                            "FOR UPDATE", (storage.session,)).fetchone()
         if row is None or int(row[0]) != lease.epoch or row[1] is not None:

@@ -5,7 +5,8 @@ Everything lives in the schema `journal` (docs/postgres.md has the tables column
 - `journal.schema_version`: one row per migration applied (version, when, what);
 - `journal.streams`: one row per session: its id (the URL's `session`), the current
   generation (a replacement starts a new one; NULL while a writer holds the session's lease
-  before creating it), size in bytes, number of entries, the fencing epoch and who holds the
+  before creating it), size in bytes and number of entries as of its last batch (a live
+  session's end is its last line's, `STREAM_END`), the fencing epoch and who holds the
   lease, and the byte offsets of the latest compaction, model change and thinking-level change
   and where that compaction's kept entries start (what a resume needs, so it reads only the
   tail);
@@ -13,7 +14,8 @@ Everything lives in the schema `journal` (docs/postgres.md has the tables column
   keys) with its stream, generation, gap-free position, byte offset, and the entry's id,
   parentId and type as columns;
 - `journal.append(...)`: the one-round-trip append (see `journal.pg.storage`), and
-  `APPEND_ONE`, the same for one plain entry as a single statement (its fast path).
+  `APPEND_ONE`, the lease holder's commit of one plain entry as a single statement (its fast
+  path); `STREAM_END`, where a session ends (its last line).
 
 `ensure(conn)` brings a database up to `VERSION`, each migration in its own transaction, under
 a transaction-level advisory lock so that two processes starting at once do not both migrate.
@@ -29,8 +31,8 @@ from ..errors import JournalError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["APPEND_ONE", "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES", "VERSION",
-           "SchemaError", "current_version", "ensure"]
+__all__ = ["APPEND_ONE", "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES", "STREAM_END",
+           "VERSION", "SchemaError", "current_version", "ensure"]
 
 # pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
 MIGRATION_LOCK = 0x6A6F75726E616C21
@@ -261,47 +263,52 @@ CREATE TRIGGER streams_changed AFTER INSERT OR UPDATE OF generation, successor O
 # The entry types whose offsets journal.append records on the stream row for a resume.
 RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"})
 
-# journal.append for the common commit, sent as a statement (prepared, its plan cached on
-# every server version): one entry, not of RESUME_TYPES. The same row lock, epoch check,
-# next position and offset and notification of followers, as one statement rather than a
-# PL/pgSQL function's several: about a third less server time per commit
-# (bench/pg_append_micro.py). No row when the session is missing or sealed, the epoch is
-# not the writer's, or the session's last line already has this entry's id where it would
-# start (a retry after a lost acknowledgement, by the appender or its caller):
-# journal.append then says which, or acknowledges the retry at the offset it has. The
-# followers probe sees the followers registered when the statement began (journal.append's,
-# those when it held the row lock): one registered while this commit waited for the lock may
-# wake at its next timeout instead, which loses nothing (a notification is only a hint).
-# Parameters ($1 to $7, of APPEND_ONE_TYPES; sent through `journal.pg.prepared`): session,
-# epoch (NULL: unfenced), the line, its id, parentId and type, its length with the newline.
+# The one-entry commit of the writer that holds the session's lease, sent on the lease's own
+# connection (`journal.pg.storage`): one entry, not of RESUME_TYPES, at the position and byte
+# offset the writer knows to be the session's end. No row lock and no update of the stream
+# row: while that connection lives it holds the advisory lock, so no other writer can take
+# the session over, and one that did before finds this connection's commits ended (the lock
+# is let go only when the backend ends). The stream row is only read: no row when the
+# generation was replaced, the session sealed or the epoch moved on since the writer read its
+# end (journal.append then says which, or appends at the true end). A unique violation of the
+# primary key: a line is already at that offset (written without the lease); the writer then
+# goes through journal.append too. The followers probe, as journal.append's, sees the
+# followers registered when the statement began (a notification is only a hint).
+# Parameters ($1 to $10, of APPEND_ONE_TYPES; sent through `journal.pg.prepared`): stream id,
+# generation, position, byte offset, the line, its id, parentId and type, the session id,
+# the epoch.
 APPEND_ONE = """
-WITH s AS (
-    UPDATE journal.streams AS t SET size = size + $7, entries = entries + 1,
-                                    updated_at = now()
-        WHERE session = $1 AND generation IS NOT NULL AND successor IS NULL
-          AND ($2 IS NULL OR epoch = $2)
-          -- a scalar subquery: one primary-key probe (NOT EXISTS would be planned as an
-          -- anti-join reading the whole session)
-          AND (SELECT e.id FROM journal.entries e
-               WHERE e.stream = t.id AND e.generation = t.generation
-                 AND e.byte_offset = t.size - $7) IS DISTINCT FROM $4
-        RETURNING id, generation, size - $7 AS at, entries
-), i AS (
-    INSERT INTO journal.entries (stream, generation, position, byte_offset, id, parent_id,
-                                 type, line)
-        SELECT s.id, s.generation, s.entries - 1, s.at, $4, $5, $6, $3
-        FROM s
-        RETURNING byte_offset
-)
-SELECT i.byte_offset,
-       CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
-                         WHERE f.session = $1 AND f.until > now())
-            THEN (SELECT pg_notify('journal_changes', $1 || ' ' || s.entries) FROM s)
-       END
-    FROM i
+INSERT INTO journal.entries (stream, generation, position, byte_offset, line, id, parent_id,
+                             type)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8
+    WHERE EXISTS (SELECT 1 FROM journal.streams s
+                  WHERE s.id = $1 AND s.generation = $2 AND s.epoch = $10
+                    AND s.successor IS NULL)
+    RETURNING byte_offset,
+        CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
+                          WHERE f.session = $9 AND f.until > now())
+             THEN pg_notify('journal_changes', $9 || ' ' || ($3 + 1))
+        END
 """
-# APPEND_ONE's parameters' types (oids): text, bigint, text, text, text, text, bigint
-APPEND_ONE_TYPES = (25, 20, 25, 25, 25, 25, 20)
+# APPEND_ONE's parameters' types (oids): bigint x4, text x5, bigint
+APPEND_ONE_TYPES = (20, 20, 20, 20, 25, 25, 25, 25, 25, 20)
+
+# Where a live session's current generation ends, from its last line (one backward probe of
+# the primary key): its size in bytes, its number of entries, the id of its last line. A
+# one-entry commit (APPEND_ONE) leaves streams.size and streams.entries as they were, so
+# readers find a live session's end here, and a sealed one's (no row here) by the columns,
+# which are exact for it: its seal went through journal.append, which sets them (so a sealed
+# session whose rows fall short of its size is read short, and found so). journal.append
+# (version 5) finds the end with the same query. Used as
+# `LEFT JOIN LATERAL (STREAM_END) AS e ON true` with `s` the streams row, and read as
+# `coalesce(e.size, s.size)`.
+STREAM_END = """
+SELECT x.byte_offset + octet_length(x.line) + 1 AS size, x.position + 1 AS entries,
+       x.id AS last_id
+    FROM journal.entries x
+    WHERE x.stream = s.id AND x.generation = s.generation AND s.successor IS NULL
+    ORDER BY x.byte_offset DESC LIMIT 1
+"""
 
 # An archive moved out of the database (journal.pg.rotation.move_out): its lines are in the
 # .jsonl.gz `exported_to` names, and its rows are gone; the SHA-256 of its bytes lets a
@@ -430,11 +437,151 @@ END
 $$;
 """
 
+# The writer's one-entry commits (APPEND_ONE) no longer move streams.size and streams.entries
+# on: journal.append finds the end from the session's last line, as readers do (STREAM_END),
+# under a row lock that no longer rewrites the row first. It still sets size, entries and
+# updated_at after its own batch, so a sealed session's columns are exact (its seal is
+# appended here). Otherwise journal.append as version 4 made it (never edited since).
+_V5 = """
+CREATE OR REPLACE FUNCTION journal.append(
+    p_session text, p_epoch bigint, p_lines text[], p_ids text[], p_parents text[],
+    p_types text[], p_offsets bigint[], p_total bigint, p_kept text
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint := coalesce(cardinality(p_lines), 0);
+    sid bigint;
+    gen bigint;
+    cur_epoch bigint;
+    old_size bigint;
+    old_entries bigint;
+    sealed_by text;
+    last_size bigint;
+    last_entries bigint;
+    found_id text;
+    start_offset bigint;
+    kept_offset bigint;
+    compaction_at bigint;
+    model_at bigint;
+    thinking_at bigint;
+BEGIN
+    -- the row lock that serializes batches (and waits for a lease takeover's epoch change)
+    SELECT s.id, s.generation, s.epoch, s.successor, s.size, s.entries
+        INTO sid, gen, cur_epoch, sealed_by, old_size, old_entries
+        FROM journal.streams s WHERE s.session = p_session AND s.generation IS NOT NULL
+        FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no session % in this database', p_session
+            USING ERRCODE = 'JN001';
+    END IF;
+    IF p_epoch IS NOT NULL AND cur_epoch <> p_epoch THEN
+        RAISE EXCEPTION 'session %: the lease was taken over (epoch % is now %)',
+            p_session, p_epoch, cur_epoch USING ERRCODE = 'JN002';
+    END IF;
+    IF sealed_by IS NOT NULL THEN
+        RAISE EXCEPTION 'session %: sealed by a rotation; it continues in %',
+            p_session, sealed_by USING ERRCODE = 'JN003', DETAIL = sealed_by;
+    END IF;
+    -- the end: after the last line (one backward probe of the primary key)
+    SELECT x.byte_offset + octet_length(x.line) + 1, x.position + 1
+        INTO last_size, last_entries
+        FROM journal.entries x WHERE x.stream = sid AND x.generation = gen
+        ORDER BY x.byte_offset DESC LIMIT 1;
+    IF FOUND THEN
+        old_size := last_size;
+        old_entries := last_entries;
+    END IF;
+    IF n = 0 THEN
+        RETURN old_size;
+    END IF;
+    -- Twice at most: a one-entry commit takes no row lock, so one of this writer's that is
+    -- still running (its connection lost, this batch sent again) may put a line at the
+    -- offset read above; its unique-key check waits for it, and the end is read once more.
+    FOR attempt IN 1..2 LOOP
+        IF attempt = 2 THEN
+            SELECT x.byte_offset + octet_length(x.line) + 1, x.position + 1
+                INTO old_size, old_entries
+                FROM journal.entries x WHERE x.stream = sid AND x.generation = gen
+                ORDER BY x.byte_offset DESC LIMIT 1;
+        END IF;
+        -- A retry after a lost acknowledgement: the batch is already the session's last (the
+        -- writer holds the lease, so nothing came after it). One primary-key probe at the
+        -- offset it would start at; the bytes compared only when its first id is there.
+        start_offset := old_size - p_total;
+        IF start_offset >= 0 AND p_ids[1] IS NOT NULL THEN
+            SELECT e.id INTO found_id FROM journal.entries e
+                WHERE e.stream = sid AND e.generation = gen AND e.byte_offset = start_offset;
+            IF found_id = p_ids[1] AND ARRAY(
+                SELECT e.line FROM journal.entries e
+                WHERE e.stream = sid AND e.generation = gen AND e.byte_offset >= start_offset
+                ORDER BY e.byte_offset) = p_lines
+            THEN
+                RETURN start_offset;  -- acknowledged at the offset it has, stored once
+            END IF;
+        END IF;
+        BEGIN
+            IF n = 1 THEN
+                INSERT INTO journal.entries (stream, generation, position, byte_offset, id,
+                                             parent_id, type, line)
+                    VALUES (sid, gen, old_entries, old_size, p_ids[1], p_parents[1],
+                            p_types[1], p_lines[1]);
+            ELSE
+                INSERT INTO journal.entries (stream, generation, position, byte_offset, id,
+                                             parent_id, type, line)
+                    SELECT sid, gen, old_entries + u.o - 1, old_size + u.rel, u.i, u.p, u.t,
+                           u.l
+                    FROM unnest(p_lines, p_ids, p_parents, p_types, p_offsets)
+                         WITH ORDINALITY AS u (l, i, p, t, rel, o);
+            END IF;
+            EXIT;
+        EXCEPTION WHEN unique_violation THEN
+            IF attempt = 2 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM journal.followers f
+               WHERE f.session = p_session AND f.until > now()) THEN
+        PERFORM pg_notify('journal_changes', p_session || ' ' || (old_entries + n));
+    END IF;
+    IF p_types && ARRAY['compaction', 'model_change', 'thinking_level_change'] THEN
+        -- where a resume starts reading: the latest compaction, where its kept entries
+        -- start, the latest settings
+        SELECT max(old_size + x.rel) FILTER (WHERE x.t = 'compaction'),
+               max(old_size + x.rel) FILTER (WHERE x.t = 'model_change'),
+               max(old_size + x.rel) FILTER (WHERE x.t = 'thinking_level_change')
+            INTO compaction_at, model_at, thinking_at
+            FROM unnest(p_types, p_offsets) AS x (t, rel);
+        IF compaction_at IS NOT NULL AND p_kept IS NOT NULL THEN
+            -- the kept entry is recent: look in the last 8 MiB first (a primary-key range)
+            SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+                WHERE e.stream = sid AND e.generation = gen
+                  AND e.byte_offset >= old_size + p_total - 8388608 AND e.id = p_kept
+                ORDER BY e.byte_offset DESC LIMIT 1;
+            IF kept_offset IS NULL THEN
+                SELECT e.byte_offset INTO kept_offset FROM journal.entries e
+                    WHERE e.stream = sid AND e.generation = gen AND e.id = p_kept
+                    ORDER BY e.byte_offset DESC LIMIT 1;
+            END IF;
+        END IF;
+    END IF;
+    UPDATE journal.streams SET
+        size = old_size + p_total, entries = old_entries + n, updated_at = now(),
+        last_compaction = coalesce(compaction_at, last_compaction),
+        last_kept = CASE WHEN compaction_at IS NULL THEN last_kept ELSE kept_offset END,
+        last_model_change = coalesce(model_at, last_model_change),
+        last_thinking_change = coalesce(thinking_at, last_thinking_change)
+    WHERE id = sid;
+    RETURN old_size;
+END
+$$;
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "streams, entries, append()", _V1),
     (2, "successors, file names, quarantine, followers and change notifications", _V2),
     (3, "archives moved out of the database", _V3),
     (4, "a sealed session takes no more lines", _V4),
+    (5, "one-entry commits leave the stream row as it is", _V5),
 ]
 VERSION = MIGRATIONS[-1][0]
 

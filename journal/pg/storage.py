@@ -8,23 +8,31 @@ of rows on demand), and everything above the seam (`Session`, `load`, `resume`, 
 planning, the tail) works unchanged.
 
 - A commit is one call of the server function `journal.append` (one round trip, one
-  transaction; a single plain entry goes as `schema.APPEND_ONE`, the same as one statement,
-  sent through psycopg's libpq layer by `journal.pg.prepared`):
-  it locks the stream row, checks the writer's fencing epoch, assigns the next gap-free
-  positions and offsets, and inserts the batch; a batch that is already the
-  session's last, with the same ids and bytes (a retry after a lost acknowledgement), is
-  acknowledged at the offset it has, never stored twice. If the connection is lost during a
-  commit, the appender reconnects and sends the same batch once more: the row lock makes
-  that wait for the first attempt to end, so the batch is then found (acknowledged) or
-  appended, exactly once. If that fails too, `WriteFailed`: the batch may have been
-  committed (or may still be), and committing the same batch again stores it at most once.
+  transaction): it locks the stream row, checks the writer's fencing epoch, finds the end
+  from the session's last line, assigns the next gap-free positions and offsets, and
+  inserts the batch; a batch that is already the session's last, with the same ids and
+  bytes (a retry after a lost acknowledgement), is acknowledged at the offset it has, never
+  stored twice. The writer holding the lease commits on the lease's own connection, where
+  its advisory lock keeps every other writer out: a single plain entry goes there as
+  `schema.APPEND_ONE` (sent through psycopg's libpq layer by `journal.pg.prepared`), an
+  insert at the end the appender keeps track of that neither locks nor updates the stream
+  row. If the connection is lost during a commit, the appender takes the lease back on a new
+  connection (`Lease.renew`; failing that, it goes on on one of its own, fenced by the
+  epoch through `journal.append`) and sends the same batch once more through the function:
+  the primary key makes it wait for a first attempt still running at that offset, so the
+  batch is then found (acknowledged) or appended, exactly once. If that fails too,
+  `WriteFailed`: the batch may have been committed (or may still be), and committing the
+  same batch again stores it at most once. The stream row's size is set by batches, and by
+  the writer at most once a second and on close; readers find a live session's end from its
+  last line (`schema.STREAM_END`).
 - Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
   (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
   flush after N commits or MS milliseconds, and `sync()` forces one at any time).
 - `lock` takes the session's lease (`journal.pg.lease`); an appender opened from the storage
-  that holds it carries its epoch, and its commits are refused with `LeaseLost` once another
-  writer took over. (An appender opened without the lease is not fenced.)
+  that holds it commits on the lease's connection and carries its epoch, and its commits are
+  refused with `LeaseLost` once another writer took over. (An appender opened without the
+  lease is not fenced, and always calls `journal.append`.)
 - `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
   it current in one transaction; the generation before stays readable for readers that still
   read it, older ones are removed.
@@ -87,6 +95,13 @@ POLL_INTERVAL = 0.02
 APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
           "%s::bigint[], %s, %s)")
 COMMIT_ATTEMPTS = 2
+# seconds between two settings of the stream row's size by a writer committing one entry at a
+# time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
+SETTLE_INTERVAL = 1.0
+# seconds a writer whose lease connection was lost waits for the lease's advisory lock to come
+# free (the old backend lets go once its last statement ends) before it writes on, fenced by
+# its epoch alone, on a connection of its own
+RENEW_WAIT = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
 # Sessions (conninfo, session) this process committed to without learning the end of the
@@ -271,15 +286,16 @@ class PostgresReader:
         stream, generation = self._stream_id, self._generation
 
         def query(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute("SELECT generation, size FROM journal.streams WHERE id = %s",
-                               (stream,)).fetchone()
-            if row is not None and row[0] == generation:
-                return int(row[1])
             last = conn.execute(
                 "SELECT byte_offset + octet_length(line) + 1 FROM journal.entries "
                 "WHERE stream = %s AND generation = %s ORDER BY byte_offset DESC LIMIT 1",
                 (stream, generation)).fetchone()
-            return int(last[0]) if last is not None else -1
+            if last is not None:
+                return int(last[0])
+            # no rows: moved out (the row keeps its size), or a replaced generation's are gone
+            row = conn.execute("SELECT size FROM journal.streams WHERE id = %s AND "
+                               "generation = %s", (stream, generation)).fetchone()
+            return int(row[0]) if row is not None else -1
 
         found = with_shared(self._storage.conninfo, query)
         if found < 0:  # this replaced generation's rows are gone
@@ -431,23 +447,57 @@ class PostgresReader:
         self.close()
 
 
+@dataclass(frozen=True)
+class End:
+    """Where a session's current generation ends, as its writer knows it."""
+
+    stream: int
+    generation: int
+    size: int
+    entries: int
+    last_id: str | None
+
+    def after(self, batch: Batch) -> End:
+        return End(self.stream, self.generation, self.size + batch.total,
+                   self.entries + len(batch.lines), batch.ids[-1])
+
+
 class PostgresAppender:
-    """The writer's handle: a connection of its own, its durability as synchronous_commit."""
+    """The writer's handle. With the session's lease it commits on the lease's connection
+    (its epoch fencing every commit), one plain entry as `schema.APPEND_ONE` at the end it
+    keeps track of; without it, on a connection of its own, unfenced."""
 
     def __init__(self, storage: PostgresStorage, durability: Durability | None,
-                 epoch: int | None) -> None:
+                 lease: Lease | None) -> None:
         self.storage = storage
         self.durability = durability or Durability.always()
-        self.epoch = epoch
+        self.lease = lease
+        self.epoch = lease.epoch if lease is not None else None
         self._clock = SyncClock(self.durability)
-        self._conn: psycopg.Connection[Any] | None = self._connect()
         self._cursor: psycopg.Cursor[Any] | None = None
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
         self._reconnecting = threading.Lock()
+        self._end: End | None = None  # known on the lease's connection only
+        self._moved = False  # committed since the stream row's size was last set
+        self._settle_at = 0.0  # when the stream row's size is next set (monotonic)
+        self._conn: psycopg.Connection[Any] | None = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
+        """The lease's connection (taken again if it was lost, `Lease.renew`), else one of
+        the appender's own: where the lease's cannot be had back, the epoch alone fences."""
+        self._end = None
+        lease = self.lease
         synchronous = "on" if self.durability.every == 1 else "off"
-        conn = connect(self.storage.conninfo, synchronous_commit=synchronous)
+        if lease is not None and (lease.held or lease.renew(RENEW_WAIT)):
+            conn = lease.conn
+            try:
+                conn.execute("SELECT set_config('synchronous_commit', %s, false)",
+                             (synchronous,))
+            except psycopg.OperationalError as e:
+                raise DatabaseUnavailable(f"{self.storage.locator}: lost the database: "
+                                          f"{describe(e)}") from e
+        else:
+            conn = connect(self.storage.conninfo, synchronous_commit=synchronous)
         # An appender runs the same two statements all its life: prepared on first use (not
         # the fifth), the one-entry statement is planned 6 times in a new appender's first
         # commits, not 11. Forcing generic plans (plan_cache_mode) would plan it once, but
@@ -480,34 +530,30 @@ class PostgresAppender:
             batch = split_batch(locator, 0, data)
         except WriteFailed as e:
             raise WriteFailed(locator, self.storage.size_or(0), e.reason) from None
-        # APPEND_ONE recognises a batch stored by a commit that has ended, not by one still
-        # running on the server (its snapshot is older than that commit). A fenced writer's
-        # earlier commits have ended, but for one whose end this process does not know (its
-        # connection was lost): then the next goes through journal.append, whose probe comes
-        # after the row lock. Another process's, or another lease's, have ended too: taking
-        # the lease updates the stream row, which waits for them. An unfenced appender has no
-        # such order, so it always uses journal.append.
+        # A session this process committed to without learning the outcome goes through
+        # journal.append (which acknowledges a batch already stored) until a commit confirms.
         key = (self.storage.conninfo, self.storage.session)
         one = (len(batch.lines) == 1 and batch.types[0] not in schema.RESUME_TYPES
-               and batch.ids[0] is not None and self.epoch is not None
-               and key not in _UNCONFIRMED)
+               and batch.ids[0] is not None and key not in _UNCONFIRMED)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
         attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
         last: BaseException | None = None
         for attempt in range(attempts):
             try:
-                if self._conn is None or self._conn.closed or self._conn.broken:
-                    self._conn = self._connect()
-                if self._cursor is None or self._cursor.connection is not self._conn:
-                    self._cursor = self._conn.cursor()  # kept: one less object per commit
-                row: Sequence[Any] | None = None
-                if one and attempt == 0:
-                    row = self._one.first_row(self._conn, (
-                        self.storage.session, str(self.epoch), batch.lines[0], batch.ids[0],
-                        batch.parents[0], batch.types[0], str(batch.total)))
-                if row is None:
+                conn = self._live()
+                if self._cursor is None or self._cursor.connection is not conn:
+                    self._cursor = conn.cursor()  # kept: one less object per commit
+                at = self._commit_one(conn, batch) if one and attempt == 0 else None
+                if at is None:
+                    before, self._end = self._end, None
                     row = self._cursor.execute(APPEND, self._params(batch)).fetchone()
+                    assert row is not None
+                    at = int(row[0])
+                    if before is not None and at == before.size:
+                        self._end = before.after(batch)
+                    self._moved = False
             except psycopg.OperationalError as e:
+                self._end = None
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
                     raise self._refused(e, unconfirmed=last is not None) from e
                 last = e
@@ -516,17 +562,66 @@ class PostgresAppender:
                 last = e
                 continue
             except psycopg.Error as e:
+                self._end = None
                 raise self._refused(e, unconfirmed=last is not None) from e
+            except LeaseLost as e:
+                if last is None:
+                    raise
+                _UNCONFIRMED.add(key)
+                raise LeaseLost(locator, e.epoch, "its connection was lost", (
+                    "an earlier attempt of this batch lost its connection and may have been "
+                    "committed before that")) from e
             except BaseException:  # interrupted: the commit may have been made all the same
+                self._end = None
                 _UNCONFIRMED.add(key)
                 raise
-            assert row is not None
             _UNCONFIRMED.discard(key)
             self._after_commit()
-            return int(row[0])
+            return at
         _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
                           f"confirmed ({_first_line(last)})", UNCONFIRMED_OUTCOME)
+
+    def _commit_one(self, conn: psycopg.Connection[Any], batch: Batch) -> int | None:
+        """One entry as APPEND_ONE at the known end, on the lease's connection; None where
+        journal.append must take it (no lease connection, the end not known or moved, the
+        entry perhaps already the session's last, a parameter libpq cannot pass)."""
+        lease = self.lease
+        if lease is None or conn is not lease.conn:
+            return None
+        end = self._end if self._end is not None else self._read_end(conn)
+        if end is None or end.last_id == batch.ids[0]:
+            return None  # journal.append compares the bytes, and acknowledges a retry
+        try:
+            row = self._one.first_row(conn, (
+                str(end.stream), str(end.generation), str(end.entries), str(end.size),
+                batch.lines[0], batch.ids[0], batch.parents[0], batch.types[0],
+                self.storage.session, str(lease.epoch)))
+        except psycopg.errors.UniqueViolation:
+            row = None  # a line is at that offset already: written without the lease
+        if row is None:
+            self._end = None
+            return None
+        self._end = end.after(batch)
+        self._moved = True
+        if time.monotonic() >= self._settle_at:
+            self._settle(conn)
+        return end.size
+
+    def _read_end(self, conn: psycopg.Connection[Any]) -> End | None:
+        """The end of the session's current generation, read on the lease's connection (so
+        every commit of another writer before this lease is in); None if the session is
+        not there, sealed, or no longer at this lease's epoch."""
+        row = conn.execute(
+            f"SELECT s.id, s.generation, coalesce(e.size, s.size), coalesce(e.entries, "
+            f"s.entries), e.last_id FROM journal.streams s LEFT JOIN LATERAL "
+            f"({schema.STREAM_END}) AS e ON true WHERE s.session = %s AND s.generation IS NOT "
+            f"NULL AND s.successor IS NULL AND s.epoch = %s",
+            (self.storage.session, self.epoch)).fetchone()
+        if row is None:
+            return None
+        self._end = End(int(row[0]), int(row[1]), int(row[2]), int(row[3]), row[4])
+        return self._end
 
     def _params(self, batch: Batch) -> tuple[Any, ...]:
         """journal.append's arguments for `batch`."""
@@ -597,9 +692,12 @@ class PostgresAppender:
         return work(self._live())
 
     def size(self) -> int:
-        return self.storage.size()
+        end = self._end
+        return end.size if end is not None else self.storage.size()
 
     def close(self) -> None:
+        """Flush what the durability policy left pending and set the stream row's size to
+        the end; the lease's connection is the lease's to close."""
         if self._conn is None:
             return
         conn = self._conn
@@ -608,13 +706,35 @@ class PostgresAppender:
             if self._clock.pending and not never:
                 conn = self._live()
                 _flush(conn)
-        except (psycopg.Error, DatabaseUnavailable) as e:
+            if self._moved and conn is not None and not (conn.closed or conn.broken):
+                self._settle(conn)
+        except (psycopg.Error, JournalError) as e:
             log.warning("%s: the last commits could not be flushed on close (%s); the server "
                         "flushes them within a few hundred milliseconds unless it stops first",
                         self.storage.locator, _first_line(e))
         finally:
             self._conn, self._cursor = None, None
-            conn.close()
+            if self.lease is None or conn is not self.lease.conn:
+                conn.close()
+
+    def _settle(self, conn: psycopg.Connection[Any]) -> None:
+        """Bring the stream row's size, entries and updated_at up to the session's end, for
+        those who read the row itself (one-entry commits leave it as it was): after a
+        one-entry commit at most every SETTLE_INTERVAL, and on close; only while this
+        writer's epoch is the session's."""
+        try:
+            conn.execute(
+                f"UPDATE journal.streams s SET size = coalesce((SELECT x.size FROM "
+                f"({schema.STREAM_END}) AS x), s.size), "
+                f"entries = coalesce((SELECT x.entries FROM ({schema.STREAM_END}) AS x), "
+                f"s.entries), updated_at = now() WHERE s.session = %s AND s.generation IS NOT "
+                f"NULL AND s.successor IS NULL AND s.epoch = %s",
+                (self.storage.session, self.epoch))
+        except psycopg.Error as e:
+            log.debug("%s: the stream row's size was not set (%s)", self.storage.locator,
+                      _first_line(e))
+        self._moved = False
+        self._settle_at = time.monotonic() + SETTLE_INTERVAL
 
 
 def _flush(conn: psycopg.Connection[Any]) -> None:
@@ -655,10 +775,11 @@ class PostgresStorage:
 
         def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
             return conn.execute(
-                "SELECT id, generation, size, least(last_compaction, last_kept, "
-                "last_model_change, last_thinking_change), CASE WHEN moved_out_at IS NOT NULL "
-                "THEN exported_to END, moved_out_sha256 FROM journal.streams WHERE session = %s "
-                "AND generation IS NOT NULL", (session,)).fetchone()
+                f"SELECT s.id, s.generation, coalesce(e.size, s.size), least(s.last_compaction, "
+                f"s.last_kept, s.last_model_change, s.last_thinking_change), CASE WHEN "
+                f"s.moved_out_at IS NOT NULL THEN s.exported_to END, s.moved_out_sha256 FROM "
+                f"journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+                f"WHERE s.session = %s AND s.generation IS NOT NULL", (session,)).fetchone()
 
         return with_shared(self.conninfo, query)
 
@@ -728,8 +849,8 @@ class PostgresStorage:
     def open_appender(self, durability: Durability | None = None) -> PostgresAppender:
         lease = self._lease
         # the epoch fences even when the lease connection broke since: never unfenced then
-        epoch = lease.epoch if lease is not None and not lease.released else None
-        return PostgresAppender(self, durability, epoch)
+        return PostgresAppender(self, durability,
+                                lease if lease is not None and not lease.released else None)
 
     def create(self, data: bytes) -> None:
         """Make the session holding `data` (FileExistsError if it exists)."""
@@ -901,8 +1022,10 @@ class PostgresWatch:
             def query(conn: psycopg.Connection[Any],
                       sessions: list[str] = sessions) -> list[tuple[Any, ...]]:
                 return conn.execute(
-                    "SELECT session, generation, size FROM journal.streams "
-                    "WHERE session = ANY(%s) AND generation IS NOT NULL", (sessions,)).fetchall()
+                    f"SELECT s.session, s.generation, coalesce(e.size, s.size) FROM "
+                    f"journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+                    f"WHERE s.session = ANY(%s) AND s.generation IS NOT NULL",
+                    (sessions,)).fetchall()
 
             found = {row[0]: Mark(int(row[1]), int(row[2])) for row in
                      with_shared(conninfo, query)}

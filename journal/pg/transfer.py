@@ -37,6 +37,7 @@ from ..lineage import ARCHIVE_DIR, lineage
 from ..publish import NewFile
 from ..seal import is_seal
 from ..snapshot import last_newline_end
+from . import schema
 from .connect import DatabaseError, connect, describe, with_shared
 from .rotation import file_name
 from .storage import PostgresStorage
@@ -349,11 +350,12 @@ def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
 
     def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         return conn.execute(
-            "SELECT s.session, s.successor, s.file_name, s.entries, s.size, s.created_at, "
-            "s.updated_at, CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE "
-            "l.locktype = 'advisory' AND l.granted AND l.pid = s.holder_backend) "
-            "THEN s.holder_pid END, s.holder_host FROM journal.streams s "
-            "WHERE s.generation IS NOT NULL ORDER BY s.created_at, s.id").fetchall()
+            f"SELECT s.session, s.successor, s.file_name, coalesce(e.entries, s.entries), "
+            f"coalesce(e.size, s.size), s.created_at, s.updated_at, CASE WHEN EXISTS (SELECT 1 "
+            f"FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND "
+            f"l.pid = s.holder_backend) THEN s.holder_pid END, s.holder_host FROM "
+            f"journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+            f"WHERE s.generation IS NOT NULL ORDER BY s.created_at, s.id").fetchall()
 
     rows = with_shared(conninfo, query)
     before = {str(r[1]): str(r[0]) for r in rows if r[1]}

@@ -1,0 +1,216 @@
+"""The writer's one-entry commit (schema version 5): it goes on the lease's connection at the
+end the writer keeps track of and leaves the stream row as it is; readers find the end from
+the last line; whatever moved the end under the writer (a line written without the lease, a
+replacement, a seal) sends the commit through journal.append, which appends at the true end
+or refuses. A database made at version 4 goes on where it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+import psycopg  # noqa: E402
+from pg_server import made_at  # noqa: E402
+
+from journal import Durability, Session, load  # noqa: E402
+from journal.errors import LeaseLost  # noqa: E402
+from journal.pg import schema  # noqa: E402
+from journal.pg.rotation import rotate_session  # noqa: E402
+from journal.pg.storage import PostgresStorage  # noqa: E402
+from journal.pg.transfer import database_sessions  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+
+HEADER = b'{"type":"session","version":3,"id":"h","timestamp":"t","cwd":"/"}\n'
+
+
+def line(entry_id: str, parent: str | None = None) -> bytes:
+    """A custom entry's line (a root, or a child of `parent`)."""
+    after = b"null" if parent is None else b'"%s"' % parent.encode()
+    return (b'{"type":"custom","id":"%s","parentId":%s,"timestamp":"t","customType":"x"}\n'
+            % (entry_id.encode(), after))
+
+
+def row_of(storage: PostgresStorage) -> dict[str, Any]:
+    """The stream row's own size, entries and version (xmin: which transaction wrote it)."""
+    with psycopg.connect(storage.conninfo, autocommit=True) as conn:
+        row = conn.execute("SELECT size, entries, xmin::text FROM journal.streams "
+                           "WHERE session = %s", (storage.session,)).fetchone()
+    assert row is not None
+    return {"size": row[0], "entries": row[1], "xmin": row[2]}
+
+
+def ids_in_table(storage: PostgresStorage) -> list[tuple[int, int, str | None]]:
+    """(position, byte offset, id) of the current generation's lines, in order."""
+    with psycopg.connect(storage.conninfo, autocommit=True) as conn:
+        return [(int(r[0]), int(r[1]), r[2]) for r in conn.execute(
+            "SELECT e.position, e.byte_offset, e.id FROM journal.entries e JOIN "
+            "journal.streams s ON s.id = e.stream AND s.generation = e.generation "
+            "WHERE s.session = %s ORDER BY e.byte_offset", (storage.session,)).fetchall()]
+
+
+def contiguous(rows: list[tuple[int, int, str | None]], lengths: dict[str | None, int]
+               ) -> bool:
+    """Positions 0, 1, 2... and each line starting where the one before ends."""
+    at = 0
+    for position, (pos, offset, entry_id) in enumerate(rows):
+        if pos != position or offset != at:
+            return False
+        at += lengths[entry_id]
+    return True
+
+
+def created(pg_url: str, name: str) -> PostgresStorage:
+    storage = PostgresStorage(pg_url, name)
+    storage.create(HEADER)
+    return storage
+
+
+def test_one_entry_commits_leave_the_stream_row_and_readers_find_the_end(
+        pg_url: str) -> None:
+    """Fifty one-entry commits in well under a second write the stream row once (the first
+    sets its size, then at most once a second): each is an insert only. Every reader still
+    sees them all (size, mark, load, the database listing), and closing sets the row."""
+    storage = created(pg_url, "row-kept")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    try:
+        appender.commit(line("a0000000"))
+        before = row_of(storage)
+        for i in range(1, 51):
+            appender.commit(line(f"a{i:07d}"))
+        after = row_of(storage)
+        end = len(HEADER) + 51 * len(line("a0000000"))
+        assert after == before  # not written by the fifty commits
+        assert before["size"] < end
+        assert appender.size() == end
+        assert storage.size() == end
+        mark = storage.mark()
+        assert mark is not None and mark.size == end
+        assert len(load(session_url(pg_url, "row-kept")).entries) == 51
+        [listed] = [r for r in database_sessions(pg_url) if r["session"] == "row-kept"]
+        assert (listed["size"], listed["entries"]) == (end, 52)
+    finally:
+        appender.close()
+        lease.release()
+    assert row_of(storage)["size"] == end and row_of(storage)["entries"] == 52
+
+
+def test_a_line_written_without_the_lease_sends_the_writer_to_the_true_end(
+        pg_url: str) -> None:
+    """An appender without the lease appends between two of the writer's one-entry commits,
+    at the offset the writer expects to write at: the writer's next commit is not lost and
+    does not overwrite, it goes after that line; positions and offsets stay contiguous."""
+    storage = created(pg_url, "unleased")
+    lease = storage.lock(5)
+    writer = storage.open_appender(Durability.always())
+    other = PostgresStorage(pg_url, "unleased").open_appender(Durability.always())
+    try:
+        assert other.epoch is None  # unfenced
+        writer.commit(line("w0000001"))
+        stranger = other.commit(line("s0000001"))
+        at = writer.commit(line("w0000002"))
+        assert at == stranger + len(line("s0000001"))
+        writer.commit(line("w0000003"))  # and on from there at the end it now knows
+    finally:
+        other.close()
+        writer.close()
+        lease.release()
+    rows = ids_in_table(storage)
+    assert [r[2] for r in rows] == ["h", "w0000001", "s0000001", "w0000002", "w0000003"]
+    assert contiguous(rows, {"h": len(HEADER), **{r[2]: len(line("w0000001"))
+                                                  for r in rows[1:]}})
+
+
+def test_a_replacement_under_the_lease_sends_the_next_commit_to_the_new_generation(
+        pg_url: str) -> None:
+    """The writer's end is of a generation that a replacement (`publish`, as repair makes
+    under the lease) made old: the next one-entry commit is refused by the statement's check
+    and appended to the current generation instead, at its end."""
+    storage = created(pg_url, "replaced")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    try:
+        appender.commit(line("r0000001"))
+        appender.commit(line("r0000002"))
+        storage.publish(HEADER + line("r0000001"), "repair")
+        at = appender.commit(line("r0000003"))
+    finally:
+        appender.close()
+        lease.release()
+    assert at == len(HEADER) + len(line("r0000001"))
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "r0000001", "r0000003"]
+
+
+def test_a_session_sealed_under_the_writers_own_lease_takes_no_more_lines(
+        pg_url: str, tmp_path: Any) -> None:
+    """A rotation under the writer's lease seals the session (and moves its epoch on) while
+    an appender of it is open: that appender's next one-entry commit is refused, saying so,
+    and nothing is stored."""
+    url = session_url(pg_url, "sealed-open")
+    with Session.create(url, cwd="/") as session:
+        kept = ""
+        for i in range(4):
+            kept = session.append_message({"role": "user", "content": f"m{i}" * 200,
+                                           "timestamp": 1})
+        session.append_compaction("summary", kept, tokens_before=10)
+        for i in range(2):
+            session.append_message({"role": "user", "content": f"n{i}", "timestamp": 1})
+    storage = PostgresStorage(pg_url, "sealed-open")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    successor_lease = None
+    try:
+        appender.commit(line("e0000001", load(url).entries[-1]["id"]))
+        result, successor, successor_lease = rotate_session(storage, lease)
+        assert result.rotated and successor is not None
+        before = ids_in_table(storage)
+        with pytest.raises(LeaseLost, match="sealed by a rotation"):
+            appender.commit(line("e0000002"))
+        assert ids_in_table(storage) == before
+    finally:
+        appender.close()
+        if successor_lease is not None:
+            successor_lease.release()
+        lease.release()
+
+
+def test_a_database_at_version_4_goes_on_where_its_sessions_end(pg_url: str) -> None:
+    """Sessions written at version 4 (whose stream rows kept the size at every commit) are
+    brought to version 5: a writer's one-entry and batch commits go on at their ends, with
+    contiguous positions and offsets, and the writer role's EXECUTE grant is kept."""
+    role = f"writer5_{pg_url.rsplit('/', 1)[1]}"
+    call = ("SELECT journal.append(%s, NULL, ARRAY[%s], ARRAY[%s], ARRAY[NULL], "
+            "ARRAY['custom'], ARRAY[0]::bigint[], %s, NULL)")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        made_at(conn, 4, role)
+        conn.execute("INSERT INTO journal.streams (session, generation) VALUES ('v4', 1)")
+        for entry_id in ("h", "o0000001", "o0000002"):
+            text = (HEADER if entry_id == "h" else line(entry_id)).decode().rstrip("\n")
+            conn.execute(call, ("v4", text, entry_id, len(text) + 1))
+        assert schema.current_version(conn) == 4
+    storage = PostgresStorage(pg_url, "v4")
+    lease = storage.lock(5)  # connects: the migration to version 5 runs here
+    appender = storage.open_appender(Durability.always())
+    try:
+        appender.commit(line("n0000001"))
+        appender.commit(line("n0000002") + line("n0000003"))
+        appender.commit(line("n0000004"))
+    finally:
+        appender.close()
+        lease.release()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert schema.current_version(conn) == 5
+        allowed = conn.execute("SELECT has_function_privilege(%s, 'journal.append(text, "
+                               "bigint, text[], text[], text[], text[], bigint[], bigint, "
+                               "text)', 'EXECUTE')", (role,)).fetchone()
+        conn.execute(f'DROP OWNED BY "{role}"')
+        conn.execute(f'DROP ROLE "{role}"')
+    assert allowed == (True,)
+    rows = ids_in_table(storage)
+    assert [r[2] for r in rows] == ["h", "o0000001", "o0000002", "n0000001", "n0000002",
+                                    "n0000003", "n0000004"]
+    assert contiguous(rows, {"h": len(HEADER), **{r[2]: len(line("o0000001"))
+                                                  for r in rows[1:]}})
+    assert storage.size() == len(HEADER) + 6 * len(line("o0000001"))
