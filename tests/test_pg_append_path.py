@@ -61,6 +61,21 @@ def contiguous(rows: list[tuple[int, int, str | None]], lengths: dict[str | None
     return True
 
 
+def compacted(pg_url: str, name: str) -> str:
+    """The URL of a new session with a compaction and two messages after it: one that a
+    rotation would start a shorter successor of."""
+    url = session_url(pg_url, name)
+    with Session.create(url, cwd="/") as session:
+        kept = ""
+        for i in range(4):
+            kept = session.append_message({"role": "user", "content": f"m{i}" * 200,
+                                           "timestamp": 1})
+        session.append_compaction("summary", kept, tokens_before=10)
+        for i in range(2):
+            session.append_message({"role": "user", "content": f"n{i}", "timestamp": 1})
+    return url
+
+
 def created(pg_url: str, name: str) -> PostgresStorage:
     storage = PostgresStorage(pg_url, name)
     storage.create(HEADER)
@@ -148,15 +163,7 @@ def test_a_session_sealed_under_the_writers_own_lease_takes_no_more_lines(
     """A rotation under the writer's lease seals the session (and moves its epoch on) while
     an appender of it is open: that appender's next one-entry commit is refused, saying so,
     and nothing is stored."""
-    url = session_url(pg_url, "sealed-open")
-    with Session.create(url, cwd="/") as session:
-        kept = ""
-        for i in range(4):
-            kept = session.append_message({"role": "user", "content": f"m{i}" * 200,
-                                           "timestamp": 1})
-        session.append_compaction("summary", kept, tokens_before=10)
-        for i in range(2):
-            session.append_message({"role": "user", "content": f"n{i}", "timestamp": 1})
+    url = compacted(pg_url, "sealed-open")
     storage = PostgresStorage(pg_url, "sealed-open")
     lease = storage.lock(5)
     appender = storage.open_appender(Durability.always())
@@ -214,3 +221,94 @@ def test_a_database_at_version_4_goes_on_where_its_sessions_end(pg_url: str) -> 
     assert contiguous(rows, {"h": len(HEADER), **{r[2]: len(line("o0000001"))
                                                   for r in rows[1:]}})
     assert storage.size() == len(HEADER) + 6 * len(line("o0000001"))
+
+
+def test_a_one_entry_commit_during_a_replacement_goes_to_the_new_generation(
+        pg_url: str) -> None:
+    """A one-entry commit sent while a replacement (`publish`) holds the stream row waits for
+    it, and is then appended to the new generation at its end: not stored in the generation
+    the replacement made old, where no reader of the session would see it."""
+    import threading
+    import time
+
+    storage = created(pg_url, "during-publish")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    offsets: list[int] = []
+    try:
+        appender.commit(line("p0000001"))
+        committing = threading.Thread(
+            target=lambda: offsets.append(appender.commit(line("p0000002"))), daemon=True)
+
+        def meanwhile() -> None:
+            committing.start()
+            time.sleep(0.5)  # the commit is sent while the replacement holds the row
+            assert offsets == []
+
+        storage.publish(HEADER + line("p0000001"), "repair", before_swap=meanwhile)
+        committing.join(timeout=30)
+    finally:
+        appender.close()
+        lease.release()
+    assert offsets == [len(HEADER) + len(line("p0000001"))]
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "p0000001", "p0000002"]
+
+
+def test_appenders_sharing_the_lease_commit_each_with_its_own_durability(
+        pg_url: str) -> None:
+    """Two appenders of one lease share its connection: each commits with the
+    synchronous_commit of its own durability policy, whichever was opened or used last."""
+    storage = created(pg_url, "two-policies")
+    lease = storage.lock(5)
+    always = storage.open_appender(Durability.always())
+    never = storage.open_appender(Durability.parse("never"))
+    try:
+        never.commit(line("d0000001"))
+        assert always.synchronous_commit == "on"
+        always.commit(line("d0000002"))
+        assert never.synchronous_commit == "off"
+        never.commit(line("d0000003"))
+        assert always.synchronous_commit == "on"
+    finally:
+        never.close()
+        always.close()
+        lease.release()
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "d0000001", "d0000002", "d0000003"]
+
+
+def test_an_empty_commit_after_one_entry_returns_the_end(pg_url: str) -> None:
+    storage = created(pg_url, "empty")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    try:
+        at = appender.commit(line("z0000001"))
+        end = at + len(line("z0000001"))
+        assert appender.commit(b"") == end
+        assert appender.size() == end
+        assert appender.commit(line("z0000002")) == end
+    finally:
+        appender.close()
+        lease.release()
+
+
+def test_a_rotation_after_the_lease_connection_died_takes_the_lease_back(
+        pg_url: str) -> None:
+    """The lease's connection is terminated and nobody takes the session: a rotation under
+    that lease takes it back on a new connection and rotates."""
+    compacted(pg_url, "rotate-renewed")
+    storage = PostgresStorage(pg_url, "rotate-renewed")
+    lease = storage.lock(5)
+    successor_lease = None
+    try:
+        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(holder_backend) FROM journal.streams "
+                          "WHERE session = 'rotate-renewed'")
+        with pytest.raises(psycopg.OperationalError):
+            lease.conn.execute("SELECT 1")
+        result, successor, successor_lease = rotate_session(storage, lease)
+        assert result.rotated and successor is not None
+        assert storage.successor() == successor.locator
+    finally:
+        if successor_lease is not None:
+            successor_lease.release()
+        lease.release()

@@ -656,25 +656,32 @@ def row_held(url: str, durability: Durability | None = None) -> Iterator[Held]:
         lease.release()
 
 
-def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored_once(
-        pg_url: str) -> None:
-    """A signal interrupts a one-entry commit waiting in the server: its statement is
-    cancelled on the server (it does not commit behind the caller's back), the appender's
-    connection dropped, and the commit counts as unconfirmed: the same entry sent again is
-    stored once."""
-    url = new_session(pg_url, "interrupted")
-    with row_held(url) as held, interruptible() as interrupt:
+def interrupted_while_waiting(held: Held, data: bytes) -> None:
+    """Commit `data` on `held`'s appender and interrupt it (a signal) once it waits in the
+    server; the interruption is raised as it would be to the caller."""
+    with interruptible() as interrupt:
         conninfo = held.storage.conninfo
         threading.Thread(target=lambda: (_waiting(conninfo, 1), interrupt()),
                          daemon=True).start()
         with pytest.raises(Interrupted):
-            held.appender.commit(U2)
+            held.appender.commit(data)
+
+
+def test_a_commit_interrupted_while_it_waits_is_cancelled_unconfirmed_and_stored_once(
+        pg_url: str) -> None:
+    """A signal interrupts a one-entry commit waiting in the server: its statement is
+    cancelled on the server (it does not commit behind the caller's back), and the commit
+    counts as unconfirmed: the same entry sent again is stored once."""
+    url = new_session(pg_url, "interrupted")
+    with row_held(url) as held:
+        interrupted_while_waiting(held, U2)
+        conninfo = held.storage.conninfo
         with psycopg.connect(conninfo, autocommit=True) as admin:
             waiting = admin.execute("SELECT count(*) FROM pg_stat_activity "
                                     "WHERE wait_event_type = 'Lock'").fetchone()
         held.holder.commit()
         assert waiting == (0,) and stored_ids(url) == ["u1"]  # cancelled, not left to run
-        held.appender.sync()  # on a connection made again, as the settings are read
+        held.appender.sync()  # the appender goes on, as the settings are read
         assert held.appender.setting("synchronous_commit") == "on"
         again = held.appender.commit(U2)
     assert again == held.first + len(U1)
@@ -782,10 +789,9 @@ def test_another_thread_waits_for_a_commit_on_the_same_appender(pg_url: str) -> 
     assert stored_ids(held.url) == ["u1", "u2"]
 
 
-def test_a_sync_waiting_behind_an_interrupted_commit_is_made_on_a_new_connection(
-        pg_url: str) -> None:
+def test_a_sync_waiting_behind_an_interrupted_commit_is_made(pg_url: str) -> None:
     """Another thread's sync waits for a commit on the appender's connection; the commit is
-    interrupted, which closes that connection: the sync is made on a new one, not failed."""
+    interrupted (and cancelled): the sync is made, not failed."""
     synced: list[BaseException | None] = []
     url = new_session(pg_url, "behind")
     with row_held(url, Durability.parse("batch:100:10000")) as held, \
@@ -811,3 +817,19 @@ def test_a_sync_waiting_behind_an_interrupted_commit_is_made_on_a_new_connection
             held.appender.commit(U2)
         syncing.join(timeout=30)
     assert synced == [None]
+
+
+def test_an_interrupted_commit_keeps_the_lease(pg_url: str) -> None:
+    """The interrupted commit was cancelled and ended within the wait: the connection, which
+    is the lease's, is kept, so no other writer can take the session meanwhile, and the
+    writer's next commit goes on (the entry sent again is stored once)."""
+    url = new_session(pg_url, "kept-lease")
+    with row_held(url) as held:
+        interrupted_while_waiting(held, U2)
+        lease_backend = held.storage.holder()
+        assert lease_backend is not None and lease_backend["pid"] == os.getpid()
+        with pytest.raises(LockTimeout):
+            PostgresStorage.from_url(url).lock(0.3)
+        held.holder.commit()
+        assert held.appender.commit(U2) == held.first + len(U1)
+    assert stored_ids(url) == ["u1", "u2"]

@@ -15,9 +15,12 @@ waited for any append in flight (the row lock) and every later one sees the new 
 A writer that waits gives up after its timeout with `LockTimeout`, naming the holder.
 
 The writer's appender commits on the lease's connection while it lives (`journal.pg.storage`):
-there the advisory lock alone keeps every other writer out. When that connection is lost
-(the network, an interrupted commit), `renew` takes the lock again on a new connection if it
-is free and the epoch is still the lease's (nobody took the session over meanwhile).
+there the advisory lock alone keeps every other writer out, and every commit carries the
+epoch. A batch goes through `journal.append`, which also locks the stream row; a takeover's
+epoch update waits for that lock. When the lease's connection is lost, `renew` takes the lock
+again on a new connection if it comes free and the epoch is still the lease's (nobody took the
+session over meanwhile); `connection()` is the lease's connection, taken back if need be, for
+the writer's own transactions (rotation, repair).
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ import psycopg
 from ..errors import LeaseLost, LockTimeout
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe
 
-__all__ = ["Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
+__all__ = ["RENEW_WAIT", "Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
+
+# seconds a writer whose lease connection was lost waits for the lease's advisory lock to come
+# free (the old backend lets go once its last statement ends) when it takes the lease back
+RENEW_WAIT = 1.0
 
 
 def advisory_key(session: str) -> int:
@@ -53,6 +60,8 @@ class Lease:
         self.epoch = epoch
         self.conninfo = conninfo
         self.locator = locator or session
+        # what an appender set `synchronous_commit` to on `conn` (None: the server's default)
+        self.synchronous_commit: str | None = None
         self._released = False
 
     @property
@@ -89,8 +98,17 @@ class Lease:
                 raise LeaseLost(self.locator, self.epoch, "the session changed hands while "
                                 "this writer's connection was lost")
         old, self.conn = self.conn, conn
+        self.synchronous_commit = None
         old.close()
         return True
+
+    def connection(self, wait: float = RENEW_WAIT) -> psycopg.Connection[Any]:
+        """The lease's connection, taken back (`renew`) if it was lost; LeaseLost if it
+        cannot be (the lock held by another backend, or the epoch moved on)."""
+        if self.held or self.renew(wait):
+            return self.conn
+        raise LeaseLost(self.locator, self.epoch, "its connection was lost and the session's "
+                        "lock is held by another connection")
 
     def release(self) -> None:
         if self._released:

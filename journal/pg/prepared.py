@@ -12,11 +12,12 @@ It behaves as the cursor did where that matters to the appender:
   (`psycopg.errors.lookup`), with the server's message; a lost connection is
   `psycopg.OperationalError`, with `conn.broken` true;
 - an interruption while it waits (a signal's exception) cancels the statement on the
-  server (`Connection.cancel_safe`), waits up to CANCEL_WAIT for it to end, and closes the
-  connection (its state is not known), as psycopg cancels a query on Ctrl-C; of a request
-  interrupted before it was sent whole, closing may still send the rest (libpq flushes
-  on close), so its outcome is not known either (the appender then counts the commit as
-  unconfirmed);
+  server (`Connection.cancel_safe`), as psycopg cancels a query on Ctrl-C, and waits up to
+  CANCEL_WAIT for it to end: the connection is kept when it did (idle again; it may be a
+  writer's lease connection, whose advisory lock goes with it), else closed (its state is
+  not known). Of a request interrupted before it was sent whole, closing may still send
+  the rest (libpq flushes on close), so its outcome is not known either (the appender then
+  counts the commit as unconfirmed, as it does any interrupted one);
 - psycopg's connection lock is held meanwhile, so calls from other threads wait as they
   would for a cursor;
 - a statement psycopg dropped from the connection (it deallocates all prepared statements
@@ -115,14 +116,17 @@ def _exchange(conn: psycopg.Connection[Any], send: Callable[[], None]) -> pq.abc
             whole = pgconn.flush() == 0
         except psycopg.Error:
             whole = False
+        idle = False
         if whole:  # sent whole: it runs unless cancelled
             deadline = time.monotonic() + CANCEL_WAIT
             try:
                 conn.cancel_safe(timeout=CANCEL_WAIT)
-                _result(pgconn, deadline)
+                idle = (_result(pgconn, deadline) is not None
+                        and pgconn.transaction_status == pq.TransactionStatus.IDLE)
             except Exception:
-                pass  # the connection is closed all the same
-        conn.close()
+                pass  # closed below
+        if not idle:
+            conn.close()  # its state is not known: never used again
         raise
     if result is None or pgconn.status == pq.ConnStatus.BAD:
         message = (result.error_message if result is not None else pgconn.error_message)

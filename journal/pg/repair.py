@@ -71,10 +71,11 @@ def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> N
         return
     generation = storage.current_generation()
     try:
-        with lease.conn.transaction():
+        conn = lease.connection()
+        with conn.transaction():
             # durable whatever a writer's appender set on this connection
-            lease.conn.execute("SET LOCAL synchronous_commit = on")
-            with lease.conn.cursor() as cur:
+            conn.execute("SET LOCAL synchronous_commit = on")
+            with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO journal.quarantine (session, generation, byte_offset, reason, "
                     "detail, data) VALUES (%s, %s, %s, %s, %s, %s)",

@@ -265,12 +265,14 @@ RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"}
 
 # The one-entry commit of the writer that holds the session's lease, sent on the lease's own
 # connection (`journal.pg.storage`): one entry, not of RESUME_TYPES, at the position and byte
-# offset the writer knows to be the session's end. No row lock and no update of the stream
-# row: while that connection lives it holds the advisory lock, so no other writer can take
-# the session over, and one that did before finds this connection's commits ended (the lock
-# is let go only when the backend ends). The stream row is only read: no row when the
-# generation was replaced, the session sealed or the epoch moved on since the writer read its
-# end (journal.append then says which, or appends at the true end). A unique violation of the
+# offset the writer knows to be the session's end. No update of the stream row, and only its
+# weakest lock (FOR KEY SHARE: it waits for a replacement's or a rotation's FOR UPDATE, and
+# then sees their change, but not for journal.append's lock or another's key share): while
+# that connection lives it holds the advisory lock, so no other writer can take the session
+# over, and one that did before finds this connection's commits ended (the lock is let go
+# only when the backend ends). No row when the generation was replaced, the session sealed
+# or the epoch moved on since the writer read its end (journal.append then says which, or
+# appends at the true end). A unique violation of the
 # primary key: a line is already at that offset (written without the lease); the writer then
 # goes through journal.append too. The followers probe, as journal.append's, sees the
 # followers registered when the statement began (a notification is only a hint).
@@ -283,7 +285,8 @@ INSERT INTO journal.entries (stream, generation, position, byte_offset, line, id
     SELECT $1, $2, $3, $4, $5, $6, $7, $8
     WHERE EXISTS (SELECT 1 FROM journal.streams s
                   WHERE s.id = $1 AND s.generation = $2 AND s.epoch = $10
-                    AND s.successor IS NULL)
+                    AND s.successor IS NULL
+                  FOR KEY SHARE)
     RETURNING byte_offset,
         CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
                           WHERE f.session = $9 AND f.until > now())

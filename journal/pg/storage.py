@@ -39,8 +39,9 @@ planning, the tail) works unchanged.
 - An archive moved out of the database (`journal.pg.rotation.move_out`) has no rows: its
   reader serves the bytes of the `.jsonl.gz` its row names, where that file can be read (the
   machine that moved it, or a shared folder), and says where the file is where it cannot.
-- `mark` and `watch` poll the stream row; `open_watch` waits on LISTEN/NOTIFY
-  (`journal.pg.watch`), or with `poll=True` polls the stream rows (one query for all).
+- `mark` and `watch` poll the stream row and the session's last line; `open_watch` waits on
+  LISTEN/NOTIFY (`journal.pg.watch`), or with `poll=True` polls the stream rows and last
+  lines (one query for all).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ from ..files import NO_SPACE_ERRNOS, free_bytes
 from ..storage.mark import Mark, StopFlag
 from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
-from .lease import Lease, acquire, current_holder
+from .lease import RENEW_WAIT, Lease, acquire, current_holder
 from .prepared import Prepared
 from .url import SessionUrl, parse_url, session_url
 from .watch import PgWatch
@@ -98,10 +99,6 @@ COMMIT_ATTEMPTS = 2
 # seconds between two settings of the stream row's size by a writer committing one entry at a
 # time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
 SETTLE_INTERVAL = 1.0
-# seconds a writer whose lease connection was lost waits for the lease's advisory lock to come
-# free (the old backend lets go once its last statement ends) before it writes on, fenced by
-# its epoch alone, on a connection of its own
-RENEW_WAIT = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
 # Sessions (conninfo, session) this process committed to without learning the end of the
@@ -459,7 +456,8 @@ class End:
 
     def after(self, batch: Batch) -> End:
         return End(self.stream, self.generation, self.size + batch.total,
-                   self.entries + len(batch.lines), batch.ids[-1])
+                   self.entries + len(batch.lines),
+                   batch.ids[-1] if batch.lines else self.last_id)
 
 
 class PostgresAppender:
@@ -490,12 +488,6 @@ class PostgresAppender:
         synchronous = "on" if self.durability.every == 1 else "off"
         if lease is not None and (lease.held or lease.renew(RENEW_WAIT)):
             conn = lease.conn
-            try:
-                conn.execute("SELECT set_config('synchronous_commit', %s, false)",
-                             (synchronous,))
-            except psycopg.OperationalError as e:
-                raise DatabaseUnavailable(f"{self.storage.locator}: lost the database: "
-                                          f"{describe(e)}") from e
         else:
             conn = connect(self.storage.conninfo, synchronous_commit=synchronous)
         # An appender runs the same two statements all its life: prepared on first use (not
@@ -581,6 +573,20 @@ class PostgresAppender:
         _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
                           f"confirmed ({_first_line(last)})", UNCONFIRMED_OUTCOME)
+
+    def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
+        """The lease's connection, shared by the appenders of the lease, committing with this
+        appender's `synchronous_commit` (set only when another one changed it)."""
+        lease = self.lease
+        wanted = "on" if self.durability.every == 1 else "off"
+        if lease is None or conn is not lease.conn or lease.synchronous_commit == wanted:
+            return
+        try:
+            conn.execute("SELECT set_config('synchronous_commit', %s, false)", (wanted,))
+        except psycopg.OperationalError as e:
+            raise DatabaseUnavailable(f"{self.storage.locator}: lost the database: "
+                                      f"{describe(e)}") from e
+        lease.synchronous_commit = wanted
 
     def _commit_one(self, conn: psycopg.Connection[Any], batch: Batch) -> int | None:
         """One entry as APPEND_ONE at the known end, on the lease's connection; None where
@@ -672,12 +678,13 @@ class PostgresAppender:
 
     def _live(self) -> psycopg.Connection[Any]:
         """The appender's connection, made again if it was lost or closed (an interrupted
-        commit closes it)."""
+        commit may close it), committing with this appender's durability."""
         with self._reconnecting:  # two threads make one connection, not two
             if self._conn is None:
                 raise JournalError(f"{self.storage.locator}: the appender is closed")
             if self._conn.closed or self._conn.broken:
                 self._conn = self._connect()
+            self._durable_as_set(self._conn)
             return self._conn
 
     def _on_live(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
