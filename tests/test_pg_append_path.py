@@ -257,18 +257,26 @@ def test_a_one_entry_commit_during_a_replacement_goes_to_the_new_generation(
 def test_appenders_sharing_the_lease_commit_each_with_its_own_durability(
         pg_url: str) -> None:
     """Two appenders of one lease share its connection: each commits with the
-    synchronous_commit of its own durability policy, whichever was opened or used last."""
+    synchronous_commit of its own durability policy, whichever was opened or used last (read
+    from the connection itself after each commit)."""
     storage = created(pg_url, "two-policies")
     lease = storage.lock(5)
     always = storage.open_appender(Durability.always())
     never = storage.open_appender(Durability.parse("never"))
+
+    def committed_with() -> str:
+        row = lease.conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None
+        return str(row[0])
+
     try:
         never.commit(line("d0000001"))
-        assert always.synchronous_commit == "on"
+        assert committed_with() == "off"
         always.commit(line("d0000002"))
-        assert never.synchronous_commit == "off"
+        assert committed_with() == "on"
         never.commit(line("d0000003"))
-        assert always.synchronous_commit == "on"
+        assert committed_with() == "off"
+        assert always.synchronous_commit == "on" and never.synchronous_commit == "off"
     finally:
         never.close()
         always.close()
@@ -312,3 +320,31 @@ def test_a_rotation_after_the_lease_connection_died_takes_the_lease_back(
         if successor_lease is not None:
             successor_lease.release()
         lease.release()
+
+
+def test_a_commit_waits_while_the_lease_connection_runs_a_transaction(pg_url: str) -> None:
+    """A commit from another thread while the lease's connection runs a transaction (a
+    rotation's, a repair's) waits for it to end: sent inside it, the commit would be
+    acknowledged before it was committed, and gone when that transaction rolls back."""
+    import threading
+    import time
+
+    storage = created(pg_url, "in-turn")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    offsets: list[int] = []
+    try:
+        first = appender.commit(line("t0000001"))
+        committing = threading.Thread(
+            target=lambda: offsets.append(appender.commit(line("t0000002"))), daemon=True)
+        with lease.busy, lease.connection().transaction(force_rollback=True):
+            lease.conn.execute("SELECT 1")
+            committing.start()
+            time.sleep(0.5)
+            assert offsets == []  # waiting its turn, not sent inside this transaction
+        committing.join(timeout=30)
+    finally:
+        appender.close()
+        lease.release()
+    assert offsets == [first + len(line("t0000001"))]
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "t0000001", "t0000002"]

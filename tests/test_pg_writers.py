@@ -430,8 +430,8 @@ def _resend_behind_it(appender: Any, conninfo: str, holder: psycopg.Connection[A
 
 def hold_lines(holder: psycopg.Connection[Any]) -> None:
     """Make every commit wait in the server until `holder`'s transaction ends: it takes a
-    lock on journal.entries that every insert waits for (the one-entry statement takes no
-    lock on the stream row)."""
+    lock on journal.entries that every insert waits for (the one-entry statement does not
+    wait for journal.append's lock on the stream row)."""
     holder.execute("LOCK TABLE journal.entries IN SHARE MODE")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -62,6 +63,11 @@ class Lease:
         self.locator = locator or session
         # what an appender set `synchronous_commit` to on `conn` (None: the server's default)
         self.synchronous_commit: str | None = None
+        # held while `conn` runs one piece of the writer's work (a commit with its setting, a
+        # flush, a rotation's or a repair's transaction): psycopg's own lock is held per
+        # statement only, and a commit sent from another thread inside an open transaction
+        # would be acknowledged before it is committed, and lost if that transaction is not
+        self.busy = threading.RLock()
         self._released = False
 
     @property

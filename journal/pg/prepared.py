@@ -121,10 +121,11 @@ def _exchange(conn: psycopg.Connection[Any], send: Callable[[], None]) -> pq.abc
             deadline = time.monotonic() + CANCEL_WAIT
             try:
                 conn.cancel_safe(timeout=CANCEL_WAIT)
-                idle = (_result(pgconn, deadline) is not None
+                _result(pgconn, deadline)  # None as well when it had ended already
+                idle = (not pgconn.is_busy()
                         and pgconn.transaction_status == pq.TransactionStatus.IDLE)
-            except Exception:
-                pass  # closed below
+            except BaseException:  # a second interruption too: closed below
+                pass
         if not idle:
             conn.close()  # its state is not known: never used again
         raise

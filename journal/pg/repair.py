@@ -71,8 +71,8 @@ def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> N
         return
     generation = storage.current_generation()
     try:
-        conn = lease.connection()
-        with conn.transaction():
+        with lease.busy, lease.connection().transaction() as transaction:
+            conn = transaction.connection
             # durable whatever a writer's appender set on this connection
             conn.execute("SET LOCAL synchronous_commit = on")
             with conn.cursor() as cur:

@@ -429,9 +429,9 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
 def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, data: bytes,
             seal: bytes, new_name: str, archive: str) -> None:
     """The one transaction: successor created, old stream sealed and pointed at it."""
-    conn = lease.connection()  # the lease's own: the advisory lock is held on it
     batch = split_batch(storage.locator, -1, seal)
-    with conn.transaction():
+    with lease.busy, lease.connection().transaction() as transaction:
+        conn = transaction.connection  # the lease's own: the advisory lock is held on it
         # durable whatever the writer's appender set on this connection
         conn.execute("SET LOCAL synchronous_commit = on")
         row = conn.execute("SELECT epoch, successor FROM journal.streams WHERE session = %s "

@@ -496,9 +496,10 @@ BEGIN
     IF n = 0 THEN
         RETURN old_size;
     END IF;
-    -- Twice at most: a one-entry commit takes no row lock, so one of this writer's that is
-    -- still running (its connection lost, this batch sent again) may put a line at the
-    -- offset read above; its unique-key check waits for it, and the end is read once more.
+    -- Twice at most: a one-entry commit does not wait for this row lock, so one of this
+    -- writer's that is still running (its connection lost, this batch sent again) may put a
+    -- line at the offset read above; its unique-key check waits for it, and the end is read
+    -- once more.
     FOR attempt IN 1..2 LOOP
         IF attempt = 2 THEN
             SELECT x.byte_offset + octet_length(x.line) + 1, x.position + 1

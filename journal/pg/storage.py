@@ -15,8 +15,9 @@ planning, the tail) works unchanged.
   stored twice. The writer holding the lease commits on the lease's own connection, where
   its advisory lock keeps every other writer out: a single plain entry goes there as
   `schema.APPEND_ONE` (sent through psycopg's libpq layer by `journal.pg.prepared`), an
-  insert at the end the appender keeps track of that neither locks nor updates the stream
-  row. If the connection is lost during a commit, the appender takes the lease back on a new
+  insert at the end the appender keeps track of that does not update the stream row (it
+  waits only for a replacement's or a rotation's lock on it). If the connection is lost
+  during a commit, the appender takes the lease back on a new
   connection (`Lease.renew`; failing that, it goes on on one of its own, fenced by the
   epoch through `journal.append`) and sends the same batch once more through the function:
   the primary key makes it wait for a first attempt still running at that offset, so the
@@ -47,6 +48,7 @@ planning, the tail) works unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -529,6 +531,17 @@ class PostgresAppender:
                and batch.ids[0] is not None and key not in _UNCONFIRMED)
         # a batch without entry ids cannot be recognised on a retry: it is sent once only
         attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
+        with self._turn():
+            return self._commit(batch, key, one, attempts)
+
+    def _turn(self) -> contextlib.AbstractContextManager[Any]:
+        """The lease's `busy` lock (its connection does one piece of work at a time), or
+        nothing to wait for without a lease."""
+        return self.lease.busy if self.lease is not None else contextlib.nullcontext()
+
+    def _commit(self, batch: Batch, key: tuple[str, str], one: bool, attempts: int) -> int:
+        """`commit`'s attempts, with the lease's connection this appender's."""
+        locator = self.storage.locator
         last: BaseException | None = None
         for attempt in range(attempts):
             try:
@@ -690,13 +703,14 @@ class PostgresAppender:
     def _on_live(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """`work` on the live connection; once more on a new one if that connection was
         closed while `work` waited for it (another thread's commit was interrupted)."""
-        conn = self._live()
-        try:
-            return work(conn)
-        except psycopg.OperationalError:
-            if not (conn.closed or conn.broken):
-                raise
-        return work(self._live())
+        with self._turn():
+            conn = self._live()
+            try:
+                return work(conn)
+            except psycopg.OperationalError:
+                if not (conn.closed or conn.broken):
+                    raise
+            return work(self._live())
 
     def size(self) -> int:
         end = self._end
@@ -707,6 +721,11 @@ class PostgresAppender:
         the end; the lease's connection is the lease's to close."""
         if self._conn is None:
             return
+        with self._turn():
+            self._close()
+
+    def _close(self) -> None:
+        assert self._conn is not None
         conn = self._conn
         try:
             never = self.durability.every == 0 and self.durability.interval_ms is None
@@ -746,10 +765,9 @@ class PostgresAppender:
 
 def _flush(conn: psycopg.Connection[Any]) -> None:
     """A transaction that takes an id commits with synchronous_commit on, which flushes the
-    WAL up to it: every commit before it, of any connection, is then durable."""
-    with conn.transaction():
-        conn.execute("SET LOCAL synchronous_commit = on")
-        conn.execute("SELECT pg_current_xact_id()")
+    WAL up to it: every commit before it, of any connection, is then durable. One statement
+    (its own transaction): nothing else on the connection can run inside it."""
+    conn.execute("SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()")
 
 
 class PostgresStorage:
