@@ -833,3 +833,40 @@ def test_an_interrupted_commit_keeps_the_lease(pg_url: str) -> None:
         held.holder.commit()
         assert held.appender.commit(U2) == held.first + len(U1)
     assert stored_ids(url) == ["u1", "u2"]
+
+
+def test_the_lease_connection_is_taken_back_or_the_lease_is_lost(pg_url: str) -> None:
+    """`Lease.connection()` (what rotation and repair run their transactions on): after the
+    lease's connection died, a new one holding the lock, the same epoch; once another writer
+    holds the session, LeaseLost, and nothing of the other writer's is changed."""
+    url = new_session(pg_url, "connection-back")
+    storage = PostgresStorage.from_url(url)
+    lease = storage.lock(5)
+    try:
+        epoch = lease.epoch
+
+        def terminate() -> None:
+            with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(holder_backend) FROM "
+                              "journal.streams WHERE session = 'connection-back'")
+            with pytest.raises(psycopg.OperationalError):
+                lease.conn.execute("SELECT 1")
+
+        terminate()
+        conn = lease.connection()
+        assert conn is lease.conn and lease.held and lease.epoch == epoch
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(LockTimeout):
+            PostgresStorage.from_url(url).lock(0.3)
+        terminate()
+        other = PostgresStorage.from_url(url)
+        other_lease = other.lock(5)
+        try:
+            with pytest.raises(LeaseLost):
+                lease.connection(wait=0.2)
+            holder = other.holder()
+            assert holder is not None and other_lease.held
+        finally:
+            other_lease.release()
+    finally:
+        lease.release()
