@@ -242,7 +242,13 @@ def test_a_one_entry_commit_during_a_replacement_goes_to_the_new_generation(
 
         def meanwhile() -> None:
             committing.start()
-            time.sleep(0.5)  # the commit is sent while the replacement holds the row
+            with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+                deadline = time.monotonic() + 10
+                while not admin.execute("SELECT count(*) FROM pg_stat_activity WHERE "
+                                        "wait_event_type = 'Lock'").fetchone() == (1,):
+                    # the commit is sent while the replacement holds the row, and waits
+                    assert time.monotonic() < deadline, "the commit never waited"
+                    time.sleep(0.02)
             assert offsets == []
 
         storage.publish(HEADER + line("p0000001"), "repair", before_swap=meanwhile)
