@@ -68,7 +68,7 @@ def stream_row(storage: PostgresStorage) -> dict[str, Any] | None:
         return conn.execute(
             f"SELECT s.successor, s.file_name, s.exported_to, s.sealed_at, s.generation, "
             f"coalesce(e.size, s.size), coalesce(e.entries, s.entries), s.moved_out_at "
-            f"FROM journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+            f"FROM {schema.STREAMS_WITH_END} "
             f"WHERE s.session = %s AND s.generation IS NOT NULL", (session,)).fetchone()
 
     row = with_shared(storage.conninfo, query)

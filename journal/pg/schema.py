@@ -31,8 +31,9 @@ from ..errors import JournalError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["APPEND_ONE", "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES", "STREAM_END",
-           "VERSION", "SchemaError", "current_version", "ensure"]
+__all__ = ["APPEND_ONE", "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES",
+           "STREAMS_WITH_END", "STREAM_END", "VERSION", "SchemaError", "current_version",
+           "ensure"]
 
 # pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
 MIGRATION_LOCK = 0x6A6F75726E616C21
@@ -302,9 +303,9 @@ APPEND_ONE_TYPES = (20, 20, 20, 20, 25, 25, 25, 25, 25, 20)
 # readers find a live session's end here, and a sealed one's (no row here) by the columns,
 # which are exact for it: its seal went through journal.append, which sets them (so a sealed
 # session whose rows fall short of its size is read short, and found so). journal.append
-# (version 5) finds the end with the same query. Used as
-# `LEFT JOIN LATERAL (STREAM_END) AS e ON true` with `s` the streams row, and read as
-# `coalesce(e.size, s.size)`.
+# (version 5) finds the end with the same query. Readers use it as STREAMS_WITH_END, the
+# streams row `s` with its end `e`, read as `coalesce(e.size, s.size)` and
+# `coalesce(e.entries, s.entries)`.
 STREAM_END = """
 SELECT x.byte_offset + octet_length(x.line) + 1 AS size, x.position + 1 AS entries,
        x.id AS last_id
@@ -312,6 +313,7 @@ SELECT x.byte_offset + octet_length(x.line) + 1 AS size, x.position + 1 AS entri
     WHERE x.stream = s.id AND x.generation = s.generation AND s.successor IS NULL
     ORDER BY x.byte_offset DESC LIMIT 1
 """
+STREAMS_WITH_END = f"journal.streams s LEFT JOIN LATERAL ({STREAM_END}) AS e ON true"
 
 # An archive moved out of the database (journal.pg.rotation.move_out): its lines are in the
 # .jsonl.gz `exported_to` names, and its rows are gone; the SHA-256 of its bytes lets a

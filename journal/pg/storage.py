@@ -474,6 +474,8 @@ class PostgresAppender:
         self.lease = lease
         self.epoch = lease.epoch if lease is not None else None
         self._clock = SyncClock(self.durability)
+        # the synchronous_commit of its commits: the durability policy's
+        self._synchronous = "on" if self.durability.every == 1 else "off"
         self._cursor: psycopg.Cursor[Any] | None = None
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
         self._reconnecting = threading.Lock()
@@ -487,11 +489,10 @@ class PostgresAppender:
         the appender's own: where the lease's cannot be had back, the epoch alone fences."""
         self._end = None
         lease = self.lease
-        synchronous = "on" if self.durability.every == 1 else "off"
         if lease is not None and (lease.held or lease.renew(RENEW_WAIT)):
             conn = lease.conn
         else:
-            conn = connect(self.storage.conninfo, synchronous_commit=synchronous)
+            conn = connect(self.storage.conninfo, synchronous_commit=self._synchronous)
         # An appender runs the same two statements all its life: prepared on first use (not
         # the fifth), the one-entry statement is planned 6 times in a new appender's first
         # commits, not 11. Forcing generic plans (plan_cache_mode) would plan it once, but
@@ -590,8 +591,7 @@ class PostgresAppender:
     def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
         """The lease's connection, shared by the appenders of the lease, committing with this
         appender's `synchronous_commit` (set only when another one changed it)."""
-        lease = self.lease
-        wanted = "on" if self.durability.every == 1 else "off"
+        lease, wanted = self.lease, self._synchronous
         if lease is None or conn is not lease.conn or lease.synchronous_commit == wanted:
             return
         try:
@@ -633,9 +633,8 @@ class PostgresAppender:
         not there, sealed, or no longer at this lease's epoch."""
         row = conn.execute(
             f"SELECT s.id, s.generation, coalesce(e.size, s.size), coalesce(e.entries, "
-            f"s.entries), e.last_id FROM journal.streams s LEFT JOIN LATERAL "
-            f"({schema.STREAM_END}) AS e ON true WHERE s.session = %s AND s.generation IS NOT "
-            f"NULL AND s.successor IS NULL AND s.epoch = %s",
+            f"s.entries), e.last_id FROM {schema.STREAMS_WITH_END} WHERE s.session = %s "
+            f"AND s.generation IS NOT NULL AND s.successor IS NULL AND s.epoch = %s",
             (self.storage.session, self.epoch)).fetchone()
         if row is None:
             return None
@@ -803,7 +802,7 @@ class PostgresStorage:
                 f"SELECT s.id, s.generation, coalesce(e.size, s.size), least(s.last_compaction, "
                 f"s.last_kept, s.last_model_change, s.last_thinking_change), CASE WHEN "
                 f"s.moved_out_at IS NOT NULL THEN s.exported_to END, s.moved_out_sha256 FROM "
-                f"journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+                f"{schema.STREAMS_WITH_END} "
                 f"WHERE s.session = %s AND s.generation IS NOT NULL", (session,)).fetchone()
 
         return with_shared(self.conninfo, query)
@@ -1048,7 +1047,7 @@ class PostgresWatch:
                       sessions: list[str] = sessions) -> list[tuple[Any, ...]]:
                 return conn.execute(
                     f"SELECT s.session, s.generation, coalesce(e.size, s.size) FROM "
-                    f"journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+                    f"{schema.STREAMS_WITH_END} "
                     f"WHERE s.session = ANY(%s) AND s.generation IS NOT NULL",
                     (sessions,)).fetchall()
 

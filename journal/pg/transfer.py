@@ -354,7 +354,7 @@ def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
             f"coalesce(e.size, s.size), s.created_at, s.updated_at, CASE WHEN EXISTS (SELECT 1 "
             f"FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND "
             f"l.pid = s.holder_backend) THEN s.holder_pid END, s.holder_host FROM "
-            f"journal.streams s LEFT JOIN LATERAL ({schema.STREAM_END}) AS e ON true "
+            f"{schema.STREAMS_WITH_END} "
             f"WHERE s.generation IS NOT NULL ORDER BY s.created_at, s.id").fetchall()
 
     rows = with_shared(conninfo, query)
