@@ -5,21 +5,63 @@ and unpacked in chunks, never held whole. Every archive is compressed alike (lev
 name, no time: the same bytes in, the same archive out), by file rotation and by the
 database's exports alike. A file is known for an archive's own by the `Digest` of the bytes
 it unpacks to, which the database records when an archive moves out of it.
+
+This module owns the rules of archives for every reader too: what names one (the `.gz`
+suffix), how one is unpacked, what reading a damaged one raises and how that is told.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
-from .errors import JournalError
+from .errors import JournalError, NotASession
 
-__all__ = ["CHUNK", "Digest", "chunks", "compressor", "digest_of", "unpack", "write"]
+__all__ = ["CHUNK", "DAMAGED", "UNREADABLE", "Digest", "chunks", "compressor", "decompress",
+           "digest_of", "is_compressed", "reader", "unpack", "unpacked", "write"]
 
 CHUNK = 1 << 20
+
+# What reading a damaged or cut-short archive raises: gzip's own errors are OSErrors
+# (BadGzipFile), a cut-short one is EOFError, damaged compressed data is zlib.error.
+UNREADABLE: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
+DAMAGED = "not a readable gzip archive"
+
+
+def is_compressed(path: str) -> bool:
+    """Whether `path` names a gzip-compressed session (an archive): by its `.gz` suffix."""
+    return path.endswith(".gz")
+
+
+def reader(raw: BinaryIO) -> BinaryIO:
+    """A reader of the bytes the archive `raw` unpacks to, from its start (closing it leaves
+    `raw` open). Reading it raises one of UNREADABLE where the archive is damaged."""
+    return cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb"))
+
+
+@contextmanager
+def unpacked(raw: BinaryIO, path: str) -> Iterator[BinaryIO]:
+    """`reader(raw)` for the archive at `path`, where a damaged archive raises NotASession
+    (an OSError other than gzip's own, from the disk, is raised as it is)."""
+    try:
+        with reader(raw) as f:
+            yield f
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise NotASession(path, f"{DAMAGED} ({e})") from e
+
+
+def decompress(data: bytes, path: str) -> bytes:
+    """The bytes the archive `data` (the file at `path`) unpacks to; NotASession if it is
+    damaged."""
+    try:
+        return gzip.decompress(data)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise NotASession(path, f"{DAMAGED} ({e})") from e
 
 
 @dataclass(frozen=True)
@@ -73,7 +115,7 @@ def unpack(f: BinaryIO, into: BinaryIO | None = None) -> Digest:
     """Decompress the archive `f` from where it is (into `into`, if given); the digest of
     its bytes. OSError, EOFError or zlib.error for a file that is not a whole gzip archive."""
     hasher, size = hashlib.sha256(), 0
-    with gzip.GzipFile(fileobj=f, mode="rb") as gz:
+    with reader(f) as gz:
         while part := gz.read(CHUNK):
             hasher.update(part)
             size += len(part)

@@ -13,19 +13,18 @@ live file (the last one) must be a readable session: `NotASession` otherwise.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Iterator, Sequence
-from typing import IO, cast
+from typing import IO
 
-from . import codec
+from . import archivegz, codec
+from .archivegz import is_compressed
 from .codec import Diagnostic
 from .errors import NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
 from .pg.url import shown, shown_in
 from .seal import is_seal
-from .snapshot import is_compressed, load, open_for_reading
+from .snapshot import load, open_for_reading
 
 __all__ = ["LineageStream"]
 
@@ -75,11 +74,8 @@ class LineageStream:
             if not is_compressed(path):
                 yield from self._stream(path, raw, is_live)
                 return
-            try:
-                with gzip.GzipFile(fileobj=raw, mode="rb") as unpacked:
-                    yield from self._stream(path, cast(IO[bytes], unpacked), is_live)
-            except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-                raise NotASession(path, f"not a readable gzip archive ({e})") from e
+            with archivegz.unpacked(raw, path) as unpacked:
+                yield from self._stream(path, unpacked, is_live)
 
     def _stream(self, path: str, f: IO[bytes], is_live: bool) -> Iterator[Entry]:
         first = stream_first_line(f)

@@ -4,18 +4,17 @@ A header is a `session` object on a complete first line (its newline written), a
 reads it: a UTF-8 byte order mark and a carriage return before the newline are allowed. At
 most `HEADER_LIMIT` bytes are read: a longer first line is no header, and reading it costs
 no more. Only a regular file is opened (a FIFO or device is never waited on), and a
-`.gz` archive is read through gzip.
+`.gz` archive is read through `archivegz`.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from dataclasses import dataclass
 from typing import IO, TypeGuard
 
-from . import codec
+from . import archivegz, codec
+from .archivegz import is_compressed
 from .codec import Line
 from .errors import JournalError
 from .files import open_regular
@@ -56,7 +55,7 @@ def first_line(fd: int, limit: int = HEADER_LIMIT) -> FirstLine:
     return FirstLine(True)
 
 
-def stream_first_line(stream: IO[bytes] | gzip.GzipFile, limit: int = HEADER_LIMIT) -> FirstLine:
+def stream_first_line(stream: IO[bytes], limit: int = HEADER_LIMIT) -> FirstLine:
     """The first line of a seekable binary stream (a storage reader's, or a gzip archive's).
 
     The stream is left positioned after what was read.
@@ -75,11 +74,11 @@ def peek(path: str, limit: int = HEADER_LIMIT) -> FirstLine:
     except (OSError, JournalError):
         return FirstLine(False)
     try:
-        if not path.endswith(".gz"):
+        if not is_compressed(path):
             return first_line(fd, limit)
-        with os.fdopen(fd, "rb", closefd=False) as raw, gzip.GzipFile(fileobj=raw) as f:
+        with os.fdopen(fd, "rb", closefd=False) as raw, archivegz.reader(raw) as f:
             return stream_first_line(f, limit)
-    except (OSError, EOFError, zlib.error):
+    except archivegz.UNREADABLE:
         return FirstLine(False)
     finally:
         os.close(fd)

@@ -10,12 +10,13 @@ messages: that only means a few ids are avoided that need not be.
 
 from __future__ import annotations
 
-import gzip
 import re
 import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
+from . import archivegz
+from .archivegz import is_compressed
 from .errors import JournalError
 from .files import read_regular
 from .storage import FileStorage, Storage
@@ -79,9 +80,7 @@ class IdScan:
 
 def _decompressed(raw: BinaryIO, path: str) -> BinaryIO:
     """`raw` itself, or a reader of its decompressed bytes for an archive (`.gz`)."""
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+    return archivegz.reader(raw) if is_compressed(path) else raw
 
 
 def scan_ids(path: str) -> set[int]:

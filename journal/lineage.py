@@ -19,17 +19,16 @@ anything acts on it (see `journal.intent`).
 from __future__ import annotations
 
 import errno
-import gzip
 import logging
 import os
 import re
 import stat
-import zlib
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
-from . import codec
+from . import archivegz, codec
+from .archivegz import is_compressed
 from .errors import JournalError
 from .files import (
     fsync_directory,
@@ -56,17 +55,11 @@ ARCHIVE_DIR = "archive"
 MAX_HOPS = 64
 
 
-def _open(path: str) -> BinaryIO | gzip.GzipFile:
-    """A reader of a (possibly gzip-compressed) session file; only a regular file is opened."""
-    f = read_regular(path)
-    return gzip.GzipFile(fileobj=f, mode="rb") if path.endswith(".gz") else f
-
-
 def last_entry(path: str) -> Entry | None:
     """The last complete entry of a (possibly gzip-compressed) session file."""
     try:
-        if path.endswith(".gz"):
-            with _open(path) as f:
+        if is_compressed(path):
+            with read_regular(path) as packed, archivegz.reader(packed) as f:
                 last = b""
                 for raw in f:
                     if raw.endswith(b"\n") and raw.strip():
@@ -77,7 +70,7 @@ def last_entry(path: str) -> Entry | None:
             for line in codec.iter_lines_reverse(f, end):
                 if line.raw.strip():
                     return _entry_of(line.raw)
-    except (OSError, EOFError, zlib.error, JournalError):  # a damaged archive has no last entry
+    except archivegz.UNREADABLE + (JournalError,):  # a damaged archive has no last entry
         return None
     return None
 

@@ -24,18 +24,17 @@ lost line is recognised by the ids its dropped bytes still hold.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from . import codec, model
+from . import archivegz, codec, model
+from .archivegz import is_compressed
 from .boundary import boundary
 from .claude.detect import CLAUDE
 from .claude.mend import assess_claude, repair_claude
@@ -56,7 +55,7 @@ from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
-from .snapshot import dialect_of_storage, is_compressed, refuse_foreign
+from .snapshot import dialect_of_storage, refuse_foreign
 from .storage import Storage, as_storage
 from .tree import Tree
 
@@ -142,7 +141,7 @@ def plan(path: str, *, migrate: bool = False, strict: bool = False,
     with as_storage(path).open_reader() as reader:
         original = reader.stream.read()
     if is_compressed(path):
-        original = _unpacked(path, original)
+        original = archivegz.decompress(original, path)
     meter = Meter(progress, 2 * len(original))
     with codec.bulk_parsing():
         p = _salvage(path, original, meter)
@@ -163,14 +162,6 @@ def plan(path: str, *, migrate: bool = False, strict: bool = False,
         p.problem("migrated", f"written as version {model.CURRENT_VERSION}",
                   detail=f"was version {p.version}")
     return p
-
-
-def _unpacked(path: str, data: bytes) -> bytes:
-    """The session held in a compressed archive (only ever planned on: archives are read-only)."""
-    try:
-        return gzip.decompress(data)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise NotASession(path, f"not a readable gzip archive ({e})") from e
 
 
 def _lines(data: bytes, meter: Meter,

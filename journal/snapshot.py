@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO, cast
+from typing import IO, BinaryIO
 
-from . import claude, codec
+from . import archivegz, claude, codec
+from .archivegz import is_compressed
 from .boundary import is_compaction, is_first_kept
 from .codec import Diagnostic, Line, last_newline_end
 from .errors import ForeignSession, JournalError, NotASession
@@ -19,7 +18,7 @@ from .storage import FileStorage, Storage, as_storage
 from .tree import Tree
 
 __all__ = ["Snapshot", "last_newline_end", "load", "resume", "read_stream", "open_for_reading",
-           "is_compressed", "stored_size", "find_last_of_type", "dialect_of_storage",
+           "stored_size", "find_last_of_type", "dialect_of_storage",
            "refuse_foreign"]
 
 
@@ -155,16 +154,8 @@ def load(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None) 
     with storage.open_reader() as reader, codec.bulk_parsing():
         if not is_compressed(locator):
             return read_stream(locator, reader.stream)
-        try:
-            with gzip.GzipFile(fileobj=reader.stream, mode="rb") as unpacked:
-                return read_stream(locator, cast(IO[bytes], unpacked))
-        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-            raise NotASession(locator, f"not a readable gzip archive ({e})") from e
-
-
-def is_compressed(path: str) -> bool:
-    """Whether `path` names a gzip-compressed session (an archive): by its `.gz` suffix."""
-    return path.endswith(".gz")
+        with archivegz.unpacked(reader.stream, locator) as unpacked:
+            return read_stream(locator, unpacked)
 
 
 def read_stream(path: str, f: IO[bytes], start: int = 0, version: int | None = None) -> Snapshot:

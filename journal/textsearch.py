@@ -29,17 +29,16 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import IO, Any, cast
+from typing import IO, Any
 
-from . import codec
+from . import archivegz, codec
+from .archivegz import is_compressed
 from .codec import Diagnostic, Line
 from .discovery import find_lineages
 from .errors import JournalError
@@ -47,7 +46,7 @@ from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
 from .pg.url import is_database_url, shown
 from .render import content_text
-from .snapshot import is_compressed, load, open_for_reading, stored_size
+from .snapshot import load, open_for_reading, stored_size
 
 log = logging.getLogger(__name__)
 
@@ -375,13 +374,12 @@ def _search_file(path: str, live: str, q: _Query, seen: set[str],
                          else os.fstat(stream.fileno()).st_size)
         with stream:
             if is_compressed(path):
-                with gzip.GzipFile(fileobj=stream, mode="rb") as unpacked:
-                    yield from _search_stream(path, live, cast(IO[bytes], unpacked), q, seen,
-                                              result)
+                with archivegz.reader(stream) as unpacked:
+                    yield from _search_stream(path, live, unpacked, q, seen, result)
             else:
                 yield from _search_stream(path, live, stream, q, seen, result)
-    except (OSError, EOFError, zlib.error) as e:
-        what = "not a readable gzip archive" if is_compressed(path) else "unreadable"
+    except archivegz.UNREADABLE as e:
+        what = archivegz.DAMAGED if is_compressed(path) else "unreadable"
         result.problems.append(SearchProblem(path, f"{what}: {_reason(e, path)}"))
 
 

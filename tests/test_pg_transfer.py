@@ -3,6 +3,7 @@ back byte for byte; a push is all or nothing; a pull never overwrites."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -131,6 +132,19 @@ def test_refusals_leave_nothing(pg_url: str, tmp_path: Path) -> None:
         pull(pg_url, out)
     assert sorted(p.name for p in out.rglob("*")) == [Path(live).name]
     assert (out / Path(live).name).read_text() == "mine"
+
+
+def test_push_refuses_a_damaged_archive_and_writes_nothing(pg_url: str, tmp_path: Path) -> None:
+    """An archive whose deflate data is damaged (gzip raises zlib.error, not an OSError):
+    refused as one, nothing written."""
+    data = bytearray(gzip.compress(pi_path("all-types.jsonl").read_bytes(), mtime=0))
+    for i in range(12, 40):  # past the 10-byte gzip header
+        data[i] ^= 0x5A
+    archive = tmp_path / "old.jsonl.gz"
+    archive.write_bytes(bytes(data))
+    with pytest.raises(TransferError, match="old.jsonl.gz: not a readable gzip archive"):
+        push(str(archive), pg_url)
+    assert count_streams(pg_url) == 0
 
 
 def test_push_and_pull_commands(pg_url: str, tmp_path: Path,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from ..archivegz import is_compressed
 from ..errors import JournalError, NotASession
 from ..files import remove_leftovers, require_space
 from ..identity import real_path
@@ -22,7 +23,6 @@ from ..progress import Progress
 from ..publish import link_as
 from ..quarantine import quarantine, quarantine_path_for
 from ..repair_report import BACKUP_SUFFIX, Problem, RepairReport
-from ..snapshot import is_compressed
 from ..storage import as_storage
 from .mendplan import MendPlan, plan_bytes, plan_claude
 

@@ -30,6 +30,7 @@ from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
+from ..archivegz import is_compressed
 from ..claude import DIALECTS
 from ..errors import JournalError
 from ..interrupt import terminated_as_interrupted
@@ -44,7 +45,7 @@ from ..render import (
     summarize_arguments,
 )
 from ..seal import is_seal
-from ..snapshot import is_compressed, load
+from ..snapshot import load
 from ..tail import (
     DELETED,
     ENDED,

@@ -31,7 +31,6 @@ import os
 import posixpath
 import stat
 import time
-import zlib
 from typing import Any
 
 import psycopg
@@ -540,7 +539,7 @@ def _holds(path: str, digest: archivegz.Digest) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
             return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and archivegz.unpack(f) == digest
-    except (OSError, EOFError, zlib.error):
+    except archivegz.UNREADABLE:
         return False
 
 

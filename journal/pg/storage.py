@@ -55,7 +55,6 @@ import os
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -411,7 +410,7 @@ class PostgresReader:
                                   free_bytes(folder)) from e
                 raise JournalError(f"{locator}: an archive moved out of the database to "
                                    f"{path}, which cannot be read ({e})") from e
-            except (EOFError, zlib.error) as e:
+            except archivegz.UNREADABLE as e:
                 raise JournalError(f"{locator}: an archive moved out of the database to "
                                    f"{path}, which cannot be read ({e})") from e
             if digest.sha256 != moved.sha256 or digest.size < self._size:

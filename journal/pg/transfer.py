@@ -21,7 +21,6 @@ is left out (listed in the result's `skipped`) and the rest is written.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
@@ -32,6 +31,7 @@ from typing import Any
 import psycopg
 
 from .. import archivegz, codec
+from ..archivegz import is_compressed
 from ..errors import ArchiveElsewhere, JournalError, NotASession
 from ..lineage import ARCHIVE_DIR, lineage
 from ..publish import NewFile
@@ -134,11 +134,11 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
 def _read(path: str, name: str) -> _File:
     with open(path, "rb") as f:
         data = f.read()
-    if path.endswith(".gz"):
+    if is_compressed(path):
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise TransferError(f"{path}: not a readable gzip archive ({e})") from e
+            data = archivegz.decompress(data, path)
+        except NotASession as e:
+            raise TransferError(str(e)) from e
     if data and not data.endswith(b"\n"):
         raise TransferError(f"{path}: its last line is incomplete (a torn tail); open it for "
                             "writing once (or run 'journal repair') before pushing it")
@@ -316,7 +316,7 @@ def pull(url: str, directory: str | os.PathLike[str], *,
             with opened as reader, NewFile(path, PULL_TAG) as new:
                 parts = archivegz.chunks(reader.stream, reader.size, storage.locator)
                 with new.stream() as raw:  # a chunk at a time: an archive may be long
-                    if path.endswith(".gz"):
+                    if is_compressed(path):
                         archivegz.write(parts, raw)
                     else:
                         for part in parts:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..archivegz import is_compressed
 from ..errors import NotASession
 from ..header import peek, read_header
 from ..lineage import MAX_HOPS, archived_copies, successor_named_by
@@ -296,7 +297,7 @@ class FileCatalog:
 
     @staticmethod
     def compressed(where: str) -> bool:
-        return where.endswith(".gz")
+        return is_compressed(where)
 
     @staticmethod
     def continues(path: str, sources: list[Source]) -> Source | None:

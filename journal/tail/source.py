@@ -14,14 +14,13 @@ live here too, as everything below the public API yields them.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import re
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from .. import codec
+from .. import archivegz, codec
 from ..claude import CLAUDE, PI, Translator, detect_stream
 from ..claude.detect import record_dialect
 from ..codec import Diagnostic, Line
@@ -378,14 +377,14 @@ class SourceReader:
         """Deliver the entries of a compressed archive (sealed: it no longer changes)."""
         size = _extent(src)
         offset = 0
-        with gzip.open(_stream(src), "rb") as f:
+        with archivegz.reader(_stream(src)) as f:
             try:
                 for line in f:
                     if line.endswith(b"\n"):
                         for entry in self._entries(src, offset, line[:-1]):
                             yield TailEvent(ENTRY, src.path, entry)
                     offset += len(line)
-            except (OSError, EOFError) as e:
+            except archivegz.UNREADABLE as e:
                 log.warning("%s: compressed archive unreadable at byte %s of its data (%s)",
                             src.path, f"{offset:,}", e)
         src.offset, src.pending_head, src.pending_len = size, b"", 0
