@@ -225,9 +225,10 @@ def test_a_database_at_version_4_goes_on_where_its_sessions_end(pg_url: str) -> 
 
 def test_a_one_entry_commit_during_a_replacement_goes_to_the_new_generation(
         pg_url: str) -> None:
-    """A one-entry commit sent while a replacement (`publish`) holds the stream row waits for
-    it, and is then appended to the new generation at its end: not stored in the generation
-    the replacement made old, where no reader of the session would see it."""
+    """A one-entry commit sent while a replacement (`publish` of a storage without the lease)
+    holds the stream row waits for it in the server, and is then appended to the new
+    generation at its end: not stored in the generation the replacement made old, where no
+    reader of the session would see it."""
     import threading
     import time
 
@@ -251,13 +252,52 @@ def test_a_one_entry_commit_during_a_replacement_goes_to_the_new_generation(
                     time.sleep(0.02)
             assert offsets == []
 
-        storage.publish(HEADER + line("p0000001"), "repair", before_swap=meanwhile)
+        PostgresStorage(pg_url, "during-publish").publish(
+            HEADER + line("p0000001"), "repair", before_swap=meanwhile)
         committing.join(timeout=30)
     finally:
         appender.close()
         lease.release()
     assert offsets == [len(HEADER) + len(line("p0000001"))]
     assert [r[2] for r in ids_in_table(storage)] == ["h", "p0000001", "p0000002"]
+
+
+def test_a_replacement_under_the_lease_runs_on_its_connection_and_commits_wait(
+        pg_url: str) -> None:
+    """`publish` under the storage's lease runs on the lease's connection: a commit from
+    another thread meanwhile waits for it (in this process: the server sees no second
+    connection of the writer), and is appended to the new generation at its end."""
+    import threading
+
+    storage = created(pg_url, "publish-under-lease")
+    lease = storage.lock(5)
+    backend = lease.conn.info.backend_pid
+    appender = storage.open_appender(Durability.always())
+    offsets: list[int] = []
+    seen: list[int] = []
+    try:
+        appender.commit(line("q0000001"))
+        committing = threading.Thread(
+            target=lambda: offsets.append(appender.commit(line("q0000002"))), daemon=True)
+
+        def meanwhile() -> None:
+            with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+                row = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                    "AND pid <> pg_backend_pid()").fetchone()
+                seen.append(row[0] if row is not None else -1)
+            committing.start()
+            committing.join(timeout=0.5)
+            assert committing.is_alive() and offsets == []
+
+        storage.publish(HEADER + line("q0000001"), "repair", before_swap=meanwhile)
+        committing.join(timeout=30)
+    finally:
+        appender.close()
+        lease.release()
+    assert seen == [backend]
+    assert offsets == [len(HEADER) + len(line("q0000001"))]
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "q0000001", "q0000002"]
 
 
 def test_appenders_sharing_the_lease_commit_each_with_its_own_durability(
@@ -305,10 +345,12 @@ def test_an_empty_commit_after_one_entry_returns_the_end(pg_url: str) -> None:
         lease.release()
 
 
+@pytest.mark.parametrize("known", [True, False], ids=["known-lost", "silently-lost"])
 def test_a_rotation_after_the_lease_connection_died_takes_the_lease_back(
-        pg_url: str) -> None:
+        pg_url: str, known: bool) -> None:
     """The lease's connection is terminated and nobody takes the session: a rotation under
-    that lease takes it back on a new connection and rotates."""
+    that lease takes it back on a new connection and rotates, whether the client has found
+    the connection lost already or not (it is found out only by using it)."""
     compacted(pg_url, "rotate-renewed")
     storage = PostgresStorage(pg_url, "rotate-renewed")
     lease = storage.lock(5)
@@ -317,8 +359,9 @@ def test_a_rotation_after_the_lease_connection_died_takes_the_lease_back(
         with psycopg.connect(storage.conninfo, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(holder_backend) FROM journal.streams "
                           "WHERE session = 'rotate-renewed'")
-        with pytest.raises(psycopg.OperationalError):
-            lease.conn.execute("SELECT 1")
+        if known:
+            with pytest.raises(psycopg.OperationalError):
+                lease.conn.execute("SELECT 1")
         result, successor, successor_lease = rotate_session(storage, lease)
         assert result.rotated and successor is not None
         assert storage.successor() == successor.locator

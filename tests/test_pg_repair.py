@@ -22,6 +22,7 @@ from corruption import (  # noqa: E402
 from journal import LockTimeout, Session, load, repair  # noqa: E402
 from journal.cli import main  # noqa: E402
 from journal.context import build_context  # noqa: E402
+from journal.errors import LeaseLost  # noqa: E402
 from journal.pg.repair import quarantined, quarantined_record, repair_database  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
 from journal.quarantine import numbered_records  # noqa: E402
@@ -103,6 +104,88 @@ def test_repair_waits_for_the_writer(pg_url: str, tmp_path: Path) -> None:
         with pytest.raises(LockTimeout):
             repair_database(url, lock_timeout=0.2)
 
+
+def killing_the_lease_connection(url: str, then: Any = None) -> Any:
+    """A progress callback that, at its first call (while repair checks the session, given a
+    small `journal.progress.STEP`), ends the backend holding the session's lease, as a
+    network drop would, and then calls `then`."""
+    done: list[bool] = []
+
+    def progress(_done: int, _total: int) -> None:
+        if done:
+            return
+        done.append(True)
+        storage = as_storage(url)
+        with psycopg.connect(storage.conninfo, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT pg_terminate_backend(holder_backend) FROM journal.streams "
+                "WHERE session = %s", (storage.session,)).fetchone()
+        assert row == (True,)
+        if then is not None:
+            then()
+
+    return progress
+
+
+def in_time(work: Any, seconds: float = 60) -> Any:
+    """`work()`'s result (or its exception), failing the test if it has not ended in time."""
+    import threading
+
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(("value", work()))
+        except BaseException as e:  # handed to the test
+            out.append(("raised", e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"still running after {seconds} s"
+    kind, value = out[0]
+    if kind == "raised":
+        raise value
+    return value
+
+
+def test_repair_takes_its_lease_back_when_its_connection_dies(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease's connection ends while repair checks the session, and nobody takes the
+    session meanwhile: the replacement and its quarantine go through over a new connection,
+    under the lease taken back (they once waited for ever: the lease was taken back on a
+    second connection, which waited for the row lock the replacement held)."""
+    monkeypatch.setattr("journal.progress.STEP", 4096)
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    killed = killing_the_lease_connection(url)
+    report = in_time(lambda: repair_database(url, progress=killed))
+    assert report.changed
+    assert load(url).diagnostics == []
+    assert len(quarantined(url)) > 0
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    repair(str(path))
+    assert len(quarantined(url)) == len(list(numbered_records(str(path) + ".quarantine")))
+
+
+def test_repair_stops_when_another_writer_took_the_session(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease's connection ends while repair checks the session and another writer takes
+    the session: the repair fails, and neither the quarantine nor the session is changed."""
+    monkeypatch.setattr("journal.progress.STEP", 4096)
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    taken: list[Any] = []
+    killed = killing_the_lease_connection(url, lambda: taken.append(as_storage(url).lock(10)))
+    try:
+        with pytest.raises(LeaseLost):
+            in_time(lambda: repair_database(url, progress=killed))
+        assert taken, "the other writer never took the session"
+        assert db_bytes(url) == data and quarantined(url) == []
+    finally:
+        for lease in taken:
+            lease.release()
 
 def test_repair_and_quarantine_commands(pg_url: str, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:

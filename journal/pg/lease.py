@@ -109,9 +109,19 @@ class Lease:
         return True
 
     def connection(self, wait: float = RENEW_WAIT) -> psycopg.Connection[Any]:
-        """The lease's connection, taken back (`renew`) if it was lost; LeaseLost if it
-        cannot be (the lock held by another backend, or the epoch moved on)."""
-        if self.held or self.renew(wait):
+        """The lease's connection, for a transaction of the lease holder's (a rotation, a
+        replacement), checked with a round trip first: a connection lost since its last use
+        (a network drop, a terminated backend) is found out only by using it, and then
+        taken back (`renew`). LeaseLost if it cannot be (the lock held by another backend,
+        or the epoch moved on). The caller holds `busy`."""
+        if self.held:
+            try:
+                self.conn.execute("SELECT 1")
+                return self.conn
+            except psycopg.OperationalError:
+                if self.held:  # not a lost connection
+                    raise
+        if self.renew(wait):
             return self.conn
         raise LeaseLost(self.locator, self.epoch, "its connection was lost and the session's "
                         "lock is held by another connection")

@@ -66,15 +66,16 @@ def repair_database(
 
 
 def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> None:
-    """Store the byte ranges repair takes out, before the replacement is published."""
+    """Store the byte ranges repair takes out, in the replacement's transaction: `publish`
+    calls this under the lease, on the lease's connection (`PostgresStorage.publish`), so the
+    records commit with the replacement or not at all. The connection is not taken back here
+    if it was lost: that transaction is lost with it, and the repair fails whole."""
     if not items:
         return
     generation = storage.current_generation()
     try:
-        with lease.busy, lease.connection().transaction() as transaction:
+        with lease.busy, lease.conn.transaction() as transaction:  # a savepoint in publish's
             conn = transaction.connection
-            # durable whatever a writer's appender set on this connection
-            conn.execute("SET LOCAL synchronous_commit = on")
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO journal.quarantine (session, generation, byte_offset, reason, "

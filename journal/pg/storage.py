@@ -36,7 +36,10 @@ planning, the tail) works unchanged.
   lease is not fenced, and always calls `journal.append`.)
 - `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
   it current in one transaction; the generation before stays readable for readers that still
-  read it, older ones are removed.
+  read it, older ones are removed. Under the storage's lease it runs on the lease's
+  connection (taken back first if it was lost): what `before_swap` writes there (repair's
+  quarantine) commits with the replacement or not at all, and no second connection of this
+  process waits for the row lock the replacement holds.
 - An archive moved out of the database (`journal.pg.rotation.move_out`) has no rows: its
   reader serves the bytes of the `.jsonl.gz` its row names, where that file can be read (the
   machine that moved it, or a shared folder), and says where the file is where it cannot.
@@ -907,19 +910,27 @@ class PostgresStorage:
                 before_swap: Callable[[], None] | None = None) -> None:
         """Replace the session with `data` as a new generation, atomically (see module doc)."""
         batch = split_batch(self._name, 0, data)
-        conn = connect(self.conninfo)
+        lease = self._lease
         try:
-            self._publish(conn, batch, before_swap)
+            if lease is not None and not lease.released:
+                with lease.busy:  # the lease's appenders wait meanwhile
+                    self._publish(lease.connection(), batch, before_swap)
+                return
+            conn = connect(self.conninfo)
+            try:
+                self._publish(conn, batch, before_swap)
+            finally:
+                conn.close()
         except psycopg.Error as e:
             raise DatabaseError(f"{self._name}: the replacement was not published (the "
                                 f"session is as it was): {describe(e)}") from e
-        finally:
-            conn.close()
 
     def _publish(self, conn: psycopg.Connection[Any], batch: Batch,
                  before_swap: Callable[[], None] | None) -> None:
         lease = self._lease
         with conn.transaction():
+            # durable whatever an appender set on the lease's connection
+            conn.execute("SET LOCAL synchronous_commit = on")
             row = conn.execute(
                 "SELECT id, generation, epoch, moved_out_at, exported_to FROM journal.streams "
                 "WHERE session = %s AND generation IS NOT NULL FOR UPDATE",
