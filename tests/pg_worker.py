@@ -11,6 +11,9 @@ a file), so a SIGKILL never leaves half an event behind:
   on stdin and tries one more append: prints `appended <id>` or `refused <error class>`.
 - `batches`: opens the session and appends batches of five entries (one commit each) for
   ever, printing `ack <batch> <id> <id> ...` once each commit returned.
+- `stream`: opens the session, appends one entry a commit (the lease holder's one-entry
+  statement) until a line arrives on stdin (checked between commits), then prints
+  `appended <n>` and closes the session. Prints `started` after its first commit.
 """
 
 from __future__ import annotations
@@ -61,6 +64,23 @@ def batches(url: str, name: str) -> None:
         batch += 1
 
 
+def stream(url: str, name: str) -> None:
+    import selectors
+
+    waiting = selectors.DefaultSelector()
+    waiting.register(sys.stdin, selectors.EVENT_READ)
+    with Session.open(url, lock_timeout=30) as session:
+        n = 0
+        while True:
+            session.append_message(message(f"{name} {n}"))
+            n += 1
+            if n == 1:
+                say("started")
+            if waiting.select(timeout=0):
+                break
+    say(f"appended {n}")
+
+
 if __name__ == "__main__":
     mode, url, name = sys.argv[1:4]
     if mode == "contend":
@@ -69,5 +89,7 @@ if __name__ == "__main__":
         hold(url, name)
     elif mode == "batches":
         batches(url, name)
+    elif mode == "stream":
+        stream(url, name)
     else:
         raise SystemExit(f"unknown mode {mode}")

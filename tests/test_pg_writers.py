@@ -96,6 +96,43 @@ def test_four_processes_contending_for_one_session_are_serialized(pg_url: str) -
     assert storage.size() == rows[-1][1] + rows[-1][2] + 1
 
 
+def test_an_appender_without_the_lease_is_not_refused_for_racing_the_holder(
+        pg_url: str) -> None:
+    """A process holding the lease appends one entry a commit as fast as it can while an
+    appender without the lease (not fenced: journal.append every time) commits 1,500 entries:
+    the holder's one-entry statement does not take the row lock that orders journal.append's
+    callers, so the unleased appender keeps losing the race for the end (one commit in a
+    hundred was refused with a unique violation after the function's own two tries). Every
+    commit now goes through, and every entry is stored once."""
+    url = new_session(pg_url, "racing")
+    holder = worker("stream", url, "holder", stdin=subprocess.PIPE)
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline() == b"started\n", holder.stderr.read()
+        appender = as_storage(url).open_appender(Durability.never())
+        assert isinstance(appender.storage, PostgresStorage) and appender.epoch is None
+        ids = [f"u{i:07d}" for i in range(1500)]
+        try:
+            for entry_id in ids:
+                appender.commit(b'{"type":"custom","id":"%s","parentId":null,'
+                                b'"timestamp":"t","customType":"x"}\n' % entry_id.encode())
+        finally:
+            appender.close()
+        holder.stdin.write(b"stop\n")
+        holder.stdin.flush()
+        said = holder.stdout.readline().decode().split()
+        assert holder.wait(timeout=60) == 0, holder.stderr.read()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert said[0] == "appended"
+    stored = stored_ids(url)
+    counts = Counter(stored)
+    assert all(counts[i] == 1 for i in ids)
+    assert len(stored) == len(counts) == len(ids) + int(said[1])
+
+
 def test_opening_a_missing_session_fails_and_leaves_nothing_behind(pg_url: str) -> None:
     url = session_url(pg_url, "missing")
     with pytest.raises(JournalError, match="no such session"):
@@ -702,9 +739,12 @@ def test_a_one_entry_statement_that_fails_is_reported_as_it_was(pg_url: str) -> 
     with row_held(url) as held:
         threading.Timer(1.5, held.holder.commit).start()
         began = time.monotonic()
-        with pytest.raises(WriteFailed, match="lock timeout"):
+        with pytest.raises(WriteFailed, match="lock timeout") as refused:
             held.appender.commit(U2)
         waited = time.monotonic() - began
+        # said of a session in a database, not of a file
+        assert str(refused.value).endswith("nothing of it was stored, and the session is as "
+                                           "it was")
         time.sleep(1.5)
         assert held.appender.commit(U2) == held.first + len(U1)
     assert 0.9 < waited < 1.45, waited  # one timeout; a second wait would outlast the holder

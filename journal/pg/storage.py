@@ -100,11 +100,15 @@ POLL_INTERVAL = 0.02
 APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
           "%s::bigint[], %s, %s)")
 COMMIT_ATTEMPTS = 2
+# The stream row locked against the lease holder's one-entry statement (its FOR KEY SHARE
+# waits for this), for a journal.append call that lost the race for the end (`_append`).
+LOCK_STREAM = "SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE"
 # seconds between two settings of the stream row's size by a writer committing one entry at a
 # time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
 SETTLE_INTERVAL = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
+REFUSED_OUTCOME = "nothing of it was stored, and the session is as it was"
 # Sessions (conninfo, session) this process committed to without learning the end of the
 # commit (its connection was lost, or the commit was interrupted): their next commit goes
 # through journal.append.
@@ -554,9 +558,7 @@ class PostgresAppender:
                 at = self._commit_one(conn, batch) if one and attempt == 0 else None
                 if at is None:
                     before, self._end = self._end, None
-                    row = self._cursor.execute(APPEND, self._params(batch)).fetchone()
-                    assert row is not None
-                    at = int(row[0])
+                    at = self._append(self._cursor, batch)
                     if before is not None and at == before.size:
                         self._end = before.after(batch)
                     self._moved = False
@@ -589,6 +591,31 @@ class PostgresAppender:
         _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
                           f"confirmed ({_first_line(last)})", UNCONFIRMED_OUTCOME)
+
+    def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> int:
+        """journal.append's offset for `batch`.
+
+        The lease holder's one-entry statement does not take the row lock journal.append
+        orders its callers by, so a call from an appender without the lease can find the end
+        it read taken by a line of the holder's committed meanwhile (a unique violation:
+        nothing stored), and, while the holder commits back to back, again on every try (its
+        next line is in flight whenever the end is read). The call is then made once more in
+        a transaction that first locks the stream row FOR UPDATE: that waits for the
+        holder's statement in flight and holds its next ones off until the call committed."""
+        params = self._params(batch)
+
+        def call() -> int:
+            row = cursor.execute(APPEND, params).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        try:
+            return call()
+        except psycopg.errors.UniqueViolation:
+            pass
+        with cursor.connection.transaction():
+            cursor.execute(LOCK_STREAM, (self.storage.session,))
+            return call()
 
     def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
         """The lease's connection, shared by the appenders of the lease, committing with this
@@ -672,7 +699,7 @@ class PostgresAppender:
             successor = (session_url(self.storage.conninfo, said) if said
                          else self.storage.successor())
             return SessionSealed(locator, successor or "its successor")
-        return WriteFailed(locator, self.storage.size_or(-1), _first_line(e))
+        return WriteFailed(locator, self.storage.size_or(-1), _first_line(e), REFUSED_OUTCOME)
 
     def _after_commit(self) -> None:
         if self.durability.every == 1:
