@@ -22,14 +22,16 @@ from typing import BinaryIO, cast
 
 from .errors import JournalError, NotASession
 
-__all__ = ["CHUNK", "DAMAGED", "UNREADABLE", "Digest", "chunks", "compressor", "decompress",
-           "digest_of", "is_compressed", "reader", "unpack", "unpacked", "write"]
+__all__ = ["CHUNK", "DAMAGE", "DAMAGED", "UNREADABLE", "Digest", "chunks", "compressor",
+           "decompress", "digest_of", "is_compressed", "reader", "unpack", "unpacked", "write"]
 
 CHUNK = 1 << 20
 
 # What reading a damaged or cut-short archive raises: gzip's own errors are OSErrors
-# (BadGzipFile), a cut-short one is EOFError, damaged compressed data is zlib.error.
-UNREADABLE: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
+# (BadGzipFile), a cut-short one is EOFError, damaged compressed data is zlib.error; with
+# the disk's errors (OSError), what reading an archive may raise.
+DAMAGE: tuple[type[Exception], ...] = (gzip.BadGzipFile, EOFError, zlib.error)
+UNREADABLE: tuple[type[Exception], ...] = (OSError, *DAMAGE)
 DAMAGED = "not a readable gzip archive"
 
 
@@ -51,7 +53,7 @@ def unpacked(raw: BinaryIO, path: str) -> Iterator[BinaryIO]:
     try:
         with reader(raw) as f:
             yield f
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+    except DAMAGE as e:
         raise NotASession(path, f"{DAMAGED} ({e})") from e
 
 
@@ -60,7 +62,7 @@ def decompress(data: bytes, path: str) -> bytes:
     damaged."""
     try:
         return gzip.decompress(data)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+    except DAMAGE as e:
         raise NotASession(path, f"{DAMAGED} ({e})") from e
 
 

@@ -57,7 +57,7 @@ class IdScan:
                     self._ids = scan_stream(reader.stream)
                 return
             self._ids = scan_ids(found)
-        except (OSError, EOFError, JournalError):
+        except archivegz.UNREADABLE + (JournalError,):  # fresh ids then checked as before
             return
 
     @property

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from . import codec, model
-from .archivegz import compressor
+from .archivegz import compressor, is_compressed
 from .boundary import boundary
 from .context import Context, branch_context, build_context
 from .errors import JournalError, NoSpace, NotASession, UnsafeFile, UnsupportedVersion
@@ -670,7 +670,7 @@ def finish_compression(live: str) -> list[str]:
     for older, newer in zip(chain, chain[1:], strict=False):
         header = read_header(newer)
         parent = header.get("parentSession") if header else None
-        if not (isinstance(parent, str) and parent.endswith(".gz")) or older.endswith(".gz"):
+        if not (isinstance(parent, str) and is_compressed(parent)) or is_compressed(older):
             continue
         # relative to the sessions' folder, where every file of the lineage was live
         named = os.path.normpath(os.path.join(os.path.dirname(live_path), parent))

@@ -15,6 +15,7 @@ import pytest
 from journal import archivegz, load
 from journal.errors import NotASession
 from journal.header import peek
+from journal.idscan import IdScan
 from journal.lineage import last_entry
 from journal.repair import plan
 from journal.storage import as_storage
@@ -69,6 +70,24 @@ def test_load_and_repair_say_the_archive_is_damaged(archive: Path) -> None:
 def test_the_header_and_last_entry_of_a_damaged_archive_are_none(archive: Path) -> None:
     assert peek(str(archive)).header is None
     assert last_entry(str(archive)) is None
+
+
+def test_the_id_scan_of_a_damaged_archive_ends_quietly(
+        archive: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background scan of the ids in an archive a session continues: a damaged one gives
+    no ids (fresh ids are then checked against the entries read), and nothing escapes the
+    thread."""
+    import threading
+
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    scan = IdScan(str(archive))
+    assert scan.wait(10) is False
+    assert escaped == []
+    whole = archive.with_name("whole.jsonl.gz")
+    whole.write_bytes(gzip.compress(BODY))
+    read = IdScan(str(whole))
+    assert read.wait(10) and "000000c8" in read
 
 
 class _Reader(SourceReader):

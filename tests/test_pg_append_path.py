@@ -339,7 +339,7 @@ def test_a_replacement_under_the_lease_runs_on_its_connection_and_commits_wait(
             with psycopg.connect(storage.conninfo, autocommit=True) as admin:
                 row = admin.execute(
                     "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' "
-                    "AND pid <> pg_backend_pid()").fetchone()
+                    "AND datname = current_database()").fetchone()
                 seen.append(row[0] if row is not None else -1)
             committing.start()
             committing.join(timeout=0.5)
@@ -353,6 +353,30 @@ def test_a_replacement_under_the_lease_runs_on_its_connection_and_commits_wait(
     assert seen == [backend]
     assert offsets == [len(HEADER) + len(line("q0000001"))]
     assert [r[2] for r in ids_in_table(storage)] == ["h", "q0000001", "q0000002"]
+
+
+def test_a_release_from_another_thread_waits_for_a_replacement_under_the_lease(
+        pg_url: str) -> None:
+    """The lease released from another thread while a replacement runs on its connection:
+    the release waits for it (it would otherwise run inside the replacement's transaction and
+    close the connection under it), then lets the session go."""
+    import threading
+
+    storage = created(pg_url, "released-meanwhile")
+    lease = storage.lock(5)
+    releasing = threading.Thread(target=lease.release, daemon=True)
+
+    def meanwhile() -> None:
+        releasing.start()
+        releasing.join(timeout=0.5)
+        assert releasing.is_alive()
+
+    storage.publish(HEADER + line("x0000001"), "repair", before_swap=meanwhile)
+    releasing.join(timeout=30)
+    assert not releasing.is_alive() and lease.released
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "x0000001"]
+    other = storage.lock(0)  # let go: taken at once
+    other.release()
 
 
 def test_appenders_sharing_the_lease_commit_each_with_its_own_durability(

@@ -105,16 +105,17 @@ def test_repair_waits_for_the_writer(pg_url: str, tmp_path: Path) -> None:
             repair_database(url, lock_timeout=0.2)
 
 
-def killing_the_lease_connection(url: str, then: Any = None) -> Any:
+def killing_the_lease_connection(url: str, then: Any = None
+                                 ) -> tuple[Any, list[tuple[int, int]]]:
     """A progress callback that, at its first call (while repair checks the session, given a
     small `journal.progress.STEP`), ends the backend holding the session's lease, as a
-    network drop would, and then calls `then`."""
-    done: list[bool] = []
+    network drop would, and then calls `then`; and the (done, total) it did that at."""
+    done: list[tuple[int, int]] = []
 
-    def progress(_done: int, _total: int) -> None:
+    def progress(so_far: int, total: int) -> None:
         if done:
             return
-        done.append(True)
+        done.append((so_far, total))
         storage = as_storage(url)
         with psycopg.connect(storage.conninfo, autocommit=True) as admin:
             row = admin.execute(
@@ -124,7 +125,7 @@ def killing_the_lease_connection(url: str, then: Any = None) -> Any:
         if then is not None:
             then()
 
-    return progress
+    return progress, done
 
 
 def in_time(work: Any, seconds: float = 60) -> Any:
@@ -153,13 +154,16 @@ def test_repair_takes_its_lease_back_when_its_connection_dies(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lease's connection ends while repair checks the session, and nobody takes the
     session meanwhile: the replacement and its quarantine go through over a new connection,
-    under the lease taken back (they once waited for ever: the lease was taken back on a
-    second connection, which waited for the row lock the replacement held)."""
+    under the lease taken back. (Before, the quarantine's insert failed on the lost connection,
+    and the repair with it; where the client knew the connection lost, the lease was taken
+    back on a second connection, which waited for ever for the row lock the replacement
+    held.)"""
     monkeypatch.setattr("journal.progress.STEP", 4096)
     data = damaged(tmp_path)
     url = stored(pg_url, data)
-    killed = killing_the_lease_connection(url)
+    killed, at = killing_the_lease_connection(url)
     report = in_time(lambda: repair_database(url, progress=killed))
+    assert len(at) == 1 and at[0][0] < at[0][1] / 2  # while the session was checked
     assert report.changed
     assert load(url).diagnostics == []
     assert len(quarantined(url)) > 0
@@ -177,10 +181,12 @@ def test_repair_stops_when_another_writer_took_the_session(
     data = damaged(tmp_path)
     url = stored(pg_url, data)
     taken: list[Any] = []
-    killed = killing_the_lease_connection(url, lambda: taken.append(as_storage(url).lock(10)))
+    killed, at = killing_the_lease_connection(
+        url, lambda: taken.append(as_storage(url).lock(10)))
     try:
         with pytest.raises(LeaseLost):
             in_time(lambda: repair_database(url, progress=killed))
+        assert len(at) == 1 and at[0][0] < at[0][1] / 2  # while the session was checked
         assert taken, "the other writer never took the session"
         assert db_bytes(url) == data and quarantined(url) == []
     finally:

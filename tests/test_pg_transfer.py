@@ -137,7 +137,10 @@ def test_refusals_leave_nothing(pg_url: str, tmp_path: Path) -> None:
 def test_push_refuses_a_damaged_archive_and_writes_nothing(pg_url: str, tmp_path: Path) -> None:
     """An archive whose deflate data is damaged (gzip raises zlib.error, not an OSError):
     refused as one, nothing written."""
-    data = bytearray(gzip.compress(pi_path("all-types.jsonl").read_bytes(), mtime=0))
+    session = (b'{"type":"session","version":3,"id":"s1","timestamp":"t","cwd":"/"}\n'
+               + b"".join(b'{"type":"custom","id":"%08x","parentId":null,"timestamp":"t",'
+                          b'"customType":"x"}\n' % i for i in range(1, 200)))
+    data = bytearray(gzip.compress(session, mtime=0))
     for i in range(12, 40):  # past the 10-byte gzip header
         data[i] ^= 0x5A
     archive = tmp_path / "old.jsonl.gz"

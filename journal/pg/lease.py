@@ -127,6 +127,10 @@ class Lease:
                         "lock is held by another connection")
 
     def release(self) -> None:
+        with self.busy:  # after a transaction running on the connection (a replacement's)
+            self._release()
+
+    def _release(self) -> None:
         if self._released:
             return
         self._released = True

@@ -3,8 +3,9 @@
 `repair_database` is file repair's plan and verification (`journal.repair.repair_held`:
 salvage, pairing, duplicates, broken parents; damage only unless `strict`), published through
 the storage seam as a new generation of the session, under its lease. Every line repair drops
-or rewrites is first stored, byte for byte, in `journal.quarantine` (session, generation,
-byte offset, reason, the bytes), so nothing leaves a session unrecorded, exactly as a file's
+or rewrites is stored, byte for byte, in `journal.quarantine` (session, generation,
+byte offset, reason, the bytes) in the transaction that publishes the replacement, so nothing
+leaves a session unrecorded, exactly as a file's
 quarantine side file does. `quarantined` lists a session's records and `quarantined_record`
 gives one back with its bytes (`journal quarantine list/show URL`).
 """
@@ -49,7 +50,8 @@ def repair_database(
 
     A dry run reads only (no lease). Otherwise the session's lease is taken (LockTimeout
     naming the holder) and, if anything is damaged, the repaired session replaces it
-    atomically, its removed and rewritten lines kept in `journal.quarantine` first.
+    atomically, its removed and rewritten lines kept in `journal.quarantine` in the same
+    transaction.
 
     Example:
         >>> report = repair_database("pg:4f1c...")  # doctest: +SKIP
@@ -72,6 +74,9 @@ def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> N
     if it was lost: that transaction is lost with it, and the repair fails whole."""
     if not items:
         return
+    if lease.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        raise JournalError(f"{storage.locator}: the quarantine is kept only in the "
+                           "replacement's transaction, and none is open: nothing was repaired")
     generation = storage.current_generation()
     try:
         with lease.busy, lease.conn.transaction() as transaction:  # a savepoint in publish's

@@ -417,7 +417,7 @@ class PostgresReader:
                                   free_bytes(folder)) from e
                 raise JournalError(f"{locator}: an archive moved out of the database to "
                                    f"{path}, which cannot be read ({e})") from e
-            except archivegz.UNREADABLE as e:
+            except archivegz.DAMAGE as e:
                 raise JournalError(f"{locator}: an archive moved out of the database to "
                                    f"{path}, which cannot be read ({e})") from e
             if digest.sha256 != moved.sha256 or digest.size < self._size:
@@ -938,10 +938,12 @@ class PostgresStorage:
         """Replace the session with `data` as a new generation, atomically (see module doc)."""
         batch = split_batch(self._name, 0, data)
         lease = self._lease
+        conn: psycopg.Connection[Any] | None = None
         try:
             if lease is not None and not lease.released:
                 with lease.busy:  # the lease's appenders wait meanwhile
-                    self._publish(lease.connection(), batch, before_swap)
+                    conn = lease.connection()
+                    self._publish(conn, batch, before_swap)
                 return
             conn = connect(self.conninfo)
             try:
@@ -949,6 +951,11 @@ class PostgresStorage:
             finally:
                 conn.close()
         except psycopg.Error as e:
+            if isinstance(e, psycopg.OperationalError) and conn is not None and conn.broken:
+                raise DatabaseError(f"{self._name}: the connection was lost while the "
+                                    "replacement was made, which may have been committed: "
+                                    "read the session again to know (a repair can be run "
+                                    f"again): {describe(e)}") from e
             raise DatabaseError(f"{self._name}: the replacement was not published (the "
                                 f"session is as it was): {describe(e)}") from e
 
