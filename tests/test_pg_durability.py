@@ -59,3 +59,29 @@ def test_batch_flushes_every_n_commits_and_sync_flushes_now(pg_url: str) -> None
         assert len(synced) == 3
     finally:
         appender.close()
+
+
+def test_a_sync_the_server_cannot_take_says_what_is_stored() -> None:
+    """The server stops between a commit under `batch` and the `sync` that would flush it:
+    the sync fails saying that the commits made are stored and what their durability
+    depends on, not that anything was rolled back (the words of a file's failed commit)."""
+    from journal.errors import WriteFailed
+    from journal.pg.server import EmbeddedServer
+
+    try:
+        server = EmbeddedServer().start()
+    except Exception as e:  # as tests/pg_server.py: no server, the test says why
+        pytest.skip(f"the embedded PostgreSQL server could not start: {e}")
+    try:
+        storage = made(server.url(), "unsynced")
+        appender = storage.open_appender(Durability.batch(100, 60_000))
+        appender.commit(b'{"type":"custom","id":"x1"}\n')
+        server.close()
+        with pytest.raises(WriteFailed, match="sync failed") as failed:
+            appender.sync()
+        assert "rolled back" not in str(failed.value)
+        assert str(failed.value).endswith("the commits acknowledged before it are stored, and "
+                                          "durable once the server has written its log out "
+                                          "(on its own within a second, unless it stops first)")
+    finally:
+        server.close()

@@ -109,6 +109,10 @@ SETTLE_INTERVAL = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
 REFUSED_OUTCOME = "nothing of it was stored, and the session is as it was"
+# A flush (`sync`) that failed: the commits before it were made; under `synchronous_commit`
+# off the server writes their log out itself within a fraction of a second
+SYNC_OUTCOME = ("the commits acknowledged before it are stored, and durable once the server "
+                "has written its log out (on its own within a second, unless it stops first)")
 # Sessions (conninfo, session) this process committed to without learning the end of the
 # commit (its connection was lost, or the commit was interrupted): their next commit goes
 # through journal.append.
@@ -714,7 +718,8 @@ class PostgresAppender:
         try:
             self._on_live(_flush)
         except (psycopg.Error, DatabaseUnavailable) as e:
-            raise WriteFailed(self.storage.locator, -1, f"sync failed: {_first_line(e)}") from e
+            raise WriteFailed(self.storage.locator, -1, f"sync failed: {_first_line(e)}",
+                              SYNC_OUTCOME) from e
         self._clock.synced()
 
     def _live(self) -> psycopg.Connection[Any]:
