@@ -107,13 +107,13 @@ COMMIT_ATTEMPTS = 2
 # for the end (`_append`). No row: no such session (the plain call then says so).
 LOCKED_APPEND = APPEND + (" FROM (SELECT 1 FROM journal.streams WHERE session = %s "
                           "FOR UPDATE) AS locked")
-# Where a batch sent before without a known outcome is stored, by its first entry's id, at or
-# after a byte offset the batch cannot start before (`_stored_at`).
+# Where a batch sent before without a known outcome is stored, by its first entry's id and
+# line, at or after a byte offset the batch cannot start before (`_stored_at`).
 STORED_AT = (
     "SELECT e.byte_offset FROM journal.streams s JOIN journal.entries e "
     "ON e.stream = s.id AND e.generation = s.generation "
     "WHERE s.session = %s AND s.successor IS NULL AND e.byte_offset >= %s AND e.id = %s "
-    "ORDER BY e.byte_offset LIMIT 1")
+    "AND e.line = %s ORDER BY e.byte_offset LIMIT 1")
 # seconds between two settings of the stream row's size by a writer committing one entry at a
 # time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
 SETTLE_INTERVAL = 1.0
@@ -641,14 +641,16 @@ class PostgresAppender:
 
     def _stored_at(self, cursor: psycopg.Cursor[Any], batch: Batch) -> int | None:
         """Where `batch`, sent before without a known outcome, is stored, if it is: found by
-        its first entry's id after where this appender's last acknowledged batch ended.
+        its first entry (id and line) after where this appender's last acknowledged batch
+        ended.
         journal.append acknowledges a re-sent batch only while it is the session's last: a
         line of another writer's after it (one without the lease, or the lease holder after
         one without it) would otherwise have it stored twice."""
         first = batch.ids[0]
         if first is None:
             return None
-        row = cursor.execute(STORED_AT, (self.storage.session, self._floor, first)).fetchone()
+        row = cursor.execute(STORED_AT, (self.storage.session, self._floor, first,
+                                         batch.lines[0])).fetchone()
         return None if row is None else int(row[0])
 
     def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
