@@ -22,10 +22,12 @@ from typing import BinaryIO, cast
 
 from .errors import JournalError, NotASession
 
-__all__ = ["CHUNK", "DAMAGE", "DAMAGED", "UNREADABLE", "Digest", "chunks", "compressor",
-           "decompress", "digest_of", "is_compressed", "reader", "unpack", "unpacked", "write"]
+__all__ = ["CHUNK", "DAMAGE", "DAMAGED", "SUFFIX", "UNREADABLE", "Digest", "chunks",
+           "compressed_name", "compressor", "decompress", "digest_of", "is_compressed",
+           "names_of", "reader", "unpack", "uncompressed_name", "unpacked", "write"]
 
 CHUNK = 1 << 20
+SUFFIX = ".gz"
 
 # What reading a damaged or cut-short archive raises: gzip's own errors are OSErrors
 # (BadGzipFile), a cut-short one is EOFError, damaged compressed data is zlib.error; with
@@ -37,7 +39,23 @@ DAMAGED = "not a readable gzip archive"
 
 def is_compressed(path: str) -> bool:
     """Whether `path` names a gzip-compressed session (an archive): by its `.gz` suffix."""
-    return path.endswith(".gz")
+    return path.endswith(SUFFIX)
+
+
+def uncompressed_name(path: str) -> str:
+    """`path` without the archive suffix: the name the session had before it was compressed."""
+    return path.removesuffix(SUFFIX)
+
+
+def compressed_name(path: str) -> str:
+    """The name of `path` once compressed (`path` itself if it names an archive already)."""
+    return uncompressed_name(path) + SUFFIX
+
+
+def names_of(path: str) -> list[str]:
+    """Both names one session file may carry, the plain one first: sealed files are
+    compressed after their successor named them."""
+    return [uncompressed_name(path), compressed_name(path)]
 
 
 def reader(raw: BinaryIO) -> BinaryIO:

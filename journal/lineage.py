@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from . import archivegz, codec
-from .archivegz import is_compressed
+from .archivegz import compressed_name, is_compressed, names_of, uncompressed_name
 from .errors import JournalError
 from .files import (
     fsync_directory,
@@ -96,7 +96,7 @@ def archived_copies(path: str) -> list[str]:
     """Where rotation may have put `path`: the default archive folder beside it."""
     directory, name = os.path.split(path)
     archive = os.path.join(directory, ARCHIVE_DIR)
-    return [os.path.join(archive, name + ext) for ext in ("", ".gz")]
+    return names_of(os.path.join(archive, name))
 
 
 def _where_now(path: str) -> str | None:
@@ -111,8 +111,8 @@ def _names_file(pointer: object, folder: str, target: str) -> bool:
     compressed or not."""
     if not isinstance(pointer, str) or not pointer:
         return False
-    named = os.path.normpath(os.path.join(folder, pointer)).removesuffix(".gz")
-    return any(same_file(v, target) for v in (named, named + ".gz"))
+    named = os.path.normpath(os.path.join(folder, pointer))
+    return any(same_file(v, target) for v in names_of(named))
 
 
 def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str | None:
@@ -242,7 +242,7 @@ def lineage(path: str) -> list[str]:
         if header is None:
             # a rotation may have moved it into the archive, or compressed it, since it was
             # found
-            later = [*archived_copies(current), *_variants(current)[1:]]
+            later = [*archived_copies(current), *names_of(current)[1:]]
             moved = next((a for a in later if os.path.isfile(a)), None)
             if moved is not None and moved not in seen:
                 chain[-1] = current = moved
@@ -273,26 +273,21 @@ def parent_of(path: str, header: Entry | None = None) -> str | None:
                         os.path.dirname(path))
 
 
-def _variants(path: str) -> list[str]:
-    plain = path.removesuffix(".gz")
-    return [plain, plain + ".gz"]
-
-
 def _parent_file(parent: str, child_id: object, child: str, folder: str) -> str | None:
     """The file a `parentSession` pointer names, if it really continues into `child`."""
-    base = os.path.basename(parent).removesuffix(".gz")
+    base = uncompressed_name(os.path.basename(parent))
     archives = [os.path.join(folder, ARCHIVE_DIR)]
     if not os.path.isabs(parent):
         archives.insert(0, os.path.normpath(os.path.join(folder, os.path.dirname(parent))))
     # in the order a file moves through while it is archived (beside its successor, then the
     # archive, then compressed), so a file that moves on during the search is met again
     local = [os.path.join(folder, base), *(os.path.join(a, base) for a in archives),
-             *(os.path.join(a, base) + ".gz" for a in archives)]
+             *(compressed_name(os.path.join(a, base)) for a in archives)]
     for candidate in dict.fromkeys(local):
         if os.path.isfile(candidate) and _continues_into(candidate, child_id, None):
             return candidate
     if os.path.isabs(parent):
-        for variant in _variants(os.path.normpath(parent)):
+        for variant in names_of(os.path.normpath(parent)):
             if os.path.isfile(variant) and _continues_into(variant, child_id, child):
                 return variant
     return None
@@ -386,7 +381,7 @@ def read_intent(path: str) -> Intent | None:
 def _names_archive(path: str, parent: str, archive: str | None) -> bool:
     """Whether a successor's `parentSession` names the archive its intent gives (compressed or
     not), or, for an intent without one, a file carrying this session's name."""
-    named = os.path.normpath(os.path.join(os.path.dirname(path), parent)).removesuffix(".gz")
+    named = uncompressed_name(os.path.normpath(os.path.join(os.path.dirname(path), parent)))
     if archive is None:
         return os.path.basename(named).startswith(os.path.basename(path))
     directory, name = os.path.split(named)
@@ -493,7 +488,7 @@ def pending_rotations(path: str) -> list[str]:
     header = read_header(path) if os.path.exists(path) else None
     parent = header.get("parentSession") if header else None
     if isinstance(parent, str):
-        name = os.path.basename(parent).removesuffix(".gz")
+        name = uncompressed_name(os.path.basename(parent))
         beside = os.path.join(os.path.dirname(path), name)
         if os.path.lexists(intent_path(beside)):
             found.insert(0, beside)

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from . import codec, model
-from .archivegz import compressor, is_compressed
+from .archivegz import compressed_name, compressor, is_compressed, uncompressed_name
 from .boundary import boundary
 from .context import Context, branch_context, build_context
 from .errors import JournalError, NoSpace, NotASession, UnsafeFile, UnsupportedVersion
@@ -264,10 +264,10 @@ def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
     name = os.path.basename(path)
     candidate = os.path.join(directory, name)
     n = 1
-    while os.path.lexists(candidate) or os.path.lexists(candidate + ".gz"):
+    while os.path.lexists(candidate) or os.path.lexists(compressed_name(candidate)):
         n += 1
         candidate = os.path.join(directory, f"{name}.{n}")
-    return candidate + (".gz" if compress else "")
+    return compressed_name(candidate) if compress else candidate
 
 
 def check_destination(path: str, archive_dir: str | None, compress: bool, *,
@@ -488,7 +488,7 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
     path, tree = source.path, source.tree
     old_size = os.path.getsize(path)
     archive = check_destination(path, archive_dir, compress, size=old_size)
-    stored_archive = archive.removesuffix(".gz")
+    stored_archive = uncompressed_name(archive)
     build = plan_successor(tree, source.header, os.path.relpath(archive, os.path.dirname(path)),
                   source.session_info)
     if isinstance(build, str):
@@ -676,7 +676,7 @@ def finish_compression(live: str) -> list[str]:
         named = os.path.normpath(os.path.join(os.path.dirname(live_path), parent))
         if real_path(os.path.dirname(named)) != os.path.dirname(older):
             continue  # never moved into the archive (the move failed): it stays as it is
-        final = older + ".gz"
+        final = compressed_name(older)
         directory, name = os.path.split(final)
         remove_stale_temps(directory, name + ".", suffix=f".{COMPRESS_TAG}.tmp")
         _compress(older, final)
@@ -709,7 +709,7 @@ def apply_retention(live: str, keep: int) -> list[str]:
     for path in doomed:
         os.unlink(path)
         for suffix in (".bak", ".quarantine"):
-            remove_if_regular(path.removesuffix(".gz") + suffix)
+            remove_if_regular(uncompressed_name(path) + suffix)
     return doomed
 
 

@@ -60,6 +60,15 @@ def test_the_rules_of_an_archive() -> None:
         archivegz.decompress(b"\x1f\x8bnot really", "x.gz")
 
 
+def test_the_names_of_an_archive() -> None:
+    assert archivegz.compressed_name("a/b.jsonl") == "a/b.jsonl.gz"
+    assert archivegz.compressed_name("a/b.jsonl.gz") == "a/b.jsonl.gz"
+    assert archivegz.uncompressed_name("a/b.jsonl.gz") == "a/b.jsonl"
+    assert archivegz.uncompressed_name("a/b.jsonl") == "a/b.jsonl"
+    assert archivegz.names_of("b.jsonl.gz") == archivegz.names_of("b.jsonl") == [
+        "b.jsonl", "b.jsonl.gz"]
+
+
 def test_load_and_repair_say_the_archive_is_damaged(archive: Path) -> None:
     with pytest.raises(NotASession, match="not a readable gzip archive"):
         load(str(archive))

@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 
 from .. import archivegz, codec, model
-from ..archivegz import is_compressed
+from ..archivegz import compressed_name
 from ..errors import JournalError, LeaseLost, NoSpace, NotASession, UnsupportedVersion
 from ..files import NO_SPACE_ERRNOS, free_bytes, fsync_directory, make_private_dir
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
@@ -466,8 +466,7 @@ def export_archive(storage: PostgresStorage, directory: str) -> str:
 def _archive_path(storage: PostgresStorage, directory: str) -> str:
     # absolute: the row is read from other working folders (and other machines: it says which)
     name = os.path.basename(file_name(storage))
-    return os.path.join(os.path.abspath(directory),
-                        name if is_compressed(name) else name + ".gz")
+    return os.path.join(os.path.abspath(directory), compressed_name(name))
 
 
 def _write_archive(storage: PostgresStorage, directory: str,

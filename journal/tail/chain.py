@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..archivegz import is_compressed
+from ..archivegz import is_compressed, names_of, uncompressed_name
 from ..errors import NotASession
 from ..header import peek, read_header
 from ..lineage import MAX_HOPS, archived_copies, successor_named_by
@@ -141,9 +141,9 @@ def ancestors(path: str) -> list[Hop]:
         pointer = header.get("parentSession") if header else None
         if not isinstance(pointer, str) or not pointer:
             break
-        name = os.path.join(folder, os.path.basename(pointer).removesuffix(".gz"))
+        name = os.path.join(folder, uncompressed_name(os.path.basename(pointer)))
         given = os.path.join(folder, pointer)
-        current = next((p for p in (given, given.removesuffix(".gz"), given + ".gz", name,
+        current = next((p for p in (given, *names_of(given), name,
                                     *archived_copies(name)) if os.path.isfile(p)), None)
         found = read_header(current) if current is not None else None
         hops.append(Hop(name, current, (found or {}).get("id"), pointer))
@@ -173,7 +173,7 @@ def _names(parent: object, path: str) -> bool:
     """Whether a header's `parentSession` names `path`, where it is now or once archived."""
     if not isinstance(parent, str) or not parent:
         return False
-    parent = parent.removesuffix(".gz")  # archives may be compressed after sealing
+    parent = uncompressed_name(parent)  # archives may be compressed after sealing
     return os.path.abspath(parent) == path or os.path.basename(parent) == os.path.basename(path)
 
 
