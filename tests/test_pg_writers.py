@@ -377,12 +377,16 @@ def test_one_entry_whose_acknowledgement_was_lost_is_stored_once_and_a_resend_to
 class CutProxy:
     """A TCP relay to the server that can cut a connection right after relaying the
     message holding `marker` (a value of the commit: the statement runs on, its client gone),
-    and refuse new connections for a while (`refusing`)."""
+    and refuse new connections for a while (`refusing`). With `settle`, the cut waits that
+    many seconds, dropping the server's replies, so that the server has read the message
+    (a close with replies unread resets the connection, and the server may lose it)."""
 
-    def __init__(self, host: str, port: int, marker: bytes, *, refuse: bool = True) -> None:
+    def __init__(self, host: str, port: int, marker: bytes, *, refuse: bool = True,
+                 settle: float = 0.0) -> None:
         self.target = (host, port)
         self.marker = marker
         self.refuse = refuse  # refuse new connections once a statement was cut off
+        self.settle = settle
         self.armed = threading.Event()
         self.refusing = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -399,19 +403,25 @@ class CutProxy:
                 client.close()
                 continue
             upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream, True),
+            cut = threading.Event()
+            threading.Thread(target=self._pump, args=(client, upstream, True, cut),
                              daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False),
+            threading.Thread(target=self._pump, args=(upstream, client, False, cut),
                              daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, upward: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, upward: bool,
+              cut: threading.Event) -> None:
         try:
             while data := source.recv(65536):
+                if cut.is_set():
+                    continue  # a reply to a client that is cut off
                 sink.sendall(data)
                 if upward and self.armed.is_set() and self.marker in data:
                     self.armed.clear()
                     if self.refuse:
                         self.refusing.set()
+                    cut.set()
+                    time.sleep(self.settle)
                     break  # the statement is on its way; its client is cut off
         except OSError:
             pass
@@ -603,6 +613,36 @@ def test_an_unleased_resend_after_another_writers_line_is_stored_once(pg_url: st
         proxy.close()
     assert stored_ids(url) == ["u1", "u2", "w1", "u3", "u4"]
     assert again_twice > after
+
+
+@pytest.mark.parametrize("leased", [False, True], ids=["own-connection", "under-the-lease"])
+def test_a_replacement_whose_commit_reply_is_lost_says_it_may_have_been_committed(
+        pg_url: str, leased: bool) -> None:
+    """The connection of a replacement is cut right after its COMMIT went out: the server
+    commits it and the client never hears back. The error says it may have been committed
+    (not that the session is as it was), and it was."""
+    from journal.pg.connect import DatabaseError
+
+    url = new_session(pg_url, f"publish-cut-{leased}")
+    proxy = CutProxy(*_server(url), marker=b"COMMIT", refuse=False, settle=0.5)
+    direct, relayed = _relayed(url, proxy.port)
+    with psycopg.connect(direct.conninfo) as conn:
+        row = conn.execute(
+            "SELECT e.line FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
+            "AND s.generation = e.generation WHERE s.session = %s AND e.position = 0",
+            (direct.session,)).fetchone()
+    assert row is not None
+    replacement = row[0].encode() + b"\n" + U1
+    lease = relayed.lock(5) if leased else None
+    try:
+        proxy.armed.set()
+        with pytest.raises(DatabaseError, match="may have been committed"):
+            relayed.publish(replacement, "repair")
+    finally:
+        if lease is not None:
+            lease.release()
+        proxy.close()
+    assert stored_ids(url) == ["u1"]
 
 
 def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
