@@ -645,6 +645,228 @@ def test_a_replacement_whose_commit_reply_is_lost_says_it_may_have_been_committe
     assert stored_ids(url) == ["u1"]
 
 
+# journal.append (all an appender without the lease calls) gets U2 inside an array literal
+U2_IN_ARRAY = b'\\"customType\\":\\"cut-here\\"'
+
+
+@dataclass
+class CutWaiting:
+    """An unleased appender's U2 cut off while its statement waits in the server for the
+    stream row, which `holder` has locked; U1 was acknowledged at `first`."""
+
+    url: str
+    proxy: CutProxy
+    direct: PostgresStorage
+    relayed: PostgresStorage
+    holder: psycopg.Connection[Any]
+    first: int
+
+
+@contextmanager
+def unleased_cut_waiting(pg_url: str, name: str) -> Iterator[CutWaiting]:
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, name)
+    proxy = CutProxy(*_server(url), marker=U2_IN_ARRAY, refuse=True)
+    direct, relayed = _relayed(url, proxy.port)
+    holder = _holder(direct.conninfo)
+    try:
+        unleased = relayed.open_appender(Durability.always())
+        first = unleased.commit(U1)
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                       (direct.session,))
+        proxy.armed.set()
+        with pytest.raises(WriteFailed, match="may have been committed"):
+            unleased.commit(U2)  # waits in the server for the row; its client is cut off
+        unleased.close()
+        _waiting(direct.conninfo, 1)
+        proxy.refusing.clear()
+        yield CutWaiting(url, proxy, direct, relayed, holder, first)
+    finally:
+        holder.close()
+        proxy.close()
+
+
+def test_a_resend_looks_for_its_batch_after_the_commits_queued_before_it(pg_url: str) -> None:
+    """The first attempt of U2 waits for the stream row, another writer's commit waits behind
+    it, and U2 is sent again behind both: it is looked up once they committed (under the
+    row's lock), so it is found there, after the other writer's line, not stored twice."""
+    with unleased_cut_waiting(pg_url, "resend-queued") as cut:
+        other = cut.direct.open_appender(Durability.always())
+        again = cut.relayed.open_appender(Durability.always())
+        outcomes: list[Any] = []
+        try:
+            writer = _committing(other, b'{"type":"custom","id":"w1","customType":"x"}\n',
+                                 outcomes)
+            _waiting(cut.direct.conninfo, 2)
+            resent: list[Any] = []
+            sender = _committing(again, U2, resent)
+            _waiting(cut.direct.conninfo, 3)
+            cut.holder.commit()
+            writer.join(timeout=30)
+            sender.join(timeout=30)
+        finally:
+            other.close()
+            again.close()
+    assert stored_ids(cut.url) == ["u1", "u2", "w1"]
+    assert resent == [cut.first + len(U1)]
+
+
+def test_a_resend_refused_while_its_first_attempt_waits_says_it_may_be_committed(
+        pg_url: str) -> None:
+    """The re-sent U2 is refused (a lock timeout) while its first attempt still waits in the
+    server: the error says the batch may have been committed, or may still be (it is, once
+    the row is let go), not that nothing of it was stored."""
+    from journal.errors import WriteFailed
+
+    with unleased_cut_waiting(pg_url, "resend-refused") as cut:
+        with psycopg.connect(cut.direct.conninfo, autocommit=True) as admin:
+            admin.execute(psycopg.sql.SQL("ALTER DATABASE {} SET lock_timeout = '300ms'").format(
+                psycopg.sql.Identifier(admin.info.dbname)))
+        again = cut.relayed.open_appender(Durability.always())
+        try:
+            with pytest.raises(WriteFailed) as refused:
+                again.commit(U2)
+        finally:
+            again.close()
+        cut.holder.commit()
+        deadline = time.monotonic() + 10
+        while "u2" not in stored_ids(cut.url):
+            assert time.monotonic() < deadline, "the first attempt never landed"
+            time.sleep(0.02)
+    assert "may have been committed, or may still be" in str(refused.value)
+    assert "nothing of it was stored" not in str(refused.value)
+    assert stored_ids(cut.url) == ["u1", "u2"]
+
+
+@contextmanager
+def unleased_cut_landed(pg_url: str, name: str) -> Iterator[tuple[str, PostgresStorage,
+                                                                   PostgresStorage]]:
+    """(url, direct, relayed): an unleased appender's U2 committed through a CutProxy (after
+    U1), its reply cut off; the proxy lets connections through again."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, name)
+    proxy = CutProxy(*_server(url), marker=U2_IN_ARRAY, refuse=True)
+    direct, relayed = _relayed(url, proxy.port)
+    try:
+        unleased = relayed.open_appender(Durability.always())
+        unleased.commit(U1)
+        proxy.armed.set()
+        with pytest.raises(WriteFailed, match="may have been committed"):
+            unleased.commit(U2)  # commits; its reply never comes
+        unleased.close()
+        deadline = time.monotonic() + 10
+        while "u2" not in stored_ids(url):
+            assert time.monotonic() < deadline, "the cut commit never landed"
+            time.sleep(0.02)
+        proxy.refusing.clear()
+        yield url, direct, relayed
+    finally:
+        proxy.close()
+
+
+def test_a_resend_of_a_longer_batch_is_not_acknowledged_by_its_first_line(pg_url: str) -> None:
+    """The batch sent after U2's lost reply starts with U2 and holds one more entry. It is
+    not acknowledged as stored at U2 (its second entry would be lost): an acknowledged batch
+    is in the session whole."""
+    with unleased_cut_landed(pg_url, "resend-longer") as (url, _, relayed):
+        again = relayed.open_appender(Durability.always())
+        try:
+            again.commit(U2 + b'{"type":"custom","id":"u3","customType":"x"}\n')
+        finally:
+            again.close()
+    assert "u3" in stored_ids(url)
+
+
+def test_an_empty_commit_after_a_lost_reply_leaves_the_batch_to_be_found(pg_url: str) -> None:
+    """An empty commit after U2's lost reply is no error, and says nothing of U2: U2 sent
+    again after another writer's line is still found, not stored twice."""
+    with unleased_cut_landed(pg_url, "resend-after-empty") as (url, direct, relayed):
+        other = direct.open_appender(Durability.always())
+        again = relayed.open_appender(Durability.always())
+        try:
+            other.commit(b'{"type":"custom","id":"w1","customType":"x"}\n')
+            again.commit(b"")
+            again.commit(U2)
+        finally:
+            other.close()
+            again.close()
+    assert stored_ids(url) == ["u1", "u2", "w1"]
+
+
+def test_a_resend_after_a_replacement_finds_its_batch_where_the_replacement_put_it(
+        pg_url: str) -> None:
+    """An appender's U2 is stored but its reply is lost; a replacement then drops a line
+    before it (U2 moves below where the appender's last acknowledged batch ended), and another
+    writer appends. U2 sent again by the same appender is found where it is now, not stored a
+    second time."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "resend-replaced")
+    proxy = CutProxy(*_server(url), marker=U2_IN_ARRAY, refuse=True)
+    direct, relayed = _relayed(url, proxy.port)
+    big = b'{"type":"custom","id":"a0","customType":"x","data":"%s"}\n' % (b"y" * 400)
+    try:
+        unleased = relayed.open_appender(Durability.always())
+        unleased.commit(big)
+        unleased.commit(U1)
+        proxy.armed.set()
+        with pytest.raises(WriteFailed, match="may have been committed"):
+            unleased.commit(U2)  # commits; its reply never comes
+        deadline = time.monotonic() + 10
+        while "u2" not in stored_ids(url):
+            assert time.monotonic() < deadline, "the cut commit never landed"
+            time.sleep(0.02)
+        proxy.refusing.clear()
+        with psycopg.connect(direct.conninfo) as conn:
+            header = conn.execute(
+                "SELECT e.line FROM journal.entries e JOIN journal.streams s ON s.id = e.stream"
+                " AND s.generation = e.generation WHERE s.session = %s AND e.position = 0",
+                (direct.session,)).fetchone()
+        assert header is not None
+        direct.publish(header[0].encode() + b"\n" + U1 + U2, "repair")
+        other = direct.open_appender(Durability.always())
+        try:
+            other.commit(b'{"type":"custom","id":"w1","customType":"x"}\n')
+        finally:
+            other.close()
+        try:
+            at = unleased.commit(U2)
+        finally:
+            unleased.close()
+    finally:
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u2", "w1"]
+    assert at == len(header[0]) + 1 + len(U1)
+
+
+def test_a_flush_failing_after_a_commit_says_the_batch_was_committed(pg_url: str) -> None:
+    """Under `batch:2`, the flush after the second commit loses its connection and no new one
+    can be made: the commit's error says that its batch was committed all the same (a
+    database cannot take it back as a file is cut back), and where."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "flush-cut")
+    proxy = CutProxy(*_server(url), marker=b"pg_current_xact_id", refuse=True)
+    direct, relayed = _relayed(url, proxy.port)
+    try:
+        appender = relayed.open_appender(Durability.batch(2, 60_000))
+        try:
+            first = appender.commit(U1)
+            proxy.armed.set()
+            with pytest.raises(WriteFailed, match="sync failed") as failed:
+                appender.commit(b'{"type":"custom","id":"u3","customType":"x"}\n')
+        finally:
+            proxy.refusing.clear()
+            appender.close()
+    finally:
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u3"]
+    assert f"this batch was committed all the same, at byte {first + len(U1):,}" in str(
+        failed.value)
+
+
 def test_a_retry_refused_after_a_lost_connection_leaves_the_commit_unconfirmed(
         pg_url: str) -> None:
     """The first attempt is cut off while it waits in the server; the appender's retry is

@@ -85,8 +85,9 @@ def _postgres(folder: Path) -> Storage:
 
 def _postgres_short_write(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> None:
     """The next commit's connection is killed mid-commit, and so is the appender's retry (what
-    a network that keeps failing does): both wait on the session's row, held here, and are
-    terminated there; then the row is let go."""
+    a network that keeps failing does): both wait on the session's row, held here (the retry
+    locks it before it looks the batch up), and are terminated there; then the row is let
+    go."""
     import psycopg
 
     from journal.pg.storage import COMMIT_ATTEMPTS, PostgresStorage
@@ -105,7 +106,8 @@ def _postgres_short_write(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> 
                 while len(killed) < COMMIT_ATTEMPTS and time.monotonic() < deadline:
                     for (pid,) in admin.execute(
                             "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                            "AND query LIKE '%%journal.append%%' "
+                            "AND (query LIKE '%%journal.append%%' "
+                            "OR query LIKE '%%FROM journal.streams%%FOR UPDATE') "
                             "AND datname = current_database()").fetchall():
                         if pid not in killed:
                             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))

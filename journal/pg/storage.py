@@ -20,14 +20,16 @@ planning, the tail) works unchanged.
   update the stream row (it waits only for a replacement's or a rotation's lock on it). If the
   connection is lost during a commit, the appender takes the lease back on a new connection
   (`Lease.renew`; failing that, it goes on on one of its own, fenced by the epoch through
-  `journal.append`) and sends the same batch once more, first looking it up by its first id
-  after where its last acknowledged batch ended (`STORED_AT`: another writer's line after it
-  means it is no longer the session's last), then through the function: the primary key makes
-  it wait for a first attempt still running at that offset, so the batch is then found
-  (acknowledged) or appended, exactly once. If that fails too, `WriteFailed`: the batch may
-  have been committed (or may still be), and committing the same batch again stores it at most
-  once. The stream row's size is set by batches, and by the writer at most once a second and
-  on close; readers find a live session's end from its last line (`schema.STREAM_END`).
+  `journal.append`) and sends the same batch once more, in a transaction that locks the stream
+  row, looks the batch up by its lines after where its last acknowledged batch ended
+  (`STORED_AT`: another writer's line after it means it is no longer the session's last) and
+  calls the function if it is not there (`_resend`): the lock waits for a first attempt still
+  waiting for the row, and the primary key for one still running at that offset, so the batch
+  is then found (acknowledged) or appended, exactly once. If that fails too, `WriteFailed`:
+  the batch may have been committed (or may still be), and committing the same batch again as
+  this process's next commit to the session stores it at most once. The stream row's size
+  is set by batches, and by the writer at most once a second and on close; readers find a
+  live session's end from its last line (`schema.STREAM_END`).
 - Durability maps to `synchronous_commit` on the appender's connection: `always` is `on`
   (the commit returns once its WAL is flushed), `batch:N:MS` and `never` are `off` (the
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
@@ -99,21 +101,33 @@ POLL_INTERVAL = 0.02
 # The arrays go as array literals made here (`text_array`): two C-level replaces per line
 # cost less than psycopg's per-call adaptation of five Python lists (about 12 us a commit,
 # bench/pg_append_micro.py), and the server parses a one-element literal for next to nothing.
+# With the offset, the generation the session was at when the statement began (the batch is
+# in it unless a replacement committed while the call waited for the row: it then names a
+# generation the session never returns to, and the floor it records is not used, `STORED_AT`).
 APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
-          "%s::bigint[], %s, %s)")
+          "%s::bigint[], %s, %s), (SELECT generation FROM journal.streams WHERE session = %s)")
 COMMIT_ATTEMPTS = 2
 # journal.append called once the stream row is locked against the lease holder's one-entry
 # statement (its FOR KEY SHARE waits for this), in one statement: for a call that lost the race
 # for the end (`_append`). No row: no such session (the plain call then says so).
 LOCKED_APPEND = APPEND + (" FROM (SELECT 1 FROM journal.streams WHERE session = %s "
                           "FOR UPDATE) AS locked")
-# Where a batch sent before without a known outcome is stored, by its first entry's id and
-# line, at or after a byte offset the batch cannot start before (`_stored_at`).
+# The stream row locked for a re-sent batch's look-up and call (`_resend`), and its generation.
+LOCK_STREAM = "SELECT generation FROM journal.streams WHERE session = %s FOR UPDATE"
+# Where a batch sent before without a known outcome is stored, if it is: every line of it in
+# order, from an entry with its first id, at or after the offset it cannot start before
+# while the session is in the same generation (from the start if it is not).
 STORED_AT = (
     "SELECT e.byte_offset FROM journal.streams s JOIN journal.entries e "
     "ON e.stream = s.id AND e.generation = s.generation "
-    "WHERE s.session = %s AND s.successor IS NULL AND e.byte_offset >= %s AND e.id = %s "
-    "AND e.line = %s ORDER BY e.byte_offset LIMIT 1")
+    "WHERE s.session = %s AND s.successor IS NULL "
+    "AND e.byte_offset >= CASE WHEN s.generation = %s THEN %s ELSE 0 END "
+    "AND e.id = %s AND e.line = %s AND ARRAY(SELECT n.line FROM journal.entries n "
+    "WHERE n.stream = s.id AND n.generation = s.generation AND n.byte_offset >= e.byte_offset "
+    "ORDER BY n.byte_offset LIMIT %s) = %s::text[] ORDER BY e.byte_offset LIMIT 1")
+# How long a re-sent batch's transaction may hold the stream row idle between its statements
+# (a stalled client would otherwise hold every writer of the session).
+RESEND_IDLE_LIMIT = "5s"
 # seconds between two settings of the stream row's size by a writer committing one entry at a
 # time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
 SETTLE_INTERVAL = 1.0
@@ -501,11 +515,14 @@ class PostgresAppender:
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
         self._reconnecting = threading.Lock()
         self._end: End | None = None  # known on the lease's connection only
-        # where this appender's last acknowledged batch ended: no later batch starts before
-        self._floor = 0
+        # where this appender's last acknowledged batch ended, and in which generation: no
+        # later batch starts before it (while the session is in that generation)
+        self._floor: tuple[int | None, int] = (None, 0)
         self._moved = False  # committed since the stream row's size was last set
         self._settle_at = 0.0  # when the stream row's size is next set (monotonic)
-        self._conn: psycopg.Connection[Any] | None = self._connect()
+        self._conn: psycopg.Connection[Any] | None = None
+        with self._turn():  # a renewal of the lease's connection is one at a time
+            self._conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         """The lease's connection (taken again if it was lost, `Lease.renew`), else one of
@@ -567,26 +584,31 @@ class PostgresAppender:
         """`commit`'s attempts, with the lease's connection this appender's."""
         locator = self.storage.locator
         last: BaseException | None = None
+        # an earlier commit to the session has no known outcome: this may be it, sent again
+        unsure = key in _UNCONFIRMED
         for attempt in range(attempts):
             try:
                 conn = self._live()
                 if self._cursor is None or self._cursor.connection is not conn:
                     self._cursor = conn.cursor()  # kept: one less object per commit
                 at = self._commit_one(conn, batch) if one and attempt == 0 else None
-                if at is None and (attempt > 0 or key in _UNCONFIRMED):
-                    at = self._stored_at(self._cursor, batch)
-                    if at is not None:
-                        self._end = None  # others may have written since: learnt again
-                if at is None:
+                if at is not None:
+                    assert self._end is not None
+                    generation: int | None = self._end.generation
+                elif (attempt > 0 or unsure) and batch.lines and batch.ids[0] is not None:
+                    self._end = None  # others may have written since: learnt again
+                    at, generation = self._resend(conn, batch)
+                    self._moved = False
+                else:
                     before, self._end = self._end, None
-                    at = self._append(self._cursor, batch)
+                    at, generation = self._append(self._cursor, batch)
                     if before is not None and at == before.size:
                         self._end = before.after(batch)
                     self._moved = False
             except psycopg.OperationalError as e:
                 self._end = None
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
-                    raise self._refused(e, unconfirmed=last is not None) from e
+                    raise self._refused(e, unconfirmed=unsure or last is not None) from e
                 last = e
                 continue
             except DatabaseUnavailable as e:
@@ -594,9 +616,9 @@ class PostgresAppender:
                 continue
             except psycopg.Error as e:
                 self._end = None
-                raise self._refused(e, unconfirmed=last is not None) from e
+                raise self._refused(e, unconfirmed=unsure or last is not None) from e
             except LeaseLost as e:
-                if last is None:
+                if last is None and not unsure:
                     raise
                 _UNCONFIRMED.add(key)
                 raise LeaseLost(locator, e.epoch, "its connection was lost", (
@@ -606,16 +628,17 @@ class PostgresAppender:
                 self._end = None
                 _UNCONFIRMED.add(key)
                 raise
-            _UNCONFIRMED.discard(key)
-            self._floor = at + batch.total
-            self._after_commit()
+            if batch.lines:  # an empty commit says nothing of a batch sent before
+                _UNCONFIRMED.discard(key)
+                self._floor = (generation, at + batch.total)
+            self._after_commit(at)
             return at
         _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
                           f"confirmed ({_first_line(last)})", UNCONFIRMED_OUTCOME)
 
-    def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> int:
-        """journal.append's offset for `batch`.
+    def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> tuple[int, int | None]:
+        """journal.append's offset for `batch`, and the generation of `APPEND`.
 
         The lease holder's one-entry statement does not take the row lock journal.append
         orders its callers by, so a call from an appender without the lease can find the end
@@ -625,33 +648,45 @@ class PostgresAppender:
         one statement that first locks the stream row FOR UPDATE (LOCKED_APPEND; no round
         trip while the lock is held): that waits for the holder's statement in flight and
         holds its next ones off until the call committed."""
-        params = self._params(batch)
+        params = (*self._params(batch), self.storage.session)
 
-        def call() -> int:
+        def call() -> tuple[int, int | None]:
             row = cursor.execute(APPEND, params).fetchone()
             assert row is not None
-            return int(row[0])
+            return int(row[0]), row[1]
 
         try:
             return call()
         except psycopg.errors.UniqueViolation:
             pass
         row = cursor.execute(LOCKED_APPEND, (*params, self.storage.session)).fetchone()
-        return int(row[0]) if row is not None else call()
+        return (int(row[0]), row[1]) if row is not None else call()
 
-    def _stored_at(self, cursor: psycopg.Cursor[Any], batch: Batch) -> int | None:
-        """Where `batch`, sent before without a known outcome, is stored, if it is: found by
-        its first entry (id and line) after where this appender's last acknowledged batch
-        ended.
+    def _resend(self, conn: psycopg.Connection[Any], batch: Batch) -> tuple[int, int | None]:
+        """Where `batch`, sent before without a known outcome, is stored, or where it is
+        stored now, and the generation: looked up by its lines (`STORED_AT`) and else
+        appended, in one transaction that locks the stream row first.
+
         journal.append acknowledges a re-sent batch only while it is the session's last: a
         line of another writer's after it (one without the lease, or the lease holder after
-        one without it) would otherwise have it stored twice."""
-        first = batch.ids[0]
-        if first is None:
-            return None
-        row = cursor.execute(STORED_AT, (self.storage.session, self._floor, first,
-                                         batch.lines[0])).fetchone()
-        return None if row is None else int(row[0])
+        one without it) would otherwise have it stored twice. The lock orders the look-up
+        after every commit that was waiting for the row, the first attempt's included, and
+        holds off the lease holder's one-entry statement until the call committed."""
+        floor_generation, floor = self._floor
+        with conn.transaction():
+            conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                         (RESEND_IDLE_LIMIT,))
+            locked = conn.execute(LOCK_STREAM, (self.storage.session,)).fetchone()
+            generation = None if locked is None else locked[0]
+            if generation is not None:
+                row = conn.execute(STORED_AT, (
+                    self.storage.session, floor_generation, floor, batch.ids[0],
+                    batch.lines[0], len(batch.lines), text_array(batch.lines))).fetchone()
+                if row is not None:
+                    return int(row[0]), generation
+            row = conn.execute(APPEND, (*self._params(batch), self.storage.session)).fetchone()
+            assert row is not None
+            return int(row[0]), generation
 
     def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
         """The lease's connection, shared by the appenders of the lease, committing with this
@@ -737,11 +772,17 @@ class PostgresAppender:
             return SessionSealed(locator, successor or "its successor")
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e), REFUSED_OUTCOME)
 
-    def _after_commit(self) -> None:
-        if self.durability.every == 1:
+    def _after_commit(self, at: int) -> None:
+        """The policy's flush after a commit. A flush that fails leaves the commit made (a
+        database cannot take it back, as a file is cut back): the error says so."""
+        if self.durability.every == 1 or not self._clock.due():
             return
-        if self._clock.due():
+        try:
             self.sync()
+        except WriteFailed as e:
+            raise WriteFailed(self.storage.locator, -1, e.reason, (
+                f"this batch was committed all the same, at byte {at:,} (read the session "
+                f"again to see it); it and {SYNC_OUTCOME}")) from e.__cause__
 
     def sync(self) -> None:
         """Make every acknowledged commit durable now (see `_flush`)."""
