@@ -22,6 +22,16 @@ __all__ = ["DatabaseError", "DatabaseUnavailable", "connect", "describe", "share
            "with_shared"]
 
 CONNECT_TIMEOUT = 10
+# How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
+# advisory lock of its server process: for a client whose machine dropped off the network,
+# the server would keep that process, and the lease, for the system's keepalive time (two
+# hours by default); the client, waiting for a reply that cannot come, as long or longer.
+# Here either end gives up after about 25 s of silence (30 s for data sent and never
+# acknowledged). A URL's own values win.
+CLIENT_KEEPALIVE = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
+                    "keepalives_count": "3", "tcp_user_timeout": "30000"}
+SERVER_KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
+                    "tcp_keepalives_count": "3", "tcp_user_timeout": "30000"}
 T = TypeVar("T")
 
 _lock = threading.Lock()
@@ -39,11 +49,10 @@ class DatabaseUnavailable(DatabaseError):
 
 def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     """A new autocommit connection; `settings` are server settings for its whole life
-    (`synchronous_commit="off"`, say). DatabaseUnavailable if it cannot be had."""
-    extra: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT}
-    if settings:
-        extra["options"] = " ".join(f"-c {key}={value}" for key, value in settings.items())
+    (`synchronous_commit="off"`, say), with the keepalives of `CLIENT_KEEPALIVE` and
+    `SERVER_KEEPALIVE` where `conninfo` sets none. DatabaseUnavailable if it cannot be had."""
     try:
+        extra = _parameters(conninfo, settings)
         conn = psycopg.connect(conninfo, autocommit=True, **extra)
     except psycopg.Error as e:
         raise DatabaseUnavailable(f"cannot connect to the database: {describe(e)}") from e
@@ -59,6 +68,20 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
             raise
         _ready.add(key)
     return conn
+
+
+def _parameters(conninfo: str, settings: dict[str, str]) -> dict[str, Any]:
+    """The connection parameters added to `conninfo`'s. Its server options string becomes
+    ours where it sets none, then its own, then the caller's `settings` (the last wins)."""
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    extra: dict[str, Any] = {"connect_timeout": given.get("connect_timeout", CONNECT_TIMEOUT)}
+    extra.update({key: value for key, value in CLIENT_KEEPALIVE.items() if key not in given})
+    options = str(given.get("options") or "")
+    ours = [f"-c {key}={value}" for key, value in SERVER_KEEPALIVE.items()
+            if f"{key}=" not in options]
+    asked = [f"-c {key}={value}" for key, value in settings.items()]
+    extra["options"] = " ".join([*ours, options, *asked]).strip()
+    return extra
 
 
 def shared(conninfo: str) -> psycopg.Connection[Any]:
