@@ -27,11 +27,17 @@ CONNECT_TIMEOUT = 10
 # the server would keep that process, and the lease, for the system's keepalive time (two
 # hours by default); the client, waiting for a reply that cannot come, as long or longer.
 # Here either end gives up after about 25 s of silence (30 s for data sent and never
-# acknowledged). A URL's own values win.
+# acknowledged). Anyone else's values win: libpq's where the URL sets any (or names a
+# service), the server's where the session's value is not the built-in default (set by
+# the URL's or PGOPTIONS' options, a service, the role, the database or the server's file).
 CLIENT_KEEPALIVE = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
                     "keepalives_count": "3", "tcp_user_timeout": "30000"}
 SERVER_KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
                     "tcp_keepalives_count": "3", "tcp_user_timeout": "30000"}
+# Server settings made once connected: each forced, or only where still the default.
+SETTINGS = ("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::text[], "
+            "%s::text[], %s::bool[]) AS d(name, value, forced) JOIN pg_settings s "
+            "ON s.name = d.name WHERE d.forced OR s.source = 'default'")
 T = TypeVar("T")
 
 _lock = threading.Lock()
@@ -49,13 +55,24 @@ class DatabaseUnavailable(DatabaseError):
 
 def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     """A new autocommit connection; `settings` are server settings for its whole life
-    (`synchronous_commit="off"`, say), with the keepalives of `CLIENT_KEEPALIVE` and
-    `SERVER_KEEPALIVE` where `conninfo` sets none. DatabaseUnavailable if it cannot be had."""
+    (`synchronous_commit="off"`, say), with keepalives at both ends where nobody else set
+    them (`CLIENT_KEEPALIVE`, `SERVER_KEEPALIVE`). DatabaseUnavailable if it cannot be had."""
     try:
-        extra = _parameters(conninfo, settings)
-        conn = psycopg.connect(conninfo, autocommit=True, **extra)
+        conn = psycopg.connect(conninfo, autocommit=True, **_parameters(conninfo))
     except psycopg.Error as e:
         raise DatabaseUnavailable(f"cannot connect to the database: {describe(e)}") from e
+    wanted = {**{key: (value, False) for key, value in SERVER_KEEPALIVE.items()},
+              **{key: (value, True) for key, value in settings.items()}}
+    try:
+        conn.execute(SETTINGS, (list(wanted), [v for v, _ in wanted.values()],
+                                [forced for _, forced in wanted.values()]))
+    except psycopg.Error as e:
+        conn.close()
+        kind = DatabaseUnavailable if isinstance(e, psycopg.OperationalError) else DatabaseError
+        raise kind(f"cannot make the connection's settings: {describe(e)}") from e
+    except BaseException:
+        conn.close()
+        raise
     key = (os.getpid(), conninfo)
     if key not in _ready:
         try:
@@ -70,17 +87,15 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def _parameters(conninfo: str, settings: dict[str, str]) -> dict[str, Any]:
-    """The connection parameters added to `conninfo`'s. Its server options string becomes
-    ours where it sets none, then its own, then the caller's `settings` (the last wins)."""
+def _parameters(conninfo: str) -> dict[str, Any]:
+    """The libpq parameters added to `conninfo`'s: a connect timeout and keepalives, each
+    where neither it nor the environment or a service sets one."""
     given = psycopg.conninfo.conninfo_to_dict(conninfo)
-    extra: dict[str, Any] = {"connect_timeout": given.get("connect_timeout", CONNECT_TIMEOUT)}
-    extra.update({key: value for key, value in CLIENT_KEEPALIVE.items() if key not in given})
-    options = str(given.get("options") or "")
-    ours = [f"-c {key}={value}" for key, value in SERVER_KEEPALIVE.items()
-            if f"{key}=" not in options]
-    asked = [f"-c {key}={value}" for key, value in settings.items()]
-    extra["options"] = " ".join([*ours, options, *asked]).strip()
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        extra["connect_timeout"] = CONNECT_TIMEOUT
+    if "service" not in given and not os.environ.get("PGSERVICE"):
+        extra.update({k: v for k, v in CLIENT_KEEPALIVE.items() if k not in given})
     return extra
 
 
