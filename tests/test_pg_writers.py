@@ -379,14 +379,16 @@ class CutProxy:
     message holding `marker` (a value of the commit: the statement runs on, its client gone),
     and refuse new connections for a while (`refusing`). With `settle`, the cut waits that
     many seconds, dropping the server's replies, so that the server has read the message
-    (a close with replies unread resets the connection, and the server may lose it)."""
+    (a close with replies unread resets the connection, and the server may lose it). With
+    `stall`, the message is held back that many seconds instead, and nothing is cut."""
 
     def __init__(self, host: str, port: int, marker: bytes, *, refuse: bool = True,
-                 settle: float = 0.0) -> None:
+                 settle: float = 0.0, stall: float = 0.0) -> None:
         self.target = (host, port)
         self.marker = marker
         self.refuse = refuse  # refuse new connections once a statement was cut off
         self.settle = settle
+        self.stall = stall
         self.armed = threading.Event()
         self.refusing = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -415,8 +417,12 @@ class CutProxy:
             while data := source.recv(65536):
                 if cut.is_set():
                     continue  # a reply to a client that is cut off
+                hit = upward and self.armed.is_set() and self.marker in data
+                if hit and self.stall:
+                    self.armed.clear()
+                    time.sleep(self.stall)
                 sink.sendall(data)
-                if upward and self.armed.is_set() and self.marker in data:
+                if hit and not self.stall:
                     self.armed.clear()
                     if self.refuse:
                         self.refusing.set()
@@ -766,17 +772,97 @@ def unleased_cut_landed(pg_url: str, name: str) -> Iterator[tuple[str, PostgresS
         proxy.close()
 
 
-def test_a_resend_of_a_longer_batch_is_not_acknowledged_by_its_first_line(pg_url: str) -> None:
+def test_a_resend_of_a_longer_batch_is_refused_not_acknowledged_by_its_first_line(
+        pg_url: str) -> None:
     """The batch sent after U2's lost reply starts with U2 and holds one more entry. It is
-    not acknowledged as stored at U2 (its second entry would be lost): an acknowledged batch
-    is in the session whole."""
+    not acknowledged as stored at U2 (its second entry would be lost), nor stored with U2 a
+    second time: it is another batch than the one sent before, refused, naming U2."""
+    from journal.errors import WriteFailed
+
     with unleased_cut_landed(pg_url, "resend-longer") as (url, _, relayed):
         again = relayed.open_appender(Durability.always())
         try:
-            again.commit(U2 + b'{"type":"custom","id":"u3","customType":"x"}\n')
+            with pytest.raises(WriteFailed, match=r"its first entry \(u2\) is stored already"):
+                again.commit(U2 + b'{"type":"custom","id":"u3","customType":"x"}\n')
+            assert again.commit(U2) > 0  # the batch sent before, sent again: found
         finally:
             again.close()
-    assert "u3" in stored_ids(url)
+    assert stored_ids(url) == ["u1", "u2"]
+
+
+def test_a_resend_whose_transaction_the_server_ends_for_idling_is_tried_again(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-send's transaction holds the stream row, so the server ends it when the client
+    leaves it idle (here: its lock statement held back longer than the limit). The
+    connection is lost with an error that is not psycopg's OperationalError; the commit is
+    tried again on a new one all the same, and U2 is found once its first attempt commits."""
+    from journal.pg import storage as pg_storage
+
+    monkeypatch.setattr(pg_storage, "RESEND_IDLE_LIMIT", "300ms")
+    with unleased_cut_waiting(pg_url, "resend-idle") as cut:
+        # the same proxy (the same conninfo: the commit of unknown outcome is this one's)
+        cut.proxy.marker, cut.proxy.stall = b"FOR UPDATE", 1.0
+        again = cut.relayed.open_appender(Durability.always())
+        resent: list[Any] = []
+        try:
+            cut.proxy.armed.set()
+            sender = _committing(again, U2, resent)
+            _waiting(cut.direct.conninfo, 2)  # the first attempt, and the retry's lock
+            assert not cut.proxy.armed.is_set()  # the stall came first
+            cut.holder.commit()
+            sender.join(timeout=30)
+        finally:
+            again.close()
+    assert resent == [cut.first + len(U1)]
+    assert stored_ids(cut.url) == ["u1", "u2"]
+
+
+def test_a_batch_whose_first_entry_has_no_id_is_sent_once(pg_url: str) -> None:
+    """A batch is recognised on a retry by its first entry's id: a batch whose first entry
+    has none (a later one has) is not sent a second time after its reply was lost, where
+    it would be stored twice."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "first-without-id")
+    proxy = CutProxy(*_server(url), marker=U2_IN_ARRAY, refuse=False)
+    direct, relayed = _relayed(url, proxy.port)
+    try:
+        appender = relayed.open_appender(Durability.always())
+        try:
+            proxy.armed.set()
+            with pytest.raises(WriteFailed, match="may have been committed"):
+                appender.commit(b'{"type":"custom","customType":"cut-here"}\n'
+                                b'{"type":"custom","id":"k1","customType":"x"}\n')
+        finally:
+            appender.close()
+        deadline = time.monotonic() + 10
+        while "k1" not in stored_ids(url):
+            assert time.monotonic() < deadline, "the cut commit never landed"
+            time.sleep(0.02)
+    finally:
+        proxy.close()
+    assert stored_ids(url) == [None, "k1"]
+
+
+def test_a_sealed_session_says_so_after_a_commit_of_unknown_outcome(pg_url: str) -> None:
+    """After U2's lost reply the session is rotated: a commit is refused as sealed, naming
+    the successor (the reason to write elsewhere), not lost in a message of unknown outcome."""
+    from test_pg_rotation import fill
+
+    from journal import SessionSealed
+    from journal.pg.rotation import rotate_database
+
+    with unleased_cut_landed(pg_url, "sealed-after-cut") as (url, _, relayed):
+        with Session.open(url) as session:
+            fill(session)
+        result = rotate_database(url)
+        assert result.rotated
+        again = relayed.open_appender(Durability.always())
+        try:
+            with pytest.raises(SessionSealed, match="continues in"):
+                again.commit(b'{"type":"custom","id":"late","customType":"x"}\n')
+        finally:
+            again.close()
 
 
 def test_an_empty_commit_after_a_lost_reply_leaves_the_batch_to_be_found(pg_url: str) -> None:
@@ -861,6 +947,43 @@ def test_a_flush_failing_after_a_commit_says_the_batch_was_committed(pg_url: str
             proxy.refusing.clear()
             appender.close()
     finally:
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u3"]
+    assert f"this batch was committed all the same, at byte {first + len(U1):,}" in str(
+        failed.value)
+
+
+def test_a_flush_after_a_commit_that_finds_the_lease_taken_says_the_batch_was_committed(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `batch:2` with the lease, the flush after the second commit loses the lease's
+    connection, and the lease cannot be had back (another writer took the session over,
+    injected here): the commit's error says its batch was committed all the same, not that
+    nothing was appended."""
+    from journal.errors import WriteFailed
+    from journal.pg.lease import Lease
+
+    url = new_session(pg_url, "flush-lease-lost")
+    proxy = CutProxy(*_server(url), marker=b"pg_current_xact_id", refuse=False)
+    direct, relayed = _relayed(url, proxy.port)
+    lease = relayed.lock(5)
+    try:
+        appender = relayed.open_appender(Durability.batch(2, 60_000))
+        try:
+            first = appender.commit(U1)
+
+            def taken(self: Lease, wait: float) -> bool:
+                raise LeaseLost(self.locator, self.epoch, "the session changed hands")
+
+            monkeypatch.setattr(Lease, "renew", taken)
+            proxy.armed.set()
+            with pytest.raises(WriteFailed, match="sync failed: another writer took the "
+                               "session over") as failed:
+                appender.commit(b'{"type":"custom","id":"u3","customType":"x"}\n')
+            monkeypatch.undo()
+        finally:
+            appender.close()
+    finally:
+        lease.release()
         proxy.close()
     assert stored_ids(url) == ["u1", "u3"]
     assert f"this batch was committed all the same, at byte {first + len(U1):,}" in str(

@@ -20,12 +20,13 @@ planning, the tail) works unchanged.
   update the stream row (it waits only for a replacement's or a rotation's lock on it). If the
   connection is lost during a commit, the appender takes the lease back on a new connection
   (`Lease.renew`; failing that, it goes on on one of its own, fenced by the epoch through
-  `journal.append`) and sends the same batch once more, in a transaction that locks the stream
-  row, looks the batch up by its lines after where its last acknowledged batch ended
-  (`STORED_AT`: another writer's line after it means it is no longer the session's last) and
-  calls the function if it is not there (`_resend`): the lock waits for a first attempt still
-  waiting for the row, and the primary key for one still running at that offset, so the batch
-  is then found (acknowledged) or appended, exactly once. If that fails too, `WriteFailed`:
+  `journal.append`) and sends the same batch once more: it looks the batch up by its lines
+  after where its last acknowledged batch ended (`FIND_BATCH`: another writer's line after it
+  means it is no longer the session's last), and if it is not there, looks again and calls
+  the function in a transaction that locks the stream row first (`_resend`): the lock waits
+  for a first attempt still waiting for the row, and the primary key for one still running
+  at that offset, so the batch is then found (acknowledged) or appended once. If that fails
+  too, `WriteFailed`:
   the batch may have been committed (or may still be), and committing the same batch again as
   this process's next commit to the session stores it at most once. The stream row's size
   is set by batches, and by the writer at most once a second and on close; readers find a
@@ -103,7 +104,7 @@ POLL_INTERVAL = 0.02
 # bench/pg_append_micro.py), and the server parses a one-element literal for next to nothing.
 # With the offset, the generation the session was at when the statement began (the batch is
 # in it unless a replacement committed while the call waited for the row: it then names a
-# generation the session never returns to, and the floor it records is not used, `STORED_AT`).
+# generation the session never returns to, and the floor it records is not used, `FIND_BATCH`).
 APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
           "%s::bigint[], %s, %s), (SELECT generation FROM journal.streams WHERE session = %s)")
 COMMIT_ATTEMPTS = 2
@@ -112,19 +113,26 @@ COMMIT_ATTEMPTS = 2
 # for the end (`_append`). No row: no such session (the plain call then says so).
 LOCKED_APPEND = APPEND + (" FROM (SELECT 1 FROM journal.streams WHERE session = %s "
                           "FOR UPDATE) AS locked")
-# The stream row locked for a re-sent batch's look-up and call (`_resend`), and its generation.
-LOCK_STREAM = "SELECT generation FROM journal.streams WHERE session = %s FOR UPDATE"
-# Where a batch sent before without a known outcome is stored, if it is: every line of it in
-# order, from an entry with its first id, at or after the offset it cannot start before
-# while the session is in the same generation (from the start if it is not).
-STORED_AT = (
-    "SELECT e.byte_offset FROM journal.streams s JOIN journal.entries e "
-    "ON e.stream = s.id AND e.generation = s.generation "
-    "WHERE s.session = %s AND s.successor IS NULL "
-    "AND e.byte_offset >= CASE WHEN s.generation = %s THEN %s ELSE 0 END "
-    "AND e.id = %s AND e.line = %s AND ARRAY(SELECT n.line FROM journal.entries n "
-    "WHERE n.stream = s.id AND n.generation = s.generation AND n.byte_offset >= e.byte_offset "
-    "ORDER BY n.byte_offset LIMIT %s) = %s::text[] ORDER BY e.byte_offset LIMIT 1")
+# The stream row locked for a re-sent batch's second look-up and call (`_resend`).
+LOCK_STREAM = "SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE"
+# Where a batch sent before without a known outcome is, in a live session's current
+# generation: (the generation; the offset from which every line of it is stored in order;
+# the offset of an entry with its first id and line, whatever follows it; the offset of the
+# session's last line), looked for at or after the offset it cannot start before while the
+# session is in the same generation (from the start if it is not). No row: no live session.
+FIND_BATCH = (
+    "WITH s AS (SELECT id, generation, CASE WHEN generation = %(generation)s "
+    "THEN %(floor)s ELSE 0 END AS floor FROM journal.streams "
+    "WHERE session = %(session)s AND successor IS NULL AND generation IS NOT NULL), "
+    "first AS (SELECT e.byte_offset FROM s JOIN journal.entries e ON e.stream = s.id "
+    "AND e.generation = s.generation WHERE e.byte_offset >= s.floor AND e.id = %(id)s "
+    "AND e.line = %(line)s) "
+    "SELECT s.generation, (SELECT f.byte_offset FROM first f WHERE ARRAY(SELECT n.line "
+    "FROM journal.entries n WHERE n.stream = s.id AND n.generation = s.generation "
+    "AND n.byte_offset >= f.byte_offset ORDER BY n.byte_offset LIMIT %(count)s) "
+    "= %(lines)s::text[] ORDER BY f.byte_offset LIMIT 1), (SELECT min(byte_offset) FROM first), "
+    "(SELECT max(e.byte_offset) FROM journal.entries e WHERE e.stream = s.id "
+    "AND e.generation = s.generation) FROM s")
 # How long a re-sent batch's transaction may hold the stream row idle between its statements
 # (a stalled client would otherwise hold every writer of the session).
 RESEND_IDLE_LIMIT = "5s"
@@ -133,6 +141,14 @@ RESEND_IDLE_LIMIT = "5s"
 SETTLE_INTERVAL = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
+# A commit refused while an earlier one to the session has no known outcome (`_UNCONFIRMED`)
+UNSURE_OUTCOME = ("this commit stored nothing, but an earlier commit to this session has no "
+                  "known outcome: if this batch is that one sent again, it may have been "
+                  "committed, or may still be")
+RESENT_NOTE = ("an earlier attempt of this batch lost its connection and may have been "
+               "committed before that")
+UNSURE_NOTE = ("this commit appended nothing, but an earlier commit to this session has no "
+               "known outcome and may have been committed before that")
 REFUSED_OUTCOME = "nothing of it was stored, and the session is as it was"
 # A flush (`sync`) that failed: the commits before it were made; under `synchronous_commit`
 # off the server writes their log out itself within a fraction of a second
@@ -497,6 +513,16 @@ class End:
                    batch.ids[-1] if batch.lines else self.last_id)
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """A live session's generation, where a batch looked for is stored in it (None: not
+    found), and the offset of its last line then."""
+
+    generation: int
+    at: int | None
+    last: int
+
+
 class PostgresAppender:
     """The writer's handle. With the session's lease it commits on the lease's connection
     (its epoch fencing every commit), one plain entry as `schema.APPEND_ONE` at the end it
@@ -568,10 +594,12 @@ class PostgresAppender:
         # A session this process committed to without learning the outcome goes through
         # journal.append (which acknowledges a batch already stored) until a commit confirms.
         key = (self.storage.conninfo, self.storage.session)
+        known = bool(batch.lines) and batch.ids[0] is not None
         one = (len(batch.lines) == 1 and batch.types[0] not in schema.RESUME_TYPES
-               and batch.ids[0] is not None and key not in _UNCONFIRMED)
-        # a batch without entry ids cannot be recognised on a retry: it is sent once only
-        attempts = COMMIT_ATTEMPTS if any(batch.ids) else 1
+               and known and key not in _UNCONFIRMED)
+        # a batch is recognised on a retry by its first entry's id: without one it is sent
+        # once only
+        attempts = COMMIT_ATTEMPTS if known else 1
         with self._turn():
             return self._commit(batch, key, one, attempts)
 
@@ -586,6 +614,7 @@ class PostgresAppender:
         last: BaseException | None = None
         # an earlier commit to the session has no known outcome: this may be it, sent again
         unsure = key in _UNCONFIRMED
+        recognisable = bool(batch.lines) and batch.ids[0] is not None
         for attempt in range(attempts):
             try:
                 conn = self._live()
@@ -595,7 +624,7 @@ class PostgresAppender:
                 if at is not None:
                     assert self._end is not None
                     generation: int | None = self._end.generation
-                elif (attempt > 0 or unsure) and batch.lines and batch.ids[0] is not None:
+                elif (attempt > 0 or unsure) and recognisable:
                     self._end = None  # others may have written since: learnt again
                     at, generation = self._resend(conn, batch)
                     self._moved = False
@@ -605,31 +634,34 @@ class PostgresAppender:
                     if before is not None and at == before.size:
                         self._end = before.after(batch)
                     self._moved = False
-            except psycopg.OperationalError as e:
+            except psycopg.Error as e:
                 self._end = None
+                # a lost connection (whatever the error: the server's idle-in-transaction
+                # timeout ends it with an InternalError) is tried again; else a refusal
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
-                    raise self._refused(e, unconfirmed=unsure or last is not None) from e
+                    raise self._refused(e, resent=last is not None, unsure=unsure) from e
                 last = e
                 continue
             except DatabaseUnavailable as e:
                 last = e
                 continue
-            except psycopg.Error as e:
-                self._end = None
-                raise self._refused(e, unconfirmed=unsure or last is not None) from e
             except LeaseLost as e:
                 if last is None and not unsure:
                     raise
                 _UNCONFIRMED.add(key)
-                raise LeaseLost(locator, e.epoch, "its connection was lost", (
-                    "an earlier attempt of this batch lost its connection and may have been "
-                    "committed before that")) from e
+                resent = last is not None
+                raise LeaseLost(locator, e.epoch, "its connection was lost" if resent else "",
+                                RESENT_NOTE if resent else UNSURE_NOTE) from e
+            except WriteFailed:  # refused by the appender itself: nothing was sent
+                self._end = None
+                raise
             except BaseException:  # interrupted: the commit may have been made all the same
                 self._end = None
                 _UNCONFIRMED.add(key)
                 raise
-            if batch.lines:  # an empty commit says nothing of a batch sent before
+            if recognisable:  # a batch that cannot be looked up confirms nothing before it
                 _UNCONFIRMED.discard(key)
+            if batch.lines:  # no later batch of this appender starts before its end
                 self._floor = (generation, at + batch.total)
             self._after_commit(at)
             return at
@@ -664,29 +696,54 @@ class PostgresAppender:
 
     def _resend(self, conn: psycopg.Connection[Any], batch: Batch) -> tuple[int, int | None]:
         """Where `batch`, sent before without a known outcome, is stored, or where it is
-        stored now, and the generation: looked up by its lines (`STORED_AT`) and else
-        appended, in one transaction that locks the stream row first.
+        stored now, and the generation.
 
         journal.append acknowledges a re-sent batch only while it is the session's last: a
         line of another writer's after it (one without the lease, or the lease holder after
-        one without it) would otherwise have it stored twice. The lock orders the look-up
-        after every commit that was waiting for the row, the first attempt's included, and
-        holds off the lease holder's one-entry statement until the call committed."""
-        floor_generation, floor = self._floor
+        one without it) would otherwise have it stored twice. So the batch is looked up by
+        its lines (`FIND_BATCH`) first, without a lock (a scan of the whole session, for an
+        appender that has acknowledged nothing yet, holds no writer up). Not there, it is
+        looked for again after what was the session's last line, and else appended, in one
+        transaction that locks the stream row first: the lock waits for every commit that
+        was waiting for the row, the first attempt's included, and holds off the lease
+        holder's one-entry statement until the call committed. A batch whose first entry is
+        stored but not the rest of it is another batch: refused."""
+        generation, floor = self._floor
+        found = self._find(conn, batch, generation, floor)
+        if found is None:  # no live session: the function says why
+            return self._append(conn.cursor(), batch)
+        if found.at is not None:
+            return found.at, found.generation
         with conn.transaction():
             conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
                          (RESEND_IDLE_LIMIT,))
-            locked = conn.execute(LOCK_STREAM, (self.storage.session,)).fetchone()
-            generation = None if locked is None else locked[0]
-            if generation is not None:
-                row = conn.execute(STORED_AT, (
-                    self.storage.session, floor_generation, floor, batch.ids[0],
-                    batch.lines[0], len(batch.lines), text_array(batch.lines))).fetchone()
-                if row is not None:
-                    return int(row[0]), generation
+            conn.execute(LOCK_STREAM, (self.storage.session,))
+            again = self._find(conn, batch, found.generation, found.last + 1)
+            if again is not None and again.at is not None:
+                return again.at, again.generation
             row = conn.execute(APPEND, (*self._params(batch), self.storage.session)).fetchone()
             assert row is not None
-            return int(row[0]), generation
+            return int(row[0]), None if again is None else again.generation
+
+    def _find(self, conn: psycopg.Connection[Any], batch: Batch, generation: int | None,
+              floor: int) -> Lookup | None:
+        """`FIND_BATCH` for `batch`, at or after `floor` if the session is in `generation`;
+        None if the session is not live. WriteFailed if its first entry is stored, but not
+        the rest of it."""
+        row = conn.execute(FIND_BATCH, {
+            "session": self.storage.session, "generation": generation, "floor": floor,
+            "id": batch.ids[0], "line": batch.lines[0], "count": len(batch.lines),
+            "lines": text_array(batch.lines)}).fetchone()
+        if row is None:
+            return None
+        current, whole, first, last = row
+        if whole is None and first is not None:
+            raise WriteFailed(self.storage.locator, -1, (
+                f"its first entry ({batch.ids[0]}) is stored already, at byte {int(first):,}, "
+                "and the batch that starts with it is not: a batch sent again after an "
+                "unknown outcome must be the same batch"), REFUSED_OUTCOME)
+        return Lookup(int(current), None if whole is None else int(whole),
+                      -1 if last is None else int(last))
 
     def _durable_as_set(self, conn: psycopg.Connection[Any]) -> None:
         """The lease's connection, shared by the appenders of the lease, committing with this
@@ -747,29 +804,33 @@ class PostgresAppender:
                 text_array(batch.ids), text_array(batch.parents), text_array(batch.types),
                 "{" + ",".join(map(str, batch.offsets)) + "}", batch.total, batch.kept)
 
-    def _refused(self, e: psycopg.Error, *, unconfirmed: bool = False) -> JournalError:
-        """The error for a commit the server refused; `unconfirmed`: an earlier attempt of it
-        lost its connection, so it may have been committed all the same (and may still be)."""
+    def _refused(self, e: psycopg.Error, *, resent: bool = False,
+                 unsure: bool = False) -> JournalError:
+        """The error for a commit the server refused. `resent`: an earlier attempt of it lost
+        its connection, so it may have been committed all the same (and may still be);
+        `unsure`: an earlier commit to the session has no known outcome (this batch may be
+        that one, sent again)."""
         locator = self.storage.locator
         state = getattr(e, "sqlstate", None)
-        if unconfirmed:
+        if resent or unsure:
             _UNCONFIRMED.add((self.storage.conninfo, self.storage.session))
         if state == schema.SQLSTATE_FENCED:
             sealed = self.storage.successor()
             detail = (f"the session was sealed by a rotation and continues in {sealed}"
                       if sealed is not None else _first_line(e))
-            return LeaseLost(locator, self.epoch or 0, detail, (
-                "an earlier attempt of this batch lost its connection and may have been "
-                "committed before that") if unconfirmed else None)
+            return LeaseLost(locator, self.epoch or 0, detail,
+                             RESENT_NOTE if resent else UNSURE_NOTE if unsure else None)
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
-        if unconfirmed:
+        if resent:
             return WriteFailed(locator, -1, _first_line(e), UNCONFIRMED_OUTCOME)
         if state == schema.SQLSTATE_SEALED:
             said = e.diag.message_detail  # the successor's session id
             successor = (session_url(self.storage.conninfo, said) if said
                          else self.storage.successor())
             return SessionSealed(locator, successor or "its successor")
+        if unsure:
+            return WriteFailed(locator, -1, _first_line(e), UNSURE_OUTCOME)
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e), REFUSED_OUTCOME)
 
     def _after_commit(self, at: int) -> None:
@@ -790,8 +851,11 @@ class PostgresAppender:
             return
         try:
             self._on_live(_flush)
-        except (psycopg.Error, DatabaseUnavailable) as e:
-            raise WriteFailed(self.storage.locator, -1, f"sync failed: {_first_line(e)}",
+        except (psycopg.Error, JournalError) as e:
+            # LeaseLost too (the lease's connection could not be had back): nothing refused
+            said = ("another writer took the session over" if isinstance(e, LeaseLost)
+                    else _first_line(e))
+            raise WriteFailed(self.storage.locator, -1, f"sync failed: {said}",
                               SYNC_OUTCOME) from e
         self._clock.synced()
 
