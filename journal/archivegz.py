@@ -24,7 +24,8 @@ from .errors import JournalError, NotASession
 
 __all__ = ["CHUNK", "DAMAGE", "DAMAGED", "SUFFIX", "UNREADABLE", "Digest", "chunks",
            "compressed_name", "compressor", "decompress", "digest_of", "is_compressed",
-           "names_of", "reader", "unpack", "uncompressed_name", "unpacked", "write"]
+           "names_of", "reader", "refuse_writing", "uncompressed_name", "unpack", "unpacked",
+           "write"]
 
 CHUNK = 1 << 20
 SUFFIX = ".gz"
@@ -40,6 +41,14 @@ DAMAGED = "not a readable gzip archive"
 def is_compressed(path: str) -> bool:
     """Whether `path` names a gzip-compressed session (an archive): by its `.gz` suffix."""
     return path.endswith(SUFFIX)
+
+
+def refuse_writing(path: str) -> None:
+    """NotASession if `path` names an archive: archives are read-only (writing, rotating or
+    cutting one back would treat its compressed bytes as lines)."""
+    if is_compressed(path):
+        raise NotASession(path, "a compressed archive is read-only; open its live successor "
+                                 "(or decompress it to continue it)")
 
 
 def uncompressed_name(path: str) -> str:

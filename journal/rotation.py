@@ -25,7 +25,13 @@ from functools import partial
 from typing import Any
 
 from . import codec, model
-from .archivegz import compressed_name, compressor, is_compressed, uncompressed_name
+from .archivegz import (
+    compressed_name,
+    compressor,
+    is_compressed,
+    refuse_writing,
+    uncompressed_name,
+)
 from .boundary import boundary
 from .context import Context, branch_context, build_context
 from .errors import JournalError, NoSpace, NotASession, UnsafeFile, UnsupportedVersion
@@ -423,6 +429,7 @@ def rotate(
     if not dry_run:
         recover_pending(path, lock_timeout)
     path, _ = resolve_live(path)
+    refuse_writing(path)  # a compressed file no live session continues
     searched = file_key(path)
     early_info: tuple[int, Entry | None] | None = _early_info(path)
     lock: WriterLock | None = None

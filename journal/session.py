@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, model
-from .archivegz import is_compressed
+from .archivegz import refuse_writing
 from .codec import Diagnostic
 from .context import Context, advance, build_context, for_model
 from .durability import Durability
@@ -684,8 +684,7 @@ def _preflight(storage: Storage, *, migrate: bool = False) -> int:
     """Refuse what is not a writable session before anything is changed; return its version
     (below 3 only if `migrate` allows it to be migrated)."""
     path = storage.locator
-    if is_compressed(path):
-        raise NotASession(path, "a compressed archive is read-only; open its live successor")
+    refuse_writing(path)
     with storage.open_reader() as reader:
         if reader.size == 0:
             raise NotASession(path, "empty file, not a session (no header)")

@@ -343,3 +343,22 @@ def test_a_file_archived_while_rotate_checks_its_destination_is_followed(tmp_pat
     result = rotate(live)
     assert archived and os.path.exists(archived[0])
     assert result.path == resolve_live(live)[0]
+
+
+def test_a_compressed_session_that_nothing_continues_is_refused_untouched(tmp_path):
+    """A session compressed by hand (no live successor to follow to) is an archive: rotation
+    refuses it, with or without a dry run, and its bytes stay as they were (cutting back a
+    torn tail would have treated the gzip bytes as lines)."""
+    from journal.errors import NotASession
+
+    s, _ = build_session(str(tmp_path))
+    s.close()
+    packed = tmp_path / "by-hand.jsonl.gz"
+    packed.write_bytes(gzip.compress(open(s.path, "rb").read()))
+    os.unlink(s.path)
+    before = packed.read_bytes()
+    for dry_run in (False, True):
+        with pytest.raises(NotASession, match="compressed archive is read-only"):
+            rotate(str(packed), dry_run=dry_run)
+    assert packed.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["by-hand.jsonl.gz"]
