@@ -19,6 +19,13 @@ def show(conn: Any, name: str) -> str:
     return str(row[0])
 
 
+@pytest.fixture(autouse=True)
+def no_libpq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's own PGOPTIONS, PGCONNECT_TIMEOUT or PGSERVICE would stand in for ours."""
+    for name in ("PGOPTIONS", "PGCONNECT_TIMEOUT", "PGSERVICE", "PGSERVICEFILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def test_both_ends_give_up_on_a_silent_peer(pg_url: str) -> None:
     """The server drops a client that stopped answering (and with it a lease it held) after
     about 25 s, not after the system's two hours; the client gives up as soon."""
@@ -65,5 +72,44 @@ def test_the_environments_and_the_databases_values_are_kept(
         assert show(conn, "tcp_keepalives_interval") == "5"
         assert show(conn, "synchronous_commit") == "off"
         assert conn.info.get_parameters()["connect_timeout"] == "4"
+    finally:
+        conn.close()
+
+
+def test_a_service_names_its_own_timeout_and_keepalives(
+        pg_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    given = psycopg.conninfo.conninfo_to_dict(pg_url)
+    services = tmp_path / "pg_service.conf"
+    services.write_text(
+        f"[journal-test]\nhost={given['host']}\nport={given['port']}\nuser={given['user']}\n"
+        f"dbname={given['dbname']}\nconnect_timeout=3\nkeepalives_idle=77\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(services))
+    conn = connect("service=journal-test")
+    try:
+        used = conn.info.get_parameters()
+        assert used["connect_timeout"] == "3" and used["keepalives_idle"] == "77"
+        assert show(conn, "tcp_keepalives_idle") == "10"  # the server's end: ours
+    finally:
+        conn.close()
+
+
+def test_a_role_that_may_not_read_pg_settings_still_connects(pg_url: str) -> None:
+    """pg_settings says where a setting came from; a role that may not read it gets the
+    settings it asked for and the server's keepalives as they are."""
+    connect(pg_url).close()  # the schema, made by the superuser
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        try:
+            admin.execute("CREATE ROLE journal_no_settings LOGIN")
+        except psycopg.errors.DuplicateObject:
+            pass  # roles are server-wide: made by an earlier run of this test
+        admin.execute("GRANT USAGE ON SCHEMA journal TO journal_no_settings")
+        admin.execute("GRANT SELECT ON ALL TABLES IN SCHEMA journal TO journal_no_settings")
+        admin.execute("REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC")
+    role_url = pg_url.replace("postgresql://postgres@", "postgresql://journal_no_settings@")
+    with psycopg.connect(role_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT count(*) FROM pg_settings")
+    conn = connect(role_url, synchronous_commit="off")
+    try:
+        assert show(conn, "synchronous_commit") == "off"
     finally:
         conn.close()

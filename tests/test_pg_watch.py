@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -142,6 +143,24 @@ def test_polling_when_asked_or_when_listening_is_impossible(pg_url: str) -> None
     assert time.monotonic() - started < POLL_INTERVAL + 0.5
     with pytest.raises(psycopg.OperationalError):
         PgWatch(refuse, threading.Event(), timeout=10.0, poll=False)
+
+
+def test_a_server_that_cannot_be_reached_is_polled_through_the_projects_connect() -> None:
+    """The watch a storage opens connects with `journal.pg.connect.connect`, whose errors are
+    the project's own (DatabaseUnavailable), not psycopg's: it polls all the same."""
+    from journal.pg.connect import DatabaseUnavailable, connect
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = f"postgresql://postgres@127.0.0.1:{port}/nothing"
+    watch = PgWatch(lambda: connect(unreachable), threading.Event(), timeout=10.0)
+    started = time.monotonic()
+    assert watch.wait([Stream("s1")]) is True
+    assert time.monotonic() - started < POLL_INTERVAL + 0.5
+    assert watch.conn is None
+    with pytest.raises(DatabaseUnavailable):
+        PgWatch(lambda: connect(unreachable), threading.Event(), timeout=10.0, poll=False)
 
 
 APPEND_ONE = ("SELECT journal.append(%s, NULL, ARRAY['{}'], ARRAY[NULL], ARRAY[NULL], "

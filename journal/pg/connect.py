@@ -64,8 +64,7 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     wanted = {**{key: (value, False) for key, value in SERVER_KEEPALIVE.items()},
               **{key: (value, True) for key, value in settings.items()}}
     try:
-        conn.execute(SETTINGS, (list(wanted), [v for v, _ in wanted.values()],
-                                [forced for _, forced in wanted.values()]))
+        _settle(conn, wanted)
     except psycopg.Error as e:
         conn.close()
         kind = DatabaseUnavailable if isinstance(e, psycopg.OperationalError) else DatabaseError
@@ -89,14 +88,30 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
 
 def _parameters(conninfo: str) -> dict[str, Any]:
     """The libpq parameters added to `conninfo`'s: a connect timeout and keepalives, each
-    where neither it nor the environment or a service sets one."""
+    where neither it nor the environment sets one; none where a service is named (it may set
+    any of them, and libpq reads it after these)."""
     given = psycopg.conninfo.conninfo_to_dict(conninfo)
     extra: dict[str, Any] = {}
+    if "service" in given or os.environ.get("PGSERVICE"):
+        return extra  # the service may set any of them: libpq reads it after the URL
     if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
         extra["connect_timeout"] = CONNECT_TIMEOUT
-    if "service" not in given and not os.environ.get("PGSERVICE"):
-        extra.update({k: v for k, v in CLIENT_KEEPALIVE.items() if k not in given})
+    extra.update({k: v for k, v in CLIENT_KEEPALIVE.items() if k not in given})
     return extra
+
+
+def _settle(conn: psycopg.Connection[Any], wanted: dict[str, tuple[str, bool]]) -> None:
+    """Make the server settings `wanted` (name: value, forced). A role that may not read
+    pg_settings (which says where a value came from) gets the forced ones only."""
+    names = list(wanted)
+    values = [value for value, _ in wanted.values()]
+    forced = [force for _, force in wanted.values()]
+    try:
+        conn.execute(SETTINGS, (names, values, forced))
+    except psycopg.errors.InsufficientPrivilege:
+        conn.execute("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::text[], "
+                     "%s::text[], %s::bool[]) AS d(name, value, forced) WHERE d.forced",
+                     (names, values, forced))
 
 
 def shared(conninfo: str) -> psycopg.Connection[Any]:

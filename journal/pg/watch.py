@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import JournalError
 from ..storage.mark import StopFlag
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class PgWatch:
             conn = self.connect()
             conn.autocommit = True
             conn.execute(f"LISTEN {CHANNEL}")
-        except psycopg.Error as e:
+        except (psycopg.Error, JournalError) as e:  # a factory's own errors too (`connect`)
             if first and not self.may_fall_back:
                 raise
             log.warning("cannot listen for changes (%s); polling every %gs until it can",
