@@ -54,6 +54,7 @@ class LeaseLost(JournalError):
                  outcome: str | None = None) -> None:
         self.locator = locator
         self.epoch = epoch
+        self.detail = detail
         self.outcome = outcome
         extra = f" ({detail})" if detail else ""
         super().__init__(f"{locator}: another writer took the session over; this writer's "
@@ -66,12 +67,13 @@ class SessionSealed(JournalError):
     """The session was sealed by a rotation and takes no more lines: write to the session
     it continues in (`Session.open` follows a sealed session to the live one)."""
 
-    def __init__(self, locator: str, successor: str) -> None:
+    def __init__(self, locator: str, successor: str, note: str | None = None) -> None:
         self.locator = locator
         self.successor = successor
+        extra = f" ({note})" if note else ""
         super().__init__(f"{locator}: sealed by a rotation, it takes no more lines; nothing "
-                         f"was appended. It continues in {successor}: write there (opening "
-                         "the session follows it to the live one)")
+                         f"was appended{extra}. It continues in {successor}: write there "
+                         "(opening the session follows it to the live one)")
 
 
 class UnsafeLockFile(JournalError):

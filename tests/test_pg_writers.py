@@ -798,10 +798,10 @@ def test_a_resend_whose_transaction_the_server_ends_for_idling_is_tried_again(
     tried again on a new one all the same, and U2 is found once its first attempt commits."""
     from journal.pg import storage as pg_storage
 
-    monkeypatch.setattr(pg_storage, "RESEND_IDLE_LIMIT", "300ms")
+    monkeypatch.setattr(pg_storage, "RESEND_IDLE_LIMIT", "1s")
     with unleased_cut_waiting(pg_url, "resend-idle") as cut:
         # the same proxy (the same conninfo: the commit of unknown outcome is this one's)
-        cut.proxy.marker, cut.proxy.stall = b"FOR UPDATE", 1.0
+        cut.proxy.marker, cut.proxy.stall = b"FOR UPDATE", 3.0
         again = cut.relayed.open_appender(Durability.always())
         resent: list[Any] = []
         try:
@@ -830,9 +830,11 @@ def test_a_batch_whose_first_entry_has_no_id_is_sent_once(pg_url: str) -> None:
         appender = relayed.open_appender(Durability.always())
         try:
             proxy.armed.set()
-            with pytest.raises(WriteFailed, match="may have been committed"):
+            with pytest.raises(WriteFailed, match="may have been committed") as failed:
                 appender.commit(b'{"type":"custom","customType":"cut-here"}\n'
                                 b'{"type":"custom","id":"k1","customType":"x"}\n')
+            assert "read the session before committing it again" in str(failed.value)
+            assert "at most once" not in str(failed.value)
         finally:
             appender.close()
         deadline = time.monotonic() + 10
@@ -846,7 +848,9 @@ def test_a_batch_whose_first_entry_has_no_id_is_sent_once(pg_url: str) -> None:
 
 def test_a_sealed_session_says_so_after_a_commit_of_unknown_outcome(pg_url: str) -> None:
     """After U2's lost reply the session is rotated: a commit is refused as sealed, naming
-    the successor (the reason to write elsewhere), not lost in a message of unknown outcome."""
+    the successor (the reason to write elsewhere), and saying that the earlier commit has no
+    known outcome: U2 sent again must not be written to the successor blindly, where it is
+    already (the rotation copied it)."""
     from test_pg_rotation import fill
 
     from journal import SessionSealed
@@ -861,8 +865,14 @@ def test_a_sealed_session_says_so_after_a_commit_of_unknown_outcome(pg_url: str)
         try:
             with pytest.raises(SessionSealed, match="continues in"):
                 again.commit(b'{"type":"custom","id":"late","customType":"x"}\n')
+            with pytest.raises(SessionSealed, match="an earlier commit to this session has "
+                               "no known outcome: if this batch is that one, sent again, it "
+                               "may be in this session already") as sealed:
+                again.commit(U2)
         finally:
             again.close()
+        assert sealed.value.successor == session_url(
+            relayed.conninfo, str(result.successor_id))
 
 
 def test_an_empty_commit_after_a_lost_reply_leaves_the_batch_to_be_found(pg_url: str) -> None:
@@ -976,8 +986,8 @@ def test_a_flush_after_a_commit_that_finds_the_lease_taken_says_the_batch_was_co
 
             monkeypatch.setattr(Lease, "renew", taken)
             proxy.armed.set()
-            with pytest.raises(WriteFailed, match="sync failed: another writer took the "
-                               "session over") as failed:
+            with pytest.raises(WriteFailed, match=r"sync failed: the lease is lost \(the "
+                               r"session changed hands\)") as failed:
                 appender.commit(b'{"type":"custom","id":"u3","customType":"x"}\n')
             monkeypatch.undo()
         finally:

@@ -141,6 +141,10 @@ RESEND_IDLE_LIMIT = "5s"
 SETTLE_INTERVAL = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
                        "batch again stores it at most once")
+# ... of a batch whose first entry has no id: not recognised when sent again
+UNRECOGNISED_OUTCOME = ("it may have been committed, or may still be: read the session before "
+                        "committing it again (a batch whose first entry has no id is not "
+                        "recognised when sent again)")
 # A commit refused while an earlier one to the session has no known outcome (`_UNCONFIRMED`)
 UNSURE_OUTCOME = ("this commit stored nothing, but an earlier commit to this session has no "
                   "known outcome: if this batch is that one sent again, it may have been "
@@ -149,6 +153,9 @@ RESENT_NOTE = ("an earlier attempt of this batch lost its connection and may hav
                "committed before that")
 UNSURE_NOTE = ("this commit appended nothing, but an earlier commit to this session has no "
                "known outcome and may have been committed before that")
+UNSURE_SEALED = ("but an earlier commit to this session has no known outcome: if this batch is "
+                 "that one, sent again, it may be in this session already, and so in its "
+                 "successor; look there before writing it again")
 REFUSED_OUTCOME = "nothing of it was stored, and the session is as it was"
 # A flush (`sync`) that failed: the commits before it were made; under `synchronous_commit`
 # off the server writes their log out itself within a fraction of a second
@@ -652,9 +659,16 @@ class PostgresAppender:
                 resent = last is not None
                 raise LeaseLost(locator, e.epoch, "its connection was lost" if resent else "",
                                 RESENT_NOTE if resent else UNSURE_NOTE) from e
-            except WriteFailed:  # refused by the appender itself: nothing was sent
+            except WriteFailed as e:  # refused by the look-up: nothing was sent this time
                 self._end = None
-                raise
+                if last is None and not unsure:
+                    raise
+                _UNCONFIRMED.add(key)
+                if last is None:
+                    raise
+                raise WriteFailed(locator, -1, e.reason, (
+                    "its first attempt lost its connection, and may have been committed, or "
+                    "may still be")) from e
             except BaseException:  # interrupted: the commit may have been made all the same
                 self._end = None
                 _UNCONFIRMED.add(key)
@@ -667,7 +681,8 @@ class PostgresAppender:
             return at
         _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
-                          f"confirmed ({_first_line(last)})", UNCONFIRMED_OUTCOME)
+                          f"confirmed ({_first_line(last)})",
+                          UNCONFIRMED_OUTCOME if recognisable else UNRECOGNISED_OUTCOME)
 
     def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> tuple[int, int | None]:
         """journal.append's offset for `batch`, and the generation of `APPEND`.
@@ -828,7 +843,8 @@ class PostgresAppender:
             said = e.diag.message_detail  # the successor's session id
             successor = (session_url(self.storage.conninfo, said) if said
                          else self.storage.successor())
-            return SessionSealed(locator, successor or "its successor")
+            return SessionSealed(locator, successor or "its successor",
+                                 UNSURE_SEALED if unsure else None)
         if unsure:
             return WriteFailed(locator, -1, _first_line(e), UNSURE_OUTCOME)
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e), REFUSED_OUTCOME)
@@ -853,8 +869,8 @@ class PostgresAppender:
             self._on_live(_flush)
         except (psycopg.Error, JournalError) as e:
             # LeaseLost too (the lease's connection could not be had back): nothing refused
-            said = ("another writer took the session over" if isinstance(e, LeaseLost)
-                    else _first_line(e))
+            said = (f"the lease is lost ({e.detail or 'its connection could not be had back'})"
+                    if isinstance(e, LeaseLost) else _first_line(e))
             raise WriteFailed(self.storage.locator, -1, f"sync failed: {said}",
                               SYNC_OUTCOME) from e
         self._clock.synced()
