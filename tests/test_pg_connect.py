@@ -94,8 +94,9 @@ def test_a_service_names_its_own_timeout_and_keepalives(
 
 
 def test_a_role_that_may_not_read_pg_settings_still_connects(pg_url: str) -> None:
-    """pg_settings says where a setting came from; a role that may not read it gets the
-    settings it asked for and the server's keepalives as they are."""
+    """pg_show_all_settings() (behind the pg_settings view) says where a setting came from:
+    a role refused the view still gets our keepalives; one refused the function too gets the
+    settings it asked for, and the server's keepalives as they are."""
     connect(pg_url).close()  # the schema, made by the superuser
     with psycopg.connect(pg_url, autocommit=True) as admin:
         try:
@@ -111,5 +112,14 @@ def test_a_role_that_may_not_read_pg_settings_still_connects(pg_url: str) -> Non
     conn = connect(role_url, synchronous_commit="off")
     try:
         assert show(conn, "synchronous_commit") == "off"
+        assert show(conn, "tcp_keepalives_idle") == "10"
+    finally:
+        conn.close()
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_show_all_settings() FROM PUBLIC")
+    conn = connect(role_url, synchronous_commit="off")
+    try:
+        assert show(conn, "synchronous_commit") == "off"
+        assert show(conn, "tcp_keepalives_idle") != "10"
     finally:
         conn.close()

@@ -782,7 +782,9 @@ def test_a_resend_of_a_longer_batch_is_refused_not_acknowledged_by_its_first_lin
     with unleased_cut_landed(pg_url, "resend-longer") as (url, _, relayed):
         again = relayed.open_appender(Durability.always())
         try:
-            with pytest.raises(WriteFailed, match=r"its first entry \(u2\) is stored already"):
+            with pytest.raises(WriteFailed, match=r"its first entry \(u2\) is stored already"
+                               r".*this commit stored nothing, but an earlier commit to this "
+                               "session has no known outcome"):
                 again.commit(U2 + b'{"type":"custom","id":"u3","customType":"x"}\n')
             assert again.commit(U2) > 0  # the batch sent before, sent again: found
         finally:
@@ -849,8 +851,8 @@ def test_a_batch_whose_first_entry_has_no_id_is_sent_once(pg_url: str) -> None:
 def test_a_sealed_session_says_so_after_a_commit_of_unknown_outcome(pg_url: str) -> None:
     """After U2's lost reply the session is rotated: a commit is refused as sealed, naming
     the successor (the reason to write elsewhere), and saying that the earlier commit has no
-    known outcome: U2 sent again must not be written to the successor blindly, where it is
-    already (the rotation copied it)."""
+    known outcome: U2 sent again must not be written to the successor blindly (it is in the
+    sealed session, and in the successor if the rotation kept it)."""
     from test_pg_rotation import fill
 
     from journal import SessionSealed
@@ -961,6 +963,63 @@ def test_a_flush_failing_after_a_commit_says_the_batch_was_committed(pg_url: str
     assert stored_ids(url) == ["u1", "u3"]
     assert f"this batch was committed all the same, at byte {first + len(U1):,}" in str(
         failed.value)
+
+
+def test_a_retry_refused_by_a_seal_says_its_first_attempt_may_be_there(pg_url: str) -> None:
+    """U2's first attempt waits for the stream row and its connection is cut; the same
+    commit's retry waits behind it, and the transaction holding the row seals the session
+    (as a rotation does). The retry is refused as sealed, naming the successor, and saying
+    that the first attempt may be in the session: not that committing it again stores it
+    once."""
+    from journal import SessionSealed
+
+    url = new_session(pg_url, "retry-sealed")
+    proxy = CutProxy(*_server(url), marker=U2_IN_ARRAY, refuse=False)
+    direct, relayed = _relayed(url, proxy.port)
+    holder = _holder(direct.conninfo)
+    outcome: list[Any] = []
+    try:
+        unleased = relayed.open_appender(Durability.always())
+        try:
+            unleased.commit(U1)
+            holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                           (direct.session,))
+            proxy.armed.set()
+            sender = _committing(unleased, U2, outcome, SessionSealed)
+            _waiting(direct.conninfo, 2)  # the first attempt, and the retry's lock
+            holder.execute("UPDATE journal.streams SET successor = 'next' WHERE session = %s",
+                           (direct.session,))
+            holder.commit()
+            sender.join(timeout=30)
+        finally:
+            unleased.close()
+    finally:
+        holder.close()
+        proxy.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], SessionSealed), outcome
+    assert outcome[0].successor == session_url(relayed.conninfo, "next")
+    assert "an earlier attempt of this batch lost its connection: it may be in this session" \
+        in str(outcome[0])
+    assert stored_ids(url) == ["u1"]
+
+
+def test_an_empty_commit_whose_reply_is_lost_says_nothing_can_be_stored(pg_url: str) -> None:
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "empty-cut")
+    proxy = CutProxy(*_server(url), marker=b"journal.append", refuse=True)
+    try:
+        appender = _relayed(url, proxy.port)[1].open_appender(Durability.always())
+        try:
+            proxy.armed.set()
+            with pytest.raises(WriteFailed, match="it held no entries: nothing of it can have "
+                               "been stored"):
+                appender.commit(b"")
+        finally:
+            proxy.refusing.clear()
+            appender.close()
+    finally:
+        proxy.close()
 
 
 def test_a_flush_after_a_commit_that_finds_the_lease_taken_says_the_batch_was_committed(

@@ -34,9 +34,10 @@ CLIENT_KEEPALIVE = {"keepalives": "1", "keepalives_idle": "10", "keepalives_inte
                     "keepalives_count": "3", "tcp_user_timeout": "30000"}
 SERVER_KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
                     "tcp_keepalives_count": "3", "tcp_user_timeout": "30000"}
-# Server settings made once connected: each forced, or only where still the default.
+# Server settings made once connected: each forced, or only where still the default (the
+# function behind the pg_settings view: a role may be refused the view and not the function).
 SETTINGS = ("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::text[], "
-            "%s::text[], %s::bool[]) AS d(name, value, forced) JOIN pg_settings s "
+            "%s::text[], %s::bool[]) AS d(name, value, forced) JOIN pg_show_all_settings() s "
             "ON s.name = d.name WHERE d.forced OR s.source = 'default'")
 T = TypeVar("T")
 
@@ -101,8 +102,8 @@ def _parameters(conninfo: str) -> dict[str, Any]:
 
 
 def _settle(conn: psycopg.Connection[Any], wanted: dict[str, tuple[str, bool]]) -> None:
-    """Make the server settings `wanted` (name: value, forced). A role that may not read
-    pg_settings (which says where a value came from) gets the forced ones only."""
+    """Make the server settings `wanted` (name: value, forced). A role that may not call
+    pg_show_all_settings() (which says where a value came from) gets the forced ones only."""
     names = list(wanted)
     values = [value for value, _ in wanted.values()]
     forced = [force for _, force in wanted.values()]

@@ -153,9 +153,18 @@ RESENT_NOTE = ("an earlier attempt of this batch lost its connection and may hav
                "committed before that")
 UNSURE_NOTE = ("this commit appended nothing, but an earlier commit to this session has no "
                "known outcome and may have been committed before that")
+# Notes of SessionSealed for a batch that may have landed before the seal
 UNSURE_SEALED = ("but an earlier commit to this session has no known outcome: if this batch is "
-                 "that one, sent again, it may be in this session already, and so in its "
-                 "successor; look there before writing it again")
+                 "that one, sent again, it may be in this session already, and in its "
+                 "successor if the rotation kept it; look there before writing it again")
+RESENT_SEALED = ("but an earlier attempt of this batch lost its connection: it may be in this "
+                 "session already, and in its successor if the rotation kept it; look there "
+                 "before writing it again")
+# The outcome of an empty commit whose connection was lost
+EMPTY_OUTCOME = "it held no entries: nothing of it can have been stored"
+# ... of a look-up's refusal after this commit's first attempt lost its connection
+FIRST_ATTEMPT_OUTCOME = ("its first attempt lost its connection, and may have been committed, "
+                         "or may still be")
 REFUSED_OUTCOME = "nothing of it was stored, and the session is as it was"
 # A flush (`sync`) that failed: the commits before it were made; under `synchronous_commit`
 # off the server writes their log out itself within a fraction of a second
@@ -657,18 +666,14 @@ class PostgresAppender:
                     raise
                 _UNCONFIRMED.add(key)
                 resent = last is not None
-                raise LeaseLost(locator, e.epoch, "its connection was lost" if resent else "",
+                raise LeaseLost(locator, e.epoch,
+                                "its connection was lost" if resent else e.detail,
                                 RESENT_NOTE if resent else UNSURE_NOTE) from e
-            except WriteFailed as e:  # refused by the look-up: nothing was sent this time
+            except WriteFailed as e:  # the look-up's refusal (only after an unknown outcome)
                 self._end = None
-                if last is None and not unsure:
-                    raise
                 _UNCONFIRMED.add(key)
-                if last is None:
-                    raise
-                raise WriteFailed(locator, -1, e.reason, (
-                    "its first attempt lost its connection, and may have been committed, or "
-                    "may still be")) from e
+                raise WriteFailed(locator, -1, e.reason, FIRST_ATTEMPT_OUTCOME
+                                  if last is not None else UNSURE_OUTCOME) from e
             except BaseException:  # interrupted: the commit may have been made all the same
                 self._end = None
                 _UNCONFIRMED.add(key)
@@ -682,7 +687,8 @@ class PostgresAppender:
         _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
                           f"confirmed ({_first_line(last)})",
-                          UNCONFIRMED_OUTCOME if recognisable else UNRECOGNISED_OUTCOME)
+                          UNCONFIRMED_OUTCOME if recognisable
+                          else UNRECOGNISED_OUTCOME if batch.lines else EMPTY_OUTCOME)
 
     def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> tuple[int, int | None]:
         """journal.append's offset for `batch`, and the generation of `APPEND`.
@@ -837,14 +843,14 @@ class PostgresAppender:
                              RESENT_NOTE if resent else UNSURE_NOTE if unsure else None)
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
-        if resent:
-            return WriteFailed(locator, -1, _first_line(e), UNCONFIRMED_OUTCOME)
         if state == schema.SQLSTATE_SEALED:
             said = e.diag.message_detail  # the successor's session id
             successor = (session_url(self.storage.conninfo, said) if said
                          else self.storage.successor())
-            return SessionSealed(locator, successor or "its successor",
-                                 UNSURE_SEALED if unsure else None)
+            return SessionSealed(locator, successor or "its successor", RESENT_SEALED
+                                 if resent else UNSURE_SEALED if unsure else None)
+        if resent:
+            return WriteFailed(locator, -1, _first_line(e), UNCONFIRMED_OUTCOME)
         if unsure:
             return WriteFailed(locator, -1, _first_line(e), UNSURE_OUTCOME)
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e), REFUSED_OUTCOME)

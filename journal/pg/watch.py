@@ -107,11 +107,14 @@ class PgWatch:
         """Open the listening connection; on failure poll (if allowed) or raise."""
         import psycopg
 
+        conn: psycopg.Connection[Any] | None = None
         try:
             conn = self.connect()
             conn.autocommit = True
             conn.execute(f"LISTEN {CHANNEL}")
         except (psycopg.Error, JournalError) as e:  # a factory's own errors too (`connect`)
+            if conn is not None:
+                conn.close()
             if first and not self.may_fall_back:
                 raise
             log.warning("cannot listen for changes (%s); polling every %gs until it can",
