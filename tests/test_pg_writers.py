@@ -1004,6 +1004,7 @@ def test_a_retry_refused_by_a_seal_says_its_first_attempt_may_be_there(pg_url: s
 
 
 def test_an_empty_commit_whose_reply_is_lost_says_nothing_can_be_stored(pg_url: str) -> None:
+    from journal import SessionSealed
     from journal.errors import WriteFailed
 
     url = new_session(pg_url, "empty-cut")
@@ -1015,11 +1016,86 @@ def test_an_empty_commit_whose_reply_is_lost_says_nothing_can_be_stored(pg_url: 
             with pytest.raises(WriteFailed, match="it held no entries: nothing of it can have "
                                "been stored"):
                 appender.commit(b"")
+            proxy.refusing.clear()
+            # and it leaves no unknown outcome behind: a refusal says nothing of one
+            with psycopg.connect(_relayed(url, proxy.port)[0].conninfo, autocommit=True) as db:
+                db.execute("UPDATE journal.streams SET successor = 'next' WHERE session = %s",
+                           ("empty-cut",))
+            with pytest.raises(SessionSealed) as sealed:
+                appender.commit(U1)
+            assert "no known outcome" not in str(sealed.value)
         finally:
             proxy.refusing.clear()
             appender.close()
     finally:
         proxy.close()
+
+
+def test_a_commit_that_never_reached_the_database_says_nothing_was_sent(pg_url: str) -> None:
+    """The appender's connection is lost between commits and no new one can be made: the
+    commit's attempts send nothing, and it says so (not that the batch may have been
+    committed)."""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "unreached")
+    proxy = CutProxy(*_server(url), marker=b"SHOW", refuse=True)
+    try:
+        appender = _relayed(url, proxy.port)[1].open_appender(Durability.always())
+        try:
+            appender.commit(U1)
+            proxy.armed.set()
+            with pytest.raises(JournalError, match="cannot connect"):
+                appender.setting("synchronous_commit")  # its connection cut; none again
+            with pytest.raises(WriteFailed, match="nothing of it was sent") as failed:
+                appender.commit(U2)
+            assert "may have been committed" not in str(failed.value)
+            proxy.refusing.clear()
+            appender.commit(b'{"type":"custom","id":"u3","customType":"x"}\n')
+        finally:
+            proxy.refusing.clear()
+            appender.close()
+    finally:
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u3"]
+
+
+def test_a_leased_writer_after_a_lost_reply_and_a_rotation_is_told_to_look_first(
+        pg_url: str) -> None:
+    """A writer holding the lease loses U2's reply and cannot reconnect; meanwhile another
+    writer takes the session and rotates it. The writer's next commit, U2 sent again, is
+    refused (the lease moved on): the error names the successor and says U2 may be in the
+    session already, and in the successor if the rotation kept it."""
+    from test_pg_rotation import fill
+
+    from journal.errors import WriteFailed
+    from journal.pg.rotation import rotate_database
+
+    url = new_session(pg_url, "leased-sealed")
+    proxy = CutProxy(*_server(url), marker=b'"customType":"cut-here"', refuse=True)
+    direct, relayed = _relayed(url, proxy.port)
+    lease = relayed.lock(5)
+    try:
+        appender = relayed.open_appender(Durability.always())
+        try:
+            appender.commit(U1)
+            proxy.armed.set()
+            with pytest.raises(WriteFailed, match="may have been committed"):
+                appender.commit(U2)
+            with Session.open(url, lock_timeout=20) as session:
+                fill(session)
+            assert rotate_database(url).rotated
+            proxy.refusing.clear()
+            with pytest.raises(LeaseLost) as lost:
+                appender.commit(U2)
+        finally:
+            appender.close()
+    finally:
+        lease.release()
+        proxy.close()
+    said = str(lost.value)
+    assert "sealed by a rotation and continues in" in said
+    assert "it may be in this session already, and in its successor if the rotation kept " \
+        "it; look there before writing it again" in said
 
 
 def test_a_flush_after_a_commit_that_finds_the_lease_taken_says_the_batch_was_committed(

@@ -625,22 +625,28 @@ class PostgresAppender:
         return self.lease.busy if self.lease is not None else contextlib.nullcontext()
 
     def _commit(self, batch: Batch, key: tuple[str, str], one: bool, attempts: int) -> int:
-        """`commit`'s attempts, with the lease's connection this appender's."""
+        """`commit`'s attempts, with the lease's connection this appender's.
+
+        `lost`: an attempt sent the batch and lost its connection before the outcome came
+        (it may have been committed, or may still be); an attempt that could not reach the
+        database (`DatabaseUnavailable`, from making the connection) sent nothing."""
         locator = self.storage.locator
-        last: BaseException | None = None
+        lost: BaseException | None = None
+        unreached: BaseException | None = None
         # an earlier commit to the session has no known outcome: this may be it, sent again
         unsure = key in _UNCONFIRMED
         recognisable = bool(batch.lines) and batch.ids[0] is not None
-        for attempt in range(attempts):
+        for _ in range(attempts):
             try:
                 conn = self._live()
                 if self._cursor is None or self._cursor.connection is not conn:
                     self._cursor = conn.cursor()  # kept: one less object per commit
-                at = self._commit_one(conn, batch) if one and attempt == 0 else None
+                at = (self._commit_one(conn, batch) if one and not unsure and lost is None
+                      else None)
                 if at is not None:
                     assert self._end is not None
                     generation: int | None = self._end.generation
-                elif (attempt > 0 or unsure) and recognisable:
+                elif (lost is not None or unsure) and recognisable:
                     self._end = None  # others may have written since: learnt again
                     at, generation = self._resend(conn, batch)
                     self._moved = False
@@ -655,28 +661,26 @@ class PostgresAppender:
                 # a lost connection (whatever the error: the server's idle-in-transaction
                 # timeout ends it with an InternalError) is tried again; else a refusal
                 if self._conn is not None and not (self._conn.broken or self._conn.closed):
-                    raise self._refused(e, resent=last is not None, unsure=unsure) from e
-                last = e
+                    raise self._refused(e, resent=lost is not None, unsure=unsure) from e
+                lost = e
                 continue
             except DatabaseUnavailable as e:
-                last = e
+                unreached = e
                 continue
             except LeaseLost as e:
-                if last is None and not unsure:
+                if lost is None and not unsure:
                     raise
                 _UNCONFIRMED.add(key)
-                resent = last is not None
-                raise LeaseLost(locator, e.epoch,
-                                "its connection was lost" if resent else e.detail,
-                                RESENT_NOTE if resent else UNSURE_NOTE) from e
+                raise self._lease_lost(e, resent=lost is not None) from e
             except WriteFailed as e:  # the look-up's refusal (only after an unknown outcome)
                 self._end = None
                 _UNCONFIRMED.add(key)
                 raise WriteFailed(locator, -1, e.reason, FIRST_ATTEMPT_OUTCOME
-                                  if last is not None else UNSURE_OUTCOME) from e
+                                  if lost is not None else UNSURE_OUTCOME) from e
             except BaseException:  # interrupted: the commit may have been made all the same
                 self._end = None
-                _UNCONFIRMED.add(key)
+                if batch.lines:
+                    _UNCONFIRMED.add(key)
                 raise
             if recognisable:  # a batch that cannot be looked up confirms nothing before it
                 _UNCONFIRMED.discard(key)
@@ -684,11 +688,32 @@ class PostgresAppender:
                 self._floor = (generation, at + batch.total)
             self._after_commit(at)
             return at
-        _UNCONFIRMED.add(key)
+        if lost is None:  # no attempt reached the database: nothing was sent
+            raise WriteFailed(locator, -1, _first_line(unreached),
+                              UNSURE_OUTCOME if unsure else "nothing of it was sent")
+        if batch.lines:
+            _UNCONFIRMED.add(key)
         raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
-                          f"confirmed ({_first_line(last)})",
+                          f"confirmed ({_first_line(lost)})",
                           UNCONFIRMED_OUTCOME if recognisable
                           else UNRECOGNISED_OUTCOME if batch.lines else EMPTY_OUTCOME)
+
+    def _lease_lost(self, e: LeaseLost, *, resent: bool) -> LeaseLost:
+        """`e` for a commit made after an unknown outcome (of this batch's first attempt:
+        `resent`, or of an earlier commit): the batch may be in the session already, and, if
+        the session was sealed, in its successor if the rotation kept it."""
+        try:
+            sealed = self.storage.successor()
+        except JournalError:
+            sealed = None
+        if sealed is not None:
+            detail = f"the session was sealed by a rotation and continues in {sealed}"
+            note = RESENT_SEALED if resent else UNSURE_SEALED
+        else:
+            detail = "; ".join(d for d in ("its connection was lost" if resent else "",
+                                            e.detail) if d)
+            note = RESENT_NOTE if resent else UNSURE_NOTE
+        return LeaseLost(self.storage.locator, e.epoch, detail, note)
 
     def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> tuple[int, int | None]:
         """journal.append's offset for `batch`, and the generation of `APPEND`.
@@ -761,8 +786,9 @@ class PostgresAppender:
         if whole is None and first is not None:
             raise WriteFailed(self.storage.locator, -1, (
                 f"its first entry ({batch.ids[0]}) is stored already, at byte {int(first):,}, "
-                "and the batch that starts with it is not: a batch sent again after an "
-                "unknown outcome must be the same batch"), REFUSED_OUTCOME)
+                "and the batch that starts with it is not: an entry id names one entry, and "
+                "a batch sent again after an unknown outcome must be the same batch"),
+                REFUSED_OUTCOME)
         return Lookup(int(current), None if whole is None else int(whole),
                       -1 if last is None else int(last))
 
@@ -836,11 +862,13 @@ class PostgresAppender:
         if resent or unsure:
             _UNCONFIRMED.add((self.storage.conninfo, self.storage.session))
         if state == schema.SQLSTATE_FENCED:
+            fenced = LeaseLost(locator, self.epoch or 0, _first_line(e))
+            if resent or unsure:
+                return self._lease_lost(fenced, resent=resent)
             sealed = self.storage.successor()
             detail = (f"the session was sealed by a rotation and continues in {sealed}"
                       if sealed is not None else _first_line(e))
-            return LeaseLost(locator, self.epoch or 0, detail,
-                             RESENT_NOTE if resent else UNSURE_NOTE if unsure else None)
+            return LeaseLost(locator, self.epoch or 0, detail)
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
         if state == schema.SQLSTATE_SEALED:

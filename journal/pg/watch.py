@@ -112,9 +112,11 @@ class PgWatch:
             conn = self.connect()
             conn.autocommit = True
             conn.execute(f"LISTEN {CHANNEL}")
-        except (psycopg.Error, JournalError) as e:  # a factory's own errors too (`connect`)
+        except BaseException as e:
             if conn is not None:
                 conn.close()
+            if not isinstance(e, (psycopg.Error, JournalError)):  # a factory's own: `connect`
+                raise
             if first and not self.may_fall_back:
                 raise
             log.warning("cannot listen for changes (%s); polling every %gs until it can",
