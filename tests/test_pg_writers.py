@@ -421,12 +421,13 @@ class CutProxy:
                 if hit and self.stall:
                     self.armed.clear()
                     time.sleep(self.stall)
-                sink.sendall(data)
-                if hit and not self.stall:
+                if hit and not self.stall:  # cut before the message goes: no reply passes
                     self.armed.clear()
                     if self.refuse:
                         self.refusing.set()
                     cut.set()
+                sink.sendall(data)
+                if hit and not self.stall:
                     time.sleep(self.settle)
                     break  # the statement is on its way; its client is cut off
         except OSError:
@@ -1057,6 +1058,41 @@ def test_a_commit_that_never_reached_the_database_says_nothing_was_sent(pg_url: 
     finally:
         proxy.close()
     assert stored_ids(url) == ["u1", "u3"]
+
+
+def test_a_lease_connection_found_lost_before_a_commit_is_sent_says_nothing_was_sent(
+        pg_url: str) -> None:
+    """The lease's connection dies unnoticed before a new appender's first commit, and no new
+    connection can be made: reading the end finds it lost before anything of the batch
+    went, so the commit says nothing of it was sent (not that it may have been committed).
+    (An earlier appender of the lease committed first, so the new one has no setting to make
+    on the connection before it reads the end.)"""
+    from journal.errors import WriteFailed
+
+    url = new_session(pg_url, "lost-before-sent")
+    proxy = CutProxy(*_server(url), marker=b"never sent")
+    direct, relayed = _relayed(url, proxy.port)
+    lease = relayed.lock(5)
+    try:
+        earlier = relayed.open_appender(Durability.always())
+        earlier.commit(U1)
+        earlier.close()
+        appender = relayed.open_appender(Durability.always())
+        try:
+            proxy.refusing.set()
+            with psycopg.connect(direct.conninfo, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)",
+                              (lease.conn.info.backend_pid,))
+            with pytest.raises(WriteFailed, match="nothing of it was sent") as failed:
+                appender.commit(U2)
+            assert "may have been committed" not in str(failed.value)
+        finally:
+            proxy.refusing.clear()
+            appender.close()
+    finally:
+        lease.release()
+        proxy.close()
+    assert stored_ids(url) == ["u1"]
 
 
 def test_a_leased_writer_after_a_lost_reply_and_a_rotation_is_told_to_look_first(

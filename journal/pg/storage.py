@@ -634,11 +634,14 @@ class PostgresAppender:
         lost: BaseException | None = None
         unreached: BaseException | None = None
         # an earlier commit to the session has no known outcome: this may be it, sent again
-        unsure = key in _UNCONFIRMED
+        # (an empty commit never is)
+        unsure = bool(batch.lines) and key in _UNCONFIRMED
         recognisable = bool(batch.lines) and batch.ids[0] is not None
         for _ in range(attempts):
+            sending = False  # nothing of this attempt has left yet
             try:
                 conn = self._live()
+                sending = True
                 if self._cursor is None or self._cursor.connection is not conn:
                     self._cursor = conn.cursor()  # kept: one less object per commit
                 at = (self._commit_one(conn, batch) if one and not unsure and lost is None
@@ -679,7 +682,7 @@ class PostgresAppender:
                                   if lost is not None else UNSURE_OUTCOME) from e
             except BaseException:  # interrupted: the commit may have been made all the same
                 self._end = None
-                if batch.lines:
+                if batch.lines and (sending or lost is not None):
                     _UNCONFIRMED.add(key)
                 raise
             if recognisable:  # a batch that cannot be looked up confirms nothing before it
@@ -707,7 +710,9 @@ class PostgresAppender:
         except JournalError:
             sealed = None
         if sealed is not None:
-            detail = f"the session was sealed by a rotation and continues in {sealed}"
+            detail = "; ".join(d for d in (
+                f"the session was sealed by a rotation and continues in {sealed}", e.detail)
+                if d)
             note = RESENT_SEALED if resent else UNSURE_SEALED
         else:
             detail = "; ".join(d for d in ("its connection was lost" if resent else "",
@@ -834,12 +839,19 @@ class PostgresAppender:
     def _read_end(self, conn: psycopg.Connection[Any]) -> End | None:
         """The end of the session's current generation, read on the lease's connection (so
         every commit of another writer before this lease is in); None if the session is
-        not there, sealed, or no longer at this lease's epoch."""
-        row = conn.execute(
-            f"SELECT s.id, s.generation, coalesce(e.size, s.size), coalesce(e.entries, "
-            f"s.entries), e.last_id FROM {schema.STREAMS_WITH_END} WHERE s.session = %s "
-            f"AND s.generation IS NOT NULL AND s.successor IS NULL AND s.epoch = %s",
-            (self.storage.session, self.epoch)).fetchone()
+        not there, sealed, or no longer at this lease's epoch. DatabaseUnavailable if the
+        connection is found lost here, before anything of a commit was sent."""
+        try:
+            row = conn.execute(
+                f"SELECT s.id, s.generation, coalesce(e.size, s.size), coalesce(e.entries, "
+                f"s.entries), e.last_id FROM {schema.STREAMS_WITH_END} WHERE s.session = %s "
+                f"AND s.generation IS NOT NULL AND s.successor IS NULL AND s.epoch = %s",
+                (self.storage.session, self.epoch)).fetchone()
+        except psycopg.OperationalError as e:
+            if not (conn.broken or conn.closed):
+                raise
+            raise DatabaseUnavailable(f"{self.storage.locator}: lost the database: "
+                                      f"{describe(e)}") from e
         if row is None:
             return None
         self._end = End(int(row[0]), int(row[1]), int(row[2]), int(row[3]), row[4])
@@ -865,7 +877,10 @@ class PostgresAppender:
             fenced = LeaseLost(locator, self.epoch or 0, _first_line(e))
             if resent or unsure:
                 return self._lease_lost(fenced, resent=resent)
-            sealed = self.storage.successor()
+            try:
+                sealed = self.storage.successor()
+            except JournalError:
+                sealed = None
             detail = (f"the session was sealed by a rotation and continues in {sealed}"
                       if sealed is not None else _first_line(e))
             return LeaseLost(locator, self.epoch or 0, detail)

@@ -115,7 +115,9 @@ class PgWatch:
         except BaseException as e:
             if conn is not None:
                 conn.close()
-            if not isinstance(e, (psycopg.Error, JournalError)):  # a factory's own: `connect`
+            # psycopg's errors, and a factory's own (`connect` raises JournalErrors), mean
+            # that the server cannot be listened to; anything else (an interruption) is raised
+            if not isinstance(e, (psycopg.Error, JournalError)):
                 raise
             if first and not self.may_fall_back:
                 raise
