@@ -556,6 +556,9 @@ class PostgresAppender:
         self._cursor: psycopg.Cursor[Any] | None = None
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
         self._reconnecting = threading.Lock()
+        # without a lease, the appender's own connection does one piece of work at a time
+        # (a re-send's transaction spans statements: another thread's would run inside it)
+        self._busy = threading.RLock()
         self._end: End | None = None  # known on the lease's connection only
         # where this appender's last acknowledged batch ended, and in which generation: no
         # later batch starts before it (while the session is in that generation)
@@ -620,9 +623,9 @@ class PostgresAppender:
             return self._commit(batch, key, one, attempts)
 
     def _turn(self) -> contextlib.AbstractContextManager[Any]:
-        """The lease's `busy` lock (its connection does one piece of work at a time), or
-        nothing to wait for without a lease."""
-        return self.lease.busy if self.lease is not None else contextlib.nullcontext()
+        """The lock that gives the connection one piece of work at a time: the lease's
+        `busy` (its appenders share its connection), or without a lease, this appender's."""
+        return self.lease.busy if self.lease is not None else self._busy
 
     def _commit(self, batch: Batch, key: tuple[str, str], one: bool, attempts: int) -> int:
         """`commit`'s attempts, with the lease's connection this appender's.
@@ -689,7 +692,7 @@ class PostgresAppender:
                 _UNCONFIRMED.discard(key)
             if batch.lines:  # no later batch of this appender starts before its end
                 self._floor = (generation, at + batch.total)
-            self._after_commit(at)
+            self._after_commit()
             return at
         if lost is None:  # no attempt reached the database: nothing was sent
             raise WriteFailed(locator, -1, _first_line(unreached),
@@ -898,17 +901,18 @@ class PostgresAppender:
             return WriteFailed(locator, -1, _first_line(e), UNSURE_OUTCOME)
         return WriteFailed(locator, self.storage.size_or(-1), _first_line(e), REFUSED_OUTCOME)
 
-    def _after_commit(self, at: int) -> None:
-        """The policy's flush after a commit. A flush that fails leaves the commit made (a
-        database cannot take it back, as a file is cut back): the error says so."""
+    def _after_commit(self) -> None:
+        """The policy's flush after a commit. A flush that fails does not fail the commit:
+        the commit is made, and a database cannot take it back as a file's is cut back (a
+        caller told it failed would not know of its entry, or would store it again). It is
+        logged, and the flush is made again by the next commit, `sync` or `close`."""
         if self.durability.every == 1 or not self._clock.due():
             return
         try:
             self.sync()
         except WriteFailed as e:
-            raise WriteFailed(self.storage.locator, -1, e.reason, (
-                f"this batch was committed all the same, at byte {at:,} (read the session "
-                f"again to see it); it and {SYNC_OUTCOME}")) from e.__cause__
+            log.warning("%s; the commit it followed is stored, and the next commit, sync or "
+                        "close flushes again", e)
 
     def sync(self) -> None:
         """Make every acknowledged commit durable now (see `_flush`)."""
