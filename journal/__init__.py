@@ -67,8 +67,9 @@ Errors
     `JournalError` (every expected failure; its message names the path and what to do),
     `ArchiveElsewhere` (a database archive moved out to a file not here), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
-    transcript, never appended to), `SessionSealed` (a database session a rotation sealed
-    takes no more lines), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
+    transcript, never appended to), `SessionChanged` (a database session grew while it was
+    repaired or rotated: nothing changed), `SessionSealed` (a database session a rotation
+    sealed takes no more lines), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
     `WriteFailed`.
 
 Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
@@ -103,6 +104,7 @@ from .errors import (
     LeaseLost,
     LockTimeout,
     NotASession,
+    SessionChanged,
     SessionSealed,
     UnknownEntry,
     UnsafeLockFile,
@@ -242,6 +244,7 @@ __all__ = [
     "LockTimeout",
     "NotASession",
     "ForeignSession",
+    "SessionChanged",
     "SessionSealed",
     "UnknownEntry",
     "UnsafeLockFile",

@@ -63,6 +63,18 @@ class LeaseLost(JournalError):
                          "again to write")
 
 
+class SessionChanged(JournalError):
+    """The session grew while it was being replaced or rotated from what was read of it (a
+    writer without the session's lease appended meanwhile): nothing was changed; do it
+    again, from the session as it is now."""
+
+    def __init__(self, locator: str, work: str, read: int, now: int) -> None:
+        self.locator = locator
+        super().__init__(f"{locator}: the session changed while it was being {work} ({read:,} "
+                         f"bytes were read, it holds {now:,} now: a writer without its lease "
+                         f"appended meanwhile); nothing was changed: run it again")
+
+
 class SessionSealed(JournalError):
     """The session was sealed by a rotation and takes no more lines: write to the session
     it continues in (`Session.open` follows a sealed session to the live one)."""

@@ -104,6 +104,7 @@ class _Plan:
     consequences: list[Problem] = field(default_factory=list)
     _lost: set[str] | None = None
     meter: Meter = field(default_factory=lambda: Meter(None, 0))
+    read: int = -1  # the bytes of the session read (as stored: compressed, for an archive)
 
     def problem(self, kind: str, action: str, item: _Item | None = None, *, note: bool = False,
                 consequence: bool = False, **kw: Any) -> None:
@@ -140,12 +141,14 @@ def plan(path: str, *, migrate: bool = False, strict: bool = False,
     """
     with as_storage(path).open_reader() as reader:
         original = reader.stream.read()
+    read = len(original)
     if is_compressed(path):
         original = archivegz.decompress(original, path)
     meter = Meter(progress, 2 * len(original))
     with codec.bulk_parsing():
         p = _salvage(path, original, meter)
     p.meter = meter
+    p.read = read
     p.migrate = migrate
     p.strict = strict
     if migrate and p.version == 2:  # version 1 entries were migrated (both steps) on reading
@@ -779,7 +782,7 @@ def repair_held(storage: Storage, keep: Callable[[list[Quarantined]], None], *,
     if report.changed:
         _verify(p)
         items = p.dropped + _rewritten(p)
-        storage.publish(_render(p), REPAIR_TAG, lambda: keep(items))
+        storage.publish(_render(p), REPAIR_TAG, lambda: keep(items), based_on=p.read)
         report.quarantine = storage.locator if items else None
     p.meter.finish()
     return report

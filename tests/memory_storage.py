@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from journal import Durability, codec
 from journal.codec import Diagnostic, Line
-from journal.errors import JournalError, LockTimeout, WriteFailed
+from journal.errors import JournalError, LockTimeout, SessionChanged, WriteFailed
 from journal.storage import Mark, StopFlag, Storage
 
 DEVICE_CHUNK = 1 << 16
@@ -217,9 +217,11 @@ class MemoryStorage:
             _TABLE[self._locator] = _Session(bytearray(data))
         _changed()
 
-    def publish(self, data: bytes, tag: str,
-                before_swap: Callable[[], None] | None = None) -> None:
+    def publish(self, data: bytes, tag: str, before_swap: Callable[[], None] | None = None,
+                *, based_on: int | None = None) -> None:
         session = self._session()
+        if based_on is not None and len(session.data) != based_on:
+            raise SessionChanged(self._locator, "replaced", based_on, len(session.data))
         replacement = bytearray(data)
         if before_swap is not None:
             before_swap()

@@ -235,3 +235,32 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
         conn.execute("DELETE FROM journal.streams WHERE session = %s", (url.rsplit("=", 1)[1],))
     assert main(["quarantine", "list", url, "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == len(kept)
+
+
+def test_a_line_appended_without_the_lease_while_repair_checks_stops_the_repair(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An appender without the lease (not fenced) commits a line while repair checks the
+    session it read: the replacement would leave that acknowledged line out, so it is not
+    published; the session, with the line, and the quarantine stay as they were."""
+    from journal import Durability, SessionChanged
+
+    monkeypatch.setattr("journal.progress.STEP", 4096)
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    line = b'{"type":"custom","id":"unleased","customType":"x"}\n'
+    appended: list[int] = []
+
+    def progress(so_far: int, total: int) -> None:
+        if appended:
+            return
+        appender = as_storage(url).open_appender(Durability.always())
+        try:
+            appended.append(appender.commit(line))
+        finally:
+            appender.close()
+
+    with pytest.raises(SessionChanged, match="changed while it was being replaced"):
+        in_time(lambda: repair_database(url, progress=progress))
+    assert appended == [len(data)]
+    assert db_bytes(url) == data + line and quarantined(url) == []
+    assert repair_database(url).changed  # from the session as it is now

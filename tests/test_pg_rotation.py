@@ -1268,3 +1268,32 @@ def test_a_pull_can_leave_out_an_archive_whose_file_is_not_here(
     assert len(written) == 1 and not Path(report["skipped"][0]["file"]).exists()
     with PostgresStorage.from_url(result.successor).open_reader() as reader:
         assert written[0].read_bytes() == reader.stream.read()
+
+
+def test_a_line_appended_without_the_lease_during_a_rotation_stops_it(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An appender without the lease (not fenced) commits a line after the rotation read the
+    session: the successor would leave that acknowledged line out, so nothing is rotated."""
+    from journal import Durability, SessionChanged
+    from journal.pg import rotation as pg_rotation
+
+    url = new_session(pg_url)
+    line = b'{"type":"custom","id":"unleased","customType":"x"}\n'
+    real = pg_rotation.plan_successor
+
+    def meanwhile(*args: object, **kw: object) -> object:
+        appender = as_storage(url).open_appender(Durability.always())
+        try:
+            appender.commit(line)
+        finally:
+            appender.close()
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg_rotation, "plan_successor", meanwhile)
+    with pytest.raises(SessionChanged, match="changed while it was being rotated"):
+        rotate_database(url)
+    monkeypatch.undo()
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+    with as_storage(url).open_reader() as reader:
+        assert reader.stream.read().endswith(line)
+    assert rotate_database(url).rotated  # from the session as it is now

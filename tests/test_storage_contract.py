@@ -207,6 +207,28 @@ def test_a_short_write_is_rolled_back_and_the_next_commit_lands_whole(
     assert forward(storage) == [HEADER, lines(1)[0], lines(1, "after")[0]]
 
 
+def test_publish_based_on_a_size_the_session_no_longer_has_replaces_nothing(
+        storage: Storage) -> None:
+    """A replacement made from what was read refuses to land once the session has grown
+    since (an appender without the lock: a database's need not hold the lease)."""
+    from journal.errors import SessionChanged
+
+    read = storage.size()
+    appender = storage.open_appender()
+    try:
+        appender.commit(lines(1, "meanwhile")[0])
+    finally:
+        appender.close()
+    grown = forward(storage)
+    called: list[bool] = []
+    with pytest.raises(SessionChanged, match="changed while it was being replaced"):
+        storage.publish(HEADER + b"".join(lines(2, "r")), "contract",
+                        lambda: called.append(True), based_on=read)
+    assert forward(storage) == grown and called == []
+    storage.publish(HEADER + b"".join(lines(2, "r")), "contract", based_on=storage.size())
+    assert forward(storage) == [HEADER, *lines(2, "r")]
+
+
 def test_read_backward_from_the_end_gives_the_lines_in_reverse(storage: Storage) -> None:
     appender = storage.open_appender()
     try:

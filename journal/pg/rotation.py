@@ -37,7 +37,14 @@ import psycopg
 
 from .. import archivegz, codec, model
 from ..archivegz import compressed_name
-from ..errors import JournalError, LeaseLost, NoSpace, NotASession, UnsupportedVersion
+from ..errors import (
+    JournalError,
+    LeaseLost,
+    NoSpace,
+    NotASession,
+    SessionChanged,
+    UnsupportedVersion,
+)
 from ..files import NO_SPACE_ERRNOS, free_bytes, fsync_directory, make_private_dir
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
@@ -49,7 +56,7 @@ from ..tree import Tree
 from . import schema
 from .connect import DatabaseError, connect, describe, with_shared
 from .lease import Lease
-from .storage import PostgresReader, PostgresStorage, split_batch
+from .storage import PostgresReader, PostgresStorage, current_end, split_batch
 
 __all__ = ["archive_sealed", "export_archive", "file_name", "keep_archives",
            "live_storage", "lock_live", "move_out", "rotate_database", "rotate_session",
@@ -406,7 +413,7 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
         # file names stay in the folder the old file was in (a pushed folder's subfolder)
         folder = posixpath.dirname(old_name)
         _commit(storage, successor, lease, data, codec.encode(seal),
-                posixpath.join(folder, new_name), posixpath.join(folder, archive))
+                posixpath.join(folder, new_name), posixpath.join(folder, archive), snap.end)
     except BaseException as e:
         if successor_lease is not None:
             successor_lease.release()  # removes the row it made: nothing was created
@@ -427,8 +434,10 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
 
 
 def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, data: bytes,
-            seal: bytes, new_name: str, archive: str) -> None:
-    """The one transaction: successor created, old stream sealed and pointed at it."""
+            seal: bytes, new_name: str, archive: str, read: int) -> None:
+    """The one transaction: successor created, old stream sealed and pointed at it; `read`:
+    the session's size the successor was made from (an appender without the lease may have
+    appended since, which the successor would leave out: `SessionChanged`)."""
     batch = split_batch(storage.locator, -1, seal)
     with lease.busy, lease.connection().transaction() as transaction:
         conn = transaction.connection  # the lease's own: the advisory lock is held on it
@@ -439,6 +448,9 @@ def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, 
         if row is None or int(row[0]) != lease.epoch or row[1] is not None:
             raise LeaseLost(storage.locator, lease.epoch, "the session changed hands or was "
                             "rotated meanwhile")
+        now = current_end(conn, storage.session)
+        if now != read:
+            raise SessionChanged(storage.locator, "rotated", read, now)
         successor.create_in(conn, data)
         conn.execute(
             "SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "

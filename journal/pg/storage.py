@@ -81,6 +81,7 @@ from ..errors import (
     LeaseLost,
     NoSpace,
     NotASession,
+    SessionChanged,
     SessionSealed,
     WriteFailed,
 )
@@ -93,7 +94,8 @@ from .prepared import Prepared
 from .url import SessionUrl, parse_url, session_url
 from .watch import PgWatch
 
-__all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch"]
+__all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch",
+           "current_end"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -1002,6 +1004,14 @@ class PostgresAppender:
         self._settle_at = time.monotonic() + SETTLE_INTERVAL
 
 
+def current_end(conn: psycopg.Connection[Any], session: str) -> int:
+    """The size of a live session as `conn` sees it now: under the stream row's lock
+    (`FOR UPDATE`, which every appender's statement waits for), every line committed."""
+    row = conn.execute(f"SELECT coalesce(e.size, s.size) FROM {schema.STREAMS_WITH_END} "
+                       "WHERE s.session = %s", (session,)).fetchone()
+    return int(row[0]) if row is not None else -1
+
+
 def _flush(conn: psycopg.Connection[Any]) -> None:
     """A transaction that takes an id commits with synchronous_commit on, which flushes the
     WAL up to it: every commit before it, of any connection, is then durable. One statement
@@ -1144,9 +1154,11 @@ class PostgresStorage:
                 raise FileExistsError(f"{self._name}: the session exists")
             self._fill(conn, int(row[0]), int(row[1]), batch)
 
-    def publish(self, data: bytes, tag: str,
-                before_swap: Callable[[], None] | None = None) -> None:
-        """Replace the session with `data` as a new generation, atomically (see module doc)."""
+    def publish(self, data: bytes, tag: str, before_swap: Callable[[], None] | None = None,
+                *, based_on: int | None = None) -> None:
+        """Replace the session with `data` as a new generation, atomically (see module doc).
+        `based_on`: the session's size the replacement was made from, checked under the row
+        lock (an appender without the lease may have appended since: `SessionChanged`)."""
         batch = split_batch(self._name, 0, data)
         lease = self._lease
         conn: psycopg.Connection[Any] | None = None
@@ -1154,11 +1166,11 @@ class PostgresStorage:
             if lease is not None and not lease.released:
                 with lease.busy:  # the lease's appenders wait meanwhile
                     conn = lease.connection()
-                    self._publish(conn, batch, before_swap)
+                    self._publish(conn, batch, before_swap, based_on)
                 return
             conn = connect(self.conninfo)
             try:
-                self._publish(conn, batch, before_swap)
+                self._publish(conn, batch, before_swap, based_on)
             finally:
                 conn.close()
         except psycopg.Error as e:
@@ -1171,7 +1183,7 @@ class PostgresStorage:
                                 f"session is as it was): {describe(e)}") from e
 
     def _publish(self, conn: psycopg.Connection[Any], batch: Batch,
-                 before_swap: Callable[[], None] | None) -> None:
+                 before_swap: Callable[[], None] | None, based_on: int | None) -> None:
         lease = self._lease
         with conn.transaction():
             # durable whatever an appender set on the lease's connection
@@ -1188,6 +1200,10 @@ class PostgresStorage:
             stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
             if lease is not None and not lease.released and epoch != lease.epoch:
                 raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")
+            if based_on is not None:
+                now = current_end(conn, self.session)
+                if now != based_on:
+                    raise SessionChanged(self._name, "replaced", based_on, now)
             new_row = conn.execute("SELECT nextval('journal.generations')").fetchone()
             assert new_row is not None
             generation = int(new_row[0])

@@ -19,6 +19,9 @@ say) plugs in by implementing these few operations with the same guarantees:
   migration). Readers see the old bytes or the new ones, never a mix; on failure the old
   bytes stay. `before_swap` runs after the new bytes are durable and before they replace the
   old (repair keeps its quarantine and backup there); if it raises, nothing is replaced.
+  With `based_on` (the size the replacement was made from), `SessionChanged` and nothing
+  replaced if the session holds other than that many bytes by then (a writer without the
+  lock appended: a database session's appenders need not hold its lease).
 - `create(data)`: make a new session holding `data` (its header); refuses an existing one.
 - `lock(timeout)` -> `Lock`: the exclusive writer lock, across processes and hosts sharing
   the store; raises `LockTimeout` naming the holder. Released by `Lock.release()`, and by the
@@ -163,8 +166,8 @@ class Storage(Protocol):
 
     def create(self, data: bytes) -> None: ...
 
-    def publish(self, data: bytes, tag: str,
-                before_swap: Callable[[], None] | None = None) -> None: ...
+    def publish(self, data: bytes, tag: str, before_swap: Callable[[], None] | None = None,
+                *, based_on: int | None = None) -> None: ...
 
     def lock(self, timeout: float) -> Lock: ...
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from .. import codec
 from ..codec import Diagnostic, Line
 from ..durability import Durability
-from ..errors import NotASession
+from ..errors import NotASession, SessionChanged
 from ..files import read_regular
 from ..lock import WriterLock
 from ..log import AppendLog
@@ -123,14 +123,17 @@ class FileStorage:
         """Create the file holding `data`, synced (FileExistsError if the name is taken)."""
         create_file(self.path, data)
 
-    def publish(self, data: bytes, tag: str,
-                before_swap: Callable[[], None] | None = None) -> None:
+    def publish(self, data: bytes, tag: str, before_swap: Callable[[], None] | None = None,
+                *, based_on: int | None = None) -> None:
         """Replace the file atomically with `data`, keeping its permissions and owner (see
-        `NewFile`'s `like`); `before_swap`
-        runs once the new bytes are written and synced, just before the rename."""
+        `NewFile`'s `like`); `before_swap` runs once the new bytes are written and synced,
+        just before the rename. `based_on`: see `Storage.publish` (the caller holds the
+        writer lock, which every appender of a file takes)."""
         with NewFile(self.path, tag, like=self.path) as new:
             new.write(data)
             new.sync()
+            if based_on is not None and (now := self.size()) != based_on:
+                raise SessionChanged(self.path, "replaced", based_on, now)
             if before_swap is not None:
                 before_swap()
             new.publish()
