@@ -70,9 +70,11 @@ class SessionChanged(JournalError):
 
     def __init__(self, locator: str, work: str, read: int, now: int) -> None:
         self.locator = locator
+        self.read = read
+        self.now = now
         super().__init__(f"{locator}: the session changed while it was being {work} ({read:,} "
-                         f"bytes were read, it holds {now:,} now: a writer without its lease "
-                         f"appended meanwhile); nothing was changed: run it again")
+                         f"bytes were read, it holds {now:,} now: another writer appended "
+                         f"meanwhile); nothing was changed: run it again")
 
 
 class SessionSealed(JournalError):

@@ -1274,11 +1274,11 @@ def test_a_line_appended_without_the_lease_during_a_rotation_stops_it(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An appender without the lease (not fenced) commits a line after the rotation read the
     session: the successor would leave that acknowledged line out, so nothing is rotated."""
-    from journal import Durability, SessionChanged
+    from journal import Durability, SessionChanged, codec, model
     from journal.pg import rotation as pg_rotation
 
     url = new_session(pg_url)
-    line = b'{"type":"custom","id":"unleased","customType":"x"}\n'
+    line = codec.encode(model.custom_entry("unleased", Tree(load(url).entries).leaf_id, "x"))
     real = pg_rotation.plan_successor
 
     def meanwhile(*args: object, **kw: object) -> object:
@@ -1296,4 +1296,6 @@ def test_a_line_appended_without_the_lease_during_a_rotation_stops_it(
     assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
     with as_storage(url).open_reader() as reader:
         assert reader.stream.read().endswith(line)
-    assert rotate_database(url).rotated  # from the session as it is now
+    again = rotate_database(url)  # from the session as it is now: the line carried over
+    assert again.rotated and again.successor is not None
+    assert load(again.successor).entries[-1]["id"] == "unleased"

@@ -51,7 +51,8 @@ def repair_database(
     A dry run reads only (no lease). Otherwise the session's lease is taken (LockTimeout
     naming the holder) and, if anything is damaged, the repaired session replaces it
     atomically, its removed and rewritten lines kept in `journal.quarantine` in the same
-    transaction.
+    transaction. SessionChanged, with nothing changed, if an appender without the lease
+    appended after the session was read (run it again).
 
     Example:
         >>> report = repair_database("pg:4f1c...")  # doctest: +SKIP

@@ -142,7 +142,9 @@ def rotate_database(
     moves the lineage's archives beyond the newest `keep` out of the database
     (`keep_archives`). A dry run takes no lease and writes nothing. Raises ValueError for a
     `keep` below 0 (a `keep` without `archive_dir` is a warning), LockTimeout (naming the
-    holder), LeaseLost if another writer took the session over meanwhile, DatabaseError.
+    holder), LeaseLost if another writer took the session over meanwhile, SessionChanged
+    (nothing changed) if an appender without the lease appended after the session was read,
+    DatabaseError.
 
     Example:
         >>> result = rotate_database("pg:4f1c...")  # doctest: +SKIP

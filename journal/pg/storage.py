@@ -44,7 +44,9 @@ planning, the tail) works unchanged.
   read it, older ones are removed. Under the storage's lease it runs on the lease's
   connection (taken back first if it was lost): what `before_swap` writes there (repair's
   quarantine) commits with the replacement or not at all, and no second connection of this
-  process waits for the row lock the replacement holds.
+  process waits for the row lock the replacement holds. With `based_on`, it first checks
+  under the row lock that the session still has the size the replacement was made from
+  (`current_end`; an appender without the lease is not fenced): else `SessionChanged`.
 - An archive moved out of the database (`journal.pg.rotation.move_out`) has no rows: its
   reader serves the bytes of the `.jsonl.gz` its row names, where that file can be read (the
   machine that moved it, or a shared folder), and says where the file is where it cannot.
