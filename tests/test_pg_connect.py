@@ -13,10 +13,19 @@ import psycopg  # noqa: E402
 
 from journal.pg.connect import connect  # noqa: E402
 
+SERVER = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+          "tcp_user_timeout", "synchronous_commit", "search_path")
 
-def show(conn: Any, name: str) -> str:
-    row = conn.execute(f"SHOW {name}").fetchone()
-    return str(row[0])
+
+def seen(url: str, **settings: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(the server's values of SERVER, libpq's parameters) on a connection `connect` makes."""
+    conn = connect(url, **settings)
+    try:
+        server = {name: str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
+                  for name in SERVER}
+        return server, conn.info.get_parameters()
+    finally:
+        conn.close()
 
 
 @pytest.fixture(autouse=True)
@@ -29,32 +38,22 @@ def no_libpq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_both_ends_give_up_on_a_silent_peer(pg_url: str) -> None:
     """The server drops a client that stopped answering (and with it a lease it held) after
     about 25 s, not after the system's two hours; the client gives up as soon."""
-    conn = connect(pg_url, synchronous_commit="off")
-    try:
-        assert show(conn, "tcp_keepalives_idle") == "10"
-        assert show(conn, "tcp_keepalives_count") == "3"
-        assert show(conn, "tcp_user_timeout") == "30000"
-        assert show(conn, "synchronous_commit") == "off"
-        used = conn.info.get_parameters()
-        assert used["keepalives_idle"] == "10" and used["tcp_user_timeout"] == "30000"
-        assert used["connect_timeout"] == "10"
-    finally:
-        conn.close()
+    server, used = seen(pg_url, synchronous_commit="off")
+    assert server | {"search_path": "-"} == {
+        "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+        "tcp_user_timeout": "30000", "synchronous_commit": "off", "search_path": "-"}
+    assert used["keepalives_idle"] == "10" and used["tcp_user_timeout"] == "30000"
+    assert used["connect_timeout"] == "10"
 
 
 def test_a_urls_own_values_are_kept(pg_url: str) -> None:
     url = (f"{pg_url}?keepalives_idle=60&connect_timeout=3"
            "&options=-c%20tcp_keepalives_idle%3D60%20-c%20search_path%3Dpublic")
-    conn = connect(url, synchronous_commit="off")
-    try:
-        assert show(conn, "tcp_keepalives_idle") == "60"
-        assert show(conn, "search_path") == "public"
-        assert show(conn, "synchronous_commit") == "off"
-        assert show(conn, "tcp_keepalives_interval") == "5"
-        used = conn.info.get_parameters()
-        assert used["keepalives_idle"] == "60" and used["connect_timeout"] == "3"
-    finally:
-        conn.close()
+    server, used = seen(url, synchronous_commit="off")
+    assert server == {
+        "tcp_keepalives_idle": "60", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+        "tcp_user_timeout": "30000", "synchronous_commit": "off", "search_path": "public"}
+    assert used["keepalives_idle"] == "60" and used["connect_timeout"] == "3"
 
 
 def test_the_environments_and_the_databases_values_are_kept(
@@ -64,16 +63,11 @@ def test_the_environments_and_the_databases_values_are_kept(
             psycopg.sql.Identifier(admin.info.dbname)))
     monkeypatch.setenv("PGOPTIONS", "-c tcp_keepalives_idle=61 -c search_path=public")
     monkeypatch.setenv("PGCONNECT_TIMEOUT", "4")
-    conn = connect(pg_url, synchronous_commit="off")
-    try:
-        assert show(conn, "tcp_keepalives_idle") == "61"
-        assert show(conn, "search_path") == "public"
-        assert show(conn, "tcp_keepalives_count") == "7"
-        assert show(conn, "tcp_keepalives_interval") == "5"
-        assert show(conn, "synchronous_commit") == "off"
-        assert conn.info.get_parameters()["connect_timeout"] == "4"
-    finally:
-        conn.close()
+    server, used = seen(pg_url, synchronous_commit="off")
+    assert server == {
+        "tcp_keepalives_idle": "61", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "7",
+        "tcp_user_timeout": "30000", "synchronous_commit": "off", "search_path": "public"}
+    assert used["connect_timeout"] == "4"
 
 
 def test_a_service_names_its_own_timeout_and_keepalives(
@@ -84,13 +78,9 @@ def test_a_service_names_its_own_timeout_and_keepalives(
         f"[journal-test]\nhost={given['host']}\nport={given['port']}\nuser={given['user']}\n"
         f"dbname={given['dbname']}\nconnect_timeout=3\nkeepalives_idle=77\n")
     monkeypatch.setenv("PGSERVICEFILE", str(services))
-    conn = connect("service=journal-test")
-    try:
-        used = conn.info.get_parameters()
-        assert used["connect_timeout"] == "3" and used["keepalives_idle"] == "77"
-        assert show(conn, "tcp_keepalives_idle") == "10"  # the server's end: ours
-    finally:
-        conn.close()
+    server, used = seen("service=journal-test")
+    assert used["connect_timeout"] == "3" and used["keepalives_idle"] == "77"
+    assert server["tcp_keepalives_idle"] == "10"  # the server's end: ours
 
 
 def test_a_role_that_may_not_read_pg_settings_still_connects(pg_url: str) -> None:
@@ -109,17 +99,11 @@ def test_a_role_that_may_not_read_pg_settings_still_connects(pg_url: str) -> Non
     role_url = pg_url.replace("postgresql://postgres@", "postgresql://journal_no_settings@")
     with psycopg.connect(role_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("SELECT count(*) FROM pg_settings")
-    conn = connect(role_url, synchronous_commit="off")
-    try:
-        assert show(conn, "synchronous_commit") == "off"
-        assert show(conn, "tcp_keepalives_idle") == "10"
-    finally:
-        conn.close()
+    server, _ = seen(role_url, synchronous_commit="off")
+    assert server["synchronous_commit"] == "off"
+    assert server["tcp_keepalives_idle"] == "10"
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_show_all_settings() FROM PUBLIC")
-    conn = connect(role_url, synchronous_commit="off")
-    try:
-        assert show(conn, "synchronous_commit") == "off"
-        assert show(conn, "tcp_keepalives_idle") != "10"
-    finally:
-        conn.close()
+    server, _ = seen(role_url, synchronous_commit="off")
+    assert server["synchronous_commit"] == "off"
+    assert server["tcp_keepalives_idle"] != "10"

@@ -58,6 +58,17 @@ def stored_ids(url: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def header_line(storage: PostgresStorage) -> bytes:
+    """The session's header line, with its newline, as stored."""
+    with psycopg.connect(storage.conninfo) as conn:
+        row = conn.execute(
+            "SELECT e.line FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
+            "AND s.generation = e.generation WHERE s.session = %s AND e.position = 0",
+            (storage.session,)).fetchone()
+    assert row is not None
+    return str(row[0]).encode() + b"\n"
+
+
 def new_session(pg_url: str, name: str) -> str:
     url = session_url(pg_url, name)
     Session.create(url, cwd="/").close()
@@ -633,13 +644,7 @@ def test_a_replacement_whose_commit_reply_is_lost_says_it_may_have_been_committe
     url = new_session(pg_url, f"publish-cut-{leased}")
     proxy = CutProxy(*_server(url), marker=b"COMMIT", refuse=False, settle=0.5)
     direct, relayed = _relayed(url, proxy.port)
-    with psycopg.connect(direct.conninfo) as conn:
-        row = conn.execute(
-            "SELECT e.line FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
-            "AND s.generation = e.generation WHERE s.session = %s AND e.position = 0",
-            (direct.session,)).fetchone()
-    assert row is not None
-    replacement = row[0].encode() + b"\n" + U1
+    replacement = header_line(direct) + U1
     lease = relayed.lock(5) if leased else None
     try:
         proxy.armed.set()
@@ -918,13 +923,8 @@ def test_a_resend_after_a_replacement_finds_its_batch_where_the_replacement_put_
             assert time.monotonic() < deadline, "the cut commit never landed"
             time.sleep(0.02)
         proxy.refusing.clear()
-        with psycopg.connect(direct.conninfo) as conn:
-            header = conn.execute(
-                "SELECT e.line FROM journal.entries e JOIN journal.streams s ON s.id = e.stream"
-                " AND s.generation = e.generation WHERE s.session = %s AND e.position = 0",
-                (direct.session,)).fetchone()
-        assert header is not None
-        direct.publish(header[0].encode() + b"\n" + U1 + U2, "repair")
+        header = header_line(direct)
+        direct.publish(header + U1 + U2, "repair")
         other = direct.open_appender(Durability.always())
         try:
             other.commit(b'{"type":"custom","id":"w1","customType":"x"}\n')
@@ -937,7 +937,7 @@ def test_a_resend_after_a_replacement_finds_its_batch_where_the_replacement_put_
     finally:
         proxy.close()
     assert stored_ids(url) == ["u1", "u2", "w1"]
-    assert at == len(header[0]) + 1 + len(U1)
+    assert at == len(header) + len(U1)
 
 
 def test_a_flush_failing_after_a_commit_does_not_fail_the_commit(

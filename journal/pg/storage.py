@@ -712,20 +712,26 @@ class PostgresAppender:
         """`e` for a commit made after an unknown outcome (of this batch's first attempt:
         `resent`, or of an earlier commit): the batch may be in the session already, and, if
         the session was sealed, in its successor if the rotation kept it."""
-        try:
-            sealed = self.storage.successor()
-        except JournalError:
-            sealed = None
+        sealed = self._sealed()
         if sealed is not None:
-            detail = "; ".join(d for d in (
-                f"the session was sealed by a rotation and continues in {sealed}", e.detail)
-                if d)
+            detail = "; ".join(d for d in (sealed, e.detail) if d)
             note = RESENT_SEALED if resent else UNSURE_SEALED
         else:
             detail = "; ".join(d for d in ("its connection was lost" if resent else "",
                                             e.detail) if d)
             note = RESENT_NOTE if resent else UNSURE_NOTE
         return LeaseLost(self.storage.locator, e.epoch, detail, note)
+
+    def _sealed(self) -> str | None:
+        """That the session was sealed, and where it continues; None if it was not (or that
+        cannot be learnt now: the refusal is reported all the same)."""
+        try:
+            successor = self.storage.successor()
+        except JournalError:
+            return None
+        if successor is None:
+            return None
+        return f"the session was sealed by a rotation and continues in {successor}"
 
     def _append(self, cursor: psycopg.Cursor[Any], batch: Batch) -> tuple[int, int | None]:
         """journal.append's offset for `batch`, and the generation of `APPEND`.
@@ -884,13 +890,7 @@ class PostgresAppender:
             fenced = LeaseLost(locator, self.epoch or 0, _first_line(e))
             if resent or unsure:
                 return self._lease_lost(fenced, resent=resent)
-            try:
-                sealed = self.storage.successor()
-            except JournalError:
-                sealed = None
-            detail = (f"the session was sealed by a rotation and continues in {sealed}"
-                      if sealed is not None else _first_line(e))
-            return LeaseLost(locator, self.epoch or 0, detail)
+            return LeaseLost(locator, self.epoch or 0, self._sealed() or _first_line(e))
         if state == schema.SQLSTATE_NO_SESSION:
             return NotASession(locator, "no such session in the database")
         if state == schema.SQLSTATE_SEALED:
