@@ -68,13 +68,16 @@ class SessionChanged(JournalError):
     writer without the session's lease appended meanwhile): nothing was changed; do it
     again, from the session as it is now."""
 
-    def __init__(self, locator: str, work: str, read: int, now: int) -> None:
+    def __init__(self, locator: str, work: str, read: int, now: int, tries: int = 1) -> None:
         self.locator = locator
+        self.work = work
         self.read = read
         self.now = now
+        self.tries = tries
+        times = f", each of the {tries} times it was read" if tries > 1 else ""
         super().__init__(f"{locator}: the session changed while it was being {work} ({read:,} "
                          f"bytes were read, it holds {now:,} now: another writer appended "
-                         f"meanwhile); nothing was changed: run it again")
+                         f"meanwhile{times}); nothing was changed: run it again")
 
 
 class SessionSealed(JournalError):

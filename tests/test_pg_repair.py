@@ -19,7 +19,16 @@ from corruption import (  # noqa: E402
     split_lines,
 )
 
-from journal import LockTimeout, Session, load, repair  # noqa: E402
+from journal import (  # noqa: E402
+    Durability,
+    LockTimeout,
+    Session,
+    SessionChanged,
+    codec,
+    load,
+    model,
+    repair,
+)
 from journal.cli import main  # noqa: E402
 from journal.context import build_context  # noqa: E402
 from journal.errors import LeaseLost  # noqa: E402
@@ -237,30 +246,57 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
     assert len(json.loads(capsys.readouterr().out)) == len(kept)
 
 
-def test_a_line_appended_without_the_lease_while_repair_checks_stops_the_repair(
+def unleased_appends(url: str, times: int) -> tuple[list[bytes], Any]:
+    """The lines an appender without the lease commits, and a repair progress callback that
+    commits one (a sound entry, on the branch) as each reading of the session is checked,
+    for the first `times` readings."""
+    appended: list[bytes] = []
+    totals: list[int] = []  # each reading's (twice the bytes read), the same all through it
+
+    def progress(so_far: int, total: int) -> None:
+        if totals and total == totals[-1] or len(appended) == times:
+            return
+        totals.append(total)
+        leaf = Tree(load(url).entries).leaf_id
+        line = codec.encode(model.custom_entry(f"unleased{len(appended)}", leaf, "x"))
+        appender = as_storage(url).open_appender(Durability.always())
+        try:
+            appender.commit(line)
+        finally:
+            appender.close()
+        appended.append(line)
+
+    return appended, progress
+
+
+def test_a_line_appended_without_the_lease_while_repair_checks_makes_it_read_again(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An appender without the lease (not fenced) commits a line while repair checks the
     session it read: the replacement would leave that acknowledged line out, so it is not
-    published; the session, with the line, and the quarantine stay as they were."""
-    from journal import Durability, SessionChanged
+    published; repair reads the session again, line and all, and repairs that."""
+    monkeypatch.setattr("journal.progress.STEP", 4096)
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    appended, progress = unleased_appends(url, 1)
+    report = in_time(lambda: repair_database(url, progress=progress))
+    assert len(appended) == 1 and report.changed
+    assert db_bytes(url).endswith(appended[0])  # committed meanwhile, kept by the replacement
+    assert all(r["offset"] < len(data) for r in quarantined(url))
+
+
+def test_a_repair_outrun_by_an_appender_without_the_lease_every_time_changes_nothing(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An appender without the lease commits while each of repair's readings is checked:
+    after CHANGED_TRIES readings repair gives up with SessionChanged saying so, and the
+    session, with every line, and the quarantine stay as they were."""
+    from journal.pg.rotation import CHANGED_TRIES
 
     monkeypatch.setattr("journal.progress.STEP", 4096)
     data = damaged(tmp_path)
     url = stored(pg_url, data)
-    line = b'{"type":"custom","id":"unleased","customType":"x"}\n'
-    appended: list[int] = []
-
-    def progress(so_far: int, total: int) -> None:
-        if appended:
-            return
-        appender = as_storage(url).open_appender(Durability.always())
-        try:
-            appended.append(appender.commit(line))
-        finally:
-            appender.close()
-
-    with pytest.raises(SessionChanged, match="changed while it was being replaced"):
+    appended, progress = unleased_appends(url, CHANGED_TRIES)
+    with pytest.raises(SessionChanged, match=f"each of the {CHANGED_TRIES} times it was read"):
         in_time(lambda: repair_database(url, progress=progress))
-    assert appended == [len(data)]
-    assert db_bytes(url) == data + line and quarantined(url) == []
+    assert len(appended) == CHANGED_TRIES
+    assert db_bytes(url) == data + b"".join(appended) and quarantined(url) == []
     assert repair_database(url).changed  # from the session as it is now

@@ -1270,32 +1270,59 @@ def test_a_pull_can_leave_out_an_archive_whose_file_is_not_here(
         assert written[0].read_bytes() == reader.stream.read()
 
 
-def test_a_line_appended_without_the_lease_during_a_rotation_stops_it(
-        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An appender without the lease (not fenced) commits a line after the rotation read the
-    session: the successor would leave that acknowledged line out, so nothing is rotated."""
-    from journal import Durability, SessionChanged, codec, model
+def rotation_outrun(url: str, times: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the lines an appender without the lease (not fenced) commits after each of
+    the first `times` readings of the session by a rotation (as it plans the successor)."""
+    from journal import Durability, codec, model
     from journal.pg import rotation as pg_rotation
 
-    url = new_session(pg_url)
-    line = codec.encode(model.custom_entry("unleased", Tree(load(url).entries).leaf_id, "x"))
     real = pg_rotation.plan_successor
+    ids: list[str] = []
 
     def meanwhile(*args: object, **kw: object) -> object:
-        appender = as_storage(url).open_appender(Durability.always())
-        try:
-            appender.commit(line)
-        finally:
-            appender.close()
+        if len(ids) < times:
+            ids.append(f"unleased{len(ids)}")
+            leaf = Tree(load(url).entries).leaf_id
+            appender = as_storage(url).open_appender(Durability.always())
+            try:
+                appender.commit(codec.encode(model.custom_entry(ids[-1], leaf, "x")))
+            finally:
+                appender.close()
         return real(*args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pg_rotation, "plan_successor", meanwhile)
-    with pytest.raises(SessionChanged, match="changed while it was being rotated"):
+    return ids
+
+
+def test_a_line_appended_without_the_lease_during_a_rotation_makes_it_read_again(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An appender without the lease commits a line after the rotation read the session: the
+    successor would leave that acknowledged line out, so the rotation reads the session again
+    and carries the line over."""
+    url = new_session(pg_url)
+    ids = rotation_outrun(url, 1, monkeypatch)
+    result = rotate_database(url)
+    assert ids == ["unleased0"] and result.rotated and result.successor is not None
+    assert load(result.successor).entries[-1]["id"] == "unleased0"
+    with as_storage(url).open_reader() as reader:  # sealed after the line
+        assert b'"unleased0"' in reader.stream.read()
+
+
+def test_a_rotation_outrun_by_an_appender_without_the_lease_every_time_changes_nothing(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line committed without the lease after each of the rotation's readings: after
+    CHANGED_TRIES of them nothing is rotated (SessionChanged says so) and every line stays."""
+    from journal import SessionChanged
+    from journal.pg.rotation import CHANGED_TRIES
+
+    url = new_session(pg_url)
+    ids = rotation_outrun(url, CHANGED_TRIES, monkeypatch)
+    with pytest.raises(SessionChanged, match=f"rotated .*each of the {CHANGED_TRIES} times"):
         rotate_database(url)
     monkeypatch.undo()
+    assert len(ids) == CHANGED_TRIES
     assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
-    with as_storage(url).open_reader() as reader:
-        assert reader.stream.read().endswith(line)
-    again = rotate_database(url)  # from the session as it is now: the line carried over
+    assert [e["id"] for e in load(url).entries[-CHANGED_TRIES:]] == ids
+    again = rotate_database(url)  # from the session as it is now: the lines carried over
     assert again.rotated and again.successor is not None
-    assert load(again.successor).entries[-1]["id"] == "unleased"
+    assert [e["id"] for e in load(again.successor).entries[-CHANGED_TRIES:]] == ids

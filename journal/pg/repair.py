@@ -25,7 +25,7 @@ from ..quarantine import Quarantined
 from ..repair import RepairReport, assess, repair_held
 from .connect import DatabaseError, describe, with_shared
 from .lease import Lease
-from .rotation import live_storage, lock_live, stream_row
+from .rotation import again_while_changed, live_storage, lock_live, stream_row
 from .storage import PostgresStorage
 
 __all__ = ["quarantined", "quarantined_record", "repair_database", "restore_record"]
@@ -51,8 +51,9 @@ def repair_database(
     A dry run reads only (no lease). Otherwise the session's lease is taken (LockTimeout
     naming the holder) and, if anything is damaged, the repaired session replaces it
     atomically, its removed and rewritten lines kept in `journal.quarantine` in the same
-    transaction. SessionChanged, with nothing changed, if an appender without the lease
-    appended after the session was read (run it again).
+    transaction. An appender without the lease that commits after the session was read
+    makes it read the session again (`again_while_changed`); SessionChanged, with nothing
+    changed, if that happens every time.
 
     Example:
         >>> report = repair_database("pg:4f1c...")  # doctest: +SKIP
@@ -63,7 +64,8 @@ def repair_database(
         return assess(live_storage(storage).locator, strict=strict, progress=progress)
     live, lease = lock_live(storage, lock_timeout)
     try:
-        return repair_held(live, partial(_keep, live, lease), strict=strict, progress=progress)
+        return again_while_changed(partial(repair_held, live, partial(_keep, live, lease),
+                                           strict=strict, progress=progress))
     finally:
         lease.release()
 

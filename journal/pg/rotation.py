@@ -31,7 +31,9 @@ import os
 import posixpath
 import stat
 import time
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -58,11 +60,16 @@ from .connect import DatabaseError, connect, describe, with_shared
 from .lease import Lease
 from .storage import PostgresReader, PostgresStorage, current_end, split_batch
 
-__all__ = ["archive_sealed", "export_archive", "file_name", "keep_archives",
-           "live_storage", "lock_live", "move_out", "rotate_database", "rotate_session",
-           "stream_row"]
+__all__ = ["CHANGED_TRIES", "again_while_changed", "archive_sealed", "export_archive",
+           "file_name", "keep_archives", "live_storage", "lock_live", "move_out",
+           "rotate_database", "rotate_session", "stream_row"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# times in all a repair or a rotation under the lease reads the session when, each time, an
+# appender without the lease commits a line before it is done (`again_while_changed`)
+CHANGED_TRIES = 3
 
 ARCHIVE_TAG = "archive"
 
@@ -125,6 +132,21 @@ def lock_live(storage: PostgresStorage, timeout: float) -> tuple[PostgresStorage
     raise JournalError(f"{storage.locator}: kept moving on while it was opened; try again")
 
 
+def again_while_changed(work: Callable[[], T], tries: int = CHANGED_TRIES) -> T:
+    """`work()`, a repair or a rotation under the session's lease, done again from the
+    session as it is now when it raised SessionChanged (it changed nothing: an appender
+    without the lease, which the lease does not hold back, committed after it read the
+    session), up to `tries` times in all; the last SessionChanged says how many."""
+    for attempt in range(1, tries + 1):
+        try:
+            return work()
+        except SessionChanged as e:
+            if attempt == tries:
+                raise SessionChanged(e.locator, e.work, e.read, e.now, tries) from e
+            log.info("%s: %s; reading it again", e.locator, e)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
 def rotate_database(
     target: str | PostgresStorage,
     *,
@@ -143,8 +165,8 @@ def rotate_database(
     (`keep_archives`). A dry run takes no lease and writes nothing. Raises ValueError for a
     `keep` below 0 (a `keep` without `archive_dir` is a warning), LockTimeout (naming the
     holder), LeaseLost if another writer took the session over meanwhile, SessionChanged
-    (nothing changed) if an appender without the lease appended after the session was read,
-    DatabaseError.
+    (nothing changed) if an appender without the lease appended after the session was read
+    each time it was read (`again_while_changed`), DatabaseError.
 
     Example:
         >>> result = rotate_database("pg:4f1c...")  # doctest: +SKIP
@@ -162,7 +184,7 @@ def rotate_database(
         storage, lease = lock_live(storage, lock_timeout)
     locked_at = time.perf_counter()
     try:
-        result = _rotate_held(storage, lease, dry_run)
+        result = again_while_changed(partial(_rotate_held, storage, lease, dry_run))
     finally:
         if lease is not None:
             lease.release()
@@ -185,7 +207,7 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = Fa
     archives out (`archive_sealed`): an interruption there leaves it writing on."""
     started = time.perf_counter()
     held: list[tuple[PostgresStorage, Lease]] = []
-    result = _rotate_held(storage, lease, dry_run, held)
+    result = again_while_changed(partial(_rotate_held, storage, lease, dry_run, held))
     result.lock_held_ms = result.total_ms = (time.perf_counter() - started) * 1000
     if not result.rotated or dry_run or not held:
         return result, None, None
