@@ -778,6 +778,41 @@ def unleased_cut_landed(pg_url: str, name: str) -> Iterator[tuple[str, PostgresS
         proxy.close()
 
 
+def test_a_new_connection_refused_after_a_lost_attempt_says_the_batch_may_be_committed(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first attempt of U2 is cut off after it went out (it commits); the new connection
+    for the retry is refused by the database (a setting, the schema: not unreachable). The
+    error says the batch may have been committed, and the commit stays unconfirmed: the
+    next commit of U2 finds it rather than storing it twice."""
+    from journal.errors import WriteFailed
+    from journal.pg import storage as pg_storage
+    from journal.pg.connect import DatabaseError
+
+    url = new_session(pg_url, "reconnect-refused")
+    proxy = CutProxy(*_server(url), marker=U2_IN_ARRAY, refuse=False, settle=0.5)
+    direct, relayed = _relayed(url, proxy.port)
+    try:
+        unleased = relayed.open_appender(Durability.always())
+        try:
+            unleased.commit(U1)
+            proxy.armed.set()
+            with monkeypatch.context() as patch:
+                def refused(conninfo: str, **settings: str) -> Any:
+                    raise DatabaseError("cannot make the connection's settings: permission "
+                                        "denied to set parameter")
+
+                patch.setattr(pg_storage, "connect", refused)
+                with pytest.raises(WriteFailed, match="permission denied.*its first attempt "
+                                   "lost its connection, and may have been committed"):
+                    unleased.commit(U2)
+            assert unleased.commit(U2) > 0  # sent again: found where the cut attempt put it
+        finally:
+            unleased.close()
+    finally:
+        proxy.close()
+    assert stored_ids(url) == ["u1", "u2"]
+
+
 def test_a_resend_of_a_longer_batch_is_refused_not_acknowledged_by_its_first_line(
         pg_url: str) -> None:
     """The batch sent after U2's lost reply starts with U2 and holds one more entry. It is

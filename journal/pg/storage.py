@@ -677,6 +677,14 @@ class PostgresAppender:
             except DatabaseUnavailable as e:
                 unreached = e
                 continue
+            except DatabaseError as e:  # a new connection refused: this attempt sent nothing
+                if lost is None and not unsure:
+                    raise
+                if not batch.lines:
+                    raise WriteFailed(locator, -1, _first_line(e), EMPTY_OUTCOME) from e
+                _UNCONFIRMED.add(key)
+                raise WriteFailed(locator, -1, _first_line(e), FIRST_ATTEMPT_OUTCOME
+                                  if lost is not None else UNSURE_OUTCOME) from e
             except LeaseLost as e:
                 if lost is None and not unsure:
                     raise
