@@ -196,7 +196,9 @@ def test_a_database_rotation_pulls_as_a_file_lineage(pg_url: str, tmp_path: Path
     push(str(tmp_path / "src"), pg_url)
     result = rotate_database(session_url(pg_url, session_id))
     assert result.rotated and result.successor_id is not None
-    pull(pg_url, tmp_path / "out")
+    pulled_files = pull(pg_url, tmp_path / "out").files
+    assert sorted((Path(f["file"]).parent.name, f["archive"]) for f in pulled_files) == [
+        ("archive", True), ("team", False)]  # an archive in a subfolder is one too
     pulled = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")
                     if p.is_file())
     old_name = Path(path).name
@@ -208,3 +210,146 @@ def test_a_database_rotation_pulls_as_a_file_lineage(pg_url: str, tmp_path: Path
         Path(path).read_bytes())  # the old file, then its seal
     with Session.open(str(live)) as session:  # a file session again, continuing the lineage
         assert session.live_context().messages[-1]["content"] == "last"
+
+
+def one_session(folder: Path, text: str) -> Path:
+    """A folder holding `session.jsonl`, a session of one message."""
+    folder.mkdir(parents=True)
+    with Session.create(str(folder), cwd="/w") as session:
+        session.append_message({"role": "user", "content": text, "timestamp": 1})
+        path = Path(session.path)
+    return path.rename(folder / "session.jsonl")
+
+
+def test_sessions_of_one_file_name_are_all_pulled_each_under_a_name_of_its_own(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two folders' `session.jsonl` (two sessions) pushed one after the other: a pull of the
+    database writes the first under that name and the second beside it, its id in its name,
+    with a warning; nothing is written twice."""
+    first = one_session(tmp_path / "a", "from a")
+    second = one_session(tmp_path / "b", "from b")
+    push(str(tmp_path / "a"), pg_url)
+    push(str(tmp_path / "b"), pg_url)
+    second_id = load(str(second)).header["id"]  # type: ignore[index]
+    assert main(["pull", pg_url, str(tmp_path / "out")]) == 0
+    assert f"has the file name {tmp_path / 'out' / 'session.jsonl'} of an earlier session" \
+        in capsys.readouterr().err
+    assert files_under(tmp_path / "out") == {
+        "session.jsonl": first.read_bytes(),
+        f"session.{second_id}.jsonl": second.read_bytes()}
+    result = pull(pg_url, tmp_path / "again")
+    renamed = [f for f in result.files if "renamed_from" in f]
+    assert [Path(f["file"]).name for f in renamed] == [f"session.{second_id}.jsonl"]
+
+
+def test_a_file_appearing_while_a_pull_writes_is_never_replaced(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another program makes the file a pull is about to publish: the pull leaves it as it
+    is, removes what it wrote and the folders it made, and says so."""
+    from journal.publish import NewFile
+
+    rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    out = tmp_path / "out"
+    real = NewFile.sync
+    synced: list[str] = []
+
+    def sync(self: NewFile) -> None:
+        real(self)
+        synced.append(self.final)
+        if len(synced) == 2:  # the second file: someone else's appears at its name
+            Path(self.final).write_text("theirs")
+
+    monkeypatch.setattr(NewFile, "sync", sync)
+    with pytest.raises(TransferError, match="appeared meanwhile; nothing was written"):
+        pull(pg_url, out)
+    assert Path(synced[1]).read_text() == "theirs"
+    assert [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()] == [
+        str(Path(synced[1]).relative_to(out))]  # the first file written is gone again
+
+
+def test_a_pull_that_fails_midway_leaves_no_folder_it_made(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from journal.publish import NewFile
+
+    rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    real = NewFile.sync
+    calls: list[int] = []
+
+    def sync(self: NewFile) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self)
+
+    monkeypatch.setattr(NewFile, "sync", sync)
+    with pytest.raises(OSError, match="No space left"):
+        pull(pg_url, tmp_path / "out" / "deep")
+    assert len(calls) == 3 and not (tmp_path / "out").exists()
+
+
+def test_archives_kept_outside_the_session_folder_are_pulled_into_it(
+        pg_url: str, tmp_path: Path) -> None:
+    """A lineage rotated with its archives in another folder (`--archive-dir`): pushed, its
+    archives are named `archive/<name>`, so a pull writes them inside the folder, where the
+    live file's lineage finds them."""
+    from journal import lineage
+
+    folder = tmp_path / "src"
+    folder.mkdir()
+    with Session.create(str(folder), cwd="/w") as session:
+        fill(session, 40, "one")
+        assert session.rotate(archive_dir=str(tmp_path / "elsewhere")).rotated
+        session.append_message({"role": "user", "content": "live", "timestamp": 1})
+        live = session.path
+    [archive] = list((tmp_path / "elsewhere").iterdir())
+    pushed = push(live, pg_url)
+    assert [r["name"] for r in pushed.pushed] == [f"archive/{archive.name}", Path(live).name]
+    pull(pg_url, tmp_path / "out")
+    assert files_under(tmp_path / "out") == {f"archive/{archive.name}": archive.read_bytes(),
+                                            Path(live).name: Path(live).read_bytes()}
+    assert [Path(p).name for p in lineage(str(tmp_path / "out" / Path(live).name))] == [
+        archive.name, Path(live).name]
+
+
+def test_a_session_skipped_by_a_push_keeps_its_file_name(pg_url: str, tmp_path: Path) -> None:
+    """Pushed from `src/` as `team/<name>`, then again from `src/team/` (the same bytes:
+    skipped): the name it was stored under stays, and the pull writes it there."""
+    path = one_session(tmp_path / "src" / "team", "x")
+    push(str(tmp_path / "src"), pg_url)
+    again = push(str(tmp_path / "src" / "team"), pg_url)
+    assert again.pushed == [] and len(again.skipped) == 1
+    pull(pg_url, tmp_path / "out")
+    assert files_under(tmp_path / "out") == {"team/session.jsonl": path.read_bytes()}
+
+
+def test_a_line_the_database_cannot_hold_is_refused_naming_the_file(
+        pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(pi_path("all-types.jsonl").read_bytes()
+                     + b'{"type":"custom","id":"zz","customType":"\xff"}\n')
+    before = path.read_bytes()
+    with pytest.raises(TransferError, match=rf"^{path}: cannot be stored \(not valid UTF-8"
+                       r".*nothing was pushed, and the file is as it was"):
+        push(str(path), pg_url)
+    assert count_streams(pg_url) == 0 and path.read_bytes() == before
+
+
+def test_results_and_errors_name_the_database_without_its_password(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server trusts local connections, so a URL with a password works here: the
+    password is in no result or message of push, ls and pull."""
+    secret = "s3cret-pw"
+    url = pg_url.replace("://postgres@", f"://postgres:{secret}@")
+    assert secret in url
+    one_session(tmp_path / "src", "x")
+    assert main(["push", str(tmp_path / "src"), url, "--json"]) == 0
+    assert main(["ls", url, "--json"]) == 0
+    assert main(["pull", url, str(tmp_path / "out"), "--json"]) == 0
+    assert main(["pull", session_url(url, "nope"), str(tmp_path / "none")]) == 2
+    out, err = capsys.readouterr()
+    assert "postgres:***@" in out and "no such session" in err
+    assert secret not in out and secret not in err

@@ -39,6 +39,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
     for row in result.skipped:
         print(f"Warning: left out {row['file']}: {row['session']} was moved out of the "
               f"database to {row['elsewhere']}, which is not on this machine", file=sys.stderr)
+    for row in result.files:
+        if "renamed_from" in row:
+            print(f"Warning: {row['session']} has the file name {row['renamed_from']} of an "
+                  f"earlier session: written as {row['file']}", file=sys.stderr)
     if args.json:
         _emit(result.to_json())
         return 0
@@ -67,9 +71,10 @@ def add_database_parsers(sub: Any) -> None:
         "pull", help="write database sessions back to files (byte-identical to those pushed)",
         description="Write sessions from a database into a folder under their file names "
         "(archives under archive/, compressed as rotation compresses them): a session URL "
-        "writes its lineage, a database URL every session. Refused, writing nothing, if a "
-        "file exists already, or if an archive moved out of the database (rotate --keep) is "
-        "in a file not on this machine.")
+        "writes its lineage, a database URL every session. A session whose file name an "
+        "earlier one has is written beside it, its id before the suffix (with a warning). "
+        "Refused, writing nothing, if a file exists already, or if an archive moved out of "
+        "the database (rotate --keep) is in a file not on this machine.")
     p.add_argument("url", help="postgresql://...?session=ID or pg:ID (a lineage), or "
                    "postgresql://.../db (every session)")
     p.add_argument("dir", help="the folder to write into (made if missing)")

@@ -12,11 +12,13 @@ repeated); with other bytes, the push is refused.
 `pull(URL, DIR)` writes them back: a session URL pulls that session's lineage (the sessions
 it continues and those continuing it), a database URL (no `session`) every session. Each is
 written to `DIR/<its file name>`, compressed as file rotation compresses archives when the
-name ends in `.gz`. Existing files are never overwritten: the pull is refused before anything
-is written. A push then a pull gives byte-identical files. An archive moved out of the
-database (`journal rotate --keep`) is copied from its file; where that file is not on this
-machine the pull fails, writing nothing, unless `skip_elsewhere` is given: then that archive
-is left out (listed in the result's `skipped`) and the rest is written.
+name ends in `.gz` (a session whose name an older one has too is written beside it: see
+`_targets`). Existing files are never overwritten: the pull is refused before anything is
+written, and undone if one appears meanwhile. A push then a pull gives byte-identical files.
+An archive moved out of the database (`journal rotate --keep`) is copied from its file;
+where that file is not on this machine the pull fails, writing nothing, unless
+`skip_elsewhere` is given: then that archive is left out (listed in the result's `skipped`)
+and the rest is written.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterator
+import posixpath
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +35,7 @@ import psycopg
 
 from .. import archivegz, codec
 from ..archivegz import is_compressed
-from ..errors import ArchiveElsewhere, JournalError, NotASession
+from ..errors import ArchiveElsewhere, JournalError, NotASession, WriteFailed
 from ..lineage import ARCHIVE_DIR, lineage
 from ..publish import NewFile
 from ..seal import is_seal
@@ -41,7 +44,14 @@ from . import schema
 from .connect import DatabaseError, connect, describe, with_shared
 from .rotation import file_name
 from .storage import PostgresStorage
-from .url import DATABASE_ENV, is_database_url, parse_database, parse_url, session_url
+from .url import (
+    DATABASE_ENV,
+    is_database_url,
+    parse_database,
+    parse_url,
+    session_url,
+    shown,
+)
 
 __all__ = ["PullResult", "PushResult", "TransferError", "database_of", "database_sessions",
            "pull", "push", "push_bytes"]
@@ -128,7 +138,17 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
         raise NotASession(source, "no such file or directory")
     chain = lineage(os.path.realpath(source))
     folder = os.path.dirname(chain[-1])
-    return [(path, os.path.relpath(path, folder)) for path in chain]
+    return [(path, _name_in(folder, path)) for path in chain]
+
+
+def _name_in(folder: str, path: str) -> str:
+    """The name `path` is stored under, relative to the live file's `folder`: an archive
+    that rotation put outside that folder (`--archive-dir`) is named as rotation names one
+    kept beside it (`archive/<name>`), so that a pull writes it inside the folder."""
+    relative = os.path.relpath(path, folder)
+    if relative.startswith(".."):
+        return posixpath.join(ARCHIVE_DIR, os.path.basename(path))
+    return relative
 
 
 def _read(path: str, name: str) -> _File:
@@ -197,16 +217,27 @@ def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
                                             "pushed")
                     result.skipped.append(entry)
                     continue
-                storage.create_in(conn, f.data)
+                try:
+                    storage.create_in(conn, f.data)
+                except WriteFailed as e:
+                    raise TransferError(f"{f.path}: cannot be stored ({e.reason}); nothing "
+                                        "was pushed, and the file is as it was") from e
                 result.pushed.append(entry)
+            # what a session skipped (already there) has, it keeps: its name and successor
             for f in files:
                 successor = f.successor if f.successor in ids else None
                 conn.execute(
-                    "UPDATE journal.streams SET file_name = %s, successor = coalesce(%s, "
-                    "successor), sealed_at = CASE WHEN %s::text IS NULL THEN sealed_at ELSE "
-                    "coalesce(sealed_at, now()) END WHERE session = %s",
+                    "UPDATE journal.streams SET file_name = coalesce(file_name, %s), "
+                    "successor = coalesce(successor, %s), sealed_at = CASE WHEN successor "
+                    "IS NULL AND %s::text IS NOT NULL THEN coalesce(sealed_at, now()) ELSE "
+                    "sealed_at END WHERE session = %s",
                     (f.name, successor, successor, f.session))
     except psycopg.Error as e:
+        if conn.broken or conn.closed:
+            raise DatabaseError(f"the connection was lost during the push, which may have "
+                                "been stored all the same: push again (what is there "
+                                f"already with the same bytes is skipped): {describe(e)}"
+                                ) from e
         raise DatabaseError(f"the push was not stored (nothing changed): {describe(e)}") from e
     finally:
         conn.close()
@@ -236,7 +267,8 @@ def _stored_bytes(conn: psycopg.Connection[Any], session: str, like: bytes) -> b
 
 
 def _safe(conninfo: str) -> str:
-    return session_url(conninfo, "-").rsplit("session=", 1)[0].rstrip("?&")
+    """The database as results and messages name it: without the password."""
+    return shown(session_url(conninfo, "-").rsplit("session=", 1)[0].rstrip("?&"))
 
 
 # pull
@@ -254,7 +286,8 @@ def _sessions(conninfo: str, session: str | None) -> list[tuple[str, str | None]
     if session is None:
         return [(str(r[0]), r[1]) for r in rows]
     if session not in by_id:
-        raise NotASession(session_url(conninfo, session), "no such session in the database")
+        raise NotASession(shown(session_url(conninfo, session)),
+                          "no such session in the database")
     parents = {str(v[1]): k for k, v in by_id.items() if v[1]}
     chain = [session]
     while chain[0] in parents and parents[chain[0]] not in chain:
@@ -265,8 +298,17 @@ def _sessions(conninfo: str, session: str | None) -> list[tuple[str, str | None]
     return [(s, by_id[s][0]) for s in chain]
 
 
-def _targets(conninfo: str, directory: str,
-             sessions: list[tuple[str, str | None]]) -> Iterator[tuple[PostgresStorage, str]]:
+def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None]]
+             ) -> list[tuple[PostgresStorage, str, str | None]]:
+    """(session, the file it is written to, the name it had where that was another's too).
+
+    Two sessions can have one file name: files of one name pushed from two folders, or a
+    session pushed back after a pull under its header's id while the one it was pulled from
+    is still there. The first (oldest) keeps the name; each other is written beside it with
+    its session id before the suffix (`<name>.<session>.jsonl`), so the whole database can
+    be pulled and no file is written twice."""
+    out: list[tuple[PostgresStorage, str, str | None]] = []
+    taken: set[str] = set()
     for session, name in sessions:
         storage = PostgresStorage(conninfo, session)
         if not name:
@@ -275,7 +317,26 @@ def _targets(conninfo: str, directory: str,
         if relative.startswith("..") or os.path.isabs(relative):
             raise TransferError(f"{storage.locator}: its file name {name!r} leads out of the "
                                 "folder; nothing was written")
-        yield storage, os.path.join(directory, relative)
+        shared = None
+        if os.path.normcase(relative) in taken:
+            shared, relative = relative, _beside(relative, session, taken)
+        taken.add(os.path.normcase(relative))
+        out.append((storage, os.path.join(directory, relative), shared))
+    return out
+
+
+def _beside(relative: str, session: str, taken: set[str]) -> str:
+    """`relative` with the session's id (what of it a file name may hold) before its
+    `.jsonl` suffix, numbered if need be: a name no other target has."""
+    suffix = ".jsonl.gz" if relative.endswith(".jsonl.gz") else (
+        ".jsonl" if relative.endswith(".jsonl") else "")
+    stem = relative[:len(relative) - len(suffix)]
+    tag = re.sub(r"[^A-Za-z0-9._-]", "_", session).strip(".") or "session"
+    candidate, n = f"{stem}.{tag}{suffix}", 1
+    while os.path.normcase(candidate) in taken:
+        n += 1
+        candidate = f"{stem}.{tag}-{n}{suffix}"
+    return candidate
 
 
 def pull(url: str, directory: str | os.PathLike[str], *,
@@ -295,14 +356,15 @@ def pull(url: str, directory: str | os.PathLike[str], *,
         conninfo, session = parsed.conninfo, parsed.session
     else:
         conninfo, session = database_of(url), None
-    targets = list(_targets(conninfo, directory, _sessions(conninfo, session)))
-    taken = [path for _, path in targets if os.path.lexists(path)]
+    targets = _targets(conninfo, directory, _sessions(conninfo, session))
+    taken = [path for _, path, _ in targets if os.path.lexists(path)]
     if taken:
         raise TransferError(f"{taken[0]} already exists; nothing was written")
     written: list[str] = []
+    made: list[str] = []  # folders this pull created, outermost first
     result = PullResult(directory)
     try:
-        for storage, path in targets:
+        for storage, path, shared in targets:
             try:
                 opened = storage.open_reader()
             except ArchiveElsewhere as e:
@@ -312,7 +374,7 @@ def pull(url: str, directory: str | os.PathLike[str], *,
                 result.skipped.append({"session": storage.locator, "file": path,
                                        "elsewhere": e.path})
                 continue
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            made += _make_folders(os.path.dirname(path) or ".")
             with opened as reader, NewFile(path, PULL_TAG) as new:
                 parts = archivegz.chunks(reader.stream, reader.size, storage.locator)
                 with new.stream() as raw:  # a chunk at a time: an archive may be long
@@ -322,21 +384,45 @@ def pull(url: str, directory: str | os.PathLike[str], *,
                         for part in parts:
                             raw.write(part)
                     size = raw.tell()
-                if os.path.lexists(path):
-                    raise TransferError(f"{path} appeared meanwhile; nothing more was written")
-                new.publish()
+                try:
+                    new.publish(replace=False)
+                except FileExistsError:
+                    raise TransferError(f"{path} appeared meanwhile; nothing was "
+                                        "written") from None
             written.append(path)
-            result.files.append({"session": storage.locator, "file": path,
-                                 "bytes": size, "archive": os.path.dirname(
-                                     os.path.relpath(path, directory)) == ARCHIVE_DIR})
+            relative = os.path.relpath(path, directory)
+            row = {"session": storage.locator, "file": path, "bytes": size,
+                   "archive": os.path.basename(os.path.dirname(relative)) == ARCHIVE_DIR}
+            if shared is not None:
+                row["renamed_from"] = os.path.join(directory, shared)
+            result.files.append(row)
     except BaseException:
         for path in written:  # all or nothing
             try:
                 os.unlink(path)
             except OSError:
                 pass
+        for folder in reversed(made):
+            try:
+                os.rmdir(folder)  # only if still empty: never another's files
+            except OSError:
+                pass
         raise
     return result
+
+
+def _make_folders(folder: str) -> list[str]:
+    """Make `folder` and any missing folders above it: the ones made, outermost first."""
+    missing: list[str] = []
+    while folder and not os.path.isdir(folder):
+        missing.insert(0, folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for each in missing:
+        os.makedirs(each, exist_ok=True)
+    return missing
 
 
 # listing
