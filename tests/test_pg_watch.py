@@ -186,3 +186,52 @@ def test_only_followed_streams_are_announced_and_closing_unregisters(pg_url: str
         conn.execute(APPEND_ONE, ("s1",))
         assert [n.payload for n in listener.notifies(timeout=0.3)] == []
         listener.close()
+
+
+def test_closing_from_another_thread_ends_the_wait_and_listens_no_more(pg_url: str) -> None:
+    """An async follower cancelled mid-wait closes the watch from the event loop's thread
+    while the wait runs on a worker: the wait ends (False) and makes no new connection."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        schema.ensure(conn)
+    made: list[Any] = []
+
+    def connect() -> Any:
+        made.append(psycopg.connect(pg_url))
+        return made[-1]
+
+    watch = PgWatch(connect, threading.Event(), timeout=10.0)
+    assert watch.wait([Stream("s1")]) is True  # registered
+    outcome: list[bool] = []
+    waiting = threading.Thread(target=lambda: outcome.append(watch.wait([Stream("s1")])))
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(0.3)
+    watch.close()
+    waiting.join(timeout=15)
+    assert outcome == [False] and time.monotonic() - started < 3.0
+    assert len(made) == 1 and made[0].closed and watch.conn is None
+
+
+def test_a_wait_after_the_registration_may_have_expired_returns_at_once(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that took longer than a registration lasts between two waits: changes made
+    meanwhile may not have been announced, so the wait that registers again returns at
+    once and the caller re-reads."""
+    import journal.pg.watch as pg_watch
+
+    monkeypatch.setattr(pg_watch, "RENEW_EVERY", 0.2)
+    monkeypatch.setattr(pg_watch, "FOLLOW_TTL", 0.5)
+    watch = opened(pg_url, timeout=5.0)
+    try:
+        time.sleep(0.3)  # renewed, not expired: the wait sleeps until its timeout
+        thread = later(0.5, notify, pg_url, "s1", 1)
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is True
+        thread.join()
+        assert 0.4 < time.monotonic() - started < 3.0  # woken by the notification
+        time.sleep(0.6)  # longer than a registration lasts
+        started = time.monotonic()
+        assert watch.wait([Stream("s1")]) is True
+        assert time.monotonic() - started < 0.5
+    finally:
+        watch.close()

@@ -100,6 +100,9 @@ class PgWatch:
         self._retry_at = 0.0
         self._worked = False
         self._registered: dict[str, float] = {}
+        # set by `close`, which may come from another thread while `wait` runs (an async
+        # follower cancelled mid-wait): the wait then ends and listens no more
+        self._closed = False
         if not self.polling:
             self._listen(first=True)
 
@@ -128,27 +131,31 @@ class PgWatch:
             self._retry_at = time.monotonic() + RETRY_AFTER
             return False
         self.conn = conn
+        if self._closed:  # closed meanwhile (after `close` looked at `conn`): not kept
+            self._drop()
+            return False
         self._worked = False
         self._registered = {}
         if not first:
             self.reconnects += 1
         return True
 
-    def _register(self, wanted: set[str | None]) -> bool:
+    def _register(self, conn: psycopg.Connection[Any], wanted: set[str | None]) -> bool:
         """Register (or renew) this watch as a follower of `wanted` in `journal.followers`,
-        so their changes are announced; True if one was not registered yet (its changes
-        until now were not announced: the caller must re-read once)."""
-        assert self.conn is not None
+        so their changes are announced; True if one was not registered yet, or its
+        registration may have expired (a caller that took longer than FOLLOW_TTL between
+        waits): its changes until now may not have been announced, so the caller must
+        re-read once."""
         now = time.monotonic()
         due = sorted(s for s in wanted
                      if s is not None and now - self._registered.get(s, -RENEW_EVERY)
                      >= RENEW_EVERY)
         if not due:
             return False
-        new = any(s not in self._registered for s in due)
-        with self.conn.transaction():
-            self.conn.execute("DELETE FROM journal.followers WHERE until < now()")
-            self.conn.execute(
+        new = any(now - self._registered.get(s, -FOLLOW_TTL) >= FOLLOW_TTL for s in due)
+        with conn.transaction():
+            conn.execute("DELETE FROM journal.followers WHERE until < now()")
+            conn.execute(
                 "INSERT INTO journal.followers (session, backend, until) "
                 "SELECT s, pg_backend_pid(), now() + make_interval(secs => %s) "
                 "FROM unnest(%s::text[]) AS s ON CONFLICT (session, backend) "
@@ -192,12 +199,13 @@ class PgWatch:
         anywhere = bool(places)
         deadline = time.monotonic() + self.timeout
         while True:
-            if self.stop.is_set():
+            if self.stop.is_set() or self._closed:
                 return False
             now = time.monotonic()
             if now >= deadline:
                 return True
-            if self.conn is None:
+            conn = self.conn
+            if conn is None:
                 if self.polling:
                     self._sleep(min(POLL_INTERVAL, deadline - now))
                     return True
@@ -208,11 +216,11 @@ class PgWatch:
                 return True
             woken = False
             try:
-                if self._register(wanted):
+                if self._register(conn, wanted):
                     return True
                 # closed before anything else is asked of the connection: a suspended
                 # `notifies` generator holds the connection's lock
-                with closing(self.conn.notifies(
+                with closing(conn.notifies(
                         timeout=max(0.001, min(STEP, deadline - now)))) as notes:
                     for note in notes:
                         self.notified += 1
@@ -238,10 +246,11 @@ class PgWatch:
         """Take in notifications already queued (one wake-up reads them all)."""
         import psycopg
 
-        if self.conn is None:
+        conn = self.conn
+        if conn is None:
             return
         try:
-            with closing(self.conn.notifies(timeout=0.001)) as notes:
+            with closing(conn.notifies(timeout=0.001)) as notes:
                 for _ in notes:
                     self.notified += 1
         except psycopg.Error:
@@ -263,6 +272,7 @@ class PgWatch:
     def close(self) -> None:
         import psycopg
 
+        self._closed = True
         conn, self.conn = self.conn, None
         if conn is None:
             return
