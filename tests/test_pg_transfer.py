@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,3 +354,71 @@ def test_results_and_errors_name_the_database_without_its_password(
     out, err = capsys.readouterr()
     assert "postgres:***@" in out and "no such session" in err
     assert secret not in out and secret not in err
+
+
+def pushed_with_compaction(tmp_path: Path, pg_url: str) -> tuple[str, str]:
+    """(the file's path, its session id): a session with a compaction (so it can rotate),
+    pushed from `src/`."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    with Session.create(str(folder), cwd="/w") as session:
+        fill(session, 40, "one")
+        session.append_message({"role": "user", "content": "last", "timestamp": 1})
+        path, session_id = session.path, session.session_id
+    push(str(folder), pg_url)
+    return path, session_id
+
+
+def test_a_rotation_while_a_pull_reads_makes_it_pull_again(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session is rotated after the pull listed it and before it read it: what it read
+    holds the seal and would be written as the live file, its successor left out. The pull
+    notices, undoes, and pulls again: the sealed session as the archive, and the successor."""
+    from journal import lineage
+    from journal.pg.rotation import rotate_database
+    from journal.pg.storage import PostgresStorage
+
+    path, session_id = pushed_with_compaction(tmp_path, pg_url)
+    real = PostgresStorage.open_reader
+    rotated: list[str] = []
+
+    def open_reader(self: PostgresStorage) -> Any:
+        if not rotated:
+            rotated.append("")  # the rotation reads the session too
+            result = rotate_database(session_url(pg_url, session_id))
+            assert result.successor_id is not None
+            rotated[0] = result.successor_id
+        return real(self)
+
+    monkeypatch.setattr(PostgresStorage, "open_reader", open_reader)
+    pulled = pull(session_url(pg_url, session_id), tmp_path / "out")
+    monkeypatch.undo()
+    assert len(rotated) == 1
+    assert sorted(f["session"].rsplit("=", 1)[1] for f in pulled.files) == sorted(
+        [session_id, rotated[0]])
+    live = next(Path(f["file"]) for f in pulled.files if not f["archive"])
+    chain = lineage(str(live))
+    assert len(chain) == 2 and Path(chain[0]).parent.name == "archive"
+    assert Path(chain[0]).read_bytes().startswith(Path(path).read_bytes())
+
+
+def test_a_pull_outrun_by_changes_every_time_writes_nothing(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.pg.storage import PostgresStorage
+    from journal.pg.transfer import PULL_TRIES
+
+    _, session_id = pushed_with_compaction(tmp_path, pg_url)
+    real = PostgresStorage.open_reader
+    renamed: list[int] = []
+
+    def open_reader(self: PostgresStorage) -> Any:
+        renamed.append(1)
+        with connect(pg_url) as conn:  # as a rotation renames it
+            conn.execute("UPDATE journal.streams SET file_name = %s WHERE session = %s",
+                         (f"moved-{len(renamed)}.jsonl", session_id))
+        return real(self)
+
+    monkeypatch.setattr(PostgresStorage, "open_reader", open_reader)
+    with pytest.raises(TransferError, match=f"rotated each of the {PULL_TRIES} times"):
+        pull(pg_url, tmp_path / "out")
+    assert len(renamed) == PULL_TRIES and not (tmp_path / "out").exists()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import posixpath
 import re
@@ -56,7 +57,11 @@ from .url import (
 __all__ = ["PullResult", "PushResult", "TransferError", "database_of", "database_sessions",
            "pull", "push", "push_bytes"]
 
+log = logging.getLogger(__name__)
+
 PULL_TAG = "pull"
+# times in all a pull writes its sessions when, each time, one of them was rotated meanwhile
+PULL_TRIES = 3
 _SIDE = (".quarantine", ".lock", ".bak", ".tmp", ".rotating", "~")
 
 
@@ -274,17 +279,21 @@ def _safe(conninfo: str) -> str:
 # pull
 
 
-def _sessions(conninfo: str, session: str | None) -> list[tuple[str, str | None]]:
-    """(session, file name) of what a pull writes, oldest of a lineage first."""
+def _links(conninfo: str) -> dict[str, tuple[str | None, str | None]]:
+    """Every session's file name and successor, oldest first."""
 
     def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         return conn.execute("SELECT session, file_name, successor FROM journal.streams "
                             "WHERE generation IS NOT NULL ORDER BY created_at, id").fetchall()
 
-    rows = with_shared(conninfo, query)
-    by_id = {str(r[0]): (r[1], r[2]) for r in rows}
+    return {str(r[0]): (r[1], r[2]) for r in with_shared(conninfo, query)}
+
+
+def _sessions(conninfo: str, session: str | None,
+              by_id: dict[str, tuple[str | None, str | None]]) -> list[tuple[str, str | None]]:
+    """(session, file name) of what a pull writes, oldest of a lineage first."""
     if session is None:
-        return [(str(r[0]), r[1]) for r in rows]
+        return [(s, v[0]) for s, v in by_id.items()]
     if session not in by_id:
         raise NotASession(shown(session_url(conninfo, session)),
                           "no such session in the database")
@@ -356,7 +365,25 @@ def pull(url: str, directory: str | os.PathLike[str], *,
         conninfo, session = parsed.conninfo, parsed.session
     else:
         conninfo, session = database_of(url), None
-    targets = _targets(conninfo, directory, _sessions(conninfo, session))
+    for _ in range(PULL_TRIES):
+        links = _links(conninfo)
+        sessions = _sessions(conninfo, session, links)
+        result = _pull_once(conninfo, directory, sessions, links, skip_elsewhere)
+        if result is not None:
+            return result
+        log.info("%s: rotated while it was pulled; pulling again", shown(url))
+    raise TransferError(f"{shown(url)}: its sessions were rotated each of the {PULL_TRIES} "
+                        "times they were pulled; nothing was written: run it again")
+
+
+def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | None]],
+               links: dict[str, tuple[str | None, str | None]],
+               skip_elsewhere: bool) -> PullResult | None:
+    """Write `sessions`; None, with nothing written, if one of them was rotated (or renamed)
+    meanwhile: their `links` (file name, successor) are read again once the last file is
+    written. A file read after a rotation holds the seal, and would be written under the
+    live name the listing gave it, its successor left out."""
+    targets = _targets(conninfo, directory, sessions)
     taken = [path for _, path, _ in targets if os.path.lexists(path)]
     if taken:
         raise TransferError(f"{taken[0]} already exists; nothing was written")
@@ -396,19 +423,29 @@ def pull(url: str, directory: str | os.PathLike[str], *,
             if shared is not None:
                 row["renamed_from"] = os.path.join(directory, shared)
             result.files.append(row)
+        now = _links(conninfo)
+        if all(now.get(s) == links.get(s) for s, _ in sessions):
+            return result
     except BaseException:
-        for path in written:  # all or nothing
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        for folder in reversed(made):
-            try:
-                os.rmdir(folder)  # only if still empty: never another's files
-            except OSError:
-                pass
+        _undo(written, made)
         raise
-    return result
+    _undo(written, made)
+    return None
+
+
+def _undo(written: list[str], made: list[str]) -> None:
+    """Remove the files a pull wrote, then the folders it made (those still empty: never
+    another's files)."""
+    for path in written:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    for folder in reversed(made):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
 
 
 def _make_folders(folder: str) -> list[str]:
