@@ -422,3 +422,18 @@ def test_a_pull_outrun_by_changes_every_time_writes_nothing(
     with pytest.raises(TransferError, match=f"rotated each of the {PULL_TRIES} times"):
         pull(pg_url, tmp_path / "out")
     assert len(renamed) == PULL_TRIES and not (tmp_path / "out").exists()
+
+
+def test_ls_keeps_a_lineage_whose_live_session_was_deleted(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The live session of a pushed lineage is deleted (as docs/postgres.md says to delete
+    one): `ls` lists what is left, ending at the newest sealed session, as search, usage and
+    pull still see it."""
+    live = rotated_lineage(tmp_path / "src")
+    push(live, pg_url)
+    live_id = load(live).header["id"]  # type: ignore[index]
+    with connect(pg_url) as conn:
+        conn.execute("DELETE FROM journal.streams WHERE session = %s", (live_id,))
+    assert main(["ls", pg_url, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0]["sessions"] == 2 and rows[0]["session"] != live_id

@@ -482,9 +482,10 @@ def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
 
     rows = with_shared(conninfo, query)
     before = {str(r[1]): str(r[0]) for r in rows if r[1]}
+    present = {str(r[0]) for r in rows}
     out = []
     for r in rows:
-        if r[1]:  # sealed: counted with its live successor
+        if r[1] and str(r[1]) in present:  # sealed: counted with its successor
             continue
         span, current = 1, str(r[0])
         while current in before and span < 10_000:
