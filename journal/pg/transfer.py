@@ -118,7 +118,6 @@ def database_of(url: str | None) -> str:
 class _File:
     path: str
     name: str  # relative to the session's folder
-    data: bytes
     session: str
     successor: str | None
 
@@ -156,7 +155,9 @@ def _name_in(folder: str, path: str) -> str:
     return relative
 
 
-def _read(path: str, name: str) -> _File:
+def _read(path: str) -> bytes:
+    """The session bytes of the file (an archive's uncompressed); TransferError for a torn
+    tail or a damaged archive."""
     with open(path, "rb") as f:
         data = f.read()
     if is_compressed(path):
@@ -167,6 +168,11 @@ def _read(path: str, name: str) -> _File:
     if data and not data.endswith(b"\n"):
         raise TransferError(f"{path}: its last line is incomplete (a torn tail); open it for "
                             "writing once (or run 'journal repair') before pushing it")
+    return data
+
+
+def _described(path: str, name: str, data: bytes) -> _File:
+    """The file's session id (its header's) and the successor its seal names, if any."""
     first = data.split(b"\n", 1)[0]
     try:
         header = codec.loads(first) if first else None
@@ -185,7 +191,7 @@ def _read(path: str, name: str) -> _File:
     if isinstance(entry, dict) and is_seal(entry):
         found = entry["data"].get("sessionId")
         successor = found if isinstance(found, str) else None
-    return _File(path, name, data, str(header["id"]), successor)
+    return _File(path, name, str(header["id"]), successor)
 
 
 def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
@@ -199,7 +205,9 @@ def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
         >>> push("sessions/", "postgresql://me@db/journal")  # doctest: +SKIP
     """
     conninfo = database_of(url)
-    files = [_read(path, name) for path, name in _files_to_push(os.fspath(source))]
+    # each file read twice, here and as it is stored, so that one is in memory at a time
+    files = [_described(path, name, _read(path))
+             for path, name in _files_to_push(os.fspath(source))]
     ids: dict[str, str] = {}
     for f in files:
         if f.session in ids:
@@ -212,18 +220,22 @@ def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
         with conn.transaction():
             for f in files:
                 storage = PostgresStorage(conninfo, f.session)
-                existing = _stored_bytes(conn, f.session, f.data)
+                data = _read(f.path)
+                if _described(f.path, f.name, data) != f:
+                    raise TransferError(f"{f.path}: its header or seal changed while it was "
+                                        "pushed; nothing was pushed")
+                existing = _stored_bytes(conn, f.session, data)
                 entry = {"file": f.path, "name": f.name, "session": storage.locator,
-                         "bytes": len(f.data)}
+                         "bytes": len(data)}
                 if existing is not None:
-                    if existing != f.data:
+                    if existing != data:
                         raise TransferError(f"{f.path}: the session {f.session} is already "
                                             "in the database with other bytes; nothing was "
                                             "pushed")
                     result.skipped.append(entry)
                     continue
                 try:
-                    storage.create_in(conn, f.data)
+                    storage.create_in(conn, data)
                 except WriteFailed as e:
                     raise TransferError(f"{f.path}: cannot be stored ({e.reason}); nothing "
                                         "was pushed, and the file is as it was") from e
