@@ -36,6 +36,16 @@ KEY_FIELD = re.compile(rb'\{"key":"([0-9a-f]{32})"')
 KEY_HEAD = 64
 
 
+def text_of(data: bytes) -> str | None:
+    """A record's bytes as its `text`: where they are UTF-8, up to TEXT_LIMIT of them."""
+    if len(data) > TEXT_LIMIT:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def quarantine_path_for(session_path: str) -> str:
     return session_path + SUFFIX
 
@@ -60,11 +70,9 @@ class Quarantined:
             "reason": self.reason,
             "detail": self.detail,
         }
-        if len(self.data) <= TEXT_LIMIT:
-            try:
-                record["text"] = self.data.decode("utf-8")
-            except UnicodeDecodeError:
-                pass
+        text = text_of(self.data)
+        if text is not None:
+            record["text"] = text
         return record
 
     def encoded(self, key: str) -> Iterator[bytes]:

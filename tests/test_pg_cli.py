@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,6 +130,22 @@ def test_a_url_is_shown_without_its_password_whatever_it_holds(url: str, expecte
     assert shown(url) == expected
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://u:pw@host:5432/db?session=x",
+    "postgresql://u@host/db?password=secret&sslmode=prefer&session=s1",
+])
+def test_the_name_a_session_is_shown_by_leads_back_to_its_password(url: str) -> None:
+    """A session's name (its URL without the password) is passed on as its path inside the
+    process: parsed again, it is the database the caller named, password and all; a shown
+    URL that was never parsed with a password stays as it is."""
+    from journal.pg.url import parse_url
+
+    parsed = parse_url(url)
+    assert "***" in parsed.url and parse_url(parsed.url) == parsed
+    stranger = "postgresql://someone:***@elsewhere/db?session=z"
+    assert parse_url(stranger).conninfo == "postgresql://someone:***@elsewhere/db"
+
+
 @pytest.mark.parametrize(("url", "one"), [
     ("postgresql://h/db?session=s1", True),
     ("postgresql://h/db?%73ession=s1", True),
@@ -142,3 +159,46 @@ def test_whether_a_url_names_a_session_is_read_from_its_parameters(url: str, one
     from journal.pg.url import names_session
 
     assert names_session(url) is one
+
+
+@pytest.fixture
+def password_url(pg_url: str) -> Any:
+    """`pg_url` as a role that must give its password (scram-sha-256, in the URL): the run's
+    server trusts everyone else, so a command that drops the password fails here."""
+    import uuid
+
+    import psycopg
+
+    role, password = f"pw_{uuid.uuid4().hex[:8]}", "s3cret-word"
+    rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")
+        hba = conn.execute("SHOW hba_file").fetchone()[0]  # type: ignore[index]
+        before = Path(hba).read_text()
+        Path(hba).write_text(rule + before)
+        conn.execute("SELECT pg_reload_conf()")
+    host = pg_url.split("@", 1)[1]
+    try:
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(f"postgresql://{role}:wrong@{host}").close()
+        yield f"postgresql://{role}:{password}@{host}", password
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            Path(hba).write_text(before)
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def test_a_password_in_the_url_reaches_the_database_for_every_command(
+        env: dict[str, str], password_url: tuple[str, str]) -> None:
+    """info, repair and tail name the session without its password, and connect with it
+    all the same (they once connected by the name they show)."""
+    base, password = password_url
+    url = session_url(base, "pw")
+    with Session.create(url, cwd="/") as session:
+        session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    for args in (["info", url, "--json"], ["repair", url, "--check"], ["repair", url],
+                 ["tail", url, "-n", "1", "--no-follow"], ["quarantine", "list", url]):
+        done = journal(*args, env=env)
+        out = done.stdout.decode() + done.stderr.decode()
+        assert done.returncode == 0, (args, out)
+        assert password not in out, (args, out)

@@ -3,6 +3,7 @@ the lease; every removed or rewritten line kept in the journal.quarantine table.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -215,6 +216,10 @@ def test_repair_and_quarantine_commands(pg_url: str, tmp_path: Path,
     assert rows and all("data" not in row for row in rows)
     assert main(["quarantine", "show", url, "1"]) == 0
     assert capsys.readouterr().out.encode() == quarantined_record(url, 1)["data"]
+    assert main(["quarantine", "show", url, "1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)  # as a file's record: base64 and text
+    assert base64.b64decode(shown["bytes"]) == quarantined_record(url, 1)["data"]
+    assert shown["text"] == quarantined_record(url, 1)["data"].decode()
     assert main(["repair", url, "--check"]) == 0
     capsys.readouterr()
     restored = tmp_path / "restored.bin"

@@ -19,7 +19,7 @@ from ..claude import DIALECTS
 from ..context import Context
 from ..errors import JournalError, NotASession, UnknownEntry
 from ..info import inspect, require_session
-from ..pg.url import is_database_url
+from ..pg.url import is_database_url, shown
 from ..render import describe_entry, describe_message
 from ..rotation import RotationResult
 from ..session import Session
@@ -385,7 +385,7 @@ def cmd_quarantine_list(args: argparse.Namespace) -> int:
         print(f"{row['line']:>4}  {row.get('time')}  {row.get('source')} byte "
               f"{row.get('offset', 0):,} ({row.get('length', 0):,} bytes): {row.get('reason')}"
               + (f" ({row['detail']})" if row.get("detail") else ""))
-    print(f"{len(rows)} record(s) in {side}; 'journal quarantine show {args.path} N' prints "
+    print(f"{len(rows)} record(s) in {side}; 'journal quarantine show {shown(args.path)} N' prints "
           "one, 'journal quarantine restore ... N FILE' writes it to a new file")
     return 0
 

@@ -12,6 +12,7 @@ gives one back with its bytes (`journal quarantine list/show URL`).
 
 from __future__ import annotations
 
+import base64
 from functools import partial
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..errors import JournalError, NotASession
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Progress
 from ..publish import create_file
-from ..quarantine import Quarantined
+from ..quarantine import Quarantined, text_of
 from ..repair import RepairReport, assess, repair_held
 from .connect import DatabaseError, describe, with_shared
 from .lease import Lease
@@ -136,9 +137,14 @@ def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, 
     if row is None or number < 1:
         raise JournalError(f"{storage.locator}: no quarantine record {number}")
     data = bytes(row[5])
-    return {"line": number, "time": row[0].isoformat().replace("+00:00", "Z"),
-            "source": storage.locator, "generation": row[1], "offset": row[2],
-            "length": len(data), "reason": row[3], "detail": row[4], "data": data}
+    record = {"line": number, "time": row[0].isoformat().replace("+00:00", "Z"),
+              "source": storage.locator, "generation": row[1], "offset": row[2],
+              "length": len(data), "reason": row[3], "detail": row[4], "data": data}
+    text = text_of(data)
+    if text is not None:
+        record["text"] = text
+    record["bytes"] = base64.b64encode(data).decode("ascii")  # as a file's record has them
+    return record
 
 
 def restore_record(target: str | PostgresStorage, number: int, path: str) -> int:

@@ -14,7 +14,15 @@ import os
 import re
 from dataclasses import dataclass
 from typing import TypeGuard
-from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import (
+    SplitResult,
+    parse_qsl,
+    quote,
+    unquote,
+    urlencode,
+    urlsplit,
+    urlunsplit,
+)
 
 from ..errors import JournalError
 
@@ -27,6 +35,7 @@ _AUTHORITY = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<auth>[^/]*)(
                         re.DOTALL)
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 SHORT = "pg:"
+_MASK = "***"  # what a password is shown as
 
 
 class BadDatabaseUrl(JournalError):
@@ -78,7 +87,7 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
                              "session: postgresql://user@host:port/db?session=<id>")
     rest = [(key, value) for key, value in query if key != "session"]
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-    return SessionUrl(conninfo, sessions[0])
+    return SessionUrl(_with_password(conninfo), sessions[0])
 
 
 def names_session(url: str) -> bool:
@@ -94,7 +103,7 @@ def parse_database(url: str) -> str:
     parts = _split(url)
     if any(key == "session" for key, _ in parse_qsl(parts.query)):
         raise BadDatabaseUrl(f"{_without_password(url)}: a database URL names no session")
-    return url
+    return _with_password(url)
 
 
 def session_url(conninfo: str, session: str) -> str:
@@ -127,6 +136,29 @@ def _split(url: str) -> SplitResult:
     return parts
 
 
+# A session's name in results and messages is its URL without the password (`SessionUrl.url`,
+# `shown`), and that name is passed on inside this process as the session's path (a
+# snapshot's, a follower's): connecting by it must reach the database the caller named, with
+# the caller's password. So each conninfo parsed here with a password is remembered under its
+# shown form, and a shown form parsed later leads back to it.
+_HIDDEN: dict[str, str] = {}
+
+
+def _with_password(conninfo: str) -> str:
+    """`conninfo` as parsed; where it is the shown form of one parsed before with a
+    password, that one."""
+    parts = _split(conninfo)
+    given = [unquote(parts.password)] if parts.password is not None else []
+    given += [value for key, value in parse_qsl(parts.query) if key.lower() == "password"]
+    if not given:
+        return conninfo
+    masked = _without_password(conninfo)
+    if all(password == _MASK for password in given):  # a shown form
+        return _HIDDEN.get(masked, conninfo)
+    _HIDDEN[masked] = conninfo
+    return conninfo
+
+
 def _without_password(url: str) -> str:
     """`url` with its password hidden, everything else as written. Read as text, not split:
     a password may hold what splitting stops at ('#', '?', '@'); the user part is everything
@@ -136,6 +168,6 @@ def _without_password(url: str) -> str:
     if found is not None and "@" in found["auth"]:
         userinfo, host = found["auth"].rsplit("@", 1)
         if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
+            userinfo = userinfo.split(":", 1)[0] + ":" + _MASK
         url = f"{found['scheme']}{userinfo}@{host}{found['rest']}"
-    return _QUERY_PASSWORD.sub(r"\1***", url)
+    return _QUERY_PASSWORD.sub(r"\g<1>" + _MASK, url)
