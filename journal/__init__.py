@@ -69,8 +69,9 @@ Errors
     `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `SessionChanged` (a database session grew while it was
     repaired or rotated: nothing changed), `SessionSealed` (a database session a rotation
-    sealed takes no more lines), `UnknownEntry`, `UnsafeLockFile`, `UnsupportedVersion`,
-    `WriteFailed`.
+    sealed takes no more lines), `UnknownEntry`, `UnsafeLockFile`, `Unreachable` (a database
+    server could not be reached: nothing was read or changed; a live tail waits it out),
+    `UnsupportedVersion`, `WriteFailed`.
 
 Tools for tests stay in their modules: `journal.validate` (strict checks of the tool pairing
 rules: `pairing_problems`, `api_pairing_problems`, `assert_valid_pairing`, `InvalidPairing`)
@@ -107,6 +108,7 @@ from .errors import (
     SessionChanged,
     SessionSealed,
     UnknownEntry,
+    Unreachable,
     UnsafeLockFile,
     UnsupportedVersion,
     WriteFailed,
@@ -248,6 +250,7 @@ __all__ = [
     "SessionSealed",
     "UnknownEntry",
     "UnsafeLockFile",
+    "Unreachable",
     "UnsupportedVersion",
     "WriteFailed",
 ]

@@ -184,6 +184,12 @@ class ArchiveElsewhere(JournalError):
                          "it where it is, or put it back there")
 
 
+class Unreachable(JournalError):
+    """The store a session is kept in could not be reached (a database server down or
+    restarting, the network between): nothing was read or changed; the same call may work
+    once it is back. A live tail waits for it."""
+
+
 class GenerationGone(JournalError):
     """The generation of a database session a reader was reading was replaced (a repair)
     and its rows are gone since: read the session again."""

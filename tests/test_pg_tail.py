@@ -274,3 +274,56 @@ def test_a_follow_ended_by_sigterm_removes_its_registration(pg_url: str) -> None
         proc.wait()
     assert "Traceback" not in err
     assert followers() == 0
+
+
+def test_a_follower_waits_out_a_server_restart(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The server stops (fast: every connection ended), stays down a while, and starts
+    again on the same port: the follower warns, keeps waiting, and delivers what is written
+    before and after, each entry once, in order."""
+    from journal.pg.server import EmbeddedServer
+
+    with EmbeddedServer() as server:
+        url = session_url(server.url(), "restarted")
+        Session.create(url, cwd="/").close()
+        stop = threading.Event()
+        got: list[str] = []
+        failed: list[BaseException] = []
+
+        def follower() -> None:
+            try:
+                for entry in follow(url, stop=stop, timeout=0.2):
+                    if entry.get("type") == "message":
+                        got.append(entry["message"]["content"])
+            except BaseException as e:  # noqa: BLE001 - the test reports it
+                failed.append(e)
+
+        def append(texts: list[str]) -> None:
+            with Session.open(url) as session:
+                for text in texts:
+                    session.append_message({"role": "user", "content": text, "timestamp": 1})
+
+        def delivered(count: int) -> None:
+            deadline = time.monotonic() + 30
+            while len(got) < count and not failed:
+                assert time.monotonic() < deadline, got
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=follower)
+        thread.start()
+        try:
+            time.sleep(0.5)  # the follower is at the end
+            append([f"before {i}" for i in range(5)])
+            delivered(5)
+            with caplog.at_level("WARNING", logger="journal.tail"):
+                server.restart(pause=1.5)
+                append([f"after {i}" for i in range(5)])
+                delivered(10)
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        assert not failed, failed
+        assert got == [f"before {i}" for i in range(5)] + [f"after {i}" for i in range(5)]
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("reading on once it can be reached" in m for m in messages), messages
+        assert any("reachable again" in m for m in messages), messages

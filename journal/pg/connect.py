@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ..errors import JournalError
+from ..errors import JournalError, Unreachable
 from . import schema
 
 __all__ = ["DatabaseError", "DatabaseUnavailable", "connect", "describe", "shared",
@@ -50,7 +50,7 @@ class DatabaseError(JournalError):
     """The database refused an operation (a permission, a constraint) or failed it."""
 
 
-class DatabaseUnavailable(DatabaseError):
+class DatabaseUnavailable(DatabaseError, Unreachable):
     """The database could not be reached (or refused the connection)."""
 
 

@@ -82,6 +82,7 @@ class EmbeddedServer:
         self.as_nobody = os.geteuid() == 0
         self.bin: Path | None = None
         self.running = False
+        self._options: list[str] = []  # the `postgres` options it was last started with
 
     # -- lifecycle
 
@@ -101,16 +102,34 @@ class EmbeddedServer:
             if not self.fsync:
                 options += ["-c full_page_writes=off"]
             options += [f"-c {key}={value}" for key, value in self.settings.items()]
-            result = self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
-                                "-t", str(int(START_TIMEOUT)), "-o", " ".join(options),
-                                "start"], check=False)
+            result = self._start(options)
             if result.returncode == 0:
                 self.running = True
+                self._options = options
                 return self
             last = self._log_tail()
             if "could not bind" not in last and "Address already in use" not in last:
                 break
         raise ServerError(f"the embedded PostgreSQL server did not start: {last}")
+
+    def restart(self, pause: float = 0.0) -> None:
+        """Stop the server (fast shutdown) and start it again `pause` seconds later, on the
+        same port and with the same settings, as a server restarts under its clients
+        (ServerError if it does not come back)."""
+        if not self.running:
+            raise ServerError("the embedded PostgreSQL server is not running")
+        self.stop()
+        time.sleep(pause)
+        result = self._start(self._options)
+        if result.returncode != 0:
+            raise ServerError(f"the embedded PostgreSQL server did not start again: "
+                              f"{self._log_tail()}")
+        self.running = True
+
+    def _start(self, options: list[str]) -> subprocess.CompletedProcess[str]:
+        return self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
+                          "-t", str(int(START_TIMEOUT)), "-o", " ".join(options), "start"],
+                         check=False)
 
     def stop(self) -> None:
         """Stop the server (fast shutdown: open connections are ended)."""

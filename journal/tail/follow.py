@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 
 from ..claude import check_dialect
-from ..errors import ArchiveElsewhere, GenerationGone, NotASession, UnknownEntry
+from ..errors import ArchiveElsewhere, GenerationGone, NotASession, UnknownEntry, Unreachable
 from ..lineage import MAX_HOPS
 from ..pg.url import is_database_url
 from ..seal import last_copied
@@ -88,6 +88,7 @@ class Follower(SourceReader):
         self.retired: dict[str, Hashable] = {}
         self.done = False
         self._root_gone: float | None = None
+        self._unreachable: float | None = None  # since when the store cannot be reached
 
     # starting
 
@@ -133,14 +134,26 @@ class Follower(SourceReader):
     # one wake-up
 
     def poll(self) -> Iterator[TailEvent]:
-        """Read whatever is new in every followed file, and act on what happened to them."""
-        for src in list(self.sources):
-            if src.reader is not None and src in self.sources:
-                yield from self._check(src)
-        if self.root is not None:
-            yield from self._discover()
-        elif not self.sources:
-            self.done = True
+        """Read whatever is new in every followed file, and act on what happened to them.
+        While the store cannot be reached (a database server restarting), nothing: a warning
+        once, and the next wake-up tries again (what was not read yet is read then)."""
+        try:
+            for src in list(self.sources):
+                if src.reader is not None and src in self.sources:
+                    yield from self._check(src)
+            if self.root is not None:
+                yield from self._discover()
+            elif not self.sources:
+                self.done = True
+        except Unreachable as e:
+            if self._unreachable is None:
+                log.warning("%s; reading on once it can be reached", e)
+            self._unreachable = self._unreachable or time.monotonic()
+            return
+        if self._unreachable is not None:
+            log.warning("%s: reachable again after %.0fs; reading on", self.path,
+                        time.monotonic() - self._unreachable)
+            self._unreachable = None
 
     def _check(self, src: Source) -> Iterator[TailEvent]:
         assert src.reader is not None
