@@ -772,12 +772,19 @@ def _apply(p: _Plan, path: str) -> RepairReport:
 
 
 def repair_held(storage: Storage, keep: Callable[[list[Quarantined]], None], *,
-                strict: bool = False, progress: Progress | None = None) -> RepairReport:
+                migrate: bool = False, strict: bool = False,
+                progress: Progress | None = None) -> RepairReport:
     """Repair a session of any backend whose writer lock the caller holds: the same plan and
-    verification as a file's repair, published through `storage.publish`; `keep` is given
-    every dropped or rewritten byte range before the swap (a database keeps them in its
-    quarantine table). Nothing is published if `keep` raises."""
-    p = plan(storage.locator, strict=strict, progress=progress)
+    verification as a file's repair (`migrate`: a version 1 or 2 session written as version
+    3 too), published through `storage.publish`; `keep` is given every dropped or rewritten
+    byte range before the swap (a database keeps them in its quarantine table). Nothing is
+    published if `keep` raises."""
+    p = plan(storage.locator, migrate=migrate, strict=strict, progress=progress)
+    return _publish_held(p, storage, keep)
+
+
+def _publish_held(p: _Plan, storage: Storage,
+                  keep: Callable[[list[Quarantined]], None]) -> RepairReport:
     report = _report(p, storage.locator, dry_run=False)
     if report.changed:
         _verify(p)
@@ -786,6 +793,17 @@ def repair_held(storage: Storage, keep: Callable[[list[Quarantined]], None], *,
         report.quarantine = storage.locator if items else None
     p.meter.finish()
     return report
+
+
+def migrate_held_in(storage: Storage,
+                    keep: Callable[[list[Quarantined]], None]) -> RepairReport:
+    """`migrate_held` for a session of any backend whose writer lock the caller holds (a
+    database session, under its lease): the version 1 or 2 session written as version 3
+    through `storage.publish`, `keep` given the original bytes of every line rewritten.
+    A damaged one raises UnsupportedVersion, as `migrate_held` does."""
+    p = plan(storage.locator, migrate=True)
+    _refuse_damage(p, storage.locator)
+    return _publish_held(p, storage, keep)
 
 
 def migrate_held(path: str) -> RepairReport:
@@ -800,6 +818,12 @@ def migrate_held(path: str) -> RepairReport:
     naming `journal repair --migrate` (which repairs and migrates, and says what it changed).
     """
     p = plan(path, migrate=True)
+    _refuse_damage(p, path)
+    return _apply(p, path)
+
+
+def _refuse_damage(p: _Plan, path: str) -> None:
+    """UnsupportedVersion if migrating on open would have to repair too (it only migrates)."""
     damage = [problem for problem in p.problems if problem.kind != "migrated"]
     if damage or p.dropped:
         kinds = ", ".join(sorted({problem.kind for problem in damage})) or "unreadable bytes"
@@ -807,7 +831,6 @@ def migrate_held(path: str) -> RepairReport:
             path, p.version,
             f"not migrated on open: it needs repair too ({kinds}); run 'journal repair "
             f"--migrate {path}' to repair it and write it as version {model.CURRENT_VERSION}")
-    return _apply(p, path)
 
 
 def assess(path: str, *, migrate: bool = False, strict: bool = False,

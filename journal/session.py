@@ -149,8 +149,10 @@ class Session:
         successor, also when it rotates while this waits for the lock (`followed`).
 
         A version 1 or 2 file is first rewritten as version 3, as pi does when it opens one
-        (atomically, under the lock, the original kept as `<file>.bak`, a warning logged);
-        `migrate=False` refuses it instead (UnsupportedVersion), as does any other backend.
+        (atomically, under the lock, the original kept as `<file>.bak`, a warning logged),
+        and so is a database session (a new generation, under the lease, the original lines
+        kept in its quarantine); `migrate=False` refuses it instead (UnsupportedVersion), as
+        does any other backend.
         Raises NotASession, UnsupportedVersion, LockTimeout, UnsafeLockFile.
         """
         if is_database_url(target):
@@ -164,7 +166,9 @@ class Session:
         storage, lock = opened.storage, opened.lock
         try:
             if not isinstance(target, (str, os.PathLike, FileStorage)):
-                _preflight(storage)
+                database = is_database_url(storage.locator)
+                if _preflight(storage, migrate=migrate and database) < model.CURRENT_VERSION:
+                    _migrate_database(storage, lock)
             snap = resume(storage)
             _check_writable(storage.locator, snap)
             appender = storage.open_appender(durability)
@@ -623,6 +627,24 @@ def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float
     if followed:
         log.warning("%s was rotated; continuing in its successor %s", requested, path)
     return _Opened(storage, lock, recovered, followed)
+
+
+def _migrate_database(storage: Storage, lease: object) -> None:
+    """Write a version 1 or 2 database session as version 3 under the lease `Session.open`
+    took (`journal.pg.repair.migrate_database_held`), as a file is migrated on open."""
+    from .pg.lease import Lease
+    from .pg.repair import migrate_database_held
+    from .pg.storage import PostgresStorage
+
+    if not isinstance(storage, PostgresStorage) or not isinstance(lease, Lease):
+        raise JournalError(f"{storage.locator}: cannot be migrated here; run 'journal repair "
+                           f"--migrate {storage.locator}'")
+    before = storage.size()
+    migrate_database_held(storage, lease)
+    log.warning("%s: migrated to session format version %d (%s bytes before), as pi does when "
+                "it opens a session; the original lines are kept in its quarantine ('journal "
+                "quarantine list %s')", storage.locator, model.CURRENT_VERSION, f"{before:,}",
+                storage.locator)
 
 
 def _new_file_storage(target: str, header: Entry) -> FileStorage:

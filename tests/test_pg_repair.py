@@ -19,6 +19,7 @@ from corruption import (  # noqa: E402
     insert_lines,
     split_lines,
 )
+from third_party import pi_path  # noqa: E402
 
 from journal import (  # noqa: E402
     Durability,
@@ -305,3 +306,47 @@ def test_a_repair_outrun_by_an_appender_without_the_lease_every_time_changes_not
     assert len(appended) == CHANGED_TRIES
     assert db_bytes(url) == data + b"".join(appended) and quarantined(url) == []
     assert repair_database(url).changed  # from the session as it is now
+
+
+def pushed_v1(pg_url: str) -> str:
+    """A pi session of format version 1 (a fixture) pushed as it is: its URL."""
+    from journal.pg.transfer import push
+
+    source = pi_path("before-compaction.jsonl")
+    assert load(str(source)).version == 1
+    push(str(source), pg_url)
+    return session_url(pg_url, str(load(str(source)).header["id"]))  # type: ignore[index]
+
+
+def test_repair_migrate_writes_a_version_1_database_session_as_version_3(
+        pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`journal repair --migrate URL` (it said --migrate was for files): the session is
+    version 3, gives the model the same context, and its original lines are in the
+    quarantine."""
+    url = pushed_v1(pg_url)
+    before = context(load(url))
+    assert main(["repair", url, "--migrate", "--check"]) == 1  # it would change it
+    capsys.readouterr()
+    assert main(["repair", url, "--migrate", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["changed"]
+    after = load(url)
+    assert after.version == 3 and context(after) == before
+    assert quarantined_record(url, len(quarantined(url)))["data"] == Path(
+        pi_path("before-compaction.jsonl")).read_bytes()  # as it was: a file's .bak
+
+
+def test_opening_a_version_1_database_session_migrates_it_and_appends(
+        pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    url = pushed_v1(pg_url)
+    with pytest.raises(Exception, match="appending would mix formats"):
+        Session.open(url, migrate=False)
+    assert load(url).version == 1  # refused: nothing changed
+    with caplog.at_level("WARNING"), Session.open(url) as session:
+        session.append_message({"role": "user", "content": "after", "timestamp": 1})
+    assert any("migrated to session format version 3" in r.getMessage()
+               for r in caplog.records)
+    snap = load(url)
+    assert snap.version == 3 and snap.entries[-1]["message"]["content"] == "after"
+    [record] = quarantined(url)
+    assert record["reason"] == "migrated" and record["length"] == Path(
+        pi_path("before-compaction.jsonl")).stat().st_size

@@ -79,12 +79,9 @@ def _targets(paths: list[str]) -> list[str]:
 def _repair_one(path: str, args: argparse.Namespace, dry: bool,
                 bar: ByteProgress) -> RepairReport:
     if is_database_url(path):  # the database's quarantine is its table
-        if args.migrate:
-            raise JournalError(f"{path}: --migrate is for files (a database session is "
-                               "version 3)")
         from ..pg.repair import repair_database
 
-        return repair_database(path, dry_run=dry, strict=args.strict,
+        return repair_database(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
                                lock_timeout=args.lock_timeout, progress=bar)
     return repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
                   lock_timeout=args.lock_timeout, progress=bar, dialect=args.dialect)

@@ -18,18 +18,24 @@ from typing import Any
 
 import psycopg
 
+from .. import model
 from ..errors import JournalError, NotASession
+from ..header import stream_first_line
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Progress
 from ..publish import create_file
 from ..quarantine import Quarantined, text_of
-from ..repair import RepairReport, assess, repair_held
+from ..repair import RepairReport, assess, migrate_held_in, repair_held
 from .connect import DatabaseError, describe, with_shared
 from .lease import Lease
 from .rotation import again_while_changed, live_storage, lock_live, stream_row
 from .storage import PostgresStorage
 
-__all__ = ["quarantined", "quarantined_record", "repair_database", "restore_record"]
+__all__ = ["migrate_database_held", "quarantined", "quarantined_record", "repair_database",
+           "restore_record"]
+
+MIGRATED_DETAIL = ("the whole session as it was before it was written as version 3 (its "
+                   "format version 1 or 2 lines)")
 
 
 def _storage(target: str | PostgresStorage) -> PostgresStorage:
@@ -43,6 +49,7 @@ def repair_database(
     target: str | PostgresStorage,
     *,
     dry_run: bool = False,
+    migrate: bool = False,
     strict: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     progress: Progress | None = None,
@@ -62,21 +69,42 @@ def repair_database(
     """
     storage = _storage(target)
     if dry_run:
-        return assess(live_storage(storage).locator, strict=strict, progress=progress)
+        return assess(live_storage(storage).locator, migrate=migrate, strict=strict,
+                      progress=progress)
     live, lease = lock_live(storage, lock_timeout)
     try:
-        return again_while_changed(partial(repair_held, live, partial(_keep, live, lease),
+        keep = partial(_keep, live, lease, whole=migrate and _older_version(live))
+        return again_while_changed(partial(repair_held, live, keep, migrate=migrate,
                                            strict=strict, progress=progress))
     finally:
         lease.release()
 
 
-def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> None:
+def migrate_database_held(storage: PostgresStorage, lease: Lease) -> RepairReport:
+    """A version 1 or 2 database session written as version 3 under its `lease` (held by the
+    caller: `Session.open` does this, as it migrates a file), the original bytes of every
+    rewritten line kept in its quarantine; a damaged one raises UnsupportedVersion naming
+    `journal repair --migrate`."""
+    return again_while_changed(partial(migrate_held_in, storage,
+                                       partial(_keep, storage, lease, whole=True)))
+
+
+def _older_version(storage: PostgresStorage) -> bool:
+    """Whether the session's header says format version 1 or 2 (migrating rewrites it)."""
+    with storage.open_reader() as reader:
+        header = stream_first_line(reader.stream).header
+    return header is not None and model.header_version(header) < model.CURRENT_VERSION
+
+
+def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined], *,
+          whole: bool = False) -> None:
     """Store the byte ranges repair takes out, in the replacement's transaction: `publish`
     calls this under the lease, on the lease's connection (`PostgresStorage.publish`), so the
     records commit with the replacement or not at all. The connection is not taken back here
-    if it was lost: that transaction is lost with it, and the repair fails whole."""
-    if not items:
+    if it was lost: that transaction is lost with it, and the repair fails whole. `whole`
+    (a migration, which rewrites every line) keeps the session as it was, too, as one
+    record, copied by the server: what a file's migration keeps as `<file>.bak`."""
+    if not items and not whole:
         return
     if lease.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         raise JournalError(f"{storage.locator}: the quarantine is kept only in the "
@@ -86,11 +114,21 @@ def _keep(storage: PostgresStorage, lease: Lease, items: list[Quarantined]) -> N
         with lease.busy, lease.conn.transaction() as transaction:  # a savepoint in publish's
             conn = transaction.connection
             with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO journal.quarantine (session, generation, byte_offset, reason, "
-                    "detail, data) VALUES (%s, %s, %s, %s, %s, %s)",
-                    [(storage.session, generation, q.offset, q.reason, q.detail, q.data)
-                     for q in items])
+                if items:
+                    cur.executemany(
+                        "INSERT INTO journal.quarantine (session, generation, byte_offset, "
+                        "reason, detail, data) VALUES (%s, %s, %s, %s, %s, %s)",
+                        [(storage.session, generation, q.offset, q.reason, q.detail, q.data)
+                         for q in items])
+                if whole:
+                    cur.execute(
+                        "INSERT INTO journal.quarantine (session, generation, byte_offset, "
+                        "reason, detail, data) SELECT %s, %s, 0, 'migrated', %s, "
+                        "convert_to(string_agg(e.line || E'\\n', '' ORDER BY e.position), "
+                        "'UTF8') FROM journal.entries e JOIN journal.streams s ON "
+                        "e.stream = s.id WHERE s.session = %s AND e.generation = %s",
+                        (storage.session, generation, MIGRATED_DETAIL, storage.session,
+                         generation))
     except psycopg.Error as e:
         raise DatabaseError(f"{storage.locator}: cannot keep the quarantined lines, so nothing "
                             f"was repaired: {describe(e)}") from e
