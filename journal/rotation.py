@@ -309,6 +309,13 @@ def check_destination(path: str, archive_dir: str | None, compress: bool, *,
     return archive
 
 
+def check_archive_folder(path: str, directory: str) -> None:
+    """Refuse (`RotationRefused`) an archive folder chosen for `path` that cannot hold its
+    archive, before anything is changed: what `check_destination` checks of it, for a
+    backend whose archive is written there after the rotation (a database's export)."""
+    _check_folder(path, directory, False)
+
+
 def _check_folder(path: str, directory: str, default: bool) -> None:
     """The archive folder: an existing folder (through a link only if the caller chose it),
     or a name that can be made in a folder that can be written."""
@@ -722,4 +729,4 @@ def apply_retention(live: str, keep: int) -> list[str]:
 
 __all__ = ["Rotation", "RotationAborted", "RotationPolicy", "RotationResult", "RotationSource",
            "Successor", "SuccessorPlan", "apply_retention", "finish_rotation", "lineage",
-           "plan_successor", "read_header", "rotate", "rotate_held"]
+           "check_archive_folder", "plan_successor", "read_header", "rotate", "rotate_held"]

@@ -43,6 +43,7 @@ from .rotation import (
     RotationResult,
     RotationSource,
     Successor,
+    check_archive_folder,
     check_keep,
     finish_rotation,
     rotate_held,
@@ -217,6 +218,8 @@ class Session:
         storage, lease = self._storage, self._lock
         if not isinstance(storage, PostgresStorage) or not isinstance(lease, Lease):
             raise JournalError(f"{self.path}: not a database session held by this writer")
+        if archive_dir is not None:
+            check_archive_folder(self.path, archive_dir)
         result, successor, new_lease = rotate_session(storage, lease, dry_run=dry_run)
         if successor is None or new_lease is None:
             archive_sealed(result, storage, archive_dir, keep)  # a dry run's plan

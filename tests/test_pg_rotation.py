@@ -159,6 +159,29 @@ def test_archive_exported_to_gz_by_policy(pg_url: str, tmp_path: Path) -> None:
     assert row is not None and row["exported_to"] == result.archive
 
 
+def test_an_archive_folder_that_cannot_be_one_refuses_the_rotation_before_any_change(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--archive-dir` naming a file: the rotation (the command's, a dry run's and an open
+    session's) is refused, exit 2, and the session is not rotated (it once rotated, and the
+    export failed after, as a warning)."""
+    from journal import JournalError
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    for extra in ([], ["--dry-run"]):
+        assert main(["rotate", url, "--archive-dir", str(blocker), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("Error: ") and "is a regular file, not a folder" in err
+        assert "nothing was changed" in err
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+    with Session.open(url) as session:
+        with pytest.raises(JournalError, match="not a folder"):
+            session.rotate(archive_dir=str(blocker))
+    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+
+
 def test_an_archive_dir_given_relative_is_recorded_absolute(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The row's `exported_to` is read from anywhere: a relative --archive-dir is recorded as

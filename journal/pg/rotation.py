@@ -51,7 +51,13 @@ from ..files import NO_SPACE_ERRNOS, free_bytes, fsync_directory, make_private_d
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..publish import NewFile
-from ..rotation import MIN_GAIN_BYTES, RotationResult, check_keep, plan_successor
+from ..rotation import (
+    MIN_GAIN_BYTES,
+    RotationResult,
+    check_archive_folder,
+    check_keep,
+    plan_successor,
+)
 from ..seal import make_seal
 from ..snapshot import find_last_of_type, last_newline_end, resume
 from ..tree import Tree
@@ -177,6 +183,8 @@ def rotate_database(
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     if stream_row(storage) is None:
         raise NotASession(storage.locator, "no such session in the database")
+    if archive_dir is not None:  # a dry run's "would rotate" means that it can, too
+        check_archive_folder(storage.locator, archive_dir)
     lease: Lease | None = None
     if dry_run:
         storage = live_storage(storage)
