@@ -27,10 +27,10 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .accounting import Tally, UsageWarning, lineage_usage
 from .claude import CLAUDE, PI, subagent_files
@@ -49,8 +49,9 @@ from .seal import is_seal
 from .snapshot import Snapshot, find_last_of_type, load, open_for_reading, resume
 
 __all__ = ["PruneItem", "PruneReport", "SessionRow", "database_rows", "parse_age", "prune",
-           "session_paths",
-           "sessions"]
+           "session_paths", "sessions", "sort_database_rows", "sort_rows"]
+
+T = TypeVar("T")
 
 STATES = ("live", "locked", "sealed", "needs-repair")
 """`live`: nobody writes it now and it can be continued; `locked`: a writer holds it;
@@ -341,19 +342,33 @@ def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> Ses
 SORT_KEYS = ("last", "first", "size", "entries", "name", "path")
 
 
+# what each of SORT_KEYS is in a row of `database_rows`: `name` is the file name a lineage's
+# live session has (pull writes it there), `path` its URL
+DATABASE_SORT = {"last": "updated", "first": "created", "size": "size", "entries": "entries",
+                 "name": "file", "path": "url"}
+
+
 def sort_rows(rows: list[SessionRow], key: str = "last", reverse: bool = False) -> list[SessionRow]:
     """Rows by `key` (one of `SORT_KEYS`): times, size and entries newest/largest first,
     name and path A to Z; `reverse` turns the order round. Missing values go last."""
+    return _ordered(rows, key, reverse, lambda row: getattr(row, key), lambda row: row.path)
+
+
+def sort_database_rows(rows: list[dict[str, Any]], key: str = "last",
+                       reverse: bool = False) -> list[dict[str, Any]]:
+    """`database_rows` by `key`, as `sort_rows` orders a folder's rows (`DATABASE_SORT`)."""
+    field = DATABASE_SORT.get(key, "")
+    return _ordered(rows, key, reverse, lambda row: row.get(field), lambda row: str(row["url"]))
+
+
+def _ordered(rows: list[T], key: str, reverse: bool, value: Callable[[T], Any],
+             tie: Callable[[T], str]) -> list[T]:
     if key not in SORT_KEYS:
         raise JournalError(f"cannot sort by {key!r}; choose one of {', '.join(SORT_KEYS)}")
     descending = key in ("last", "first", "size", "entries")
-
-    def value(row: SessionRow) -> Any:
-        return getattr(row, key)
-
     present = [r for r in rows if value(r) is not None]
     missing = [r for r in rows if value(r) is None]
-    present.sort(key=lambda r: (value(r), r.path), reverse=descending != reverse)
+    present.sort(key=lambda r: (value(r), tie(r)), reverse=descending != reverse)
     return present + missing
 
 

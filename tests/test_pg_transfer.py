@@ -462,3 +462,32 @@ def test_a_folder_is_pushed_one_file_in_memory_at_a_time(pg_url: str, tmp_path: 
         tracemalloc.stop()
     assert len(pushed.pushed) == 12
     assert peak < total * 0.6, (peak, total)  # held all at once: above the total
+
+
+def test_ls_of_a_database_sorts_and_counts_entries_as_for_a_folder(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sort` and `--reverse` order a database's rows as a folder's (they were ignored),
+    and `entries` counts entries, not the header line (as `info` and `ls DIR` count)."""
+    from journal import inspect
+
+    sizes = {}
+    for name, turns in (("small", 1), ("big", 30), ("middle", 8)):
+        url = session_url(pg_url, name)
+        with Session.create(url, cwd="/w") as session:
+            for i in range(turns):
+                session.append_message({"role": "user", "content": f"{i}", "timestamp": 1})
+        sizes[name] = inspect(url).entries
+    assert main(["ls", pg_url, "--json", "--sort", "size"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["session"] for r in rows] == ["big", "middle", "small"]
+    assert {r["session"]: r["entries"] for r in rows} == sizes
+    assert main(["ls", pg_url, "--json", "--sort", "size", "--reverse"]) == 0
+    assert [r["session"] for r in json.loads(capsys.readouterr().out)] == [
+        "small", "middle", "big"]
+
+
+def test_push_to_a_session_url_is_refused(pg_url: str, tmp_path: Path) -> None:
+    one_session(tmp_path / "src", "x")
+    with pytest.raises(TransferError, match="push takes a database URL"):
+        push(str(tmp_path / "src"), session_url(pg_url, "mine"))
+    assert count_streams(pg_url) == 0

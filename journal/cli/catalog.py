@@ -19,6 +19,7 @@ from ..catalog import (
     parse_age,
     prune,
     sessions,
+    sort_database_rows,
     sort_rows,
 )
 from ..errors import JournalError
@@ -78,7 +79,8 @@ def _ls_database(args: argparse.Namespace) -> int:
     if len(args.dirs) != 1:
         raise JournalError("journal ls lists one database at a time")
     warnings: list[UsageWarning] = []
-    rows = database_rows(args.dirs[0], load_prices(args.prices), warnings)
+    rows = sort_database_rows(database_rows(args.dirs[0], load_prices(args.prices), warnings),
+                              args.sort, args.reverse)
     for warning in warnings:  # a lineage counted in part: its tokens and cost are less
         print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
     if args.json:
@@ -92,7 +94,7 @@ def _ls_database(args: argparse.Namespace) -> int:
         tokens = f"{row['tokens']:,}" if row["tokens"] is not None else ""
         cost = f"{row['cost']:,.4f}" if row["cost"] is not None else ""
         print("\t".join([str(row["session"]), str(row["file"] or ""), str(row["sessions"]),
-                         ",".join(row["models"]), f"{row['entries']:,}",
+                         ", ".join(row["models"]), f"{row['entries']:,}",
                          _size(int(row["size"])), tokens, cost,
                          str(row["updated"] or "")[:19], state]))
     return 0

@@ -48,6 +48,7 @@ from .storage import PostgresStorage
 from .url import (
     DATABASE_ENV,
     is_database_url,
+    names_session,
     parse_database,
     parse_url,
     session_url,
@@ -195,7 +196,8 @@ def _described(path: str, name: str, data: bytes) -> _File:
 
 
 def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
-    """Store session files in the database `url` names (see the module docstring).
+    """Store session files in the database `url` names (see the module docstring); each
+    becomes the session its header names, so a URL naming a session is refused.
 
     Raises TransferError (a torn tail, no header, a session already in the database with
     other bytes, two files with one session id), NotASession, DatabaseError. Nothing is
@@ -204,6 +206,9 @@ def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
     Example:
         >>> push("sessions/", "postgresql://me@db/journal")  # doctest: +SKIP
     """
+    if url and names_session(url):
+        raise TransferError(f"{shown(url)}: push takes a database URL (no session=, no "
+                            "pg:<id>): each file becomes the session its header names")
     conninfo = database_of(url)
     # each file read twice, here and as it is stored, so that one is in memory at a time
     files = [_described(path, name, _read(path))
@@ -503,7 +508,8 @@ def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
         while current in before and span < 10_000:
             current, span = before[current], span + 1
         out.append({"session": r[0], "url": session_url(_safe(conninfo), str(r[0])),
-                    "file": r[2], "sessions": span, "entries": r[3], "size": r[4],
+                    "file": r[2], "sessions": span, "entries": max(0, int(r[3]) - 1),
+                    "size": r[4],
                     "created": _iso(r[5]), "updated": _iso(r[6]),
                     "holder": {"pid": r[7], "host": r[8]} if r[7] is not None else None})
     return out
