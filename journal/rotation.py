@@ -276,6 +276,18 @@ def _archive_path(path: str, archive_dir: str | None, compress: bool) -> str:
     return compressed_name(candidate) if compress else candidate
 
 
+def too_little_gained(successor_size: int, old_size: int) -> str | None:
+    """Why a successor of `successor_size` bytes is not worth rotating a session of
+    `old_size` into (None: it is): it must be at least MIN_GAIN_BYTES shorter."""
+    if successor_size + MIN_GAIN_BYTES <= old_size:
+        return None
+    if successor_size >= old_size:
+        return "the successor would be no shorter: nothing lies before the kept entries"
+    return (f"the successor would be only {old_size - successor_size:,} bytes shorter (a "
+            f"rotation must save {MIN_GAIN_BYTES:,} at least): too little lies before the "
+            "kept entries")
+
+
 def check_destination(path: str, archive_dir: str | None, compress: bool, *,
                       successor: str | None = None, size: int = 0) -> str:
     """Check every place a rotation of `path` writes, before anything is written; return the
@@ -511,8 +523,8 @@ def rotate_held(source: RotationSource, *, archive_dir: str | None = None,
     final = os.path.join(os.path.dirname(path),
                          model.session_file_name(build.header["timestamp"], build.header["id"]))
     data = codec.encode(build.header) + codec.encode_many(build.entries)
-    if len(data) + MIN_GAIN_BYTES > old_size:
-        reason = "the successor would be no shorter: nothing lies before the kept entries"
+    reason = too_little_gained(len(data), old_size)
+    if reason is not None:
         return Rotation(RotationResult(False, path, reason, old_size=old_size,
                                        dry_run=dry_run))
     check_destination(path, archive_dir, compress, successor=final, size=old_size)
@@ -729,4 +741,5 @@ def apply_retention(live: str, keep: int) -> list[str]:
 
 __all__ = ["Rotation", "RotationAborted", "RotationPolicy", "RotationResult", "RotationSource",
            "Successor", "SuccessorPlan", "apply_retention", "finish_rotation", "lineage",
-           "check_archive_folder", "plan_successor", "read_header", "rotate", "rotate_held"]
+           "check_archive_folder", "plan_successor", "read_header", "rotate", "rotate_held",
+           "too_little_gained"]

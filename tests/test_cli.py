@@ -179,3 +179,13 @@ def test_context_for_model_pairs_tool_calls(capsys, pi_fixture):
         "user", "assistant", "toolResult", "branchSummary"]
     assert sent["messages"][2]["isError"] is True
     assert [f["rule"] for f in sent["pairingFixes"]] == ["missing_result"]
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_a_lock_timeout_that_is_no_number_of_seconds_is_refused(capsys, value):
+    """`--lock-timeout -1` was taken (and said 'waited -1s'); every command refuses it."""
+    for argv in (["append", "x.jsonl"], ["rotate", "x.jsonl"], ["repair", "x.jsonl"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--lock-timeout", value])
+        assert exited.value.code == 2
+        assert "expected a number of seconds, 0 or more" in capsys.readouterr().err

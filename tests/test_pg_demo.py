@@ -1,5 +1,5 @@
 """`journal-agent demo --postgres`: the main job on a throwaway embedded PostgreSQL server,
-end to end (a crash, a lease that frees itself, a resume, fencing)."""
+end to end (a crash, a lease that frees itself, repair, a resume, fencing, rotation)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def test_the_postgres_demo_runs_end_to_end(tmp_path: Path,
     assert any(line.startswith("opened again in") for line in lines)
     assert any("pairing fixed for it: missing_result 1" in line for line in lines)
     assert "writer A is refused: LeaseLost" in lines
+    # the main job's repair and rotation, as the file demo shows them
+    assert "repair fixed missing_result: added a synthetic error result" in lines
+    assert any(line.startswith("rotated: ") and "under the lease" in line for line in lines)
+    assert any(line.startswith("opened by its old name, it writes on in") for line in lines)
     assert "done in" in out
 
 

@@ -63,3 +63,15 @@ def test_core_changes_nothing_when_there_is_nothing_to_rotate(tmp_path: Path) ->
                                               None, seal))
     assert rotation.successor is None and not rotation.result.rotated
     assert Path(path).read_bytes() == data
+
+
+def test_a_rotation_declined_for_saving_too_little_says_how_little() -> None:
+    """A successor some bytes shorter, but fewer than MIN_GAIN_BYTES, is declined saying so
+    (the reason said that nothing lay before the kept entries, which was not so)."""
+    from journal.rotation import MIN_GAIN_BYTES, too_little_gained
+
+    assert too_little_gained(10_000, 10_000 + MIN_GAIN_BYTES) is None
+    assert "no shorter" in str(too_little_gained(10_000, 9_000))
+    reason = too_little_gained(10_000, 10_300)
+    assert reason is not None and "only 300 bytes shorter" in reason
+    assert f"must save {MIN_GAIN_BYTES:,} at least" in reason

@@ -139,6 +139,18 @@ def parse_interleaved(parser: argparse.ArgumentParser,
     return args
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds, 0 or more (a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, not "
+                                         f"{text!r}")
+    return value
+
+
 def default_sessions_dir() -> str:
     """Where commands look for sessions when given no path: `$JOURNAL_SESSIONS_DIR`, else
     `./sessions` (the one default every command shares)."""

@@ -26,7 +26,7 @@ from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
 from ..view import View, check_session, locate
-from .app import ByteProgress, default_sessions_dir, entry_parser, run
+from .app import ByteProgress, default_sessions_dir, entry_parser, run, seconds
 from .catalog import add_catalog_parsers
 from .claude import add_import_parser
 from .database import add_database_parsers
@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parent", metavar="ID",
                    help="append on the branch ending at this entry (default: the leaf); "
                    "the first new entry's parent is ID")
-    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
+    p.add_argument("--lock-timeout", type=seconds, default=10.0, metavar="S",
                    help="seconds to wait for another writer (default 10)")
     p.add_argument("--no-migrate", action="store_true",
                    help="refuse a version 1 or 2 file instead of migrating it to version 3")
@@ -533,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "deleted once the file is written and read back) and read from there")
     p.add_argument("--no-compress", action="store_true", help="archive without gzip")
     p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
-    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
+    p.add_argument("--lock-timeout", type=seconds, default=10.0, metavar="S",
                    help="seconds to wait for another writer (default 10)")
     _add_json(p)
     p.set_defaults(func=cmd_rotate)
@@ -551,11 +551,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "one to a new file. The session itself is never written.")
     qsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = qsub.add_parser("list", help="one line per record: its number, offset, size, reason")
-    q.add_argument("path", help="session file (or its .quarantine file)")
+    q.add_argument("path", help="session file (or its .quarantine file), or a database "
+                   "session (postgresql://...?session=ID, pg:ID)")
     _add_json(q)
     q.set_defaults(func=cmd_quarantine_list)
     q = qsub.add_parser("show", help="print a record's bytes as they were in the session")
-    q.add_argument("path", help="session file (or its .quarantine file)")
+    q.add_argument("path", help="session file (or its .quarantine file), or a database "
+                   "session (postgresql://...?session=ID, pg:ID)")
     q.add_argument("number", type=_line_number, metavar="N", help="the record's number (list)")
     q.add_argument("--json", action="store_true",
                    help="print the record as JSON (bytes in base64, text when UTF-8)")
@@ -563,7 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = qsub.add_parser("restore", help="write a record's bytes to a new file",
                         description="Write the bytes of record N to FILE, which must not "
                         "exist (never into the session, never over a file).")
-    q.add_argument("path", help="session file (or its .quarantine file)")
+    q.add_argument("path", help="session file (or its .quarantine file), or a database "
+                   "session (postgresql://...?session=ID, pg:ID)")
     q.add_argument("number", type=_line_number, metavar="N", help="the record's number (list)")
     q.add_argument("file", metavar="FILE", help="a new file to write the bytes to")
     q.set_defaults(func=cmd_quarantine_restore)

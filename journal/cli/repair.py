@@ -22,6 +22,7 @@ from .app import (
     print_error,
     progress,
     run,
+    seconds,
 )
 
 DESCRIPTION = (
@@ -52,7 +53,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default: leave them in the file)")
     p.add_argument("--migrate", action="store_true",
                    help="write version 1/2 files as version 3 (default: keep their version)")
-    p.add_argument("--lock-timeout", type=float, default=10.0, metavar="S",
+    p.add_argument("--lock-timeout", type=seconds, default=10.0, metavar="S",
                    help="seconds to wait for a live writer to let go (default 10)")
     p.add_argument("--dialect", choices=("pi", "claude"), default=None,
                    help="the files' format (default: detected per file from its records; a "

@@ -154,7 +154,8 @@ def _tail_archive(path: str, args: argparse.Namespace) -> int:
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", metavar="PATH|DIR", help="a session file, or a directory of them")
+    p.add_argument("path", metavar="PATH|DIR", help="a session file, a directory of them, or a "
+                   "database session (postgresql://...?session=ID, pg:ID)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep following; Ctrl-C to stop")
     start = p.add_mutually_exclusive_group()

@@ -52,11 +52,11 @@ from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..publish import NewFile
 from ..rotation import (
-    MIN_GAIN_BYTES,
     RotationResult,
     check_archive_folder,
     check_keep,
     plan_successor,
+    too_little_gained,
 )
 from ..seal import make_seal
 from ..snapshot import find_last_of_type, last_newline_end, resume
@@ -420,8 +420,8 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
     if isinstance(plan, str):
         return RotationResult(False, locator, plan, old_size=old_size, dry_run=dry_run)
     data = codec.encode(plan.header) + codec.encode_many(plan.entries)
-    if len(data) + MIN_GAIN_BYTES > old_size:
-        reason = "the successor would be no shorter: nothing lies before the kept entries"
+    reason = too_little_gained(len(data), old_size)
+    if reason is not None:
         return RotationResult(False, locator, reason, old_size=old_size, dry_run=dry_run)
     new_id = str(plan.header["id"])
     new_name = model.session_file_name(plan.header["timestamp"], new_id)

@@ -616,10 +616,13 @@ def ensure(conn: psycopg.Connection[Any]) -> int:
     as they went in) or the database is at a newer version than this program knows."""
     import psycopg
 
-    encoding = conn.execute("SHOW server_encoding").fetchone()
-    if encoding is None or str(encoding[0]).upper() not in ("UTF8", "UTF-8"):
-        raise SchemaError(f"the database's encoding is {encoding and encoding[0]}; journal "
-                          "needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8')")
+    row = conn.execute("SHOW server_encoding").fetchone()
+    # text comes back as bytes from a database that is not in a known encoding (SQL_ASCII)
+    found = row[0] if row is not None else None
+    encoding = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        raise SchemaError(f"the database's encoding is {encoding}; journal needs UTF8 "
+                          "(CREATE DATABASE ... ENCODING 'UTF8')")
     version = current_version(conn)
     if version >= VERSION:
         if version > VERSION:
