@@ -146,6 +146,19 @@ def test_the_name_a_session_is_shown_by_leads_back_to_its_password(url: str) -> 
     assert parse_url(stranger).conninfo == "postgresql://someone:***@elsewhere/db"
 
 
+def test_a_pg_name_leads_back_to_the_default_databases_password(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pg:<id>` in a JOURNAL_DATABASE_URL whose query a URL writes otherwise ('/' in a
+    value): its shown name still leads back to the password."""
+    from journal.pg.url import parse_url
+
+    database = "postgresql://al:pw@h:5/db?host=/var/run/postgresql&application_name=a/b"
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", database)
+    parsed = parse_url("pg:ID")
+    assert parsed.conninfo == database
+    assert "pw" not in parsed.url and parse_url(parsed.url).conninfo == database
+
+
 @pytest.mark.parametrize(("url", "one"), [
     ("postgresql://h/db?session=s1", True),
     ("postgresql://h/db?%73ession=s1", True),
@@ -202,3 +215,48 @@ def test_a_password_in_the_url_reaches_the_database_for_every_command(
         out = done.stdout.decode() + done.stderr.decode()
         assert done.returncode == 0, (args, out)
         assert password not in out, (args, out)
+
+
+def test_a_follower_refused_for_good_ends_instead_of_waiting(
+        password_url: tuple[str, str]) -> None:
+    """While a session is followed, its role's password changes and its connections end:
+    reconnecting is refused for good (password authentication failed), which no wait mends,
+    so the follow ends with the error (a server that is down is waited for instead)."""
+    import threading
+    import time
+
+    import psycopg
+
+    from journal import follow
+    from journal.pg.connect import DatabaseError, DatabaseUnavailable
+
+    base, _ = password_url
+    role = base.split("://", 1)[1].split(":", 1)[0]
+    url = session_url(base, "refused")
+    Session.create(url, cwd="/").close()
+    failed: list[BaseException] = []
+    stop = threading.Event()
+
+    def follower() -> None:
+        try:
+            for _ in follow(url, stop=stop, timeout=0.2):
+                pass
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            failed.append(e)
+
+    thread = threading.Thread(target=follower)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f"ALTER ROLE {role} PASSWORD 'changed-now'")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE usename = %s AND pid <> pg_backend_pid()", (role,))
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the follower kept waiting"
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    assert len(failed) == 1 and isinstance(failed[0], DatabaseError)
+    assert not isinstance(failed[0], DatabaseUnavailable)
+    assert "password authentication failed" in str(failed[0])

@@ -328,7 +328,8 @@ def test_repair_migrate_writes_a_version_1_database_session_as_version_3(
     assert main(["repair", url, "--migrate", "--check"]) == 1  # it would change it
     capsys.readouterr()
     assert main(["repair", url, "--migrate", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["changed"]
+    report = json.loads(capsys.readouterr().out)
+    assert report["changed"] and report["quarantine"] == url  # where the original went
     after = load(url)
     assert after.version == 3 and context(after) == before
     assert quarantined_record(url, len(quarantined(url)))["data"] == Path(

@@ -18,8 +18,8 @@ import psycopg
 from ..errors import JournalError, Unreachable
 from . import schema
 
-__all__ = ["DatabaseError", "DatabaseUnavailable", "connect", "describe", "shared",
-           "with_shared"]
+__all__ = ["DatabaseError", "DatabaseUnavailable", "connect", "describe", "refused_for_good",
+           "shared", "with_shared"]
 
 CONNECT_TIMEOUT = 10
 # How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
@@ -40,6 +40,9 @@ SETTINGS = ("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::te
             "%s::text[], %s::bool[]) AS d(name, value, forced) JOIN pg_show_all_settings() s "
             "ON s.name = d.name WHERE d.forced OR s.source = 'default'")
 T = TypeVar("T")
+# what a server's FATAL message says when it will take connections again later (57P03, 53300)
+_PUT_OFF = ("the database system is", "too many clients", "remaining connection slots",
+            "too many connections")
 
 _lock = threading.Lock()
 _shared: dict[tuple[int, str], psycopg.Connection[Any]] = {}
@@ -61,7 +64,8 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **_parameters(conninfo))
     except psycopg.Error as e:
-        raise DatabaseUnavailable(f"cannot connect to the database: {describe(e)}") from e
+        kind = DatabaseError if refused_for_good(e) else DatabaseUnavailable
+        raise kind(f"cannot connect to the database: {describe(e)}") from e
     wanted = {**{key: (value, False) for key, value in SERVER_KEEPALIVE.items()},
               **{key: (value, True) for key, value in settings.items()}}
     try:
@@ -85,6 +89,18 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
             raise
         _ready.add(key)
     return conn
+
+
+def refused_for_good(e: BaseException) -> bool:
+    """Whether a failed connection was refused by the server for what waiting does not mend
+    (the password, the role, the database, pg_hba.conf), rather than not made (no server
+    there, a network fault, a timeout) or put off (the server starting up or shutting down,
+    all its connection slots taken): then `DatabaseError`, not `DatabaseUnavailable`, and a
+    live tail ends instead of waiting. libpq gives no SQLSTATE for a failed connection, so
+    this reads the server's message; a server whose messages are not in English is taken
+    as unreachable, and waited for."""
+    text = str(e)
+    return "FATAL:" in text and not any(sign in text for sign in _PUT_OFF)
 
 
 def _parameters(conninfo: str) -> dict[str, Any]:

@@ -73,20 +73,29 @@ def repair_database(
                       progress=progress)
     live, lease = lock_live(storage, lock_timeout)
     try:
-        keep = partial(_keep, live, lease, whole=migrate and _older_version(live))
-        return again_while_changed(partial(repair_held, live, keep, migrate=migrate,
-                                           strict=strict, progress=progress))
+        whole = migrate and _older_version(live)
+        keep = partial(_keep, live, lease, whole=whole)
+        report = again_while_changed(partial(repair_held, live, keep, migrate=migrate,
+                                             strict=strict, progress=progress))
     finally:
         lease.release()
+    return _kept_whole(report, live) if whole else report
+
+
+def _kept_whole(report: RepairReport, storage: PostgresStorage) -> RepairReport:
+    """A migration's report names the quarantine, which holds the session as it was."""
+    if report.changed:
+        report.quarantine = storage.locator
+    return report
 
 
 def migrate_database_held(storage: PostgresStorage, lease: Lease) -> RepairReport:
     """A version 1 or 2 database session written as version 3 under its `lease` (held by the
-    caller: `Session.open` does this, as it migrates a file), the original bytes of every
-    rewritten line kept in its quarantine; a damaged one raises UnsupportedVersion naming
+    caller: `Session.open` does this, as it migrates a file), the session as it was kept in
+    its quarantine as one record; a damaged one raises UnsupportedVersion naming
     `journal repair --migrate`."""
-    return again_while_changed(partial(migrate_held_in, storage,
-                                       partial(_keep, storage, lease, whole=True)))
+    return _kept_whole(again_while_changed(partial(
+        migrate_held_in, storage, partial(_keep, storage, lease, whole=True))), storage)
 
 
 def _older_version(storage: PostgresStorage) -> bool:

@@ -148,11 +148,15 @@ def _with_password(conninfo: str) -> str:
     """`conninfo` as parsed; where it is the shown form of one parsed before with a
     password, that one."""
     parts = _split(conninfo)
+    query = parse_qsl(parts.query, keep_blank_values=True)
     given = [unquote(parts.password)] if parts.password is not None else []
-    given += [value for key, value in parse_qsl(parts.query) if key.lower() == "password"]
+    given += [value for key, value in query if key.lower() == "password"]
     if not given:
         return conninfo
-    masked = _without_password(conninfo)
+    # one spelling of the query for the key, whichever way it was written (a database URL is
+    # kept as given, a session URL's query is written again without its `session`)
+    masked = _without_password(urlunsplit((parts.scheme, parts.netloc, parts.path,
+                                           urlencode(query), "")))
     if all(password == _MASK for password in given):  # a shown form
         return _HIDDEN.get(masked, conninfo)
     _HIDDEN[masked] = conninfo
