@@ -225,7 +225,7 @@ def one_session(folder: Path, text: str) -> Path:
 def test_sessions_of_one_file_name_are_all_pulled_each_under_a_name_of_its_own(
         pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two folders' `session.jsonl` (two sessions) pushed one after the other: a pull of the
-    database writes the first under that name and the second beside it, its id in its name,
+    database writes the first under that name and the second in a folder named by its id,
     with a warning; nothing is written twice."""
     first = one_session(tmp_path / "a", "from a")
     second = one_session(tmp_path / "b", "from b")
@@ -237,10 +237,46 @@ def test_sessions_of_one_file_name_are_all_pulled_each_under_a_name_of_its_own(
         in capsys.readouterr().err
     assert files_under(tmp_path / "out") == {
         "session.jsonl": first.read_bytes(),
-        f"session.{second_id}.jsonl": second.read_bytes()}
+        f"{second_id}/session.jsonl": second.read_bytes()}
     result = pull(pg_url, tmp_path / "again")
     renamed = [f for f in result.files if "renamed_from" in f]
-    assert [Path(f["file"]).name for f in renamed] == [f"session.{second_id}.jsonl"]
+    assert [f["renamed_from"] for f in renamed] == [str(tmp_path / "again" / "session.jsonl")]
+
+
+def rotated_as(folder: Path, name: str, tag: str) -> tuple[str, dict[str, bytes]]:
+    """A session first written as `folder/name`, rotated once (its archive is
+    `archive/<name>.gz`): the live file, and the folder's files."""
+    folder.mkdir(parents=True)
+    with Session.create(str(folder), cwd="/w") as session:
+        fill(session, 40, tag)
+        made = Path(session.path)
+    made.rename(folder / name)
+    with Session.open(str(folder / name)) as session:
+        assert session.rotate().rotated
+        session.append_message({"role": "user", "content": f"live {tag}", "timestamp": 1})
+        live = session.path
+    return live, files_under(folder)
+
+
+def test_a_lineage_whose_names_are_taken_is_pulled_whole_into_a_folder_of_its_own(
+        pg_url: str, tmp_path: Path) -> None:
+    """Two folders' lineages whose archives have one name (`archive/main.jsonl.gz`): the
+    second lineage goes whole into a folder named by its live session's id, where its live
+    file's `parentSession` still finds its archive (renaming the archive alone cut it)."""
+    from journal import lineage
+
+    _, first = rotated_as(tmp_path / "a", "main.jsonl", "one")
+    live_b, second = rotated_as(tmp_path / "b", "main.jsonl", "two")
+    assert "archive/main.jsonl.gz" in first and "archive/main.jsonl.gz" in second
+    push(str(tmp_path / "a"), pg_url)
+    push(str(tmp_path / "b"), pg_url)
+    pull(pg_url, tmp_path / "out")
+    live_id = load(live_b).header["id"]  # type: ignore[index]
+    assert files_under(tmp_path / "out") == {
+        **first, **{f"{live_id}/{name}": data for name, data in second.items()}}
+    chain = lineage(str(tmp_path / "out" / live_id / Path(live_b).name))
+    assert [str(Path(p).relative_to(tmp_path / "out")) for p in chain] == [
+        f"{live_id}/archive/main.jsonl.gz", f"{live_id}/{Path(live_b).name}"]
 
 
 def test_a_file_appearing_while_a_pull_writes_is_never_replaced(

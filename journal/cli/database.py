@@ -42,7 +42,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     for row in result.files:
         if "renamed_from" in row:
             print(f"Warning: {row['session']} has the file name {row['renamed_from']} of an "
-                  f"earlier session: written as {row['file']}", file=sys.stderr)
+                  f"earlier session: its lineage is written in a folder of its own, as "
+                  f"{row['file']}", file=sys.stderr)
     if args.json:
         _emit(result.to_json())
         return 0
@@ -71,8 +72,9 @@ def add_database_parsers(sub: Any) -> None:
         "pull", help="write database sessions back to files (byte-identical to those pushed)",
         description="Write sessions from a database into a folder under their file names "
         "(archives under archive/, compressed as rotation compresses them): a session URL "
-        "writes its lineage, a database URL every session. A session whose file name an "
-        "earlier one has is written beside it, its id before the suffix (with a warning). "
+        "writes its lineage, a database URL every session. A lineage with a file name an "
+        "earlier one has is written whole into a folder named by its live session's id "
+        "(with a warning). "
         "Refused, writing nothing, if a file exists already, or if an archive moved out of "
         "the database (rotate --keep) is in a file not on this machine.")
     p.add_argument("url", help="postgresql://...?session=ID or pg:ID (a lineage), or "

@@ -12,8 +12,8 @@ repeated); with other bytes, the push is refused.
 `pull(URL, DIR)` writes them back: a session URL pulls that session's lineage (the sessions
 it continues and those continuing it), a database URL (no `session`) every session. Each is
 written to `DIR/<its file name>`, compressed as file rotation compresses archives when the
-name ends in `.gz` (a session whose name an older one has too is written beside it: see
-`_targets`). Existing files are never overwritten: the pull is refused before anything is
+name ends in `.gz` (a lineage with a name an older one has is written into a folder of its
+own: see `_targets`). Existing files are never overwritten: the pull is refused before anything is
 written, and undone if one appears meanwhile. A push then a pull gives byte-identical files.
 An archive moved out of the database (`journal rotate --keep`) is copied from its file;
 where that file is not on this machine the pull fails, writing nothing, unless
@@ -151,7 +151,7 @@ def _name_in(folder: str, path: str) -> str:
     that rotation put outside that folder (`--archive-dir`) is named as rotation names one
     kept beside it (`archive/<name>`), so that a pull writes it inside the folder."""
     relative = os.path.relpath(path, folder)
-    if relative.startswith(".."):
+    if _leads_out(relative):
         return posixpath.join(ARCHIVE_DIR, os.path.basename(path))
     return relative
 
@@ -324,45 +324,78 @@ def _sessions(conninfo: str, session: str | None,
     return [(s, by_id[s][0]) for s in chain]
 
 
-def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None]]
+def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None]],
+             links: dict[str, tuple[str | None, str | None]]
              ) -> list[tuple[PostgresStorage, str, str | None]]:
     """(session, the file it is written to, the name it had where that was another's too).
 
     Two sessions can have one file name: files of one name pushed from two folders, or a
     session pushed back after a pull under its header's id while the one it was pulled from
-    is still there. The first (oldest) keeps the name; each other is written beside it with
-    its session id before the suffix (`<name>.<session>.jsonl`), so the whole database can
-    be pulled and no file is written twice."""
-    out: list[tuple[PostgresStorage, str, str | None]] = []
-    taken: set[str] = set()
+    is still there. The lineage met first (the oldest) keeps its names; a later lineage with
+    a name taken is written whole into a folder of its own, named by its live session's id
+    (`<id>/<name>`), its files keeping their names relative to each other, so that its live
+    file's `parentSession` still finds its archives. So the whole database can be pulled, and
+    no file is written twice."""
+    named: list[tuple[str, str, PostgresStorage]] = []
     for session, name in sessions:
         storage = PostgresStorage(conninfo, session)
-        if not name:
-            name = file_name(storage)
-        relative = os.path.normpath(name)
-        if relative.startswith("..") or os.path.isabs(relative):
+        relative = os.path.normpath(name or file_name(storage))
+        if _leads_out(relative):
             raise TransferError(f"{storage.locator}: its file name {name!r} leads out of the "
                                 "folder; nothing was written")
-        shared = None
-        if os.path.normcase(relative) in taken:
-            shared, relative = relative, _beside(relative, session, taken)
-        taken.add(os.path.normcase(relative))
-        out.append((storage, os.path.join(directory, relative), shared))
+        named.append((session, relative, storage))
+    lineages: dict[str, list[tuple[str, str, PostgresStorage]]] = {}
+    for item in named:
+        lineages.setdefault(_live_of(item[0], links), []).append(item)
+    out: list[tuple[PostgresStorage, str, str | None]] = []
+    taken: set[str] = set()
+    for live, members in lineages.items():
+        own = [_key(relative) for _, relative, _ in members]
+        if len(set(own)) < len(own):
+            raise TransferError(f"{members[-1][2].locator}: its lineage has two files of one "
+                                "name; nothing was written")
+        prefix = ""
+        if any(k in taken for k in own):
+            prefix = _folder_for(live, [relative for _, relative, _ in members], taken)
+        for _, relative, storage in members:
+            placed = os.path.join(prefix, relative) if prefix else relative
+            taken.add(_key(placed))
+            out.append((storage, os.path.join(directory, placed),
+                        relative if prefix else None))
     return out
 
 
-def _beside(relative: str, session: str, taken: set[str]) -> str:
-    """`relative` with the session's id (what of it a file name may hold) before its
-    `.jsonl` suffix, numbered if need be: a name no other target has."""
-    suffix = ".jsonl.gz" if relative.endswith(".jsonl.gz") else (
-        ".jsonl" if relative.endswith(".jsonl") else "")
-    stem = relative[:len(relative) - len(suffix)]
-    tag = re.sub(r"[^A-Za-z0-9._-]", "_", session).strip(".") or "session"
-    candidate, n = f"{stem}.{tag}{suffix}", 1
-    while os.path.normcase(candidate) in taken:
+def _leads_out(relative: str) -> bool:
+    """Whether a normalised relative name leads out of the folder it is written into."""
+    return (os.path.isabs(relative) or relative == os.pardir
+            or relative.startswith(os.pardir + os.sep))
+
+
+def _key(relative: str) -> str:
+    """A name as a file system that ignores case sees it (macOS's, by default): two names
+    alike here are one file there."""
+    return os.path.normcase(relative).casefold()
+
+
+def _live_of(session: str, links: dict[str, tuple[str | None, str | None]]) -> str:
+    """The live session of the lineage `session` belongs to (its successors followed)."""
+    seen = {session}
+    while (after := links.get(session, (None, None))[1]) and after in links \
+            and after not in seen:
+        seen.add(after)
+        session = after
+    return session
+
+
+def _folder_for(live: str, names: list[str], taken: set[str]) -> str:
+    """A folder, named by the lineage's live session id (what of it a name may hold), in
+    which none of `names` is taken (numbered if need be)."""
+    tag = re.sub(r"[^A-Za-z0-9._-]", "_", live).strip(".") or "session"
+    folder, n = tag, 1
+    while any(_key(os.path.join(folder, name)) in taken for name in names):
         n += 1
-        candidate = f"{stem}.{tag}-{n}{suffix}"
-    return candidate
+        folder = f"{tag}-{n}"
+    return folder
 
 
 def pull(url: str, directory: str | os.PathLike[str], *,
@@ -400,7 +433,7 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
     meanwhile: their `links` (file name, successor) are read again once the last file is
     written. A file read after a rotation holds the seal, and would be written under the
     live name the listing gave it, its successor left out."""
-    targets = _targets(conninfo, directory, sessions)
+    targets = _targets(conninfo, directory, sessions, links)
     taken = [path for _, path, _ in targets if os.path.lexists(path)]
     if taken:
         raise TransferError(f"{taken[0]} already exists; nothing was written")
