@@ -72,11 +72,33 @@ def test_a_short_name_without_a_default_database_is_one_error_line(
     assert "JOURNAL_DATABASE_URL" in lines[0]
 
 
-def test_a_missing_database_session_is_one_error_line(env: dict[str, str]) -> None:
+def test_a_missing_database_session_is_one_error_line(env: dict[str, str],
+                                                      pg_url: str) -> None:
+    from journal.pg.connect import connect
+
+    connect(pg_url).close()  # the schema is there: the session is not
     result = journal("show", "pg:nobody-here", env=env)
     assert result.returncode == 2
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and "no such session" in lines[0]
+
+
+@pytest.mark.parametrize("argv", [["show", "pg:typo"], ["info", "pg:typo"], ["ls", "DB"],
+                                  ["search", "x", "DB"], ["tail", "pg:typo", "-n", "1"]])
+def test_a_read_of_a_database_without_the_schema_changes_nothing_there(
+        env: dict[str, str], pg_url: str, argv: list[str]) -> None:
+    """A read command given a database nothing was stored in (a misspelt name, say) says so,
+    exit 2, and leaves it as it was: it once created the journal schema there."""
+    import psycopg
+
+    result = journal(*[pg_url if a == "DB" else a for a in argv], env=env)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert lines[-1].startswith("Error:") and "no journal schema in this database" in lines[-1]
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'journal'"
+                           ).fetchone()
+    assert row is not None and row[0] == 0
 
 
 @pytest.mark.parametrize("argv", [

@@ -34,6 +34,7 @@ from journal import (  # noqa: E402
 from journal.cli import main  # noqa: E402
 from journal.context import build_context  # noqa: E402
 from journal.errors import LeaseLost  # noqa: E402
+from journal.pg.connect import connect  # noqa: E402
 from journal.pg.repair import quarantined, quarantined_record, repair_database  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
 from journal.quarantine import numbered_records  # noqa: E402
@@ -233,6 +234,7 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
         pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`quarantine list` of a session the database has never held says so (exit 2), as every
     other command does; the records of a session deleted since are still listed."""
+    connect(pg_url).close()  # the schema is there: the session is not
     assert main(["quarantine", "list", session_url(pg_url, "never-was")]) == 2
     assert "no such session" in capsys.readouterr().err
     lease = as_storage(session_url(pg_url, "leased-only")).lock(5)  # a row, no session yet

@@ -149,6 +149,9 @@ def test_an_appender_without_the_lease_is_not_refused_for_racing_the_holder(
     assert len(stored) == len(counts) == len(ids) + int(said[1])
 
 def test_opening_a_missing_session_fails_and_leaves_nothing_behind(pg_url: str) -> None:
+    from journal.pg.connect import connect
+
+    connect(pg_url).close()  # the schema is there: the session is not
     url = session_url(pg_url, "missing")
     with pytest.raises(JournalError, match="no such session"):
         Session.open(url)

@@ -17,9 +17,10 @@ import psycopg
 
 from ..errors import JournalError, Unreachable
 from . import schema
+from .url import shown
 
-__all__ = ["DatabaseError", "DatabaseUnavailable", "connect", "describe", "refused_for_good",
-           "shared", "with_shared"]
+__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "connect", "describe",
+           "refused_for_good", "shared", "with_shared"]
 
 CONNECT_TIMEOUT = 10
 # How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
@@ -57,10 +58,17 @@ class DatabaseUnavailable(DatabaseError, Unreachable):
     """The database could not be reached (or refused the connection)."""
 
 
-def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
+class NoJournalSchema(DatabaseError):
+    """A read of a database that has no journal schema: nothing was ever stored in it (a
+    misspelt database name, say). A read never creates the schema; a writer does."""
+
+
+def connect(conninfo: str, *, create: bool = True, **settings: str) -> psycopg.Connection[Any]:
     """A new autocommit connection; `settings` are server settings for its whole life
     (`synchronous_commit="off"`, say), with keepalives at both ends where nobody else set
-    them (`CLIENT_KEEPALIVE`, `SERVER_KEEPALIVE`). DatabaseUnavailable if it cannot be had."""
+    them (`CLIENT_KEEPALIVE`, `SERVER_KEEPALIVE`). DatabaseUnavailable if it cannot be had.
+    The journal schema is brought up to date; `create=False` (a reader's connection) does
+    not make it in a database that has none (NoJournalSchema), changing nothing there."""
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **_parameters(conninfo))
     except psycopg.Error as e:
@@ -80,6 +88,11 @@ def connect(conninfo: str, **settings: str) -> psycopg.Connection[Any]:
     key = (os.getpid(), conninfo)
     if key not in _ready:
         try:
+            if not create and schema.current_version(conn) == 0:
+                conn.close()
+                raise NoJournalSchema(
+                    f"{shown(conninfo)}: no journal schema in this database: no session was "
+                    "ever stored in it (is it the database meant?); nothing was changed")
             schema.ensure(conn)
         except psycopg.Error as e:
             conn.close()
@@ -137,7 +150,7 @@ def shared(conninfo: str) -> psycopg.Connection[Any]:
     with _lock:
         conn = _shared.get(key)
         if conn is None or conn.closed or conn.broken:
-            conn = _shared[key] = connect(conninfo)
+            conn = _shared[key] = connect(conninfo, create=False)
         return conn
 
 
