@@ -84,7 +84,8 @@ def test_a_missing_database_session_is_one_error_line(env: dict[str, str],
 
 
 @pytest.mark.parametrize("argv", [["show", "pg:typo"], ["info", "pg:typo"], ["ls", "DB"],
-                                  ["search", "x", "DB"], ["tail", "pg:typo", "-n", "1"]])
+                                  ["search", "x", "DB"], ["tail", "pg:typo", "-n", "1"],
+                                  ["tail", "pg:typo", "-f"]])
 def test_a_read_of_a_database_without_the_schema_changes_nothing_there(
         env: dict[str, str], pg_url: str, argv: list[str]) -> None:
     """A read command given a database nothing was stored in (a misspelt name, say) says so,

@@ -327,3 +327,18 @@ def test_a_follower_waits_out_a_server_restart(
         messages = [r.getMessage() for r in caplog.records]
         assert any("reading on once it can be reached" in m for m in messages), messages
         assert any("reachable again" in m for m in messages), messages
+
+
+def test_following_a_database_without_the_schema_creates_none(pg_url: str) -> None:
+    """The watch's listening connection, opened before the first read, is a reader's: a
+    follow of a database nothing was stored in fails and leaves no schema there (the watch
+    once made it)."""
+    from journal.pg.connect import NoJournalSchema
+
+    with pytest.raises(NoJournalSchema):
+        for _ in follow(session_url(pg_url, "typo"), stop=lambda: True):
+            pass
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'journal'"
+                           ).fetchone()
+    assert row is not None and row[0] == 0

@@ -1302,7 +1302,7 @@ class PostgresStorage:
         if poll:
             return PostgresWatch(stop, timeout)
         conninfo = self.conninfo
-        return PgWatch(lambda: connect(conninfo), stop, timeout, poll)
+        return PgWatch(lambda: connect(conninfo, create=False), stop, timeout, poll)
 
 
 class PostgresWatch:
