@@ -7,6 +7,7 @@ import sys
 from typing import IO, Any
 
 from agent.runner import Runner, RunnerEvent, RunResult
+from journal.pg.url import short_name
 
 
 def plural(count: int, noun: str) -> str:
@@ -30,7 +31,7 @@ def print_event(event: RunnerEvent, *, stream: IO[str] | None = None) -> None:
         if d.get("compacted", True):
             print(f"  ⟳ compacted ({d['reason']}): {d['tokens_before']:,} → "
                   f"{d['tokens_after']:,} tokens{retry}; session "
-                  f"{os.path.basename(d['session'])}", file=out)
+                  f"{short_name(d['session'])}", file=out)
         else:
             print(f"  ⟳ nothing to compact ({d['reason']}): {d['tokens_before']:,} "
                   f"tokens{retry}", file=out)

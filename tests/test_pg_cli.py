@@ -283,3 +283,20 @@ def test_a_follower_refused_for_good_ends_instead_of_waiting(
     assert len(failed) == 1 and isinstance(failed[0], DatabaseError)
     assert not isinstance(failed[0], DatabaseUnavailable)
     assert "password authentication failed" in str(failed[0])
+
+
+def test_a_session_named_in_a_line_of_output_is_a_name_that_works(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tail's headings and 'continued in', and the agent's compaction line, named a database
+    session by the end of its URL ('postgres?session=x'), which addresses nothing: now
+    `pg:<id>` in the default database, else the URL (without its password)."""
+    from journal.pg.url import short_name
+
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", "postgresql://u:pw@h:5/db")
+    assert short_name("/a/b/s.jsonl") == "s.jsonl"
+    assert short_name("postgresql://u:pw@h:5/db?session=x%2Fy") == "pg:x/y"
+    assert short_name("pg:abc") == "pg:abc"
+    assert short_name("postgresql://u:pw@h:5/other?session=x") == \
+        "postgresql://u:***@h:5/other?session=x"
+    monkeypatch.delenv("JOURNAL_DATABASE_URL")
+    assert short_name("postgresql://u@h:5/db?session=x") == "postgresql://u@h:5/db?session=x"

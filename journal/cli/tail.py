@@ -36,7 +36,7 @@ from ..errors import JournalError
 from ..interrupt import terminated_as_interrupted
 from ..lineage import resolve_live
 from ..model import Entry
-from ..pg.url import is_database_url
+from ..pg.url import is_database_url, short_name
 from ..render import (
     content_size,
     content_text,
@@ -214,7 +214,7 @@ class TailPrinter:
         elif event.kind == ROTATED and not self.as_json:
             when = clock(event.entry.get("timestamp") if event.entry else _now_ms())
             self._write([(when, "dim"), (" ", ""), (_label("rotated"), "bold yellow"),
-                         (f"continued in {os.path.basename(event.detail)}", "yellow")])
+                         (f"continued in {short_name(event.detail)}", "yellow")])
         elif event.kind == NEW_SESSION and not self.as_json:
             self._heading(event.path, " (new session)")
         elif event.kind in (DELETED, REPLACED):
@@ -238,7 +238,7 @@ class TailPrinter:
 
     def _heading(self, path: str, note: str) -> None:
         self.current = path
-        self._write([(f"==> {os.path.basename(path)} <=={note}", "bold")])
+        self._write([(f"==> {short_name(path)} <=={note}", "bold")])
 
     def _write(self, segments: Segments) -> None:
         if self.console is not None:

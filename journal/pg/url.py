@@ -27,7 +27,7 @@ from urllib.parse import (
 from ..errors import JournalError
 
 __all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "names_session", "parse_url",
-           "session_url", "shown", "shown_in"]
+           "session_url", "short_name", "shown", "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -116,6 +116,23 @@ def shown(target: str) -> str:
     """How results and messages name `target`: a `postgresql://` URL without its password
     (the one needed to read it stays with the caller), anything else as it is."""
     return _without_password(target) if target.startswith(SCHEMES) else target
+
+
+def short_name(target: str) -> str:
+    """A session's name in a line of output: a file's base name; a database session's
+    `pg:<id>` where it is in the database JOURNAL_DATABASE_URL names (so the name can be
+    used), else its URL without the password."""
+    if not is_database_url(target):
+        return os.path.basename(target)
+    try:
+        parsed = parse_url(target)
+        default = os.environ.get(DATABASE_ENV)
+        if default and default.startswith(SCHEMES) and \
+                _without_password(parse_database(default)) == _without_password(parsed.conninfo):
+            return SHORT + parsed.session
+        return parsed.url
+    except BadDatabaseUrl:
+        return shown(target)
 
 
 def shown_in(text: str, target: str) -> str:
