@@ -34,6 +34,8 @@ from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
 from journal import JournalError, Session, resolve_live
 from journal.cli import entry_parser, run
+from journal.pg.url import is_database_url, shown
+from journal.storage import as_storage
 from tools import SandboxUnavailable, require_sandbox
 
 SESSIONS_ENV = "JOURNAL_SESSIONS_DIR"
@@ -306,7 +308,10 @@ def cmd_queue(args: argparse.Namespace) -> int:
 
     if not args.text.strip():
         raise JournalError("the message is empty: say what the agent should know")
-    if not os.path.isfile(resolve_live(args.session)[0]):
+    if is_database_url(args.session):
+        if as_storage(args.session).mark() is None:
+            raise JournalError(f"{shown(args.session)}: no such session in the database")
+    elif not os.path.isfile(resolve_live(args.session)[0]):
         raise JournalError(f"{args.session}: no such session file")
     kind = FOLLOW_UP if args.follow_up else STEER
     message_id = queue_message(args.session, args.text, kind)

@@ -25,11 +25,13 @@ them.
 
 From another thread or process, :func:`queue_message` writes the message into the session's
 inbox (a folder beside the file, ``<session>.inbox/``, one JSON file per message, created
-atomically), so it needs no lock: the runner records it as a ``queued`` entry at its next safe
-point (after each tool call, before each request, when a run starts or ends) and then removes
-the file; a file whose id is already recorded is just removed, so a crash between the two
-steps delivers nothing twice. A message queued while no runner is working waits in the inbox
-for the next run on that session.
+atomically; a database session's is a folder on this machine, see
+:func:`journal.inbox_path`, so only an agent on this machine reads it), so it needs no lock:
+the runner records it as a ``queued`` entry at its next safe point (after each tool call,
+before each request, when a run starts or ends) and then removes the file; a file whose id
+is already recorded is just removed, so a crash between the two steps delivers nothing
+twice. A message queued while no runner is working waits in the inbox for the next run on
+that session.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from journal import Session, inbox_path, resolve_live
+from journal.pg.url import is_database_url
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
@@ -77,7 +80,8 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     if not text.strip():
         raise ValueError("a queued message needs some text")
-    target = resolve_live(session_path)[0] if follow else session_path
+    database = is_database_url(session_path)  # its inbox is on this machine: inbox_path
+    target = resolve_live(session_path)[0] if follow and not database else session_path
     folder = inbox_path(target)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     message_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"

@@ -19,17 +19,19 @@ anything acts on it (see `journal.intent`).
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import re
 import stat
+import tempfile
 from typing import Any
 
 import orjson
 
 from . import archivegz, codec
 from .archivegz import compressed_name, is_compressed, names_of, uncompressed_name
-from .errors import JournalError
+from .errors import JournalError, UnsafeFile
 from .files import (
     fsync_directory,
     make_private_dir,
@@ -43,6 +45,7 @@ from .idscan import scan_ids
 from .intent import MAX_INTENT_BYTES, BadIntent, Intent, parse_intent
 from .lock import WriterLock, lock_path_for
 from .model import Entry
+from .pg.url import is_database_url, parse_url
 from .publish import NewFile, link_no_replace, publish_bytes, temp_path_for
 from .seal import is_seal, make_seal, write_seal
 from .snapshot import last_newline_end, load
@@ -318,8 +321,30 @@ session whose inbox holds a message."""
 
 
 def inbox_path(path: str) -> str:
-    """The inbox folder of the session file `path` (see `INBOX_SUFFIX`)."""
+    """The inbox folder of the session `path` (see `INBOX_SUFFIX`): beside a session file;
+    for a database session, which has no folder, one on this machine in this user's own
+    folder for them (`database_inboxes`), named by a hash of the session's URL without its
+    password: an agent working on the session on this machine reads it, one on another
+    machine does not."""
+    if is_database_url(path):
+        name = hashlib.sha256(parse_url(path).url.encode()).hexdigest()[:40]
+        return os.path.join(database_inboxes(), name + INBOX_SUFFIX)
     return path + INBOX_SUFFIX
+
+
+def database_inboxes() -> str:
+    """This user's folder for the inboxes of database sessions (`$XDG_RUNTIME_DIR`, else the
+    temporary folder), made private; UnsafeFile where it is not this user's own private
+    folder (another user made it, to read or plant messages)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    root = os.path.join(base, f"journal-inboxes-{os.getuid()}")
+    make_private_dir(root, follow=False)
+    st = os.lstat(root)
+    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise UnsafeFile(root, "is not this user's own private folder (owner "
+                         f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); remove it, or set "
+                         "XDG_RUNTIME_DIR to a folder of your own")
+    return root
 
 
 def intent_path(path: str) -> str:

@@ -411,3 +411,49 @@ def test_an_appender_prepares_its_statement_at_once() -> None:
             counted = conn.execute("SELECT calls, plans FROM pg_stat_statements "
                                    "WHERE query LIKE 'INSERT INTO journal.entries %'").fetchall()
     assert counted == [(12, 6)]
+
+
+def test_a_message_queued_for_a_database_session_waits_in_this_users_inbox_for_it(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`journal-agent queue pg:<id>` (or a runner's `steer`) on a database session: the
+    message goes into an inbox on this machine, in this user's private folder, named by the
+    session's URL however it was spelt, where a runner on the session reads it. It once made
+    a folder named like the URL in the working directory ('postgresql:/...inbox')."""
+    import os
+
+    from agent.cli import main
+    from agent.steering import read_inbox
+    from journal.lineage import database_inboxes
+    from journal.pg.url import parse_url
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    url = session_url(pg_url, "steered")
+    Session.create(url, cwd="/").close()
+    assert main(["queue", "pg:steered", "look at b.py too"]) == 0
+    assert capsys.readouterr().out.startswith("queued a steering message (")
+    [(_, item)] = read_inbox(parse_url(url).url)  # as the runner's session names it
+    assert item.text == "look at b.py too"
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # nothing in the working directory
+    root = database_inboxes()
+    assert root.startswith(str(tmp_path / "run")) and os.stat(root).st_mode & 0o077 == 0
+    assert main(["queue", "pg:no-such", "hi"]) == 2
+    assert "no such session" in capsys.readouterr().err
+
+
+def test_an_inbox_folder_others_can_open_is_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from journal.errors import UnsafeFile
+    from journal.lineage import database_inboxes
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    planted = tmp_path / f"journal-inboxes-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)  # made by someone else to read or plant messages
+    with pytest.raises(UnsafeFile, match="not this user's own private folder"):
+        database_inboxes()
