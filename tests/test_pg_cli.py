@@ -300,3 +300,38 @@ def test_a_session_named_in_a_line_of_output_is_a_name_that_works(
         "postgresql://u:***@h:5/other?session=x"
     monkeypatch.delenv("JOURNAL_DATABASE_URL")
     assert short_name("postgresql://u@h:5/db?session=x") == "postgresql://u@h:5/db?session=x"
+
+
+def test_naming_a_session_short_changes_no_password_and_reads_any_query(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """short_name compares the session's database with JOURNAL_DATABASE_URL's: it once parsed
+    the default, which made the session's shown URL lead to the default's (stale) password
+    in this process; and a default whose query a URL writes otherwise ('/') never matched."""
+    from journal.pg.url import parse_url, short_name
+
+    monkeypatch.setenv("JOURNAL_DATABASE_URL",
+                       "postgresql://u:stale@h:5/db?host=/var/run/postgresql")
+    parsed = parse_url("postgresql://u:fresh@h:5/db?host=/var/run/postgresql&session=x")
+    assert short_name(parsed.url) == "pg:x"
+    assert "fresh" in parse_url(parsed.url).conninfo
+
+
+@pytest.mark.parametrize(("message", "for_good"), [
+    ('connection failed: ... FATAL:  password authentication failed for user "al"', True),
+    ('connection failed: ... FATAL:  database "nope" does not exist', True),
+    ('connection failed: ... FATAL:  role "x" does not exist', True),
+    ("connection failed: ... FATAL:  no pg_hba.conf entry for host 'h'", True),
+    ("connection failed: ... FATAL:  the database system is shutting down", False),
+    ("connection failed: ... FATAL:  sorry, too many clients already", False),
+    ("connection failed: ... FATAL:  das Datenbanksystem startet", False),
+    ("connection failed: ... FATAL:  pgbouncer cannot connect to server", False),
+    ("connection failed: ... Connection refused", False),
+])
+def test_a_connection_is_refused_for_good_only_in_the_servers_own_words(
+        message: str, for_good: bool) -> None:
+    """Only what the server names as the password, the role, the database or pg_hba.conf is
+    taken as lasting; a restart, full slots, a pooler or a message in another language is
+    waited for (it once counted every FATAL but a few as lasting)."""
+    from journal.pg.connect import refused_for_good
+
+    assert refused_for_good(Exception(message)) is for_good

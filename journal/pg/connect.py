@@ -41,9 +41,12 @@ SETTINGS = ("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::te
             "%s::text[], %s::bool[]) AS d(name, value, forced) JOIN pg_show_all_settings() s "
             "ON s.name = d.name WHERE d.forced OR s.source = 'default'")
 T = TypeVar("T")
-# what a server's FATAL message says when it will take connections again later (57P03, 53300)
-_PUT_OFF = ("the database system is", "too many clients", "remaining connection slots",
-            "too many connections")
+# what a server's FATAL message says when it refuses a connection for good: a wrong password
+# or method (28P01, 28000), no such role or database (3D000), no right to log in or connect
+_REFUSED = ("password authentication failed", "authentication failed for user",
+            "no pg_hba.conf entry", "pg_hba.conf rejects connection", "does not exist",
+            "is not permitted to log in", "permission denied for database",
+            "password authentication", "no password supplied")
 
 _lock = threading.Lock()
 _shared: dict[tuple[int, str], psycopg.Connection[Any]] = {}
@@ -108,12 +111,13 @@ def refused_for_good(e: BaseException) -> bool:
     """Whether a failed connection was refused by the server for what waiting does not mend
     (the password, the role, the database, pg_hba.conf), rather than not made (no server
     there, a network fault, a timeout) or put off (the server starting up or shutting down,
-    all its connection slots taken): then `DatabaseError`, not `DatabaseUnavailable`, and a
-    live tail ends instead of waiting. libpq gives no SQLSTATE for a failed connection, so
-    this reads the server's message; a server whose messages are not in English is taken
-    as unreachable, and waited for."""
+    all its connection slots taken, a pooler that cannot reach it): then `DatabaseError`,
+    not `DatabaseUnavailable`, and a live tail ends instead of waiting. libpq gives no
+    SQLSTATE for a failed connection, so this looks for the server's own words for those
+    refusals; anything else (a message in another language included) is taken as a server
+    that cannot be reached now, and waited for."""
     text = str(e)
-    return "FATAL:" in text and not any(sign in text for sign in _PUT_OFF)
+    return "FATAL:" in text and any(sign in text for sign in _REFUSED)
 
 
 def _parameters(conninfo: str) -> dict[str, Any]:

@@ -127,8 +127,10 @@ def short_name(target: str) -> str:
     try:
         parsed = parse_url(target)
         default = os.environ.get(DATABASE_ENV)
+        # compared, not parsed: parsing the default would remember its password for the
+        # shown form, in place of the one the session was opened with
         if default and default.startswith(SCHEMES) and \
-                _without_password(parse_database(default)) == _without_password(parsed.conninfo):
+                _database_key(default) == _database_key(parsed.conninfo):
             return SHORT + parsed.session
         return parsed.url
     except BadDatabaseUrl:
@@ -170,14 +172,22 @@ def _with_password(conninfo: str) -> str:
     given += [value for key, value in query if key.lower() == "password"]
     if not given:
         return conninfo
-    # one spelling of the query for the key, whichever way it was written (a database URL is
-    # kept as given, a session URL's query is written again without its `session`)
-    masked = _without_password(urlunsplit((parts.scheme, parts.netloc, parts.path,
-                                           urlencode(query), "")))
+    masked = _database_key(conninfo)
     if all(password == _MASK for password in given):  # a shown form
         return _HIDDEN.get(masked, conninfo)
     _HIDDEN[masked] = conninfo
     return conninfo
+
+
+def _database_key(conninfo: str) -> str:
+    """The database `conninfo` names, without its password, in one spelling whichever way
+    its query was written (a database URL is kept as given; a session URL's query is
+    written again, without its `session`)."""
+    parts = _split(conninfo)
+    query = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True)
+             if key != "session"]
+    return _without_password(urlunsplit((parts.scheme, parts.netloc, parts.path,
+                                         urlencode(query), "")))
 
 
 def _without_password(url: str) -> str:
