@@ -233,8 +233,9 @@ def test_sessions_of_one_file_name_are_all_pulled_each_under_a_name_of_its_own(
     push(str(tmp_path / "b"), pg_url)
     second_id = load(str(second)).header["id"]  # type: ignore[index]
     assert main(["pull", pg_url, str(tmp_path / "out")]) == 0
-    assert f"has the file name {tmp_path / 'out' / 'session.jsonl'} of an earlier session" \
-        in capsys.readouterr().err
+    assert (f"written as {tmp_path / 'out' / second_id / 'session.jsonl'}, not as "
+            f"{tmp_path / 'out' / 'session.jsonl'}: a file name of its lineage is an earlier "
+            "session's") in capsys.readouterr().err
     assert files_under(tmp_path / "out") == {
         "session.jsonl": first.read_bytes(),
         f"{second_id}/session.jsonl": second.read_bytes()}
@@ -527,3 +528,26 @@ def test_push_to_a_session_url_is_refused(pg_url: str, tmp_path: Path) -> None:
     with pytest.raises(TransferError, match="push takes a database URL"):
         push(str(tmp_path / "src"), session_url(pg_url, "mine"))
     assert count_streams(pg_url) == 0
+
+
+def test_a_sealed_session_pushed_back_beside_the_one_it_came_from_is_pulled_too(
+        pg_url: str, tmp_path: Path) -> None:
+    """A session made under a URL's own id is rotated, pulled and pushed back: the copy
+    (named by its header's id) and the original share a file name and a successor, so they
+    are one lineage with two files of one name. A pull of the database writes them all, the
+    copy in a folder named by its id (it was refused whole)."""
+    url = session_url(pg_url, "myname")
+    with Session.create(url, cwd="/w") as session:
+        fill(session, 40, "one")
+        assert session.rotate().rotated
+        session.append_message({"role": "user", "content": "live", "timestamp": 1})
+    pull(url, tmp_path / "first")
+    push(str(tmp_path / "first"), pg_url)
+    result = pull(pg_url, tmp_path / "whole")
+    assert len(result.files) == 3
+    moved = [f for f in result.files if "renamed_from" in f]
+    copy = moved[0]["session"].rsplit("=", 1)[1] if len(moved) == 1 else None
+    assert Path(moved[0]["file"]).relative_to(tmp_path / "whole").parts[0] == copy
+    assert sorted(files_under(tmp_path / "whole").values()) == sorted(
+        [*files_under(tmp_path / "first").values(),
+         Path(moved[0]["file"]).read_bytes()])

@@ -41,9 +41,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
               f"database to {row['elsewhere']}, which is not on this machine", file=sys.stderr)
     for row in result.files:
         if "renamed_from" in row:
-            print(f"Warning: {row['session']} has the file name {row['renamed_from']} of an "
-                  f"earlier session: its lineage is written in a folder of its own, as "
-                  f"{row['file']}", file=sys.stderr)
+            print(f"Warning: {row['session']} written as {row['file']}, not as "
+                  f"{row['renamed_from']}: a file name of its lineage is an earlier "
+                  "session's", file=sys.stderr)
     if args.json:
         _emit(result.to_json())
         return 0

@@ -334,8 +334,9 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
     is still there. The lineage met first (the oldest) keeps its names; a later lineage with
     a name taken is written whole into a folder of its own, named by its live session's id
     (`<id>/<name>`), its files keeping their names relative to each other, so that its live
-    file's `parentSession` still finds its archives. So the whole database can be pulled, and
-    no file is written twice."""
+    file's `parentSession` still finds its archives; a session whose name its own lineage
+    has already goes into a folder named by its own id. So the whole database can be
+    pulled, and no file is written twice."""
     named: list[tuple[str, str, PostgresStorage]] = []
     for session, name in sessions:
         storage = PostgresStorage(conninfo, session)
@@ -349,19 +350,29 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
         lineages.setdefault(_live_of(item[0], links), []).append(item)
     out: list[tuple[PostgresStorage, str, str | None]] = []
     taken: set[str] = set()
-    for live, members in lineages.items():
-        own = [_key(relative) for _, relative, _ in members]
-        if len(set(own)) < len(own):
-            raise TransferError(f"{members[-1][2].locator}: its lineage has two files of one "
-                                "name; nothing was written")
+
+    def place(group: list[tuple[str, str, PostgresStorage]], folder_of: str) -> None:
         prefix = ""
-        if any(k in taken for k in own):
-            prefix = _folder_for(live, [relative for _, relative, _ in members], taken)
-        for _, relative, storage in members:
+        if any(_key(relative) in taken for _, relative, _ in group):
+            prefix = _folder_for(folder_of, [relative for _, relative, _ in group], taken)
+        for _, relative, storage in group:
             placed = os.path.join(prefix, relative) if prefix else relative
             taken.add(_key(placed))
             out.append((storage, os.path.join(directory, placed),
                         relative if prefix else None))
+
+    for live, members in lineages.items():
+        # a second session of a lineage under a name the lineage has already (a sealed one
+        # pushed back after a pull, beside the one it was pulled from) goes on its own
+        names: set[str] = set()
+        group: list[tuple[str, str, PostgresStorage]] = []
+        strays: list[tuple[str, str, PostgresStorage]] = []
+        for member in members:
+            (strays if _key(member[1]) in names else group).append(member)
+            names.add(_key(member[1]))
+        place(group, live)
+        for stray in strays:
+            place([stray], stray[0])
     return out
 
 
