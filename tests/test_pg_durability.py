@@ -1,8 +1,11 @@
 """The durability policies on PostgreSQL: `always` commits with synchronous_commit on, `batch`
 and `never` with it off; under `batch` the appender forces a flush every N commits, and
-`sync()` forces one at any time (a transaction that takes an id and commits synchronously)."""
+`sync()` forces one at any time (a transaction that writes a WAL record and commits
+synchronously)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -85,3 +88,89 @@ def test_a_sync_the_server_cannot_take_says_what_is_stored() -> None:
                                           "(on its own within a second, unless it stops first)")
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def slow_writer() -> Any:
+    """A server of its own (fsync on) whose WAL writer waits 10 s between its own flushes, so
+    that only the appender's flushes make a commit made with synchronous_commit off durable
+    within a test."""
+    from journal.pg.server import EmbeddedServer
+
+    with EmbeddedServer(fsync=True, settings={"wal_writer_delay": "10000ms"}) as server:
+        yield server
+
+
+def wal_positions(url: str) -> tuple[int, int]:
+    """(where the server's WAL is written up to, where it is flushed up to), in bytes."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0', "
+                           "pg_current_wal_flush_lsn() - '0/0'").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+@pytest.mark.parametrize("how", ["sync", "batch", "close"])
+def test_a_flush_makes_the_commits_before_it_durable(slow_writer: Any, how: str) -> None:
+    """The flush (`sync()`, the batch policy's every N commits, `close`'s last one) moves
+    the server's WAL flush past every commit before it: it once committed a transaction
+    that wrote nothing, which PostgreSQL does not wait to flush, so nothing was flushed."""
+    import uuid
+
+    storage = made(slow_writer.url(), f"flush-{how}-{uuid.uuid4().hex[:6]}")
+    # never: only a sync flushes; batch(20): the 20th commit and close flush
+    policy = Durability.never() if how == "sync" else Durability.batch(20, None)
+    appender = storage.open_appender(policy)
+    try:
+        for n in range(19):
+            appender.commit(b'{"type":"custom","id":"f%d"}\n' % n)
+        written, flushed = wal_positions(slow_writer.url())
+        assert flushed < written  # committed, not flushed: the test can tell
+        if how == "sync":
+            appender.sync()
+        elif how == "batch":
+            appender.commit(b'{"type":"custom","id":"f19"}\n')  # the 20th: a flush
+        else:
+            appender.close()
+        assert wal_positions(slow_writer.url())[1] >= written
+    finally:
+        appender.close()
+
+
+def test_commits_a_flush_covered_survive_a_crash_of_the_server(slow_writer: Any) -> None:
+    """Every process of the server SIGKILLed (what a power cut leaves of what was not yet
+    written), after 25 commits under batch(10): the 20 that two flushes covered are there
+    after its restart, in order, and none is partial."""
+    import os
+    import signal
+
+    url = session_url(slow_writer.url(), "crashed")
+    storage = made(slow_writer.url(), "crashed")
+    appender = storage.open_appender(Durability.batch(10, None))
+    for n in range(25):
+        appender.commit(b'{"type":"custom","id":"c%02d","customType":"x"}\n' % n)
+    postmaster = int((slow_writer.data / "postmaster.pid").read_text().split()[0])
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) ==
+                postmaster]
+    for pid in [postmaster, *children]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    appender.close()  # its connection is gone: a warning, nothing more
+    slow_writer.restart()
+    with as_storage(url).open_reader() as reader:
+        lines = reader.stream.read().splitlines()[1:]  # the header, then the commits
+    assert len(lines) >= 20
+    assert lines == [b'{"type":"custom","id":"c%02d","customType":"x"}' % n
+                     for n in range(len(lines))]
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1

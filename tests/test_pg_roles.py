@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
+from pg_server import statement_counts  # noqa: E402
 
 from journal import JournalError, Session, load  # noqa: E402
 from journal.pg.connect import connect  # noqa: E402
@@ -116,3 +117,37 @@ def test_a_reader_that_may_not_register_as_a_follower_polls_and_says_why(
     assert len([m for m in said if "journal.followers" in m]) == 1, said
     assert any("GRANT INSERT, UPDATE, DELETE ON journal.followers" in m for m in said), said
     assert not [m for m in said if "listening again" in m], said
+
+
+def test_a_writer_that_may_not_write_a_logical_message_still_flushes(pg_url: str) -> None:
+    """A flush writes a transactional logical message (so that its commit waits for the WAL
+    flush); where an administrator revoked that function from the writers, it writes the
+    session's stream row instead, and sync() still works."""
+    from journal import Durability
+
+    database = pg_url.rsplit("/", 1)[1]
+    statements = documented_grants(database)
+    setup = [s for s in statements if s.startswith(("CREATE ROLE", "GRANT CREATE"))]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        for statement in setup:
+            try:
+                admin.execute(statement.encode())
+            except psycopg.errors.DuplicateObject:
+                pass
+        connect(as_role(pg_url, "journal_owner")).close()
+        for statement in statements:
+            if statement not in setup:
+                admin.execute(statement.encode())
+        admin.execute("DO $$ DECLARE f regprocedure; BEGIN FOR f IN SELECT oid::regprocedure "
+                      "FROM pg_proc WHERE proname = 'pg_logical_emit_message' LOOP EXECUTE "
+                      "format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f); END LOOP; END $$")
+    writer = session_url(as_role(pg_url, "journal_writer"), "flushed")
+    Session.create(writer, cwd="/").close()
+    appender = as_storage(writer).open_appender(Durability.never())
+    try:
+        appender.commit(b'{"type":"custom","id":"z"}\n')
+        appender.sync()
+    finally:
+        appender.close()
+    calls, rows = statement_counts(pg_url, "UPDATE journal.streams SET updated_at = updated_at%")
+    assert (calls, rows) == (1, 1)

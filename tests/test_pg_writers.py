@@ -987,7 +987,7 @@ def test_a_flush_failing_after_a_commit_does_not_fail_the_commit(
     import logging
 
     url = new_session(pg_url, "flush-cut")
-    proxy = CutProxy(*_server(url), marker=b"pg_current_xact_id", refuse=True)
+    proxy = CutProxy(*_server(url), marker=b"pg_logical_emit_message", refuse=True)
     direct, relayed = _relayed(url, proxy.port)
     try:
         appender = relayed.open_appender(Durability.batch(2, 60_000))
@@ -1189,7 +1189,7 @@ def test_a_flush_after_a_commit_that_finds_the_lease_taken_does_not_fail_the_com
     from journal.pg.lease import Lease
 
     url = new_session(pg_url, "flush-lease-lost")
-    proxy = CutProxy(*_server(url), marker=b"pg_current_xact_id", refuse=False)
+    proxy = CutProxy(*_server(url), marker=b"pg_logical_emit_message", refuse=False)
     direct, relayed = _relayed(url, proxy.port)
     lease = relayed.lock(5)
     try:

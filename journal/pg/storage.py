@@ -931,7 +931,7 @@ class PostgresAppender:
         if self._conn is None:
             return
         try:
-            self._on_live(_flush)
+            self._on_live(lambda conn: _flush(conn, self.storage.session))
         except (psycopg.Error, JournalError) as e:
             # LeaseLost too (the lease's connection could not be had back): nothing refused
             said = (f"the lease is lost ({e.detail or 'its connection could not be had back'})"
@@ -982,7 +982,7 @@ class PostgresAppender:
             never = self.durability.every == 0 and self.durability.interval_ms is None
             if self._clock.pending and not never:
                 conn = self._live()
-                _flush(conn)
+                _flush(conn, self.storage.session)
             if self._moved and conn is not None and not (conn.closed or conn.broken):
                 self._settle(conn)
         except (psycopg.Error, JournalError) as e:
@@ -1022,11 +1022,22 @@ def current_end(conn: psycopg.Connection[Any], session: str) -> int:
     return int(row[0]) if row is not None else -1
 
 
-def _flush(conn: psycopg.Connection[Any]) -> None:
-    """A transaction that takes an id commits with synchronous_commit on, which flushes the
-    WAL up to it: every commit before it, of any connection, is then durable. One statement
-    (its own transaction): nothing else on the connection can run inside it."""
-    conn.execute("SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()")
+def _flush(conn: psycopg.Connection[Any], session: str) -> None:
+    """Make every commit before now, of any connection, durable: a transaction that writes a
+    WAL record commits with synchronous_commit on, which flushes the WAL up to its commit
+    record. It must write one: PostgreSQL commits a transaction that wrote no WAL without
+    waiting for the flush, id or not (so taking an id alone flushed nothing). The record is
+    a transactional logical message, which touches no table and takes no lock, and which any
+    role may write unless an administrator revoked that; then the session's stream row is
+    written again instead (a writer may update it). One statement (its own transaction):
+    nothing else on the connection can run inside it."""
+    try:
+        conn.execute("SELECT set_config('synchronous_commit', 'on', true), "
+                     "pg_logical_emit_message(true, 'journal.flush', '')")
+    except psycopg.errors.InsufficientPrivilege:
+        conn.execute("UPDATE journal.streams SET updated_at = updated_at WHERE session = %s "
+                     "AND set_config('synchronous_commit', 'on', true) IS NOT NULL",
+                     (session,))
 
 
 class PostgresStorage:
