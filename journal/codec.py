@@ -17,7 +17,7 @@ from typing import IO, Any, NamedTuple
 
 import orjson
 
-from .model import REQUIRED_FIELDS, Entry, bad_fields
+from .model import CURRENT_VERSION, REQUIRED_FIELDS, Entry, bad_fields
 
 CHUNK = 1 << 22
 BOM = b"\xef\xbb\xbf"
@@ -324,6 +324,13 @@ def check_entry(obj: Any, version: int) -> str | None:
     if kind == "message" and not isinstance(obj["message"], dict):
         return f"{MISSING_FIELD}: message is not an object"
     return None
+
+
+def unreadable_as_written(entry: Entry) -> str | None:
+    """What a reader would find wrong with an entry about to be appended (None: it reads
+    back as it is written): what `check_entry` refuses, or a field of the wrong type. The
+    store refuses to write what its own readers would set aside."""
+    return check_entry(entry, CURRENT_VERSION) or field_problem(entry)
 
 
 def field_problem(entry: Entry) -> str | None:

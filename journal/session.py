@@ -443,7 +443,7 @@ class Session:
 
     def append_message(self, message: dict[str, Any]) -> str:
         entry_id = model.new_id(self._taken())
-        entry = model.message_entry(entry_id, self.leaf_id, message)
+        entry = self._readable(model.message_entry(entry_id, self.leaf_id, message))
         self._log.commit(codec.encode(entry))
         self._indexed(entry)
         return entry_id
@@ -467,6 +467,8 @@ class Session:
         Recording the settings after each compaction lets a later open resume this file from
         its tail without searching further back for them.
         """
+        if first_kept_entry_id is not None and self.get_entry(first_kept_entry_id) is None:
+            raise UnknownEntry(first_kept_entry_id)  # the context would be the summary alone
         current = self.context()
         parts: list[Entry] = [
             {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept_entry_id,
@@ -531,18 +533,28 @@ class Session:
         for entry in entries:
             entry_id = model.new_id(model.Either(self._taken(), taken))
             taken.add(entry_id)
-            stamped.append(model.stamp(entry, entry_id, parent))
+            stamped.append(self._readable(model.stamp(entry, entry_id, parent)))
             parent = entry_id
         self._commit(stamped)
         return [e["id"] for e in stamped]
 
     def _append(self, build: Callable[[str, str | None], Entry]) -> str:
-        """Commit one entry made by a model helper (trusted shape: no re-validation)."""
+        """Commit one entry made by a model helper from the caller's values."""
         entry_id = model.new_id(self._taken())
-        entry = build(entry_id, self.leaf_id)
+        entry = self._readable(build(entry_id, self.leaf_id))
         self._log.commit(codec.encode(entry))
         self._indexed(entry)
         return entry_id
+
+    def _readable(self, entry: Entry) -> Entry:
+        """`entry`, or JournalError, nothing appended, where a reader would set it aside (a
+        message that is not an object with a string role, a field of the wrong type): what
+        was appended would be missing from every reading, its id returned all the same."""
+        problem = codec.unreadable_as_written(entry)
+        if problem is not None:
+            raise JournalError(f"{self.path}: not appended: the {entry.get('type')} entry "
+                               f"would not read back ({problem})")
+        return entry
 
     def _taken(self) -> Container[str]:
         """Ids a new entry must avoid: those read, the whole file's once scanned, and those of

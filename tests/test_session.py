@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import orjson
 import pytest
@@ -14,6 +15,7 @@ from journal import (
     LockTimeout,
     NotASession,
     Session,
+    UnknownEntry,
     UnsupportedVersion,
     load,
     read_quarantine,
@@ -185,3 +187,35 @@ def test_new_ids_avoid_ids_a_fast_resume_did_not_read(tmp_path, monkeypatch):
         monkeypatch.setattr("journal.model.random.getrandbits", lambda n: next(draws))
         new = s.append_message({"role": "user", "content": "late"})
     assert new == "abcdef12", "the id of an entry the resume skipped must not be reused"
+
+
+@pytest.mark.parametrize("append", [
+    lambda s: s.append_message("a plain string"),
+    lambda s: s.append_message([1, 2]),
+    lambda s: s.append_message({"content": 1}),
+    lambda s: s.append_model_change(None, 5),
+    lambda s: s.append_thinking_level_change(3),
+    lambda s: s.append_custom_message_entry("x", 5, True),
+    lambda s: s.append_entry({"type": "compaction", "summary": 7, "tokensBefore": 1}),
+])
+def test_an_entry_the_reader_would_set_aside_is_not_appended(tmp_path, append):
+    """What the store's own reader would drop (a message that is no object with a role, a
+    field of the wrong type) was appended, its id returned, and then missing from every
+    reading: now JournalError, nothing appended."""
+    with Session.create(str(tmp_path), cwd="/") as session:
+        kept = session.append_message({"role": "user", "content": "hello", "timestamp": 0})
+        before = Path(session.path).read_bytes()
+        with pytest.raises(JournalError, match="not appended: .* would not read back"):
+            append(session)
+        assert Path(session.path).read_bytes() == before
+        assert session.leaf_id == kept
+        assert [e["id"] for e in load(session.path).entries] == [kept]
+
+
+def test_a_compaction_keeping_from_an_unknown_entry_is_refused(tmp_path):
+    """Its context would have been the summary alone (the kept messages silently gone)."""
+    with Session.create(str(tmp_path), cwd="/") as session:
+        session.append_message({"role": "user", "content": "a", "timestamp": 0})
+        with pytest.raises(UnknownEntry):
+            session.append_compaction("sum", "deadbeef", tokens_before=1)
+        assert [m["role"] for m in session.context().messages] == ["user"]
