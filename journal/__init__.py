@@ -38,7 +38,8 @@ What the model sees
 Keeping files healthy
     `repair` with `RepairReport` and `Problem`; `rotate` with `RotationResult` and
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
-    live one); `inbox_path` and `INBOX_SUFFIX` (the folder beside a session file where
+    live one; `repair`, `rotate` and `lineage` take a database session's URL too:
+    `journal.anywhere`); `inbox_path` and `INBOX_SUFFIX` (the folder beside a session file where
     messages for its agent are queued); `read_quarantine` and `Quarantined` (the bytes repair
     set aside);
     `repair_claude` and `assess_claude` (what `repair` runs on a Claude Code transcript: a
@@ -84,6 +85,7 @@ Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or wa
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .anywhere import lineage, repair, rotate
 from .boundary import Boundary, boundary
 from .claude import dialect_of
 from .codec import Diagnostic
@@ -114,13 +116,13 @@ from .errors import (
     WriteFailed,
 )
 from .info import SessionInfo, inspect
-from .lineage import INBOX_SUFFIX, inbox_path, lineage, resolve_live
+from .lineage import INBOX_SUFFIX, inbox_path, resolve_live
 from .lock import current_holder
 from .model import CURRENT_VERSION, Entry, Message
 from .pairing import Fix, PairingReport, sanitize
 from .quarantine import Quarantined, read_quarantine
-from .repair import Problem, RepairReport, repair
-from .rotation import RotationAborted, RotationPolicy, RotationResult, rotate
+from .repair import Problem, RepairReport
+from .rotation import RotationAborted, RotationPolicy, RotationResult
 from .session import Session
 from .snapshot import Snapshot, load, resume
 from .tail import TailEvent, afollow, afollow_events, follow, follow_events

@@ -457,3 +457,28 @@ def test_an_inbox_folder_others_can_open_is_refused(tmp_path: Path,
     planted.chmod(0o777)  # made by someone else to read or plant messages
     with pytest.raises(UnsafeFile, match="not this user's own private folder"):
         database_inboxes()
+
+
+def test_repair_rotate_and_lineage_take_a_database_url_as_they_take_a_path(
+        pg_url: str) -> None:
+    """`journal.repair`, `journal.rotate` and `journal.lineage` took a URL for a relative
+    file path ('.../postgresql:/...: no such file'); as the commands do, they take either."""
+    import journal
+
+    url = session_url(pg_url, "anywhere")
+    with Session.create(url, cwd="/") as session:
+        kept = None
+        for i in range(30):
+            entry = session.append_message({"role": "user", "content": f"m{i} " + "x" * 200,
+                                            "timestamp": 1})
+            kept = entry if i == 27 else kept
+        session.append_compaction("summary", kept, tokens_before=10)
+    assert not journal.repair(url).changed
+    with pytest.raises(journal.JournalError, match="is for files"):
+        journal.repair(url, dialect="claude")
+    with pytest.raises(journal.JournalError, match="is for files"):
+        journal.rotate(url, compress=False)
+    result = journal.rotate(url)
+    assert result.rotated and result.successor is not None
+    chain = journal.lineage(url)
+    assert chain[0].endswith("session=anywhere") and chain[-1] == result.successor

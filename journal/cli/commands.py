@@ -289,22 +289,9 @@ def _walk_nested(roots: list[TreeNode]) -> Iterator[tuple[int, TreeNode]]:
         stack.extend((child_depth, c) for c in reversed(node.children))
 
 
-def _rotate_database(args: argparse.Namespace) -> int:
-    from ..pg.rotation import rotate_database
-
-    if args.no_compress:
-        raise JournalError("--no-compress is for files: a database's archives are exported "
-                           "(--archive-dir) as .jsonl.gz")
-    if args.keep is not None and args.archive_dir is None:
-        raise JournalError("--keep on a database moves the older archives out of it, to "
-                           "files: give --archive-dir DIR too")
-    result = rotate_database(args.path, archive_dir=args.archive_dir, keep=args.keep,
-                             dry_run=args.dry_run, lock_timeout=args.lock_timeout)
-    return _print_rotation(result, args)
-
-
 def cmd_rotate(args: argparse.Namespace) -> int:
-    from ..rotation import check_keep, rotate
+    from ..anywhere import rotate
+    from ..rotation import check_keep
 
     try:
         check_keep(args.keep)
@@ -313,7 +300,9 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
     if is_database_url(args.path):
-        return _rotate_database(args)
+        return _print_rotation(rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
+                                      compress=not args.no_compress, dry_run=args.dry_run,
+                                      lock_timeout=args.lock_timeout), args)
     check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
     with ByteProgress("compressing the archive", enabled=not args.json) as bar:
         result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,

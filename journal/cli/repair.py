@@ -10,9 +10,10 @@ from collections.abc import Sequence
 
 import orjson
 
+from ..anywhere import repair
 from ..errors import JournalError, describe_os_error
 from ..pg.url import is_database_url
-from ..repair import RepairReport, repair, session_files
+from ..repair import RepairReport, session_files
 from .app import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -79,11 +80,6 @@ def _targets(paths: list[str]) -> list[str]:
 
 def _repair_one(path: str, args: argparse.Namespace, dry: bool,
                 bar: ByteProgress) -> RepairReport:
-    if is_database_url(path):  # the database's quarantine is its table
-        from ..pg.repair import repair_database
-
-        return repair_database(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
-                               lock_timeout=args.lock_timeout, progress=bar)
     return repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
                   lock_timeout=args.lock_timeout, progress=bar, dialect=args.dialect)
 

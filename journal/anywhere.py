@@ -1,0 +1,105 @@
+"""`repair`, `rotate` and `lineage` for a session wherever it is kept: a file path, or a
+database session's URL (`postgresql://...?session=<id>`, `pg:<id>`), as the commands take
+either. A URL goes to the database backend's own function (`journal.pg.repair`,
+`journal.pg.rotation`, `journal.pg.lineages`), loaded on first use, so `import journal`
+still loads no driver; a path to the file backend's (`journal.repair`, `journal.rotation`,
+`journal.lineage`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import lineage as files_lineage
+from . import repair as files_repair
+from . import rotation as files_rotation
+from .errors import JournalError
+from .lock import DEFAULT_LOCK_TIMEOUT
+from .pg.url import is_database_url
+from .progress import Progress
+from .repair import RepairReport
+from .rotation import RotationResult
+
+__all__ = ["lineage", "repair", "rotate"]
+
+
+def repair(
+    path: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    migrate: bool = False,
+    strict: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
+    dialect: str | None = None,
+) -> RepairReport:
+    """Repair one session in place, or report what would change (`dry_run`): a file
+    (`journal.repair.repair`: a `.bak`, a `.quarantine` side file) or a database session
+    (`journal.pg.repair.repair_database`: a new generation under the lease, the removed
+    lines in its quarantine table). See those for what each does and raises.
+
+    Example:
+        >>> report = repair("sessions/a.jsonl")  # doctest: +SKIP
+        >>> report.changed, report.counts
+    """
+    if is_database_url(path):
+        if dialect not in (None, "pi"):
+            raise JournalError(f"{path}: a database session is a pi session; dialect "
+                               f"{dialect!r} is for files")
+        from .pg.repair import repair_database
+
+        return repair_database(path, dry_run=dry_run, migrate=migrate, strict=strict,
+                               lock_timeout=lock_timeout, progress=progress)
+    return files_repair.repair(path, dry_run=dry_run, migrate=migrate, strict=strict,
+                               lock_timeout=lock_timeout, progress=progress, dialect=dialect)
+
+
+def rotate(
+    path: str | os.PathLike[str],
+    *,
+    archive_dir: str | None = None,
+    keep: int | None = None,
+    compress: bool = True,
+    dry_run: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    progress: Progress | None = None,
+) -> RotationResult:
+    """Rotate a session not open for writing here into a successor (an open `Session`
+    rotates with `Session.rotate()`): a file (`journal.rotation.rotate`) or a database
+    session (`journal.pg.rotation.rotate_database`, whose archives stay in the database
+    unless `archive_dir` exports them as `.jsonl.gz`: `compress=False` is refused, and so is
+    `keep` without `archive_dir`, the folder the older archives move out to).
+
+    Example:
+        >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
+        >>> result.successor, result.lock_held_ms
+    """
+    if is_database_url(path):
+        if not compress:
+            raise JournalError("compress=False (--no-compress) is for files: a database's "
+                               "archives are exported (archive_dir) as .jsonl.gz")
+        if keep is not None and archive_dir is None:
+            raise JournalError("keep on a database moves the older archives out of it, to "
+                               "files: give archive_dir (--archive-dir DIR) too")
+        from .pg.rotation import rotate_database
+
+        return rotate_database(path, archive_dir=archive_dir, keep=keep, dry_run=dry_run,
+                               lock_timeout=lock_timeout)
+    return files_rotation.rotate(path, archive_dir=archive_dir, keep=keep, compress=compress,
+                                 dry_run=dry_run, lock_timeout=lock_timeout, progress=progress)
+
+
+def lineage(path: str | os.PathLike[str]) -> list[str]:
+    """Every session of a rotated session, oldest first, the live one last: its files
+    (`journal.lineage.lineage`), or for a database session its sessions' URLs (the sealed
+    ones it continues, then those continuing it: `journal.pg.lineages.database_lineages`).
+
+    Example:
+        >>> lineage("sessions/a.jsonl")  # doctest: +SKIP
+    """
+    if is_database_url(path):
+        from .pg.lineages import database_lineages
+
+        chains = database_lineages(path)
+        return chains[0] if chains else []
+    return files_lineage.lineage(os.fspath(path))
