@@ -21,6 +21,7 @@ from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .model import CURRENT_VERSION, Entry
 from .pg.url import is_database_url
+from .seal import is_seal
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
 from .storage import FileStorage, Storage, as_storage
 
@@ -32,10 +33,12 @@ class View:
     """
 
     def __init__(self, path: str, snap: Snapshot, inode: Hashable,
-                 storage: Storage | None = None, dialect: str | None = None) -> None:
+                 storage: Storage | None = None, dialect: str | None = None,
+                 follow: bool = False) -> None:
         self.path = path
         self._storage = storage
         self._forced = dialect  # a dialect the caller forced (None: detected per reading)
+        self._follow = follow  # a database session sealed by a rotation: on to its successor
         self._take(snap, inode)
 
     def _take(self, snap: Snapshot, inode: Hashable) -> None:
@@ -57,12 +60,17 @@ class View:
         to the file that continues it (unless `follow=False`); one replaced while it was
         read is read again. A Claude Code transcript is detected (or forced with
         `dialect="claude"`) and read in place. A database URL or another backend's `Storage`
-        is read through the storage seam.
+        is read through the storage seam; a database session that a rotation sealed is
+        followed to the live session that continues it (unless `follow=False`), at the open
+        and at each `refresh` that reads the seal.
         """
         if is_database_url(path) or (isinstance(path, Storage)
                                      and not isinstance(path, FileStorage)):
             storage = as_storage(path)
-            return cls(storage.locator, *read_stored(storage, full=full), storage=storage)
+            if follow:
+                storage = _continued(storage)
+            return cls(storage.locator, *read_stored(storage, full=full), storage=storage,
+                       follow=follow)
         if isinstance(path, FileStorage):
             path = path.path
         assert not isinstance(path, Storage)
@@ -145,6 +153,11 @@ class View:
             self.tree.add(entry)
         self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
         self._end = snap.end
+        if self._follow and any(is_seal(entry) for entry in snap.entries):
+            live = _continued(storage)
+            if live.locator != storage.locator:  # rotated: read on in the successor
+                self._storage, self.path = live, live.locator
+                return self._reload()
         return snap.entries
 
     def _read(self, *, full: bool) -> tuple[Snapshot, Hashable]:
@@ -156,6 +169,17 @@ class View:
     def _reload(self) -> list[Entry]:
         self._take(*self._read(full=self.tree.complete))
         return list(self.tree.entries)
+
+
+def _continued(storage: Storage) -> Storage:
+    """The live session a database session continues in (itself if no rotation sealed
+    it); another backend's storage as it is."""
+    if not is_database_url(storage.locator):
+        return storage
+    from .pg.rotation import live_storage
+    from .pg.storage import PostgresStorage
+
+    return live_storage(storage) if isinstance(storage, PostgresStorage) else storage
 
 
 def read_stored(storage: Storage, *, full: bool) -> tuple[Snapshot, Hashable]:

@@ -482,3 +482,27 @@ def test_repair_rotate_and_lineage_take_a_database_url_as_they_take_a_path(
     assert result.rotated and result.successor is not None
     chain = journal.lineage(url)
     assert chain[0].endswith("session=anywhere") and chain[-1] == result.successor
+
+
+def test_a_view_of_a_database_session_follows_it_into_its_successor(pg_url: str) -> None:
+    """A View of a database session a rotation sealed stayed on the sealed one, stale and
+    silent: opened, it now reads the live successor, and a refresh that reads the seal moves
+    on to it (follow=False keeps to the session named)."""
+    url = session_url(pg_url, "viewed")
+    with Session.create(url, cwd="/") as session:
+        kept = None
+        for i in range(30):
+            entry = session.append_message({"role": "user", "content": f"m{i} " + "x" * 200,
+                                            "timestamp": 1})
+            kept = entry if i == 27 else kept
+        session.append_compaction("summary", kept, tokens_before=10)
+        view = View.open(url)
+        assert session.rotate().rotated
+        session.append_message({"role": "user", "content": "after the rotation",
+                                "timestamp": 1})
+        live = session.path
+    view.refresh()
+    assert view.path == live
+    assert view.context().messages[-1]["content"] == "after the rotation"
+    assert View.open(url).context().messages[-1]["content"] == "after the rotation"
+    assert View.open(url, follow=False).path != live
