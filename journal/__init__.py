@@ -69,8 +69,9 @@ Errors
     `ArchiveElsewhere` (a database archive moved out to a file not here), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `SessionChanged` (a database session grew while it was
-    repaired or rotated: nothing changed), `SessionSealed` (a database session a rotation
-    sealed takes no more lines), `UnknownEntry`, `UnsafeLockFile`, `Unreachable` (a database
+    repaired or rotated: nothing changed), `SessionClosed` (a closed session written to),
+    `SessionSealed` (a database session a rotation sealed takes no more lines),
+    `UnknownEntry`, `UnsafeLockFile`, `Unreachable` (a database
     server could not be reached: nothing was read or changed; a live tail waits it out),
     `UnsupportedVersion`, `WriteFailed`.
 
@@ -108,6 +109,7 @@ from .errors import (
     LockTimeout,
     NotASession,
     SessionChanged,
+    SessionClosed,
     SessionSealed,
     UnknownEntry,
     Unreachable,
@@ -249,6 +251,7 @@ __all__ = [
     "NotASession",
     "ForeignSession",
     "SessionChanged",
+    "SessionClosed",
     "SessionSealed",
     "UnknownEntry",
     "UnsafeLockFile",

@@ -23,6 +23,7 @@ from .errors import (
     JournalError,
     NoSpace,
     NotASession,
+    SessionClosed,
     UnknownEntry,
     UnsupportedVersion,
     WriteFailed,
@@ -191,6 +192,8 @@ class Session:
         """Rotate into a successor now (see `journal.rotate`); this session carries on
         writing there (`path` changes), its lock taken before the old one is released."""
         check_keep(keep)
+        if self.closed:
+            raise SessionClosed(self.path)
         if not isinstance(self._storage, FileStorage):
             if is_database_url(self._storage.locator):
                 return self._rotate_database(archive_dir, keep, dry_run)

@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from journal import Durability, codec
 from journal.codec import Diagnostic, Line
-from journal.errors import JournalError, LockTimeout, SessionChanged, WriteFailed
+from journal.errors import JournalError, LockTimeout, SessionChanged, SessionClosed, WriteFailed
 from journal.storage import Mark, StopFlag, Storage
 
 DEVICE_CHUNK = 1 << 16
@@ -137,7 +137,7 @@ class MemoryAppender:
 
     def commit(self, data: bytes) -> int:
         if self._closed:
-            raise JournalError(f"{self.locator}: the appender is closed")
+            raise SessionClosed(self.locator)
         if not data.endswith(b"\n"):
             raise JournalError("a commit is whole lines")
         session = self._session

@@ -506,3 +506,19 @@ def test_a_view_of_a_database_session_follows_it_into_its_successor(pg_url: str)
     assert view.context().messages[-1]["content"] == "after the rotation"
     assert View.open(url).context().messages[-1]["content"] == "after the rotation"
     assert View.open(url, follow=False).path != live
+
+
+def test_a_closed_database_session_says_it_is_closed(pg_url: str) -> None:
+    """After close, an append and a rotation said the appender was closed and that another
+    writer had taken the session over; as for a file, SessionClosed."""
+    from journal import SessionClosed
+
+    url = session_url(pg_url, "closed")
+    session = Session.create(url, cwd="/")
+    kept = session.append_message({"role": "user", "content": "a", "timestamp": 1})
+    session.append_compaction("summary", kept, tokens_before=1)
+    session.close()
+    with pytest.raises(SessionClosed):
+        session.append_message({"role": "user", "content": "b", "timestamp": 1})
+    with pytest.raises(SessionClosed):
+        session.rotate()

@@ -84,6 +84,7 @@ from ..errors import (
     NoSpace,
     NotASession,
     SessionChanged,
+    SessionClosed,
     SessionSealed,
     WriteFailed,
 )
@@ -609,7 +610,7 @@ class PostgresAppender:
         """Append `data` (complete lines) as one unit; return the offset it starts at."""
         locator = self.storage.locator
         if self._conn is None:
-            raise JournalError(f"{locator}: the appender is closed")
+            raise SessionClosed(locator)
         try:
             batch = split_batch(locator, 0, data)
         except WriteFailed as e:
@@ -945,7 +946,7 @@ class PostgresAppender:
         commit may close it), committing with this appender's durability."""
         with self._reconnecting:  # two threads make one connection, not two
             if self._conn is None:
-                raise JournalError(f"{self.storage.locator}: the appender is closed")
+                raise SessionClosed(self.storage.locator)
             if self._conn.closed or self._conn.broken:
                 self._conn = self._connect()
             self._durable_as_set(self._conn)
