@@ -117,9 +117,8 @@ from .errors import (
     UnsupportedVersion,
     WriteFailed,
 )
-from .info import SessionInfo, inspect
+from .info import SessionInfo, current_holder, inspect
 from .lineage import INBOX_SUFFIX, inbox_path, resolve_live
-from .lock import current_holder
 from .model import CURRENT_VERSION, Entry, Message
 from .pairing import Fix, PairingReport, sanitize
 from .quarantine import Quarantined, read_quarantine

@@ -16,7 +16,8 @@ from .claude import PI
 from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
 from .lineage import intent_path
-from .lock import current_holder, lock_state
+from .lock import current_holder as file_holder
+from .lock import lock_state
 from .model import Entry
 from .pg.url import is_database_url
 from .repair import Problem, assess
@@ -114,7 +115,7 @@ def _summary(path: str | os.PathLike[str], dialect: str | None = None) -> Sessio
     with bulk_parsing():  # many small objects, no cycles: see codec.bulk_parsing
         tree = snap.tree()
         tree.finish_forward_check()
-    holder = _holder(snap.path)
+    holder = current_holder(snap.path)
     header, version, name = snap.header, snap.version, tree.name
     if snap.claude is not None:
         read = snap.claude
@@ -142,14 +143,15 @@ def _summary(path: str | os.PathLike[str], dialect: str | None = None) -> Sessio
     )
 
 
-def _holder(path: str) -> dict[str, Any] | None:
-    """Who holds the session's writer lock: the lock file's holder, or a database session's
-    lease holder (journal.pg)."""
+def current_holder(path: str) -> dict[str, Any] | None:
+    """Who holds the session's writer lock right now (pid, host, since), or None if nobody
+    does: a file's lock holder (`journal.lock.current_holder`), or a database session's
+    lease holder (its URL or `pg:<id>`)."""
     if is_database_url(path):
         from .pg.storage import PostgresStorage
 
         return PostgresStorage.from_url(path).holder()
-    return current_holder(path)
+    return file_holder(path)
 
 
 def _pending(path: str) -> str | None:

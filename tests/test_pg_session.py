@@ -522,3 +522,17 @@ def test_a_closed_database_session_says_it_is_closed(pg_url: str) -> None:
         session.append_message({"role": "user", "content": "b", "timestamp": 1})
     with pytest.raises(SessionClosed):
         session.rotate()
+
+
+def test_current_holder_names_a_database_sessions_lease_holder(pg_url: str) -> None:
+    """journal.current_holder(url) said None while a writer held the session (it read a
+    lock file named like the URL); it names the lease holder, as `inspect` does."""
+    import os
+
+    import journal
+
+    url = session_url(pg_url, "held")
+    with Session.create(url, cwd="/"):
+        holder = journal.current_holder(url)
+        assert holder is not None and holder["pid"] == os.getpid()
+    assert journal.current_holder(url) is None
