@@ -326,6 +326,8 @@ def test_naming_a_session_short_changes_no_password_and_reads_any_query(
     ("connection failed: ... FATAL:  das Datenbanksystem startet", False),
     ("connection failed: ... FATAL:  pgbouncer cannot connect to server", False),
     ("connection failed: ... Connection refused", False),
+    ("connection is bad: invalid sslmode value: \"bogus\"", True),
+    ("connection is bad: invalid port number: \"99999\"", True),
 ])
 def test_a_connection_is_refused_for_good_only_in_the_servers_own_words(
         message: str, for_good: bool) -> None:
@@ -335,3 +337,15 @@ def test_a_connection_is_refused_for_good_only_in_the_servers_own_words(
     from journal.pg.connect import refused_for_good
 
     assert refused_for_good(Exception(message)) is for_good
+
+
+@pytest.mark.parametrize("query", ["foo=bar", "connect_timeout=abc", "sslmode=bogus"])
+def test_a_url_libpq_cannot_use_is_no_unreachable_server(pg_url: str, query: str) -> None:
+    """A mistake in the URL's options was DatabaseUnavailable, which is Unreachable: a
+    caller that waits for an unreachable server (a live tail) would wait for ever."""
+    from journal import Unreachable
+    from journal.pg.connect import DatabaseError, connect
+
+    with pytest.raises(DatabaseError) as raised:
+        connect(f"{pg_url}?{query}")
+    assert not isinstance(raised.value, Unreachable)

@@ -41,6 +41,9 @@ SETTINGS = ("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::te
             "%s::text[], %s::bool[]) AS d(name, value, forced) JOIN pg_show_all_settings() s "
             "ON s.name = d.name WHERE d.forced OR s.source = 'default'")
 T = TypeVar("T")
+# what libpq says of a URL it cannot use (an option's value), before it connects to anything
+_MISWRITTEN = ("invalid sslmode value", "invalid port number", "invalid connection option",
+               "invalid URI", "invalid value for parameter", "invalid integer value")
 # what a server's FATAL message says when it refuses a connection for good: a wrong password
 # or method (28P01, 28000), no such role or database (3D000), no right to log in or connect
 _REFUSED = ("password authentication failed", "authentication failed for user",
@@ -108,15 +111,17 @@ def connect(conninfo: str, *, create: bool = True, **settings: str) -> psycopg.C
 
 
 def refused_for_good(e: BaseException) -> bool:
-    """Whether a failed connection was refused by the server for what waiting does not mend
-    (the password, the role, the database, pg_hba.conf), rather than not made (no server
-    there, a network fault, a timeout) or put off (the server starting up or shutting down,
-    all its connection slots taken, a pooler that cannot reach it): then `DatabaseError`,
-    not `DatabaseUnavailable`, and a live tail ends instead of waiting. libpq gives no
-    SQLSTATE for a failed connection, so this looks for the server's own words for those
-    refusals; anything else (a message in another language included) is taken as a server
-    that cannot be reached now, and waited for."""
+    """Whether a failed connection was refused for what waiting does not mend (a URL libpq
+    cannot use; the server's refusal of the password, the role, the database, pg_hba.conf),
+    rather than not made (no server there, a network fault, a timeout) or put off (the
+    server starting up or shutting down, all its connection slots taken, a pooler that
+    cannot reach it): then `DatabaseError`, not `DatabaseUnavailable`, and a live tail ends
+    instead of waiting. libpq gives no SQLSTATE for a failed connection, so this looks for
+    its own and the server's words for those refusals; anything else (a message in another
+    language included) is taken as a server that cannot be reached now, and waited for."""
     text = str(e)
+    if isinstance(e, psycopg.ProgrammingError) or any(sign in text for sign in _MISWRITTEN):
+        return True  # the URL itself is wrong: no attempt mends it
     return "FATAL:" in text and any(sign in text for sign in _REFUSED)
 
 
