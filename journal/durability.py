@@ -28,6 +28,17 @@ class Durability:
     every: int = 1
     interval_ms: float | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 0:
+            raise ValueError(f"every must be a whole number of commits, 0 or more, not "
+                             f"{self.every!r}")
+        interval = self.interval_ms
+        if interval is not None and (isinstance(interval, bool)
+                                     or not isinstance(interval, (int, float))
+                                     or not interval > 0):
+            raise ValueError(f"interval_ms must be a number of milliseconds above 0 (inf: no "
+                             f"time bound), or None, not {interval!r}")
+
     @classmethod
     def always(cls) -> Durability:
         return cls(every=1)

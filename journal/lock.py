@@ -134,6 +134,13 @@ def lock_state(session_path: str) -> str:
         os.close(fd)
 
 
+def check_lock_timeout(timeout: float) -> None:
+    """ValueError unless `timeout` is a number of seconds to wait for a writer lock: 0 or more
+    (infinity: for ever)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ValueError(f"a lock timeout is a number of seconds, 0 or more, not {timeout!r}")
+
+
 def current_holder(session_path: str) -> dict[str, Any] | None:
     """Who holds the writer lock right now, or None if nobody does.
 
@@ -149,6 +156,7 @@ class WriterLock:
     """Exclusive writer lock for one session file (named by any of its paths)."""
 
     def __init__(self, session_path: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+        check_lock_timeout(timeout)
         self.session_path = real_path(session_path)
         self.lock_path = lock_path_for(self.session_path)
         self.timeout = timeout

@@ -536,3 +536,12 @@ def test_current_holder_names_a_database_sessions_lease_holder(pg_url: str) -> N
         holder = journal.current_holder(url)
         assert holder is not None and holder["pid"] == os.getpid()
     assert journal.current_holder(url) is None
+
+
+def test_an_endless_lock_timeout_waits_on_a_database_too(pg_url: str) -> None:
+    """lock_timeout=inf (wait for ever) works for a file; on a database it raised
+    OverflowError making the server's lock_timeout."""
+    url = session_url(pg_url, "patient")
+    Session.create(url, cwd="/").close()
+    with Session.open(url, lock_timeout=float("inf")) as session:
+        session.append_message({"role": "user", "content": "a", "timestamp": 1})

@@ -219,3 +219,29 @@ def test_a_compaction_keeping_from_an_unknown_entry_is_refused(tmp_path):
         with pytest.raises(UnknownEntry):
             session.append_compaction("sum", "deadbeef", tokens_before=1)
         assert [m["role"] for m in session.context().messages] == ["user"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Durability(every=-1),
+    lambda: Durability.batch(0, 0),
+    lambda: Durability.batch(5, float("nan")),
+    lambda: Durability(every=1.5),  # type: ignore[arg-type]
+])
+def test_a_durability_policy_that_means_nothing_is_refused(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), "10"])
+def test_a_lock_timeout_that_is_no_number_of_seconds_is_refused(tmp_path, timeout):
+    with Session.create(str(tmp_path), cwd="/") as session:
+        path = session.path
+    with pytest.raises(ValueError, match="a lock timeout is a number of seconds"):
+        Session.open(path, lock_timeout=timeout)
+
+
+@pytest.mark.parametrize("target", [42, None, b"bytes"])
+def test_a_session_named_by_something_else_is_a_type_error(target):
+    """load(42) and Session.open(None) ended in AttributeError ('locator')."""
+    with pytest.raises(TypeError, match="a session is named by a path"):
+        load(target)

@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 
 from ..errors import LeaseLost, LockTimeout
+from ..lock import check_lock_timeout
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe
 
 __all__ = ["RENEW_WAIT", "Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
@@ -154,6 +155,7 @@ class Lease:
 def acquire(conninfo: str, session: str, locator: str, timeout: float) -> Lease:
     """Take the session's lease, waiting up to `timeout` seconds (LockTimeout naming the
     holder), and move its fencing epoch on."""
+    check_lock_timeout(timeout)
     conn = connect(conninfo)
     key = advisory_key(session)
     with _closed_on_error(conn, locator, "taking the lease"):
@@ -196,9 +198,11 @@ def _closed_on_error(conn: psycopg.Connection[Any], locator: str, doing: str
 
 def _wait_for_lock(conn: psycopg.Connection[Any], key: int, timeout: float) -> bool:
     """Wait on the server (no polling) up to `timeout` for the advisory lock."""
+    # the server's lock_timeout is whole milliseconds below 2^31 (0: none); longer is for ever
+    limit = 0 if timeout * 1000 >= 2**31 - 1 else max(1, int(timeout * 1000))
     try:
         with conn.transaction():
-            conn.execute(f"SET LOCAL lock_timeout = {max(1, int(timeout * 1000))}")
+            conn.execute(f"SET LOCAL lock_timeout = {limit}")
             conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         return True
     except psycopg.errors.LockNotAvailable:

@@ -215,4 +215,7 @@ def as_storage(target: str | os.PathLike[str] | Storage) -> Storage:
         return PostgresStorage.from_url(target)
     if isinstance(target, (str, os.PathLike)):
         return FileStorage(os.fspath(target))
+    if not isinstance(target, Storage):
+        raise TypeError(f"a session is named by a path, a postgresql:// URL, pg:<id> or a "
+                        f"Storage, not {type(target).__name__}")
     return target
