@@ -987,8 +987,9 @@ class PostgresAppender:
             if self._moved and conn is not None and not (conn.closed or conn.broken):
                 self._settle(conn)
         except (psycopg.Error, JournalError) as e:
-            log.warning("%s: the last commits could not be flushed on close (%s); the server "
-                        "flushes them within a few hundred milliseconds unless it stops first",
+            log.warning("%s: the last commits could not be flushed on close (%s): they are "
+                        "durable once the server has written its log out, which it does on its "
+                        "own within a second; a server that stopped before that lost them",
                         self.storage.locator, _first_line(e))
         finally:
             self._conn, self._cursor = None, None
