@@ -67,8 +67,14 @@ log = logging.getLogger(__name__)
 class Session:
     """A session opened for writing. Use `Session.create` or `Session.open`, and close it.
 
+    `rotation_policy` (None by default) is when it rotates on its own: set it to a
+    `RotationPolicy` and `append_compaction` (with `after_compaction`) or `maybe_rotate()`
+    rotates it into a short successor once the policy says so; this object carries on
+    writing there.
+
     Example:
         >>> with Session.create("sessions/") as s:  # doctest: +SKIP
+        ...     s.rotation_policy = RotationPolicy(max_bytes=50 << 20)
         ...     s.append_message({"role": "user", "content": "hi", "timestamp": 0})
     """
 
