@@ -327,10 +327,11 @@ def check_entry(obj: Any, version: int) -> str | None:
 
 
 def unreadable_as_written(entry: Entry) -> str | None:
-    """What a reader would find wrong with an entry about to be appended (None: it reads
-    back as it is written): what `check_entry` refuses, or a field of the wrong type. The
-    store refuses to write what its own readers would set aside."""
-    return check_entry(entry, CURRENT_VERSION) or field_problem(entry)
+    """Why a reader would set aside an entry about to be appended (None: it reads back as
+    an entry): what `check_entry` refuses. The store refuses to write what its own readers
+    would drop. A field of the wrong type is not among it: readers keep such an entry, as pi
+    does, and name the field (`field_problem`)."""
+    return check_entry(entry, CURRENT_VERSION)
 
 
 def field_problem(entry: Entry) -> str | None:

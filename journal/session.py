@@ -557,8 +557,8 @@ class Session:
 
     def _readable(self, entry: Entry) -> Entry:
         """`entry`, or JournalError, nothing appended, where a reader would set it aside (a
-        message that is not an object with a string role, a field of the wrong type): what
-        was appended would be missing from every reading, its id returned all the same."""
+        message that is not an object, a field its type requires missing): what was
+        appended would be missing from every reading, its id returned all the same."""
         problem = codec.unreadable_as_written(entry)
         if problem is not None:
             raise JournalError(f"{self.path}: not appended: the {entry.get('type')} entry "

@@ -192,15 +192,13 @@ def test_new_ids_avoid_ids_a_fast_resume_did_not_read(tmp_path, monkeypatch):
 @pytest.mark.parametrize("append", [
     lambda s: s.append_message("a plain string"),
     lambda s: s.append_message([1, 2]),
-    lambda s: s.append_message({"content": 1}),
-    lambda s: s.append_model_change(None, 5),
-    lambda s: s.append_thinking_level_change(3),
-    lambda s: s.append_custom_message_entry("x", 5, True),
-    lambda s: s.append_entry({"type": "compaction", "summary": 7, "tokensBefore": 1}),
+    lambda s: s.append_entry({"type": "message"}),
+    lambda s: s.append_entry({"type": "custom"}),
+    lambda s: s.append_entry({"type": "model_change", "provider": "p"}),
 ])
 def test_an_entry_the_reader_would_set_aside_is_not_appended(tmp_path, append):
-    """What the store's own reader would drop (a message that is no object with a role, a
-    field of the wrong type) was appended, its id returned, and then missing from every
+    """What the store's own reader would drop (a message that is no object, a field its
+    type requires missing) was appended, its id returned, and then missing from every
     reading: now JournalError, nothing appended."""
     with Session.create(str(tmp_path), cwd="/") as session:
         kept = session.append_message({"role": "user", "content": "hello", "timestamp": 0})
@@ -245,3 +243,15 @@ def test_a_session_named_by_something_else_is_a_type_error(target):
     """load(42) and Session.open(None) ended in AttributeError ('locator')."""
     with pytest.raises(TypeError, match="a session is named by a path"):
         load(target)
+
+
+def test_a_field_of_the_wrong_type_is_appended_and_kept_as_pi_keeps_it(tmp_path):
+    """Readers keep an entry whose field has the wrong type (and name the field), as pi does:
+    appending one (a copy of a branch, say) is not refused."""
+    with Session.create(str(tmp_path), cwd="/") as session:
+        kept = session.append_message({"role": "user", "content": "a", "timestamp": 0})
+        compaction = session.append_entry({"type": "compaction", "summary": "s",
+                                           "firstKeptEntryId": kept, "tokensBefore": "12000"})
+    snap = load(session.path)
+    assert [e["id"] for e in snap.entries] == [kept, compaction]
+    assert snap.field_issues
