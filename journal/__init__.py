@@ -66,7 +66,8 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `ArchiveElsewhere` (a database archive moved out to a file not here), `GenerationGone`,
+    `ArchiveElsewhere` (a database archive moved out to a file not here), `CommitsLost` (a
+    database server lost commits it acknowledged, not yet flushed), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `SessionChanged` (a database session grew while it was
     repaired or rotated: nothing changed), `SessionClosed` (a closed session written to),
@@ -102,6 +103,7 @@ from .context import (
 from .durability import Durability
 from .errors import (
     ArchiveElsewhere,
+    CommitsLost,
     ForeignSession,
     GenerationGone,
     JournalError,
@@ -244,6 +246,7 @@ __all__ = [
     # errors
     "JournalError",
     "ArchiveElsewhere",
+    "CommitsLost",
     "GenerationGone",
     "LeaseLost",
     "LockTimeout",

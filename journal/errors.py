@@ -184,6 +184,23 @@ class ArchiveElsewhere(JournalError):
                          "it where it is, or put it back there")
 
 
+class CommitsLost(JournalError):
+    """A database server stopped before it had written out commits it acknowledged (under a
+    `batch` or `never` policy, which do not wait for that), and came back without them: the
+    session ends before them. This writer's view of the session is wrong from there, so it
+    writes no more: open the session again (it holds what the server kept) and write what
+    was lost again."""
+
+    def __init__(self, locator: str, ends_at: int, acknowledged_to: int) -> None:
+        self.locator = locator
+        self.ends_at = ends_at
+        self.acknowledged_to = acknowledged_to
+        super().__init__(f"{locator}: the server lost commits it had acknowledged (it stopped "
+                         "before writing them out): the session ends at byte "
+                         f"{ends_at:,}, this writer's commits reached {acknowledged_to:,}; "
+                         "nothing more was written: open the session again")
+
+
 class Unreachable(JournalError):
     """The store a session is kept in could not be reached (a database server down or
     restarting, the network between): nothing was read or changed; the same call may work

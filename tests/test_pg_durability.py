@@ -143,15 +143,27 @@ def test_commits_a_flush_covered_survive_a_crash_of_the_server(slow_writer: Any)
     """Every process of the server SIGKILLed (what a power cut leaves of what was not yet
     written), after 25 commits under batch(10): the 20 that two flushes covered are there
     after its restart, in order, and none is partial."""
-    import os
-    import signal
-
     url = session_url(slow_writer.url(), "crashed")
     storage = made(slow_writer.url(), "crashed")
     appender = storage.open_appender(Durability.batch(10, None))
     for n in range(25):
         appender.commit(b'{"type":"custom","id":"c%02d","customType":"x"}\n' % n)
-    postmaster = int((slow_writer.data / "postmaster.pid").read_text().split()[0])
+    crash(slow_writer)
+    appender.close()  # its connection is gone: a warning, nothing more
+    with as_storage(url).open_reader() as reader:
+        lines = reader.stream.read().splitlines()[1:]  # the header, then the commits
+    assert len(lines) >= 20
+    assert lines == [b'{"type":"custom","id":"c%02d","customType":"x"}' % n
+                     for n in range(len(lines))]
+
+
+def crash(server: Any) -> None:
+    """SIGKILL every process of `server` (what a power cut leaves of what was not written),
+    then start it again on its port."""
+    import os
+    import signal
+
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
     children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) ==
                 postmaster]
     for pid in [postmaster, *children]:
@@ -159,13 +171,50 @@ def test_commits_a_flush_covered_survive_a_crash_of_the_server(slow_writer: Any)
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    appender.close()  # its connection is gone: a warning, nothing more
-    slow_writer.restart()
-    with as_storage(url).open_reader() as reader:
-        lines = reader.stream.read().splitlines()[1:]  # the header, then the commits
-    assert len(lines) >= 20
-    assert lines == [b'{"type":"custom","id":"c%02d","customType":"x"}' % n
-                     for n in range(len(lines))]
+    server.restart()
+
+
+def test_commits_the_server_lost_are_said_lost_not_flushed(slow_writer: Any) -> None:
+    """Under batch(1000), five messages are acknowledged, then the server dies before writing
+    them out and comes back without them. sync() made its flush on a new connection and said
+    they were durable, and the next append built on the lost entries: both now raise
+    CommitsLost, and the session holds what the server kept."""
+    from journal import CommitsLost, Session, load
+
+    url = session_url(slow_writer.url(), "lost")
+    session = Session.create(url, cwd="/", durability=Durability.batch(1000, None))
+    for n in range(5):
+        session.append_message({"role": "user", "content": f"m{n}", "timestamp": 1})
+    crash(slow_writer)
+    with pytest.raises(CommitsLost, match="the server lost commits it had acknowledged"):
+        session.sync()
+    with pytest.raises(CommitsLost):
+        session.append_message({"role": "user", "content": "after", "timestamp": 1})
+    session.close()
+    assert load(url).entries == []  # what the server kept: the header alone
+
+
+def test_a_connection_lost_with_commits_awaiting_a_flush_keeps_them(
+        slow_writer: Any) -> None:
+    """The appender's connection is terminated while commits await a flush, the server
+    going on: it keeps them (its own log), so the flush on the new connection is made and
+    sync() says so; the next append follows them."""
+    import psycopg
+
+    from journal import Session, load
+
+    url = session_url(slow_writer.url(), "kept")
+    with Session.create(url, cwd="/", durability=Durability.batch(1000, None)) as session:
+        for n in range(5):
+            session.append_message({"role": "user", "content": f"m{n}", "timestamp": 1})
+        with psycopg.connect(slow_writer.url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = current_database() AND pid <> pg_backend_pid() AND "
+                          "backend_type = 'client backend'")
+        session.sync()
+        session.append_message({"role": "user", "content": "after", "timestamp": 1})
+    assert [e["message"]["content"] for e in load(url).entries] == [
+        "m0", "m1", "m2", "m3", "m4", "after"]
 
 
 def _parent(pid: int) -> int:

@@ -78,6 +78,7 @@ from ..codec import Diagnostic, Line
 from ..durability import Durability, SyncClock
 from ..errors import (
     ArchiveElsewhere,
+    CommitsLost,
     GenerationGone,
     JournalError,
     LeaseLost,
@@ -568,6 +569,10 @@ class PostgresAppender:
         # where this appender's last acknowledged batch ended, and in which generation: no
         # later batch starts before it (while the session is in that generation)
         self._floor: tuple[int | None, int] = (None, 0)
+        # its connection was made again while commits awaited a flush (batch, never): the
+        # server may have stopped and lost them, which the next commit or sync looks at
+        # (`_check_floor`) before anything else
+        self._floor_unsure = False
         self._moved = False  # committed since the stream row's size was last set
         self._settle_at = 0.0  # when the stream row's size is next set (monotonic)
         self._conn: psycopg.Connection[Any] | None = None
@@ -649,6 +654,7 @@ class PostgresAppender:
             sending = False  # nothing of this attempt has left yet
             try:
                 conn = self._live()
+                self._check_floor()
                 sending = True
                 if self._cursor is None or self._cursor.connection is not conn:
                     self._cursor = conn.cursor()  # kept: one less object per commit
@@ -931,9 +937,13 @@ class PostgresAppender:
         """Make every acknowledged commit durable now (see `_flush`)."""
         if self._conn is None:
             return
+        self._check_floor()
         try:
             self._on_live(lambda conn: _flush(conn, self.storage.session))
+            self._check_floor()  # made again for this flush: what it flushed may lack some
         except (psycopg.Error, JournalError) as e:
+            if isinstance(e, CommitsLost):
+                raise
             # LeaseLost too (the lease's connection could not be had back): nothing refused
             said = (f"the lease is lost ({e.detail or 'its connection could not be had back'})"
                     if isinstance(e, LeaseLost) else _first_line(e))
@@ -948,9 +958,24 @@ class PostgresAppender:
             if self._conn is None:
                 raise SessionClosed(self.storage.locator)
             if self._conn.closed or self._conn.broken:
+                self._floor_unsure = self._floor_unsure or self._clock.pending > 0
                 self._conn = self._connect()
             self._durable_as_set(self._conn)
             return self._conn
+
+    def _check_floor(self) -> None:
+        """CommitsLost if the session, in the generation this appender last committed to,
+        now ends before that commit's end: the server lost commits it acknowledged and had
+        not flushed (it stopped). Looked at once its connection was made again with commits
+        awaiting a flush; for good once found (this writer's view is wrong from there)."""
+        if not self._floor_unsure:
+            return
+        generation, floor = self._floor
+        mark = self.storage.mark()
+        if mark is not None and floor > 0 and mark.size < floor and (
+                generation is None or mark.generation == generation):
+            raise CommitsLost(self.storage.locator, mark.size, floor)
+        self._floor_unsure = False
 
     def _on_live(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """`work` on the live connection; once more on a new one if that connection was
