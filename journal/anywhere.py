@@ -15,7 +15,7 @@ from . import repair as files_repair
 from . import rotation as files_rotation
 from .errors import JournalError
 from .lock import DEFAULT_LOCK_TIMEOUT
-from .pg.url import is_database_url
+from .pg.url import is_database_url, shown
 from .progress import Progress
 from .repair import RepairReport
 from .rotation import RotationResult
@@ -99,7 +99,11 @@ def lineage(path: str | os.PathLike[str]) -> list[str]:
     """
     if is_database_url(path):
         from .pg.lineages import database_lineages
+        from .pg.url import names_session
 
+        if not names_session(path):
+            raise JournalError(f"{shown(path)}: names a database, not a session: give "
+                               "?session=<id> (journal.database_lineages lists them all)")
         chains = database_lineages(path)
         return chains[0] if chains else []
     return files_lineage.lineage(os.fspath(path))

@@ -60,15 +60,13 @@ class View:
         to the file that continues it (unless `follow=False`); one replaced while it was
         read is read again. A Claude Code transcript is detected (or forced with
         `dialect="claude"`) and read in place. A database URL or another backend's `Storage`
-        is read through the storage seam; a database session that a rotation sealed is
-        followed to the live session that continues it (unless `follow=False`), at the open
-        and at each `refresh` that reads the seal.
+        is read through the storage seam, as it is named (a session a rotation sealed too,
+        as an archive file is); `refresh` then follows a sealed one to the live session that
+        continues it (unless `follow=False`).
         """
         if is_database_url(path) or (isinstance(path, Storage)
                                      and not isinstance(path, FileStorage)):
             storage = as_storage(path)
-            if follow:
-                storage = _continued(storage)
             return cls(storage.locator, *read_stored(storage, full=full), storage=storage,
                        follow=follow)
         if isinstance(path, FileStorage):
@@ -137,6 +135,18 @@ class View:
         return version if isinstance(version, int) else CURRENT_VERSION
 
     def _refresh_stored(self, storage: Storage) -> list[Entry]:
+        """New entries of a stored session; where it ends sealed by a rotation (and
+        `follow`), on into the live session that continues it: all its entries."""
+        entries = self._refresh_one(storage)
+        last = self.tree.entries[-1] if self.tree.entries else None
+        if self._follow and last is not None and is_seal(last):
+            live = _continued(storage)
+            if live.locator != storage.locator:
+                self._storage, self.path = live, live.locator
+                return self._reload()
+        return entries
+
+    def _refresh_one(self, storage: Storage) -> list[Entry]:
         mark = storage.mark()
         if mark is None:
             raise NotASession(self.path, "the session is gone")
@@ -153,11 +163,6 @@ class View:
             self.tree.add(entry)
         self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
         self._end = snap.end
-        if self._follow and any(is_seal(entry) for entry in snap.entries):
-            live = _continued(storage)
-            if live.locator != storage.locator:  # rotated: read on in the successor
-                self._storage, self.path = live, live.locator
-                return self._reload()
         return snap.entries
 
     def _read(self, *, full: bool) -> tuple[Snapshot, Hashable]:

@@ -328,6 +328,7 @@ def test_naming_a_session_short_changes_no_password_and_reads_any_query(
     ("connection failed: ... Connection refused", False),
     ("connection is bad: invalid sslmode value: \"bogus\"", True),
     ("connection is bad: invalid port number: \"99999\"", True),
+    ("connection failed: ... fe_sendauth: no password supplied", True),
 ])
 def test_a_connection_is_refused_for_good_only_in_the_servers_own_words(
         message: str, for_good: bool) -> None:

@@ -482,12 +482,17 @@ def test_repair_rotate_and_lineage_take_a_database_url_as_they_take_a_path(
     assert result.rotated and result.successor is not None
     chain = journal.lineage(url)
     assert chain[0].endswith("session=anywhere") and chain[-1] == result.successor
+    with pytest.raises(journal.JournalError, match="names a database, not a session"):
+        journal.lineage(pg_url)
 
 
 def test_a_view_of_a_database_session_follows_it_into_its_successor(pg_url: str) -> None:
     """A View of a database session a rotation sealed stayed on the sealed one, stale and
-    silent: opened, it now reads the live successor, and a refresh that reads the seal moves
-    on to it (follow=False keeps to the session named)."""
+    silent: a refresh that finds it sealed moves on to the live successor, also when the
+    session was replaced (a new generation) before the rotation. Opened, a sealed session is
+    read as it is named (an archive file is too); follow=False keeps to it."""
+    from journal.pg.storage import PostgresStorage
+
     url = session_url(pg_url, "viewed")
     with Session.create(url, cwd="/") as session:
         kept = None
@@ -497,6 +502,9 @@ def test_a_view_of_a_database_session_follows_it_into_its_successor(pg_url: str)
             kept = entry if i == 27 else kept
         session.append_compaction("summary", kept, tokens_before=10)
         view = View.open(url)
+        stored = PostgresStorage.from_url(url)
+        with stored.open_reader() as reader:
+            stored.publish(reader.stream.read(), "same")  # a new generation, same bytes
         assert session.rotate().rotated
         session.append_message({"role": "user", "content": "after the rotation",
                                 "timestamp": 1})
@@ -504,8 +512,14 @@ def test_a_view_of_a_database_session_follows_it_into_its_successor(pg_url: str)
     view.refresh()
     assert view.path == live
     assert view.context().messages[-1]["content"] == "after the rotation"
-    assert View.open(url).context().messages[-1]["content"] == "after the rotation"
-    assert View.open(url, follow=False).path != live
+    archive = View.open(url)
+    assert archive.path != live and archive.context().messages[-1]["content"] != (
+        "after the rotation")
+    archive.refresh()
+    assert archive.path == live
+    kept_to = View.open(url, follow=False)
+    kept_to.refresh()
+    assert kept_to.path != live
 
 
 def test_a_closed_database_session_says_it_is_closed(pg_url: str) -> None:

@@ -43,7 +43,8 @@ SETTINGS = ("SELECT count(set_config(d.name, d.value, false)) FROM unnest(%s::te
 T = TypeVar("T")
 # what libpq says of a URL it cannot use (an option's value), before it connects to anything
 _MISWRITTEN = ("invalid sslmode value", "invalid port number", "invalid connection option",
-               "invalid URI", "invalid value for parameter", "invalid integer value")
+               "invalid URI", "invalid value for parameter", "invalid integer value",
+               "no password supplied")  # libpq's own, when the server asks for one
 # what a server's FATAL message says when it refuses a connection for good: a wrong password
 # or method (28P01, 28000), no such role or database (3D000), no right to log in or connect
 _REFUSED = ("password authentication failed", "authentication failed for user",
