@@ -174,24 +174,41 @@ def crash(server: Any) -> None:
     server.restart()
 
 
-def test_commits_the_server_lost_are_said_lost_not_flushed(slow_writer: Any) -> None:
+@pytest.mark.parametrize("others_write", [False, True])
+def test_commits_the_server_lost_are_said_lost_not_flushed(
+        slow_writer: Any, others_write: bool, caplog: pytest.LogCaptureFixture) -> None:
     """Under batch(1000), five messages are acknowledged, then the server dies before writing
-    them out and comes back without them. sync() made its flush on a new connection and said
-    they were durable, and the next append built on the lost entries: both now raise
-    CommitsLost, and the session holds what the server kept."""
-    from journal import CommitsLost, Session, load
+    them out and comes back without them (and, in one case, another writer appends more
+    than they held in their place). sync() made its flush on a new connection and said they
+    were durable, and the next append built on the lost entries: both now raise
+    CommitsLost, every later call too, and close says so; the session holds what the server
+    kept."""
+    import logging
 
-    url = session_url(slow_writer.url(), "lost")
+    from journal import CommitsLost, Session
+
+    url = session_url(slow_writer.url(), f"lost-{others_write}")
     session = Session.create(url, cwd="/", durability=Durability.batch(1000, None))
     for n in range(5):
         session.append_message({"role": "user", "content": f"m{n}", "timestamp": 1})
     crash(slow_writer)
+    if others_write:  # bytes past where the lost ones ended: their size hides nothing
+        other = as_storage(url).open_appender(Durability.always())
+        other.commit(b'{"type":"custom","id":"o1","customType":"x","data":"%s"}\n'
+                     % (b"y" * 2000))
+        other.close()
     with pytest.raises(CommitsLost, match="the server lost commits it had acknowledged"):
         session.sync()
     with pytest.raises(CommitsLost):
         session.append_message({"role": "user", "content": "after", "timestamp": 1})
-    session.close()
-    assert load(url).entries == []  # what the server kept: the header alone
+    with pytest.raises(CommitsLost):
+        session.sync()  # for good
+    with caplog.at_level(logging.WARNING, logger="journal"):
+        session.close()
+    assert any("the server lost commits" in r.getMessage() for r in caplog.records)
+    with as_storage(url).open_reader() as reader:  # what the server kept
+        data = reader.stream.read()
+    assert (b'"id":"o1"' in data) is others_write and b'"m0"' not in data
 
 
 def test_a_connection_lost_with_commits_awaiting_a_flush_keeps_them(

@@ -573,6 +573,9 @@ class PostgresAppender:
         # server may have stopped and lost them, which the next commit or sync looks at
         # (`_check_floor`) before anything else
         self._floor_unsure = False
+        # its last acknowledged line (generation, offset, text), which the check looks for
+        self._last_line: tuple[int | None, int, str] | None = None
+        self._lost: CommitsLost | None = None  # once found, for good
         self._moved = False  # committed since the stream row's size was last set
         self._settle_at = 0.0  # when the stream row's size is next set (monotonic)
         self._conn: psycopg.Connection[Any] | None = None
@@ -711,6 +714,7 @@ class PostgresAppender:
                 _UNCONFIRMED.discard(key)
             if batch.lines:  # no later batch of this appender starts before its end
                 self._floor = (generation, at + batch.total)
+                self._last_line = (generation, at + batch.offsets[-1], batch.lines[-1])
             self._after_commit()
             return at
         if lost is None:  # no attempt reached the database: nothing was sent
@@ -934,22 +938,26 @@ class PostgresAppender:
                         "close flushes again", e)
 
     def sync(self) -> None:
-        """Make every acknowledged commit durable now (see `_flush`)."""
+        """Make every acknowledged commit durable now (see `_flush`); CommitsLost if the
+        server lost some (`_check_floor`). One piece of work: another thread's commit waits
+        for it, so none lands between the flush and the count it resets."""
         if self._conn is None:
             return
-        self._check_floor()
-        try:
-            self._on_live(lambda conn: _flush(conn, self.storage.session))
-            self._check_floor()  # made again for this flush: what it flushed may lack some
-        except (psycopg.Error, JournalError) as e:
-            if isinstance(e, CommitsLost):
-                raise
-            # LeaseLost too (the lease's connection could not be had back): nothing refused
-            said = (f"the lease is lost ({e.detail or 'its connection could not be had back'})"
-                    if isinstance(e, LeaseLost) else _first_line(e))
-            raise WriteFailed(self.storage.locator, -1, f"sync failed: {said}",
-                              SYNC_OUTCOME) from e
-        self._clock.synced()
+        with self._turn():
+            try:
+                self._check_floor()
+                self._on_live(lambda conn: _flush(conn, self.storage.session))
+                self._check_floor()  # made again for this flush: what it flushed may lack some
+            except (psycopg.Error, JournalError) as e:
+                if isinstance(e, CommitsLost):
+                    raise
+                # LeaseLost too (the lease's connection could not be had back)
+                unnamed = "its connection could not be had back"
+                said = (f"the lease is lost ({e.detail or unnamed})"
+                        if isinstance(e, LeaseLost) else _first_line(e))
+                raise WriteFailed(self.storage.locator, -1, f"sync failed: {said}",
+                                  SYNC_OUTCOME) from e
+            self._clock.synced()
 
     def _live(self) -> psycopg.Connection[Any]:
         """The appender's connection, made again if it was lost or closed (an interrupted
@@ -964,17 +972,31 @@ class PostgresAppender:
             return self._conn
 
     def _check_floor(self) -> None:
-        """CommitsLost if the session, in the generation this appender last committed to,
-        now ends before that commit's end: the server lost commits it acknowledged and had
-        not flushed (it stopped). Looked at once its connection was made again with commits
-        awaiting a flush; for good once found (this writer's view is wrong from there)."""
+        """CommitsLost if this appender's last acknowledged line is no longer where it was
+        committed (same generation, same offset, same bytes): the server lost commits it
+        acknowledged and had not flushed (it stopped), whatever was committed since in their
+        place. Looked at once its connection was made again with commits awaiting a flush;
+        for good once found (this writer's view of the session is wrong from there). A
+        replacement since (another generation) is not looked into: it was made from what
+        the session held then."""
+        if self._lost is not None:
+            raise self._lost
         if not self._floor_unsure:
             return
-        generation, floor = self._floor
-        mark = self.storage.mark()
-        if mark is not None and floor > 0 and mark.size < floor and (
-                generation is None or mark.generation == generation):
-            raise CommitsLost(self.storage.locator, mark.size, floor)
+        last = self._last_line
+        if last is not None and last[0] is not None:
+            generation, offset, line = last
+            row = with_shared(self.storage.conninfo, lambda conn: conn.execute(
+                "SELECT s.generation, e.line = %s FROM journal.streams s LEFT JOIN "
+                "journal.entries e ON e.stream = s.id AND e.generation = %s AND "
+                "e.byte_offset = %s WHERE s.session = %s",
+                (line, generation, offset, self.storage.session)).fetchone())
+            if row is not None and row[0] == generation and not row[1]:
+                mark = self.storage.mark()
+                self._lost = CommitsLost(self.storage.locator,
+                                         mark.size if mark is not None else 0,
+                                         self._floor[1])
+                raise self._lost
         self._floor_unsure = False
 
     def _on_live(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -1009,8 +1031,11 @@ class PostgresAppender:
             if self._clock.pending and not never:
                 conn = self._live()
                 _flush(conn, self.storage.session)
+                self._check_floor()  # made again: the server may have lost some
             if self._moved and conn is not None and not (conn.closed or conn.broken):
                 self._settle(conn)
+        except CommitsLost as e:
+            log.warning("%s", e)
         except (psycopg.Error, JournalError) as e:
             log.warning("%s: the last commits could not be flushed on close (%s): they are "
                         "durable once the server has written its log out, which it does on its "
