@@ -768,7 +768,8 @@ def unleased_cut_landed(pg_url: str, name: str) -> Iterator[tuple[str, PostgresS
         unleased = relayed.open_appender(Durability.always())
         unleased.commit(U1)
         proxy.armed.set()
-        with pytest.raises(WriteFailed, match="may have been committed"):
+        with pytest.raises(WriteFailed, match=r"the batch \(its first entry: u2\) could not "
+                           "be confirmed.*may have been committed.*look for the entry named"):
             unleased.commit(U2)  # commits; its reply never comes
         unleased.close()
         deadline = time.monotonic() + 10

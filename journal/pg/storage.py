@@ -146,7 +146,9 @@ RESEND_IDLE_LIMIT = "5s"
 # time (`PostgresAppender._settle`): one statement a second, whatever the rate of commits
 SETTLE_INTERVAL = 1.0
 UNCONFIRMED_OUTCOME = ("it may have been committed, or may still be: committing the same "
-                       "batch again stores it at most once")
+                       "batch again stores it at most once (a Session, which gives each "
+                       "append a new id, cannot: open the session again and look for the "
+                       "entry named)")
 # ... of a batch whose first entry has no id: not recognised when sent again
 UNRECOGNISED_OUTCOME = ("it may have been committed, or may still be: read the session before "
                         "committing it again (a batch whose first entry has no id is not "
@@ -722,8 +724,11 @@ class PostgresAppender:
                               UNSURE_OUTCOME if unsure else "nothing of it was sent")
         if batch.lines:
             _UNCONFIRMED.add(key)
-        raise WriteFailed(locator, -1, f"the connection was lost and the batch could not be "
-                          f"confirmed ({_first_line(lost)})",
+        # named, so that a caller that cannot send the same batch again (a Session makes a
+        # new id each append) can look for it once the session is opened again
+        first = f" (its first entry: {batch.ids[0]})" if recognisable else ""
+        raise WriteFailed(locator, -1, f"the connection was lost and the batch{first} could "
+                          f"not be confirmed ({_first_line(lost)})",
                           UNCONFIRMED_OUTCOME if recognisable
                           else UNRECOGNISED_OUTCOME if batch.lines else EMPTY_OUTCOME)
 
