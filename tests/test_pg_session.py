@@ -459,6 +459,16 @@ def test_an_inbox_folder_others_can_open_is_refused(tmp_path: Path,
         database_inboxes()
 
 
+def compacted(session: Session) -> None:
+    """Thirty messages, then a compaction keeping the last three: a session that rotates."""
+    kept = None
+    for i in range(30):
+        entry = session.append_message({"role": "user", "content": f"m{i} " + "x" * 200,
+                                        "timestamp": 1})
+        kept = entry if i == 27 else kept
+    session.append_compaction("summary", kept, tokens_before=10)
+
+
 def test_repair_rotate_and_lineage_take_a_database_url_as_they_take_a_path(
         pg_url: str) -> None:
     """`journal.repair`, `journal.rotate` and `journal.lineage` took a URL for a relative
@@ -467,12 +477,7 @@ def test_repair_rotate_and_lineage_take_a_database_url_as_they_take_a_path(
 
     url = session_url(pg_url, "anywhere")
     with Session.create(url, cwd="/") as session:
-        kept = None
-        for i in range(30):
-            entry = session.append_message({"role": "user", "content": f"m{i} " + "x" * 200,
-                                            "timestamp": 1})
-            kept = entry if i == 27 else kept
-        session.append_compaction("summary", kept, tokens_before=10)
+        compacted(session)
     assert not journal.repair(url).changed
     with pytest.raises(journal.JournalError, match="is for files"):
         journal.repair(url, dialect="claude")
@@ -495,12 +500,7 @@ def test_a_view_of_a_database_session_follows_it_into_its_successor(pg_url: str)
 
     url = session_url(pg_url, "viewed")
     with Session.create(url, cwd="/") as session:
-        kept = None
-        for i in range(30):
-            entry = session.append_message({"role": "user", "content": f"m{i} " + "x" * 200,
-                                            "timestamp": 1})
-            kept = entry if i == 27 else kept
-        session.append_compaction("summary", kept, tokens_before=10)
+        compacted(session)
         view = View.open(url)
         stored = PostgresStorage.from_url(url)
         with stored.open_reader() as reader:
