@@ -19,9 +19,10 @@ import pytest
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 import psycopg  # noqa: E402
 
-from journal import Session, follow, follow_events  # noqa: E402
+from journal import Session, follow, follow_events, load  # noqa: E402
 from journal.cli import main  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
+from journal.seal import is_seal  # noqa: E402
 from journal.tail import ENTRY, ROTATED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +173,25 @@ def test_tail_command_on_a_database_session(pg_url: str,
     assert contents == ["line 3", "line 4"]
     assert main(["tail", session_url(url.split("?")[0], "missing"), "-n", "1"]) == 2
     assert capsys.readouterr().err.startswith("Error: ")
+
+
+def test_tail_of_a_sealed_database_session_prints_its_own_last_entries(
+        pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    url = new_session(pg_url)
+    with Session.open(url) as session:
+        ids = [session.append_message({"role": "user", "content": f"{i} {'x' * 2000}",
+                                       "timestamp": 1}) for i in range(6)]
+        session.append_compaction("summary", ids[3], 100)
+        result = session.rotate()
+        assert result.rotated, result.reason
+        session.append_message({"role": "user", "content": "after", "timestamp": 1})
+    own = load(url).entries  # the sealed session's, its seal last
+    for extra in ([], ["--no-follow"]):
+        assert main(["tail", url, "-n", "2", "--json", *extra]) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert lines == own[-2:] and is_seal(lines[-1])
+    events = list(follow_events(url, last=1, stop=lambda: True))
+    assert [e.kind for e in events] == [ENTRY, ROTATED]
 
 
 def _entries(events: Any) -> list[Any]:

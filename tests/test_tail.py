@@ -294,6 +294,46 @@ def test_follows_a_real_rotation_without_gap_or_duplicate(tmp_path, followers, t
     assert "rotated" in f.kinds() and "new_session" not in f.kinds()
 
 
+def rotated_plain(folder: Path) -> tuple[Path, list[str], list[str]]:
+    """A session rotated into an uncompressed archive (still readable as a plain file, its
+    seal last), and the successor then written to: (archive, its entry ids, the ids
+    appended to the successor)."""
+    session = Session.create(folder, cwd="/", durability=Durability.never())
+    big = "x" * 2000
+    first = [session.append_message({"role": "user", "content": f"{i} {big}", "timestamp": i})
+             for i in range(6)]
+    session.append_compaction("summary of the start", first[3], 12345)
+    result = session.rotate(compress=False)
+    assert result.rotated and result.archive is not None, result.reason
+    after = [session.append_message({"role": "user", "content": f"after {i}", "timestamp": i})
+             for i in range(3)]
+    session.close()
+    archive = Path(result.archive)
+    return archive, [e["id"] for e in load(archive).entries], after
+
+
+def test_a_one_shot_tail_of_a_sealed_file_stops_at_its_seal(tmp_path, capsys):
+    archive, old_ids, after = rotated_plain(tmp_path / "s")
+    events = list(follow_events(archive, last=2, stop=lambda: True))
+    assert [e.entry["id"] for e in events if e.kind == "entry"] == old_ids[-2:]
+    assert [e.kind for e in events][-1] == "rotated"
+    # following goes on into the successor, as before
+    stop = threading.Event()
+    got: list[str] = []
+    for event in follow_events(archive, last=2, stop=stop, timeout=0.1):
+        if event.kind == "entry":
+            got.append(event.entry["id"])
+            if got[-1] == after[-1]:
+                stop.set()
+    assert got[:2] == old_ids[-2:] and got[-3:] == after
+    for extra in ([], ["--no-follow"]):
+        code, out, err = run_cli(capsys, str(archive), "-n", "2", *extra)
+        assert code == 0 and err == ""
+        rows = out.splitlines()
+        assert len(rows) == 2 and rows[1].split()[1] == "rotated", rows
+        assert "after" not in out
+
+
 @pytest.mark.parametrize("start", ["from_start", "last"])
 def test_repair_mid_follow_delivers_only_new_entries(session_file, followers, start):
     path, entries = session_file

@@ -122,8 +122,10 @@ def follow_events(
         since_id: first yield the entries after the entry with this id (in a directory, the
             file holding it starts there, the others at their end).
         stop: ends the follow when set (an Event) or when it returns True (a callable). If it
-            is already set once the existing entries are yielded, nothing is watched: a one-shot
-            tail. Closing the generator ends the follow too.
+            is set from the start, the follow is a one-shot tail: the entries already in the
+            file(s) named, nothing watched, and a sealed file's successor not read (the
+            `ROTATED` event names it). If it is set once the existing entries are yielded,
+            nothing is watched either. Closing the generator ends the follow too.
         poll: None picks inotify and falls back to polling if inotify cannot be set up (or
             polls if WATCHFILES_FORCE_POLLING is set); True forces polling (for file systems
             without inotify); False refuses to poll.
@@ -149,7 +151,8 @@ def follow_events(
     """
     flag = Stop(stop)
     follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace,
-                        open_storage=open_storage, dialect=dialect)
+                        open_storage=open_storage, dialect=dialect,
+                        cross_seals=not flag.is_set())
     waker = Waker(follower.catalog.open_watch(follower.path, flag, timeout, poll))
     try:
         follower.open()
@@ -219,7 +222,8 @@ async def afollow_events(
 
     flag = Stop(stop)
     follower = Follower(path, from_start=from_start, last=last, since_id=since_id, grace=grace,
-                        open_storage=open_storage, dialect=dialect)
+                        open_storage=open_storage, dialect=dialect,
+                        cross_seals=not flag.is_set())
     waker = AsyncWaker(follower.catalog.open_watch(follower.path, flag, timeout, poll))
     try:
         follower.open()

@@ -63,13 +63,15 @@ class Follower(SourceReader):
 
     `follow_events` drives it with a waker; tests (or a caller with its own event loop) may
     call `poll()` themselves, for example between changes made to the files.
+    `cross_seals=False` reads each file as named: at a seal, the `ROTATED` event, and the
+    file is followed no further (its successor is not read; a one-shot tail).
     """
 
     def __init__(
         self, path: str | os.PathLike[str], *, from_start: bool = False,
         last: int | None = None, since_id: str | None = None, grace: float = 10.0,
         open_storage: Callable[[str], Storage] | None = None, dialect: str | None = None,
-        catalog: Catalog | None = None,
+        catalog: Catalog | None = None, cross_seals: bool = True,
     ) -> None:
         if sum((bool(from_start), last is not None, since_id is not None)) > 1:
             raise ValueError("choose at most one of from_start, last and since_id")
@@ -83,6 +85,7 @@ class Follower(SourceReader):
         self.since_id = since_id
         self.dialect = check_dialect(dialect)
         self.grace = grace
+        self.cross_seals = cross_seals
         self.root: str | None = None
         self.sources: list[Source] = []
         self.retired: dict[str, Hashable] = {}
@@ -276,6 +279,9 @@ class Follower(SourceReader):
             src.gone_since = time.monotonic()
             log.info("%s: sealed; continued in %s", src.path, named)
             yield TailEvent(ROTATED, src.path, marker, named or "")
+        if not self.cross_seals:
+            self._retire(src)  # read as named: the successor is not this file's
+            return
         successor = self.catalog.successor(src)
         if successor is not None:
             yield from self._switch(src, *successor)
