@@ -5,6 +5,12 @@ leaves nothing behind."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -39,3 +45,77 @@ def test_a_server_that_cannot_start_says_why_and_leaves_nothing() -> None:
         with server:
             pass
     assert not Path(folder).exists()
+
+
+OWNER = """
+import sys, time
+from journal.pg.server import EmbeddedServer
+server = EmbeddedServer(sys.argv[1] or None).start()
+print(server.folder, (server.data / "postmaster.pid").read_text().split()[0], flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_an_owner_killed_leaves_no_server_running_nor_a_folder_it_made(given: bool) -> None:
+    pg_server.server()  # skips where no server can start at all
+    # (a folder for the server's user to reach when run as root: not under tmp_path's 0700)
+    folder = tempfile.mkdtemp(prefix="journal-given-") if given else None
+    try:
+        _kill_owner(folder)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kill_owner(folder: str | None) -> None:
+    given = folder is not None
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(folder or "")],
+                             stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    made, pid = owner.stdout.readline().split()
+    assert alive(int(pid))
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    deadline = time.monotonic() + 30
+    while alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(int(pid))
+    while not given and Path(made).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # a folder the caller named is the caller's: kept, with the server's data in it
+    assert Path(made).exists() == given
+    if given:
+        assert (Path(made) / "data" / "PG_VERSION").exists()
+
+
+def test_a_server_closed_leaves_no_reaper_behind() -> None:
+    pg_server.server()
+    with EmbeddedServer() as server:
+        data = str(server.data)
+
+        def reapers() -> list[str]:
+            return [p for p in os.listdir("/proc") if p.isdigit() and _reaper_of(p, data)]
+
+        assert len(reapers()) == 1
+    deadline = time.monotonic() + 10
+    while reapers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reapers() == []
+
+
+def _reaper_of(pid: str, data: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return any(a.endswith(b"reaper.py") for a in args) and data.encode() in args

@@ -3,6 +3,8 @@
 `EmbeddedServer(folder)` runs `initdb` into `<folder>/data` and starts the wheel's `postgres`
 listening on 127.0.0.1 only, on a free TCP port (no Unix socket), trust authentication for the
 superuser `postgres`; `stop()` stops it (fast shutdown) and `close()` also removes the folder.
+A process that ends without `close()` (SIGKILLed, say) leaves neither behind: a small
+watcher process (`journal.pg.reaper`) stops the server then, and removes the folder it made.
 Real deployments point `JOURNAL_DATABASE_URL` at their own server instead (docs/postgres.md).
 
 PostgreSQL refuses to run as root. Run as root (CI, containers), the server runs as the
@@ -23,6 +25,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -83,6 +86,7 @@ class EmbeddedServer:
         self.bin: Path | None = None
         self.running = False
         self._options: list[str] = []  # the `postgres` options it was last started with
+        self._lifeline: int | None = None  # write end of the reaper's pipe (see `_watch`)
 
     # -- lifecycle
 
@@ -106,6 +110,7 @@ class EmbeddedServer:
             if result.returncode == 0:
                 self.running = True
                 self._options = options
+                self._watch()
                 return self
             last = self._log_tail()
             if "could not bind" not in last and "Address already in use" not in last:
@@ -144,6 +149,9 @@ class EmbeddedServer:
         self.stop()
         if self._owns_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+        if self._lifeline is not None:
+            os.close(self._lifeline)  # the reaper finds nothing left to do, and ends
+            self._lifeline = None
 
     def __enter__(self) -> EmbeddedServer:
         try:
@@ -162,6 +170,25 @@ class EmbeddedServer:
         return f"postgresql://postgres@{self.host}:{self.port}/{database}"
 
     # -- internals
+
+    def _watch(self) -> None:
+        """Start the reaper (`journal.pg.reaper`, once per server): it stops the server, and
+        removes a folder this server made, once this process ends without `close()`."""
+        if self._lifeline is not None:
+            return
+        read_end, write_end = os.pipe()  # neither end is inherited by programs run later
+        try:
+            subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("reaper.py")), str(self.data),
+                 *([str(self.folder)] if self._owns_folder else [])],
+                stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._lifeline = write_end
 
     def _binaries(self) -> Path:
         """The folder of the server's programs, runnable by the user that runs them."""
