@@ -323,11 +323,16 @@ session whose inbox holds a message."""
 def inbox_path(path: str) -> str:
     """The inbox folder of the session `path` (see `INBOX_SUFFIX`): beside a session file;
     for a database session, which has no folder, one on this machine in this user's own
-    folder for them (`database_inboxes`), named by a hash of the session's URL without its
-    password: an agent working on the session on this machine reads it, one on another
-    machine does not."""
+    folder for them (`database_inboxes`), named by a hash of the database's identity (read
+    from the server: `journal.pg.connect.database_identity`) and the session's id, so that
+    every spelling of its URL leads to it: an agent working on the session on this machine
+    reads it, one on another machine does not."""
     if is_database_url(path):
-        name = hashlib.sha256(parse_url(path).url.encode()).hexdigest()[:40]
+        from .pg.connect import database_identity
+
+        parsed = parse_url(path)
+        key = f"{database_identity(parsed.conninfo)}/{parsed.session}"
+        name = hashlib.sha256(key.encode()).hexdigest()[:40]
         return os.path.join(database_inboxes(), name + INBOX_SUFFIX)
     return path + INBOX_SUFFIX
 

@@ -444,6 +444,38 @@ def test_a_message_queued_for_a_database_session_waits_in_this_users_inbox_for_i
     assert "no such session" in capsys.readouterr().err
 
 
+def test_every_spelling_of_a_database_session_queues_into_the_inbox_its_agent_reads(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A message queued with the session's URL spelt otherwise than the agent's (another host
+    name for the server, the other scheme, a password in the URL or as a parameter, the
+    `pg:` form) reaches the agent: each spelling once had its own inbox, never read."""
+    from urllib.parse import urlsplit
+
+    from agent.cli import main
+    from agent.steering import read_inbox
+    from journal.pg.url import parse_url
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+    url = session_url(pg_url, "spelt")
+    Session.create(url, cwd="/").close()
+    parts = urlsplit(pg_url)
+    assert parts.hostname == "127.0.0.1"
+    other_host = pg_url.replace("@127.0.0.1:", "@localhost:", 1)
+    spellings = [
+        "pg:spelt",
+        session_url(other_host, "spelt"),
+        session_url(pg_url.replace("postgresql://", "postgres://", 1), "spelt"),
+        session_url(pg_url.replace("postgres@", "postgres:any-password@", 1), "spelt"),
+        f"{pg_url}?password=any-password&session=spelt",
+    ]
+    for i, spelling in enumerate(spellings):
+        assert main(["queue", spelling, f"message {i}"]) == 0, capsys.readouterr().err
+    got = sorted(item.text for _, item in read_inbox(parse_url(url).url))
+    assert got == [f"message {i}" for i in range(len(spellings))]
+
+
 def test_an_inbox_folder_others_can_open_is_refused(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import os

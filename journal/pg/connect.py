@@ -180,6 +180,27 @@ def with_shared(conninfo: str, work: Callable[[psycopg.Connection[Any]], T]) -> 
         raise DatabaseError(f"the database refused a read: {describe(e)}") from e
 
 
+def database_identity(conninfo: str) -> str:
+    """Which database `conninfo` reaches, however it is spelt (host name or address, the
+    password in the URL, a parameter or the environment, either scheme): the server's system
+    identifier (fixed when its cluster was made) and the database's name, read from the
+    server once per process."""
+    with _lock:
+        known = _identities.get(conninfo)
+    if known is None:
+        row = with_shared(conninfo, lambda conn: conn.execute(
+            "SELECT system_identifier::text, current_database() "
+            "FROM pg_control_system()").fetchone())
+        assert row is not None
+        known = f"{row[0]}/{row[1]}"
+        with _lock:
+            _identities[conninfo] = known
+    return known
+
+
+_identities: dict[str, str] = {}
+
+
 def describe(e: BaseException) -> str:
     """An error's first line (the driver's messages go on with context lines)."""
     text = str(e).strip()
