@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
+from ..pg.url import hide_passwords
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -163,7 +164,7 @@ def print_error(message: str) -> None:
 
 
 def _failed(message: str) -> int:
-    print_error(message)
+    print_error(hide_passwords(message))  # a misspelt URL is echoed back, password hidden
     return EXIT_ERROR
 
 

@@ -26,8 +26,8 @@ from urllib.parse import (
 
 from ..errors import JournalError
 
-__all__ = ["DATABASE_ENV", "SessionUrl", "is_database_url", "names_session", "parse_url",
-           "session_url", "short_name", "shown", "shown_in"]
+__all__ = ["DATABASE_ENV", "SessionUrl", "hide_passwords", "is_database_url", "names_session",
+           "parse_url", "session_url", "short_name", "shown", "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -140,6 +140,20 @@ def short_name(target: str) -> str:
 def shown_in(text: str, target: str) -> str:
     """`text` (a message naming `target`) with `target` named as `shown` names it."""
     return text.replace(target, shown(target)) if target else text
+
+
+def hide_passwords(text: str) -> str:
+    """`text` (an error message, say) with the password of every URL-like name in it hidden,
+    whatever its scheme (a misspelt `postgress://` too) and even where a path joined to it
+    left one slash (`postgress:/user:secret@host`), and every `password=` parameter."""
+    text = _ANY_USERINFO.sub(r"\g<1>" + _MASK + "@", text)
+    return _ANY_PASSWORD_PARAMETER.sub(r"\g<1>" + _MASK, text)
+
+
+# a scheme, one or two slashes, a user, ':', the password up to the '@' before the host
+_ANY_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s/:@]*:)[^\s/@]*@")
+_ANY_PASSWORD_PARAMETER = re.compile(r"(\bpassword\s*=\s*)(?!\*\*\*)[^\s&#]+",
+                                     re.IGNORECASE)
 
 
 def _split(url: str) -> SplitResult:
