@@ -2,7 +2,10 @@
 
 New sessions go under `$JOURNAL_SESSIONS_DIR` (`$JOURNAL_AGENT_SESSIONS`, its deprecated old
 name, still works, with a notice), else `~/.journal-agent/sessions/`, in one folder per
-workspace (named after its path, like pi's), unless `--sessions-dir` says otherwise.
+workspace (named after its path, like pi's), unless `--sessions-dir` says otherwise. Either
+may name a PostgreSQL database (`postgresql://user@host/db`) instead of a folder: each new
+session is then a database session named by its id. `chat`'s `/new` on a database session
+starts the next one in the same database.
 
 `run` and `chat` check every argument before they create anything: the task, `--window`, the
 sandbox, the workspace (it must exist), the model (a scenario file is read and checked, an
@@ -34,7 +37,8 @@ from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
 from journal import JournalError, Session, resolve_live
 from journal.cli import entry_parser, run
-from journal.pg.url import is_database_url, shown
+from journal.model import new_session_id
+from journal.pg.url import is_database_url, parse_database, parse_url, session_url, shown
 from journal.storage import as_storage
 from tools import SandboxUnavailable, require_sandbox
 
@@ -50,9 +54,10 @@ def warn(message: str) -> None:
     print(f"Warning: {message}", file=sys.stderr)
 
 
-def default_sessions_root() -> Path:
+def default_sessions_root() -> str:
     """`$JOURNAL_SESSIONS_DIR`, else the deprecated `$JOURNAL_AGENT_SESSIONS`, else
-    `~/.journal-agent/sessions`. Reading the old name says so on stderr."""
+    `~/.journal-agent/sessions`. Reading the old name says so on stderr. As written: a
+    database's URL is not a path (a path would fold its `//`)."""
     configured = os.environ.get(SESSIONS_ENV)
     old = os.environ.get(OLD_SESSIONS_ENV)
     if old and not configured:
@@ -60,7 +65,7 @@ def default_sessions_root() -> Path:
         configured = old
     elif old and old != configured:
         warn(f"{OLD_SESSIONS_ENV} is deprecated and ignored: {SESSIONS_ENV} is set")
-    return Path(configured) if configured else Path.home() / ".journal-agent" / "sessions"
+    return configured or str(Path.home() / ".journal-agent" / "sessions")
 
 
 def workspace_folder(workspace: str) -> str:
@@ -69,10 +74,31 @@ def workspace_folder(workspace: str) -> str:
     return f"--{cleaned.replace(':', '-')}--"
 
 
-def sessions_dir_for(workspace: str, override: str | None) -> Path:
-    if override:
-        return Path(override)
-    return default_sessions_root() / workspace_folder(workspace)
+def sessions_dir_for(workspace: str, override: str | None) -> str:
+    """Where new sessions of `workspace` go: `override`, else the configured root's folder
+    for the workspace, or the root itself when it names a database. Checked: a database is
+    named by its URL without a session, and anything else that looks like a URL is refused
+    (it was made into folders named like the URL, its password included)."""
+    where = override or default_sessions_root()
+    if is_database_url(where):
+        if not where.startswith(("postgresql://", "postgres://")):
+            raise JournalError(f"{where}: a session, not a database; new sessions go into a "
+                               "database named by its URL (postgresql://user@host/db)")
+        parse_database(where)  # names no session (BadDatabaseUrl otherwise)
+        return where
+    if "://" in where:
+        raise JournalError(f"{shown(where)}: not a folder; a database is named "
+                           "postgresql://user@host/db")
+    return where if override else os.path.join(where, workspace_folder(workspace))
+
+
+def new_session(where: str, workspace: str) -> Session:
+    """A new session in the folder or database `where` (see `sessions_dir_for`)."""
+    if is_database_url(where):
+        session_id = new_session_id()
+        return Session.create(session_url(parse_database(where), session_id), cwd=workspace,
+                              session_id=session_id)
+    return Session.create(where, cwd=workspace)
 
 
 def make_model(spec: str | None, window: int | None) -> Model:
@@ -169,8 +195,9 @@ class Plan:
     workspace: str
     model: Model
     settings: ContextSettings
-    sessions_dir: Path | None
-    """Where new sessions go; None when `--session` names the session to continue."""
+    sessions_dir: str | None
+    """Where new sessions go (a folder or a database); None when `--session` names the
+    session to continue."""
     fallbacks: tuple[Model, ...] = ()
     """Models to fall back on, in order (the settings' list, then `--fallback-model`)."""
 
@@ -229,9 +256,29 @@ def checked_workspace(path: str) -> str:
 
 
 def _open_session(args: argparse.Namespace, plan: Plan) -> Session:
-    if plan.sessions_dir is None:
-        return Session.open(args.session, migrate=not args.no_migrate)
-    return Session.create(str(plan.sessions_dir), cwd=plan.workspace)
+    if plan.sessions_dir is not None:
+        return new_session(plan.sessions_dir, plan.workspace)
+    if is_database_url(args.session):
+        from journal.pg.connect import NoJournalSchema  # the [postgres] extra is there
+
+        try:
+            missing = as_storage(args.session).mark() is None
+        except NoJournalSchema:
+            missing = True
+        if missing:
+            raise JournalError(f"{shown(args.session)}: no such session in the database; to "
+                               "start a new one there, give --sessions-dir with the "
+                               "database's URL (postgresql://user@host/db) instead of "
+                               "--session")
+    return Session.open(args.session, migrate=not args.no_migrate)
+
+
+def _where_next(args: argparse.Namespace, workspace: str) -> str:
+    """Where `chat`'s /new puts a session: `--sessions-dir`, else the database of the
+    database session continued, else the configured folder."""
+    if not args.sessions_dir and args.session and is_database_url(args.session):
+        return parse_url(args.session).conninfo
+    return sessions_dir_for(workspace, args.sessions_dir)
 
 
 @contextmanager
@@ -284,8 +331,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         workspace = plan.workspace
 
         def new_runner() -> Runner:
-            directory = plan.sessions_dir or sessions_dir_for(workspace, args.sessions_dir)
-            fresh = Session.create(str(directory), cwd=workspace)
+            fresh = new_session(plan.sessions_dir or _where_next(args, workspace), workspace)
             return build_runner(fresh, plan.model, workspace, plan.settings,
                                 sandbox=args.sandbox, fallbacks=plan.fallbacks)
 
@@ -343,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         where = p.add_mutually_exclusive_group()
-        where.add_argument("--session", metavar="PATH", help="continue this session file")
+        where.add_argument("--session", metavar="PATH", help="continue this session: a file, "
+                           "or a database session (pg:ID, postgresql://...?session=ID)")
         where.add_argument("--new", action="store_true", help="start a new session (default)")
         p.add_argument("--no-migrate", action="store_true",
                        help="refuse a version 1 or 2 --session file instead of migrating it")
@@ -370,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"rotate after a compaction once the file holds N bytes (default "
                        f"{DEFAULT_SETTINGS.rotate_min_bytes:,}; 0: after every compaction)")
         p.add_argument("--sessions-dir", metavar="DIR",
-                       help="where new sessions go (default $JOURNAL_SESSIONS_DIR/<workspace>, "
+                       help="where new sessions go: a folder, or a PostgreSQL database "
+                       "(postgresql://user@host/db) (default $JOURNAL_SESSIONS_DIR/<workspace>, "
                        "else ~/.journal-agent/sessions/<workspace>)")
 
     p = sub.add_parser("run", help="run one task to completion",

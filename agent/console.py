@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import IO, Any
 
@@ -58,10 +57,9 @@ def print_result(result: RunResult, path: str, *, stream: IO[str] | None = None)
 def status_line(runner: Runner) -> str:
     """Tokens used of the window, compactions so far, the session file and its size."""
     used, window = runner.current_tokens(), runner.budget.window
-    size = os.path.getsize(runner.session.path)
     return (f"{used:,} of {window:,} tokens ({100 * used / window:.0f}%), "
             f"{plural(runner.compactions, 'compaction')}; {runner.session.path} "
-            f"({size:,} bytes)")
+            f"({runner.session.size:,} bytes)")
 
 
 def _short(arguments: Any, width: int = 70) -> str:

@@ -322,6 +322,12 @@ class Session:
     def durability(self) -> Durability:
         return self._log.durability
 
+    @property
+    def size(self) -> int:
+        """The session's size in bytes, to the end of its last commit (a file's size, or a
+        database session's; for the live session after a rotation)."""
+        return self._log.size()
+
     # reading
 
     @property
