@@ -187,7 +187,7 @@ def plan_successor(tree: Tree, header: Entry, archive: str, info: Entry | None
         return "no compaction on the active branch"
     copied = branch[kept_start:]
     copied_ids = {e["id"] for e in copied}
-    settings = _settings_before(entries, path_ix[:kept_start], copied_ids, tree)
+    settings = _settings_before(entries, path_ix[:kept_start], copied, tree)
     if info is not None and info["id"] not in copied_ids:
         settings.append(info)
     labels = _labels_for(entries[path_ix[kept_start]:], copied_ids)
@@ -226,11 +226,22 @@ def _early_info(path: str) -> tuple[int, Entry | None] | None:
         return None
 
 
-def _settings_before(entries: list[Entry], prefix: list[int], taken: set[str],
+def _settings_before(entries: list[Entry], prefix: list[int], copied: list[Entry],
                      tree: Tree) -> list[Entry]:
-    """Latest model and thinking level on the branch before the kept part, as entries."""
+    """Latest model and thinking level on the branch before the kept part, as entries; a
+    setting the copied entries set again (as `append_compaction` writes them after the
+    compaction) is not carried, so the successor does not depend on how much of the session
+    before the kept part the planner was given (a whole tree, or a resume's tail)."""
     thinking: Entry | None = None
     model_source: Entry | None = None
+    for entry in copied:
+        kind = entry.get("type")
+        if kind == "thinking_level_change":
+            thinking = entry
+        elif kind == "model_change" or (
+                kind == "message" and entry["message"].get("role") == "assistant"):
+            model_source = entry
+    thinking_set, model_set = thinking is not None, model_source is not None
     for index in reversed(prefix):
         entry = entries[index]
         kind = entry.get("type")
@@ -242,16 +253,18 @@ def _settings_before(entries: list[Entry], prefix: list[int], taken: set[str],
         if thinking is not None and model_source is not None:
             break
     out: list[Entry] = []
-    if model_source is not None and model_source.get("type") == "message":
+    if model_set:
+        pass  # the copied part says which model: nothing to carry
+    elif model_source is not None and model_source.get("type") == "message":
         message = model_source["message"]
         if "provider" in message and "model" in message:
             out.append(model.model_change_entry(model.new_id(tree.ids), None,
                                                 message["provider"], message["model"]))
     elif model_source is not None:
         out.append(model_source)
-    if thinking is not None:
+    if thinking is not None and not thinking_set:
         out.append(thinking)
-    return [e for e in out if e["id"] not in taken]
+    return out
 
 
 def _labels_for(entries: list[Entry], kept: set[str]) -> list[Entry]:

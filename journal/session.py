@@ -229,7 +229,8 @@ class Session:
             raise JournalError(f"{self.path}: not a database session held by this writer")
         if archive_dir is not None:
             check_archive_folder(self.path, archive_dir)
-        result, successor, new_lease = rotate_session(storage, lease, dry_run=dry_run)
+        result, successor, new_lease = rotate_session(storage, lease, dry_run=dry_run,
+                                                      tree=self.tree)
         if successor is None or new_lease is None:
             archive_sealed(result, storage, archive_dir, keep)  # a dry run's plan
             return result

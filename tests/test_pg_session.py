@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
@@ -591,3 +592,69 @@ def test_an_endless_lock_timeout_waits_on_a_database_too(pg_url: str) -> None:
     Session.create(url, cwd="/").close()
     with Session.open(url, lock_timeout=float("inf")) as session:
         session.append_message({"role": "user", "content": "a", "timestamp": 1})
+
+
+ASSISTANT = {"role": "assistant", "content": [{"type": "text", "text": "answer"}],
+             "provider": "anthropic", "model": "claude-sonnet-4-5", "timestamp": 2}
+
+
+def both(pg_url: str, folder: Path, name: str) -> list[Session]:
+    """The same new session as a file and in the database."""
+    return [Session.create(str(folder / f"{name}.jsonl"), cwd="/w"),
+            Session.create(session_url(pg_url, name), cwd="/w")]
+
+
+def test_a_database_session_rotates_the_branch_it_is_on_as_a_file_session_does(
+        pg_url: str, tmp_path: Path) -> None:
+    """After `branch()` to an entry before the compaction, a file session has nothing to
+    rotate; a database session rotated the branch of its last line, and its next append went
+    there (the context changed under the writer)."""
+    outcomes = []
+    for session in both(pg_url, tmp_path, "branched"):
+        with session:
+            first = session.append_message({"role": "user", "content": "one " + "a" * 3000,
+                                            "timestamp": 1})
+            kept = session.append_message({"role": "user", "content": "two", "timestamp": 1})
+            session.append_compaction("summary", kept, 10)
+            session.append_message({"role": "user", "content": "three", "timestamp": 1})
+            session.branch(first)
+            result = session.rotate()
+            new = session.append_message({"role": "user", "content": "four", "timestamp": 1})
+            context = session.context()
+            outcomes.append((result.rotated, result.reason,
+                             session.get_entry(new)["parentId"] == first,
+                             [m.get("content") for m in context.messages]))
+    file_outcome, database_outcome = outcomes
+    assert file_outcome == database_outcome
+    assert file_outcome[0] is False and file_outcome[2]
+
+
+def test_every_way_of_rotating_writes_one_successor_for_files_and_databases(
+        pg_url: str, tmp_path: Path) -> None:
+    """A model named only by an assistant reply before the kept entries, and set again after
+    the compaction: every way of rotating (a writer's `Session.rotate` plans from its whole
+    tree, `journal.rotate` from a resume's tail), of a file or a database session, makes one
+    successor. The whole tree once carried the reply's model as well, 154 bytes more: near
+    the 1 KiB threshold one backend rotated and the other refused."""
+    import journal
+
+    successors = []
+    for how in ("Session.rotate", "journal.rotate"):
+        for session in both(pg_url, tmp_path, how.replace(".", "-")):
+            session.append_message({"role": "user", "content": "q " + "a" * 3000,
+                                    "timestamp": 1})
+            session.append_message(ASSISTANT)
+            kept = session.append_message({"role": "user", "content": "kept", "timestamp": 3})
+            session.append_compaction("summary", kept, 9)
+            if how == "Session.rotate":
+                result = session.rotate()
+                session.close()
+            else:
+                session.close()
+                result = journal.rotate(session.path)
+            assert result.rotated, result.reason
+            successor = journal.load(result.successor)
+            header = len(orjson.dumps(successor.header)) + 1  # names differ: file, session id
+            successors.append(([e["type"] for e in successor.entries],
+                               result.successor_size - header))
+    assert len(successors) == 4 and all(x == successors[0] for x in successors), successors

@@ -205,17 +205,20 @@ def rotate_database(
     return result
 
 
-def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = False
+def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = False,
+                   tree: Tree | None = None,
                    ) -> tuple[RotationResult, PostgresStorage | None, Lease | None]:
     """Rotate a session whose lease the caller holds (an open `Session`): the result, and,
     when it rotated, the successor holding its lease (its appenders are fenced by it), for
     the writer to carry on in. The successor's lease is taken before the transaction that
     creates it and seals the old one (no other writer can come between: the sealed session
     takes no more appends). The caller switches to the successor, then exports and moves
-    archives out (`archive_sealed`): an interruption there leaves it writing on."""
+    archives out (`archive_sealed`): an interruption there leaves it writing on. `tree` is
+    the writer's own (its leaf the active branch's end, after a `branch()`), planned from as
+    a file session's rotation plans from it; by default, the session as a resume reads it."""
     started = time.perf_counter()
     held: list[tuple[PostgresStorage, Lease]] = []
-    result = again_while_changed(partial(_rotate_held, storage, lease, dry_run, held))
+    result = again_while_changed(partial(_rotate_held, storage, lease, dry_run, held, tree))
     result.lock_held_ms = result.total_ms = (time.perf_counter() - started) * 1000
     if not result.rotated or dry_run or not held:
         return result, None, None
@@ -400,7 +403,8 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
 
 
 def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
-                 held: list[tuple[PostgresStorage, Lease]] | None = None) -> RotationResult:
+                 held: list[tuple[PostgresStorage, Lease]] | None = None,
+                 tree: Tree | None = None) -> RotationResult:
     """The rotation itself (see the module docstring). With `held`, the successor's lease is
     taken before the commit and the successor, holding it, added to `held` (the lease is
     released again if the commit fails)."""
@@ -413,7 +417,8 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
         old_size = reader.size
         end = last_newline_end(reader.stream, reader.size)
         info = find_last_of_type(reader.stream, end, "session_info")
-    tree = Tree(snap.entries, complete=snap.complete)
+    if tree is None:
+        tree = Tree(snap.entries, complete=snap.complete)
     old_name = file_name(storage, header)
     archive = f"{ARCHIVE_DIR}/{os.path.basename(old_name)}"
     plan = plan_successor(tree, header, archive, info)
