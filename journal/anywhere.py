@@ -20,7 +20,7 @@ from .progress import Progress
 from .repair import RepairReport
 from .rotation import RotationResult
 
-__all__ = ["lineage", "repair", "rotate"]
+__all__ = ["lineage", "live", "repair", "rotate"]
 
 
 def repair(
@@ -107,3 +107,17 @@ def lineage(path: str | os.PathLike[str]) -> list[str]:
         chains = database_lineages(path)
         return chains[0] if chains else []
     return files_lineage.lineage(os.fspath(path))
+
+
+def live(path: str | os.PathLike[str]) -> str:
+    """The live session that `path` continues into: the session itself when it is not
+    sealed; after rotations, the file (`journal.lineage.resolve_live`) or database session
+    (`journal.pg.rotation.live_storage`) its seals lead to."""
+    if is_database_url(path):
+        from .pg.rotation import live_storage
+        from .pg.storage import PostgresStorage
+
+        storage = PostgresStorage.from_url(path)
+        found = live_storage(storage)
+        return path if found.session == storage.session else found.locator
+    return files_lineage.resolve_live(os.fspath(path))[0]

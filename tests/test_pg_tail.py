@@ -362,3 +362,39 @@ def test_following_a_database_without_the_schema_creates_none(pg_url: str) -> No
         row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'journal'"
                            ).fetchone()
     assert row is not None and row[0] == 0
+
+
+@pytest.mark.parametrize("where", ["file", "database"])
+def test_following_a_session_rotated_many_times_starts_at_its_live_end(
+        pg_url: str, tmp_path: Path, where: str) -> None:
+    """`tail -f OLD -n 2` of a session rotated three times since: the live session's last two
+    entries, then on (said on stderr); it printed the old one's last two and then every
+    entry of every successor since."""
+    import signal
+
+    name = session_url(pg_url, "many") if where == "database" else str(tmp_path / "many.jsonl")
+    session = Session.create(name, cwd="/")
+    texts = []
+    for rotation in range(3):
+        ids = [session.append_message({"role": "user", "content": f"{rotation}.{i} " + "x" * 900,
+                                       "timestamp": 1}) for i in range(4)]
+        session.append_compaction("summary", ids[-1], 100)
+        result = (session.rotate() if where == "database"
+                  else session.rotate(compress=False))
+        assert result.rotated, result.reason
+        texts.append(f"{rotation}.3")
+    last = [session.append_message({"role": "user", "content": f"live {i}", "timestamp": 1})
+            for i in range(2)]
+    session.close()
+    old = name if where == "database" else str(tmp_path / "archive" / "many.jsonl")
+    tail = subprocess.Popen([sys.executable, "-m", "journal.cli", "tail", "-f", "-n", "2",
+                             "--json", old], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    try:
+        assert tail.stdout is not None
+        got = [json.loads(tail.stdout.readline())["id"] for _ in range(2)]
+    finally:
+        tail.send_signal(signal.SIGTERM)
+        _, err = tail.communicate(timeout=30)
+    assert got == last
+    assert "was rotated; following" in err

@@ -30,13 +30,13 @@ from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
+from ..anywhere import live
 from ..archivegz import is_compressed
 from ..claude import DIALECTS
 from ..errors import JournalError
 from ..interrupt import terminated_as_interrupted
-from ..lineage import resolve_live
 from ..model import Entry
-from ..pg.url import is_database_url, short_name
+from ..pg.url import is_database_url, short_name, shown
 from ..render import (
     content_size,
     content_text,
@@ -106,13 +106,16 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
             path = first_readable(path)  # not an archive moved out to a file not here
         check_session(path, dialect=args.dialect)  # no session at the start: an error
-        if is_compressed(path):
-            if not args.follow:
-                return _tail_archive(path, args)
-            live, _ = resolve_live(path)
-            if live != path:
-                print(f"journal: {path} is an archive; following {live}", file=sys.stderr)
-                path = live
+        if is_compressed(path) and not args.follow:
+            return _tail_archive(path, args)
+        if args.follow and since is None and (is_compressed(path) or not args.no_follow):
+            # a sealed session (an archive never changes): its live one's last entries, and
+            # on from there, rather than every successor's entries since the seal
+            live_one = live(path)
+            if live_one != path:
+                print(f"journal: {shown(path)} was rotated; following {shown(live_one)}",
+                      file=sys.stderr)
+                path = live_one
     events = follow_events(
         path,
         last=None if since is not None else args.lines,
