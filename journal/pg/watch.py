@@ -98,6 +98,7 @@ class PgWatch:
         self.reconnects = 0
         self.notified = 0
         self._retry_at = 0.0
+        self._failing = False  # the last try to listen failed (warned about once)
         self._worked = False
         self._registered: dict[str, float] = {}
         # set by `close`, which may come from another thread while `wait` runs (an async
@@ -124,9 +125,12 @@ class PgWatch:
                 raise
             if first and not self.may_fall_back:
                 raise
-            log.warning("cannot listen for changes (%s); polling every %gs until it can",
-                        str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
-                        POLL_INTERVAL)
+            # said once while it lasts (it is tried again every RETRY_AFTER seconds)
+            log.log(logging.INFO if self._failing else logging.WARNING,
+                    "cannot listen for changes (%s); polling every %gs until it can",
+                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                    POLL_INTERVAL)
+            self._failing = True
             self.conn = None
             self._retry_at = time.monotonic() + RETRY_AFTER
             return False
@@ -134,6 +138,9 @@ class PgWatch:
         if self._closed:  # closed meanwhile (after `close` looked at `conn`): not kept
             self._drop()
             return False
+        if self._failing:
+            log.info("listening for changes again")
+        self._failing = False
         self._worked = False
         self._registered = {}
         if not first:
