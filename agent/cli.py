@@ -36,7 +36,8 @@ from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
 from journal import JournalError, Session, resolve_live
-from journal.cli import entry_parser, run
+from journal.cli import entry_parser, run, seconds
+from journal.lock import DEFAULT_LOCK_TIMEOUT
 from journal.model import new_session_id
 from journal.pg.url import is_database_url, parse_database, parse_url, session_url, shown
 from journal.storage import as_storage
@@ -92,13 +93,14 @@ def sessions_dir_for(workspace: str, override: str | None) -> str:
     return where if override else os.path.join(where, workspace_folder(workspace))
 
 
-def new_session(where: str, workspace: str) -> Session:
+def new_session(where: str, workspace: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+                ) -> Session:
     """A new session in the folder or database `where` (see `sessions_dir_for`)."""
     if is_database_url(where):
         session_id = new_session_id()
         return Session.create(session_url(parse_database(where), session_id), cwd=workspace,
-                              session_id=session_id)
-    return Session.create(where, cwd=workspace)
+                              session_id=session_id, lock_timeout=lock_timeout)
+    return Session.create(where, cwd=workspace, lock_timeout=lock_timeout)
 
 
 def make_model(spec: str | None, window: int | None) -> Model:
@@ -257,7 +259,7 @@ def checked_workspace(path: str) -> str:
 
 def _open_session(args: argparse.Namespace, plan: Plan) -> Session:
     if plan.sessions_dir is not None:
-        return new_session(plan.sessions_dir, plan.workspace)
+        return new_session(plan.sessions_dir, plan.workspace, args.lock_timeout)
     if is_database_url(args.session):
         from journal.pg.connect import NoJournalSchema  # the [postgres] extra is there
 
@@ -270,7 +272,8 @@ def _open_session(args: argparse.Namespace, plan: Plan) -> Session:
                                "start a new one there, give --sessions-dir with the "
                                "database's URL (postgresql://user@host/db) instead of "
                                "--session")
-    return Session.open(args.session, migrate=not args.no_migrate)
+    return Session.open(args.session, migrate=not args.no_migrate,
+                        lock_timeout=args.lock_timeout)
 
 
 def _where_next(args: argparse.Namespace, workspace: str) -> str:
@@ -331,7 +334,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         workspace = plan.workspace
 
         def new_runner() -> Runner:
-            fresh = new_session(plan.sessions_dir or _where_next(args, workspace), workspace)
+            fresh = new_session(plan.sessions_dir or _where_next(args, workspace), workspace,
+                                args.lock_timeout)
             return build_runner(fresh, plan.model, workspace, plan.settings,
                                 sandbox=args.sandbox, fallbacks=plan.fallbacks)
 
@@ -394,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument("--new", action="store_true", help="start a new session (default)")
         p.add_argument("--no-migrate", action="store_true",
                        help="refuse a version 1 or 2 --session file instead of migrating it")
+        p.add_argument("--lock-timeout", type=seconds, default=DEFAULT_LOCK_TIMEOUT,
+                       metavar="S", help="seconds to wait for another writer of --session "
+                       f"to let go (default {DEFAULT_LOCK_TIMEOUT:g})")
         p.add_argument("--model", metavar="SPEC",
                        help="anthropic:NAME (needs ANTHROPIC_API_KEY) or scripted:FILE "
                        "(replays a scenario offline); default anthropic when a key is set")

@@ -363,3 +363,20 @@ def test_run_with_a_key_reaches_the_anthropic_model(
     assert len(api.bodies) == 1 and api.replies == []
     [path] = sessions_in(sessions)
     assert [m["role"] for m in messages(path)] == ["user", "assistant"]
+
+
+def test_run_waits_as_long_as_lock_timeout_says_for_a_session_held_elsewhere(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The lock error's advice, a longer lock timeout, is an option of `run` and `chat`."""
+    import time
+
+    path = str(tmp_path / "held.jsonl")
+    with Session.create(path, cwd=str(tmp_path)):
+        started = time.monotonic()
+        code = main(["run", "hi", "--model", f"scripted:{SCENARIOS / 'short.json'}",
+                     "--workspace", str(tmp_path / "ws"), "--session", path,
+                     "--lock-timeout", "0.5"])
+        waited = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and "locked by" in err and "waited 0.5s" in err, err
+    assert 0.5 <= waited < 5

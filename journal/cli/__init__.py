@@ -20,6 +20,7 @@ from .app import (
     entry_parser,
     package_version,
     run,
+    seconds,
 )
 from .commands import main
 from .repair import repair_main
@@ -37,5 +38,6 @@ __all__ = [
     "package_version",
     "repair_main",
     "run",
+    "seconds",
     "tail_main",
 ]
