@@ -368,3 +368,13 @@ def test_usage_of_a_path_that_does_not_exist_is_an_error(tmp_path, capsys):
     assert code == 2 and out == ""
     missing = tmp_path / "missing.jsonl"
     assert err.strip().splitlines()[-1] == f"Error: {missing}: no such file or folder"
+
+
+def test_usage_where_the_default_folder_does_not_exist_is_an_error_as_for_ls_and_search(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOURNAL_SESSIONS_DIR", raising=False)
+    for argv in (["usage"], ["ls"], ["search", "anything"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "", argv
+        assert err.strip().endswith("sessions: no such file or folder"), (argv, err)

@@ -19,9 +19,10 @@ from .app import ByteProgress, default_sessions_dir
 
 def cmd_usage(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
-    check_paths([p for p in args.paths if not is_database_url(p)])  # as ls and search do
+    paths = args.paths or [default_sessions_dir()]
+    check_paths([p for p in paths if not is_database_url(p)])  # as ls and search do
     with ByteProgress("reading sessions", enabled=not args.json) as bar:
-        report = usage(args.paths or [default_sessions_dir()], prices=prices, progress=bar)
+        report = usage(paths, prices=prices, progress=bar)
     for warning in report.warnings:
         print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
     if args.json:
