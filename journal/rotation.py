@@ -114,6 +114,11 @@ class RotationResult:
     removed_archives: list[str] = field(default_factory=list)
     moved_out: dict[str, str] = field(default_factory=dict)
     """Database archives whose lines this rotation moved out: {session URL: .jsonl.gz}."""
+    exported: dict[str, str] = field(default_factory=dict)
+    """Database archives this rotation exported to its archive folder (the one it sealed,
+    and those of the lineage an earlier one left unexported): {session URL: .jsonl.gz}."""
+    removed_temps: list[str] = field(default_factory=list)
+    """Temps an export stopped by a crash left in the archive folder, removed."""
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
 
@@ -125,6 +130,7 @@ class RotationResult:
             "oldSize": self.old_size, "successorSize": self.successor_size,
             "lockHeldMs": round(self.lock_held_ms, 2), "totalMs": round(self.total_ms, 2),
             "removedArchives": self.removed_archives, "movedOut": self.moved_out,
+            "exported": self.exported, "removedTemps": self.removed_temps,
             "dryRun": self.dry_run,
             "warnings": self.warnings,
         }

@@ -317,15 +317,22 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
         return 0
     if not result.rotated:
         print(f"{result.path}: not rotated: {result.reason}")
-        return 0
-    verb = "would rotate" if result.dry_run else "rotated"
-    print(f"{result.path}: {verb} into {result.successor}")
-    kept = result.entries_copied
-    print(f"  kept {kept:,} {'entry' if kept == 1 else 'entries'} "
-          f"({result.successor_size:,} bytes of {result.old_size:,})")
-    print(f"  archive: {result.archive or 'none (the old file stays, sealed, in place)'}")
-    if not result.dry_run:
-        print(f"  writer lock held {result.lock_held_ms:.1f} ms, total {result.total_ms:.1f} ms")
+    else:
+        verb = "would rotate" if result.dry_run else "rotated"
+        print(f"{result.path}: {verb} into {result.successor}")
+        kept = result.entries_copied
+        print(f"  kept {kept:,} {'entry' if kept == 1 else 'entries'} "
+              f"({result.successor_size:,} bytes of {result.old_size:,})")
+        print(f"  archive: {result.archive or 'none (the old file stays, sealed, in place)'}")
+        if not result.dry_run:
+            print(f"  writer lock held {result.lock_held_ms:.1f} ms, "
+                  f"total {result.total_ms:.1f} ms")
+    for temp in result.removed_temps:
+        print(f"  removed {temp}, the temp of an export a crash stopped")
+    exported = "would export" if result.dry_run else "exported"
+    for session, exported_to in result.exported.items():
+        if not (result.rotated and session == result.path):  # its archive: said above
+            print(f"  {exported} archive {session} to {exported_to}")
     for removed in result.removed_archives:
         print(f"  removed old archive {removed}")
     moved = "would move" if result.dry_run else "moved"

@@ -16,12 +16,14 @@ as file rotation leaves it: the successor is `<timestamp>_<id>.jsonl`, its heade
 
 Archives stay in the database (the sealed stream, readable as before) and, by policy
 (`archive_dir`), are also exported to `<archive_dir>/<file>.gz` once sealed (they no longer
-change). With `keep` too, only the newest `keep` archives of the lineage keep their lines in
-the database: older ones are moved out (`move_out`: exported, the file read back and
-compared, then their rows deleted in one transaction; the stream row stays, naming the
-file), and read from that file from then on. Opening a sealed session follows its
-successors to the live one (`live_storage`, `lock_live`), also when it was rotated while the
-opener waited for the lease.
+change): after the commit, outside the transaction, so every rotation with `archive_dir`
+exports the lineage's archives not yet exported (one an interrupted rotation left too), and
+`rotate_database` does so also when there is nothing to rotate. With `keep` too, only the
+newest `keep` archives of the lineage keep their lines in the database: older ones are moved
+out (`move_out`: exported, the file read back and compared, then their rows deleted in one
+transaction; the stream row stays, naming the file), and read from that file from then on.
+Opening a sealed session follows its successors to the live one (`live_storage`,
+`lock_live`), also when it was rotated while the opener waited for the lease.
 """
 
 from __future__ import annotations
@@ -47,7 +49,14 @@ from ..errors import (
     SessionChanged,
     UnsupportedVersion,
 )
-from ..files import NO_SPACE_ERRNOS, free_bytes, fsync_directory, make_private_dir
+from ..files import (
+    NO_SPACE_ERRNOS,
+    TEMP_SUFFIX,
+    free_bytes,
+    fsync_directory,
+    make_private_dir,
+    remove_stale_temps,
+)
 from ..lineage import ARCHIVE_DIR, MAX_HOPS
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..publish import NewFile
@@ -168,7 +177,10 @@ def rotate_database(
     (no compaction on the active branch, or a successor no shorter). `archive_dir` also
     exports the sealed session to `<archive_dir>/<file>.gz`; `keep` (with `archive_dir`) then
     moves the lineage's archives beyond the newest `keep` out of the database
-    (`keep_archives`). A dry run takes no lease and writes nothing. Raises ValueError for a
+    (`keep_archives`). Both are done also when nothing rotates, for every archive of the
+    lineage (`_finish_lineage`): a call again after one interrupted once it had committed
+    finishes what that one left (`exported`, `moved_out`, `removed_temps` in the result). A
+    dry run takes no lease and writes nothing. Raises ValueError for a
     `keep` below 0 (a `keep` without `archive_dir` is a warning), LockTimeout (naming the
     holder), LeaseLost if another writer took the session over meanwhile, SessionChanged
     (nothing changed) if an appender without the lease appended after the session was read
@@ -197,10 +209,8 @@ def rotate_database(
         if lease is not None:
             lease.release()
     result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
-    if result.rotated and archive_dir is not None and not dry_run:
-        _export_sealed(result, storage, archive_dir)
-    if result.rotated:
-        _keep_only(result, storage, keep, archive_dir)
+    # also when nothing rotated: what an interrupted rotation of the lineage left undone
+    _finish_lineage(result, storage, archive_dir, keep)
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
 
@@ -228,52 +238,116 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = Fa
 
 def archive_sealed(result: RotationResult, sealed: PostgresStorage, archive_dir: str | None,
                    keep: int | None) -> None:
-    """After `rotate_session`: export the session it sealed to `archive_dir` and move the
-    lineage's archives beyond the newest `keep` out of the database (planned only, for a dry
-    run), as `rotate_database` does. Failures are warnings in `result`."""
+    """After `rotate_session`: export the session it sealed to `archive_dir` (with the
+    lineage's archives an earlier rotation left unexported) and move the lineage's archives
+    beyond the newest `keep` out of the database (planned only, for a dry run), as
+    `rotate_database` does. Failures are warnings in `result`."""
     started = time.perf_counter()
     check_keep(keep)
     if not result.rotated:
         return
-    if archive_dir is not None and not result.dry_run:
-        _export_sealed(result, sealed, archive_dir)
-    _keep_only(result, sealed, keep, archive_dir)
+    _finish_lineage(result, sealed, archive_dir, keep)
     result.total_ms += (time.perf_counter() - started) * 1000
 
 
-def _export_sealed(result: RotationResult, storage: PostgresStorage, archive_dir: str) -> None:
-    """Export the sealed session to `archive_dir` (`--archive-dir`); a failure is a warning:
-    the archive stays in the database."""
-    try:
-        result.archive = export_archive(storage, archive_dir)
-    except (OSError, JournalError) as e:
-        result.warnings.append(f"exporting the archive failed ({e}); it stays in the database")
-
-
-def _keep_only(result: RotationResult, sealed: PostgresStorage, keep: int | None,
-               archive_dir: str | None) -> None:
-    """`keep_archives` after a rotation (planned only, for a dry run): what cannot be moved
-    out is a warning (the rotation is done, and an archive not moved out stays in the
-    database, whole)."""
-    if keep is None:
+def _finish_lineage(result: RotationResult, storage: PostgresStorage, archive_dir: str | None,
+                    keep: int | None) -> None:
+    """What follows a rotation of `storage` (the session it sealed; with none, the live one):
+    with `archive_dir`, remove the temps crashed exports left there (`remove_stale_temps`:
+    those no live export holds), export every archive of the lineage not yet exported (the
+    one just sealed, and those an interrupted rotation left), then move those beyond the
+    newest `keep` out (`keep_archives`). A dry run lists what it would export and move.
+    What fails is a warning in `result`: the rotation is done, and an archive not exported
+    or moved out stays in the database."""
+    dry_run = result.dry_run
+    sealed: PostgresStorage | None = None
+    newest: PostgresStorage | None = None
+    if not result.rotated:
+        live = storage
+    elif dry_run:
+        live, newest = live_storage(storage), storage  # the sealed one would be the newest
+    elif result.successor_id is not None:
+        live, sealed = PostgresStorage(storage.conninfo, result.successor_id), storage
+    else:
         return
     if archive_dir is None:
-        result.warnings.append("keep needs an archive folder for a database session (its "
-                               "older archives move out to files there): they stay in the "
-                               "database")
+        if keep is not None and result.rotated:
+            result.warnings.append("keep needs an archive folder for a database session (its "
+                                   "older archives move out to files there): they stay in "
+                                   "the database")
         return
-    if result.dry_run:
-        live, newest = live_storage(sealed), sealed  # the sealed one would be the newest
-    elif result.successor_id is not None:
-        live, newest = PostgresStorage(sealed.conninfo, result.successor_id), None
-    else:
+    try:
+        archives = _archives_of(live)  # newest first
+    except (OSError, JournalError) as e:  # the lineage could not be read: nothing exported
+        result.warnings.append(f"exporting the lineage's archives failed ({e}); they stay in "
+                               "the database")
+        archives = []
+    if not dry_run:
+        try:
+            result.removed_temps = _remove_export_temps(archives, archive_dir)
+        except (OSError, JournalError) as e:
+            result.warnings.append(f"removing the temps of stopped exports from {archive_dir} "
+                                   f"failed ({e})")
+    for archive in reversed(archives):
+        _export_unexported(result, archive, archive_dir,
+                           sealed is not None and archive.session == sealed.session)
+    if keep is None:
         return
     try:
         result.moved_out = keep_archives(live, keep, archive_dir, result.warnings,
-                                         dry_run=result.dry_run, newest=newest)
+                                         dry_run=dry_run, newest=newest)
     except (OSError, JournalError) as e:  # the lineage could not be read: nothing moved
         result.warnings.append(f"moving old archives out of the database failed ({e}); "
                                "they stay in the database")
+
+
+def _export_unexported(result: RotationResult, archive: PostgresStorage, archive_dir: str,
+                       just_sealed: bool) -> None:
+    """Export `archive` to `archive_dir` if it never was (nor moved out), into
+    `result.exported` (where it would go, for a dry run); a failure is a warning."""
+    try:
+        row = stream_row(archive)
+        if row is None or row["exported_to"] is not None or row["moved_out_at"] is not None:
+            return
+        if result.dry_run:
+            result.exported[archive.locator] = _archive_path(archive, archive_dir)
+            return
+        path = export_archive(archive, archive_dir)
+    except (OSError, JournalError) as e:
+        if just_sealed:
+            result.warnings.append(f"exporting the archive failed ({e}); it stays in the "
+                                   "database")
+        else:
+            said = str(e).removeprefix(f"{archive.locator}: ")
+            result.warnings.append(f"{archive.locator}: not exported (it stays in the "
+                                   f"database): {said}")
+        return
+    result.exported[archive.locator] = path
+    if just_sealed:
+        result.archive = path
+
+
+def _archives_of(live: PostgresStorage) -> list[PostgresStorage]:
+    """The sealed sessions `live` continues, newest first."""
+    archives: list[PostgresStorage] = []
+    seen = {live.session}
+    older = live.predecessor()
+    while older is not None and older.session not in seen and len(archives) < MAX_HOPS:
+        seen.add(older.session)
+        archives.append(older)
+        older = older.predecessor()
+    return archives
+
+
+def _remove_export_temps(archives: list[PostgresStorage], directory: str) -> list[str]:
+    """Remove the temps exports of `archives` left in `directory` when a crash (a SIGKILL,
+    a power cut) stopped them: `.<file>.gz.<random>.archive.tmp` no live process holds (the
+    file backend's rule: `NewFile` holds a `flock` on its temp until it publishes it)."""
+    removed: list[str] = []
+    for archive in archives:
+        name = os.path.basename(_archive_path(archive, directory))
+        removed += remove_stale_temps(directory, name + ".", f".{ARCHIVE_TAG}{TEMP_SUFFIX}")
+    return removed
 
 
 def keep_archives(live: PostgresStorage, keep: int, directory: str,
@@ -288,13 +362,8 @@ def keep_archives(live: PostgresStorage, keep: int, directory: str,
     left of an archive moved out before (the generation a repair replaced, kept then for the
     readers still on it) are deleted."""
     check_keep(keep)
-    archives: list[PostgresStorage] = [] if newest is None else [newest]
-    seen = {live.session} | {a.session for a in archives}
-    older = live.predecessor()
-    while older is not None and older.session not in seen and len(archives) < MAX_HOPS:
-        seen.add(older.session)
-        archives.append(older)  # newest first
-        older = older.predecessor()
+    archives = [] if newest is None else [newest]
+    archives += [a for a in _archives_of(live) if newest is None or a.session != newest.session]
     moved: dict[str, str] = {}
     for index, archive in enumerate(archives):
         try:
