@@ -138,6 +138,41 @@ def test_a_rotation_killed_while_exporting_is_finished_by_running_it_again(
     assert again["exported"] == {} and again["movedOut"] == {} and again["removedTemps"] == []
 
 
+@pytest.mark.parametrize("sigterm_as_ctrl_c", [False, True])
+def test_a_rotation_interrupted_while_exporting_says_it_rotated_and_what_is_left(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        sigterm_as_ctrl_c: bool) -> None:
+    """Ctrl-C (and SIGTERM where a command takes it as Ctrl-C) after the commit: the stderr
+    says the session was rotated, into what, what is left and that running the command again
+    finishes it; the export's temp is removed; the rerun exports and moves out."""
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    folder = tmp_path / "archive"
+    args = ["rotate", url, "--archive-dir", str(folder), "--keep", "0"]
+    sig = signal.SIGTERM if sigterm_as_ctrl_c else signal.SIGINT
+    status, err = stopped_while_exporting(args, sig, sigterm_as_ctrl_c=sigterm_as_ctrl_c)
+    assert status == 128 + sig
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] is not None and row["exported_to"] is None
+    assert "Traceback" not in err
+    said = " ".join(err.split())
+    assert f"{url} was rotated into " in said and str(row["successor"]) in said
+    assert f"exporting its archive to {folder}" in said
+    assert "moving the archives beyond the newest 0 out of the database" in said
+    assert "run the same command again to finish" in said
+    assert temps(folder) == []
+
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "not rotated" in out
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["exported_to"] is not None
+    assert row["moved_out_at"] is not None
+    assert f"exported archive {url} to {row['exported_to']}" in out
+    assert f"moved old archive {url} out of the database to {row['exported_to']}" in out
+
+
 def test_a_rerun_leaves_the_temp_of_an_export_still_running(
         pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A temp is stale only when no live process holds it: a rerun while the first command

@@ -300,9 +300,16 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
     if is_database_url(args.path):
-        return _print_rotation(rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
-                                      compress=not args.no_compress, dry_run=args.dry_run,
-                                      lock_timeout=args.lock_timeout), args)
+        try:
+            result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
+                            compress=not args.no_compress, dry_run=args.dry_run,
+                            lock_timeout=args.lock_timeout)
+        except BaseException as e:
+            # stopped after its commit (Ctrl-C, say): that it rotated, and what is left to do
+            for note in getattr(e, "__notes__", ()):
+                print(f"journal: {note}", file=sys.stderr)
+            raise
+        return _print_rotation(result, args)
     check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
     with ByteProgress("compressing the archive", enabled=not args.json) as bar:
         result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,

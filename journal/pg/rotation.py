@@ -179,8 +179,9 @@ def rotate_database(
     moves the lineage's archives beyond the newest `keep` out of the database
     (`keep_archives`). Both are done also when nothing rotates, for every archive of the
     lineage (`_finish_lineage`): a call again after one interrupted once it had committed
-    finishes what that one left (`exported`, `moved_out`, `removed_temps` in the result). A
-    dry run takes no lease and writes nothing. Raises ValueError for a
+    finishes what that one left (`exported`, `moved_out`, `removed_temps` in the result); an
+    interruption after the commit is raised with a note saying what was done and what is
+    left. A dry run takes no lease and writes nothing. Raises ValueError for a
     `keep` below 0 (a `keep` without `archive_dir` is a warning), LockTimeout (naming the
     holder), LeaseLost if another writer took the session over meanwhile, SessionChanged
     (nothing changed) if an appender without the lease appended after the session was read
@@ -203,14 +204,23 @@ def rotate_database(
     else:
         storage, lease = lock_live(storage, lock_timeout)
     locked_at = time.perf_counter()
+    result: RotationResult | None = None
+    left = _steps_after(archive_dir, keep)
     try:
-        result = again_while_changed(partial(_rotate_held, storage, lease, dry_run))
-    finally:
-        if lease is not None:
-            lease.release()
-    result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
-    # also when nothing rotated: what an interrupted rotation of the lineage left undone
-    _finish_lineage(result, storage, archive_dir, keep)
+        try:
+            result = again_while_changed(partial(_rotate_held, storage, lease, dry_run))
+        finally:
+            if lease is not None:
+                lease.release()
+        result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
+        # also when nothing rotated: what an interrupted rotation of the lineage left undone
+        _finish_lineage(result, storage, archive_dir, keep, left)
+    except BaseException as e:
+        note = None if result is None or dry_run else _unfinished(result, storage,
+                                                                   archive_dir, keep, left)
+        if note is not None:  # said by `journal rotate` on stderr
+            e.add_note(note)
+        raise
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
 
@@ -246,19 +256,48 @@ def archive_sealed(result: RotationResult, sealed: PostgresStorage, archive_dir:
     check_keep(keep)
     if not result.rotated:
         return
-    _finish_lineage(result, sealed, archive_dir, keep)
+    _finish_lineage(result, sealed, archive_dir, keep, _steps_after(archive_dir, keep))
     result.total_ms += (time.perf_counter() - started) * 1000
 
 
+EXPORT_STEP, KEEP_STEP = "export", "keep"
+
+
+def _steps_after(archive_dir: str | None, keep: int | None) -> list[str]:
+    """What follows the rotation's commit (`_finish_lineage`), each step taken off the list
+    once done: what is left when it is interrupted."""
+    if archive_dir is None:
+        return []
+    return [EXPORT_STEP] if keep is None else [EXPORT_STEP, KEEP_STEP]
+
+
+def _unfinished(result: RotationResult, storage: PostgresStorage, archive_dir: str | None,
+                keep: int | None, left: list[str]) -> str | None:
+    """What a rotation interrupted after its commit says: that it rotated, what is left
+    undone, and that running it again does it (None: nothing to say)."""
+    said = (f"{result.path} was rotated into {result.successor}" if result.rotated
+            else f"{storage.locator} was not rotated ({result.reason})")
+    if not left and not result.rotated:
+        return None
+    if not left:
+        return f"{said} before the interruption; nothing is left to do"
+    archives = "its archive" if result.rotated else "its archives not yet exported"
+    steps = {EXPORT_STEP: f"exporting {archives} to {archive_dir}",
+             KEEP_STEP: f"moving the archives beyond the newest {keep} out of the database"}
+    todo = " and ".join(steps[step] for step in left)
+    return (f"{said}, but the command was interrupted before {todo} (until then its archives "
+            "stay in the database, whole): run the same command again to finish it")
+
+
 def _finish_lineage(result: RotationResult, storage: PostgresStorage, archive_dir: str | None,
-                    keep: int | None) -> None:
+                    keep: int | None, left: list[str]) -> None:
     """What follows a rotation of `storage` (the session it sealed; with none, the live one):
     with `archive_dir`, remove the temps crashed exports left there (`remove_stale_temps`:
     those no live export holds), export every archive of the lineage not yet exported (the
     one just sealed, and those an interrupted rotation left), then move those beyond the
     newest `keep` out (`keep_archives`). A dry run lists what it would export and move.
-    What fails is a warning in `result`: the rotation is done, and an archive not exported
-    or moved out stays in the database."""
+    Each step is taken off `left` once done. What fails is a warning in `result`: the
+    rotation is done, and an archive not exported or moved out stays in the database."""
     dry_run = result.dry_run
     sealed: PostgresStorage | None = None
     newest: PostgresStorage | None = None
@@ -291,6 +330,7 @@ def _finish_lineage(result: RotationResult, storage: PostgresStorage, archive_di
     for archive in reversed(archives):
         _export_unexported(result, archive, archive_dir,
                            sealed is not None and archive.session == sealed.session)
+    left.remove(EXPORT_STEP)
     if keep is None:
         return
     try:
@@ -299,6 +339,7 @@ def _finish_lineage(result: RotationResult, storage: PostgresStorage, archive_di
     except (OSError, JournalError) as e:  # the lineage could not be read: nothing moved
         result.warnings.append(f"moving old archives out of the database failed ({e}); "
                                "they stay in the database")
+    left.remove(KEEP_STEP)
 
 
 def _export_unexported(result: RotationResult, archive: PostgresStorage, archive_dir: str,
