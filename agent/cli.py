@@ -35,11 +35,18 @@ from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
-from journal import JournalError, Session, resolve_live
+from journal import JournalError, Session, Unreachable, WriteFailed, resolve_live
 from journal.cli import entry_parser, run, seconds
 from journal.lock import DEFAULT_LOCK_TIMEOUT
 from journal.model import new_session_id
-from journal.pg.url import is_database_url, parse_database, parse_url, session_url, shown
+from journal.pg.url import (
+    is_database_url,
+    parse_database,
+    parse_url,
+    session_url,
+    short_name,
+    shown,
+)
 from journal.storage import as_storage
 from tools import SandboxUnavailable, require_sandbox
 
@@ -318,7 +325,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"session {session.path}")
             runner = build_runner(session, plan.model, plan.workspace, plan.settings,
                                   args.quiet, sandbox=args.sandbox, fallbacks=plan.fallbacks)
-            result = runner.run(args.task)
+            try:
+                result = runner.run(args.task)
+            except (WriteFailed, Unreachable) as e:  # the store, not the agent, stopped it
+                name = short_name(session.path) if is_database_url(session.path) else \
+                    session.path
+                raise JournalError(f"{e}. Every turn stored before is kept: run again with "
+                                   f"--session {name} to go on from there") from e
             path = session.path
     if not args.quiet:
         print_result(result, path)

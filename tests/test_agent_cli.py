@@ -380,3 +380,31 @@ def test_run_waits_as_long_as_lock_timeout_says_for_a_session_held_elsewhere(
     err = capsys.readouterr().err
     assert code == 2 and "locked by" in err and "waited 0.5s" in err, err
     assert 0.5 <= waited < 5
+
+
+def test_a_turn_the_store_cannot_keep_ends_the_run_saying_how_to_go_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit that fails (a database that went away, a full disk) ends the run with one
+    error line that says the stored turns are kept and how to go on: it said only what a
+    library caller does about an unknown outcome."""
+    from journal.errors import WriteFailed
+
+    path = str(tmp_path / "s.jsonl")
+    Session.create(path, cwd=str(tmp_path)).close()
+    real = Session.append_message
+    calls = {"n": 0}
+
+    def failing(self: Session, message: dict[str, Any]) -> str:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise WriteFailed(self.path, -1, "the server went away", "its outcome is unknown")
+        return real(self, message)
+
+    monkeypatch.setattr(Session, "append_message", failing)
+    code = main(["run", "Write hello.py that prints a greeting, and run it.",
+                 "--model", f"scripted:{SCENARIOS / 'short.json'}",
+                 "--workspace", str(tmp_path / "ws"), "--session", path])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the server went away" in err and f"run again with --session {path}" in err
