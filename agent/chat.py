@@ -67,7 +67,7 @@ class Chat:
     def loop(self) -> None:
         try:
             self._loop()
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, SIGTERM (journal.interrupt): stop the agent first
             self._stop()
             raise
         finally:

@@ -1,9 +1,11 @@
 """SIGTERM handled as an interruption, so that `with` blocks and `finally` clauses run.
 
-By default SIGTERM ends a Python process on the spot: a `journal tail -f` stopped by a service
-manager leaves its registration as a follower behind (until it expires), the database demo
-leaves its embedded server running. Inside `terminated_as_interrupted()` SIGTERM raises
-SystemExit(143) in the main thread instead, which unwinds like Ctrl-C.
+By default SIGTERM ends a Python process on the spot: a `journal pull` stopped by a service
+manager leaves the files it wrote so far and its temp, a `journal tail -f` its registration
+as a follower (until it expires), the database demo its embedded server running. Inside
+`terminated_as_interrupted()` SIGTERM raises `Terminated` (a SystemExit(143)) in the main
+thread instead, which unwinds like Ctrl-C. Every command line entry point runs its command
+inside it (`journal.cli.app.run`).
 """
 
 from __future__ import annotations
@@ -13,27 +15,40 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["terminated_as_interrupted"]
+__all__ = ["EXIT_TERMINATED", "Terminated", "terminated_as_interrupted"]
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""The exit status of a process ended by SIGTERM after cleaning up, as a shell reports one."""
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread by a SIGTERM inside `terminated_as_interrupted()`."""
+
+    def __init__(self) -> None:
+        super().__init__(EXIT_TERMINATED)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    # once: a second SIGTERM must not cut short the cleanup this one starts
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
 
 
 @contextmanager
 def terminated_as_interrupted() -> Iterator[None]:
-    """SIGTERM raises SystemExit(128 + SIGTERM) while this is entered, once: later ones are
-    ignored until it is left. Main thread only (a signal handler can be set nowhere else); a
-    SIGTERM ignored on entry stays ignored."""
+    """SIGTERM raises `Terminated` (SystemExit(128 + SIGTERM)) while this is entered, once:
+    later ones are ignored until it is left. Main thread only (a signal handler can be set
+    nowhere else); a SIGTERM ignored on entry stays ignored; entered again inside itself, it
+    changes nothing (the outer one owns the handler, so a SIGTERM that the inner one's
+    cleanup is running for cannot be re-armed when the inner one is left)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def interrupted(signum: int, frame: object) -> None:
-        # once: a second SIGTERM must not cut short the cleanup this one starts
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
-
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # the caller wants it ignored
+    current = signal.getsignal(signal.SIGTERM)
+    if current is signal.SIG_IGN or current is _interrupted:  # ignored, or already ours
         yield
         return
-    previous = signal.signal(signal.SIGTERM, interrupted)
+    previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         yield
     finally:  # None: the handler was not set from Python; the default is what stood

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,80 @@ def test_a_sigterm_ignored_on_entry_stays_ignored() -> None:
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_entered_again_inside_itself_it_leaves_the_handler_to_the_outer_one() -> None:
+    """The inner one's leaving must not re-arm the handler: the cleanup that the first
+    SIGTERM started runs to its end, whatever further SIGTERMs come."""
+    cleaned: list[str] = []
+    with pytest.raises(SystemExit) as ended:
+        with terminated_as_interrupted():
+            try:
+                with terminated_as_interrupted():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # the inner one is left: still ignored
+                time.sleep(0.05)
+                cleaned.append("cleaned up")
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert cleaned == ["cleaned up"]
+
+
+class NotHandled(Exception):
+    """Raised by the test's own SIGTERM handler: run() set none of its own."""
+
+
+def test_run_ends_any_command_on_sigterm_as_on_ctrl_c_with_143() -> None:
+    """Every entry point hands its command to run(): a SIGTERM unwinds the command (its
+    `finally` runs) and run() returns 143, for commands that never asked for it."""
+    from journal.cli import entry_parser, run
+
+    cleaned: list[str] = []
+
+    def command(args: object) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            return 0
+        finally:
+            cleaned.append("undone")
+
+    parser = entry_parser("journal-test", "a command")
+    parser.set_defaults(func=command)
+
+    def not_handled(signum: int, frame: object) -> None:
+        raise NotHandled
+
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        assert run(parser, []) == 143
+        assert signal.getsignal(signal.SIGTERM) is not_handled  # given back on leaving
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cleaned == ["undone"]
+
+
+def test_export_ended_by_sigterm_leaves_nothing_and_exits_143(tmp_path: Path) -> None:
+    """A real `journal export -o FILE` process, stopped by SIGTERM with its temp written:
+    the temp is removed, FILE never made, exit 143, no traceback."""
+    from paused_cli import start
+
+    from journal import Session
+
+    with Session.create(str(tmp_path), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+        path = session.path
+    out = tmp_path / "out"
+    out.mkdir()
+    child, temp = start(["export", path, "--format", "jsonl", "-o", str(out / "x.jsonl")])
+    try:
+        assert os.path.exists(temp)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(20) == 128 + signal.SIGTERM
+        err = child.stderr.read() if child.stderr else ""
+    finally:
+        child.kill()
+        child.wait()
+    assert "Traceback" not in err
+    assert os.listdir(out) == []

@@ -551,3 +551,30 @@ def test_a_sealed_session_pushed_back_beside_the_one_it_came_from_is_pulled_too(
     assert sorted(files_under(tmp_path / "whole").values()) == sorted(
         [*files_under(tmp_path / "first").values(),
          Path(moved[0]["file"]).read_bytes()])
+
+
+def everything_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_a_pull_ended_by_sigterm_is_undone_and_exits_143(pg_url: str, tmp_path: Path) -> None:
+    """A real `journal pull` process, stopped by SIGTERM with its first file published and
+    the second in its temp: it removes both and the folders it made, and exits 143."""
+    import signal
+
+    from paused_cli import start
+
+    rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    out = tmp_path / "out"
+    child, temp = start(["pull", pg_url, str(out)], pause_at=2)
+    try:
+        assert os.path.exists(temp) and len(files_under(out)) == 1
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(20) == 128 + signal.SIGTERM
+        err = child.stderr.read() if child.stderr else ""
+    finally:
+        child.kill()
+        child.wait()
+    assert "Traceback" not in err
+    assert not out.exists()

@@ -355,6 +355,44 @@ def test_chat_line_typed_while_the_agent_works_steers_it(tmp_path: Path,
     assert roles(entries)[-1] == "assistant"
 
 
+def test_chat_ended_by_sigterm_while_the_agent_works_stops_the_agent(
+        tmp_path: Path, workspace: Path) -> None:
+    """SIGTERM (journal.interrupt: SystemExit in the main thread, which reads the next line)
+    stops the agent as Ctrl-C does, after the tool running now: chat does not wait for the
+    whole task to run its course before it exits."""
+    in_tool = threading.Event()
+
+    def during(_: int) -> None:
+        in_tool.set()
+        time.sleep(0.3)  # the SIGTERM comes while the tool runs
+
+    model = Checked(ScriptedModel(scenario(
+        {"text": "Working.", "tool_calls": [call("gate"), call("ls")]},
+        {"text": "All done."},
+    )))
+    tools = [*default_tools(workspace), Gate(Workspace(workspace), during)]
+    lines = iter(["do the work"])
+
+    with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
+        runner, _ = make_runner(session, model, workspace, tools=tools)
+
+        def read(prompt: str) -> str:
+            line = next(lines, None)
+            if line is None:
+                assert in_tool.wait(10)
+                raise SystemExit(143)  # what journal.interrupt's handler raises
+            return line
+
+        chat = Chat(runner, lambda: runner, read=read, background=True)
+        with pytest.raises(SystemExit):
+            chat.loop()
+        entries = assert_journal_ok(session)
+    assert not chat.working
+    results = [r for r in messages_of(entries) if r["role"] == "toolResult"]
+    assert "Not run: the user interrupted the agent." in str(results[-1]["content"])
+    assert "All done." not in str(messages_of(entries))
+
+
 # --- rotation by default
 
 

@@ -10,6 +10,9 @@ arguments, sets up logging, calls the command and turns what escapes it into an 
   one `Error: ...` line on stderr, exit 2, never a traceback;
 - Ctrl-C (`KeyboardInterrupt`): exit 130, as a shell reports a process ended by SIGINT (a
   command whose normal end is Ctrl-C, `tail -f` or `chat`, catches it and exits 0);
+- SIGTERM (a service manager's stop, `kill`): the command runs inside
+  `journal.interrupt.terminated_as_interrupted`, so SIGTERM unwinds it as Ctrl-C does (its
+  `finally` clauses and `with` blocks undo what it had half done) and it exits 143;
 - the reader of stdout went away (`journal show big | head -1`): a quiet exit, without the
   second traceback Python would print when it flushes stdout at exit; 0 when the command
   was cut short, its own code when only the last flush failed.
@@ -30,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
+from ..interrupt import EXIT_TERMINATED, Terminated, terminated_as_interrupted
 from ..pg.url import hide_passwords
 
 EXIT_OK = 0
@@ -103,7 +107,10 @@ def run(
             stream.reconfigure(errors="backslashreplace")  # a lone surrogate prints escaped
     func: Command = args.func
     try:
-        code = func(args)
+        with terminated_as_interrupted():
+            code = func(args)
+    except Terminated:
+        return EXIT_TERMINATED
     except BrokenPipeError as e:
         return _stdout_closed(e, EXIT_OK)
     except JournalError as e:

@@ -34,7 +34,6 @@ from ..anywhere import live
 from ..archivegz import is_compressed
 from ..claude import DIALECTS
 from ..errors import JournalError
-from ..interrupt import terminated_as_interrupted
 from ..model import Entry
 from ..pg.url import is_database_url, short_name, shown
 from ..render import (
@@ -128,8 +127,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         sys.stdout, sys.stderr, as_json=args.json, many=os.path.isdir(path),
         flush=args.follow,
     )
-    try:  # SIGTERM ends a follow as Ctrl-C does: its registration as a follower is removed
-        with terminated_as_interrupted(), closing(events):
+    try:  # SIGTERM (run() makes it unwind as Ctrl-C does) removes a follower's registration
+        with closing(events):
             for event in events:
                 printer.show(event)
     except KeyboardInterrupt:

@@ -1,0 +1,51 @@
+"""A real `journal` command in a child process, held still at a chosen moment for a signal.
+
+`start(args, pause_at=N)` runs `journal.cli.main(args)` in a new Python process in which the
+N-th file the command publishes (`journal.publish.NewFile`) stops just before it is
+published: its bytes are in the temp, synced, and the files published before it are in place.
+The child prints `paused <temp path>` on stdout and sleeps; the test then sends it SIGTERM or
+SIGKILL. Everything else is the command as installed: its own signal handling, its cleanup.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = """
+import os, sys, time
+from journal import publish
+
+real, count = publish.NewFile.sync, [0]
+
+def sync(self):
+    real(self)
+    count[0] += 1
+    if count[0] == int(sys.argv[1]):
+        os.write(1, f"paused {self.path}\\n".encode())
+        time.sleep(120)
+
+publish.NewFile.sync = sync
+from journal.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def start(args: list[str], *, pause_at: int = 1) -> tuple[subprocess.Popen[str], str]:
+    """The child running `journal ARGS`, and the temp it paused at (a failed child's stderr
+    in the AssertionError)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(pause_at), *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line.startswith("paused "):
+        child.kill()
+        _, err = child.communicate()
+        raise AssertionError(f"the command did not pause: {line!r} {err}")
+    return child, line.split(" ", 1)[1].rstrip("\n")
