@@ -160,6 +160,9 @@ def test_push_and_pull_commands(pg_url: str, tmp_path: Path,
     assert main(["pull", pg_url, str(tmp_path / "out")]) == 0
     capsys.readouterr()
     assert files_under(tmp_path / "out") == files_under(tmp_path / "src")
+    assert main(["pull", pg_url, str(tmp_path / "out")]) == 0  # the same bytes: all there
+    assert capsys.readouterr().out.splitlines()[-1] == "0 file(s) written, 3 already there"
+    Path(live.replace(str(tmp_path / "src"), str(tmp_path / "out"))).write_text("other\n")
     assert main(["pull", pg_url, str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.splitlines()  # the progress line, then the error
     assert err[-1].startswith("Error: ") and "already exists" in err[-1]
@@ -578,3 +581,90 @@ def test_a_pull_ended_by_sigterm_is_undone_and_exits_143(pg_url: str, tmp_path: 
         child.wait()
     assert "Traceback" not in err
     assert not out.exists()
+
+
+def no_temps(folder: Path) -> bool:
+    return not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_pull_killed_outright_is_finished_by_running_it_again(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL leaves the files already published and the temp of the one being written. The
+    next pull takes the files holding exactly its bytes as written (`already`), removes the
+    temp (nobody holds it) and writes the rest: the lineage as a clean pull gives it."""
+
+    from paused_cli import start
+
+    rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    out = tmp_path / "out"
+    child, temp = start(["pull", pg_url, str(out)], pause_at=2)
+    child.kill()
+    child.wait()
+    assert os.path.exists(temp) and len(files_under(out)) == 1
+    first = next(iter(files_under(out)))
+    assert main(["pull", pg_url, str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(Path(f["file"]).relative_to(out).as_posix(), f["already"])
+            for f in report["files"] if f["already"]] == [(first, True)]
+    assert len(report["files"]) == 3
+    assert files_under(out) == files_under(tmp_path / "src")
+    assert no_temps(out)
+    assert main(["pull", pg_url, str(out)]) == 0  # and again: all of it there
+    assert capsys.readouterr().out.splitlines()[-1] == "0 file(s) written, 3 already there"
+
+
+def test_a_file_there_with_other_bytes_is_still_refused_and_nothing_written(
+        pg_url: str, tmp_path: Path) -> None:
+    """Only the very bytes the pull would write count as written: an archive changed by one
+    byte, one compressed otherwise (the same session inside), a link to the right bytes, are
+    each refused before anything is written."""
+    live = rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    out = tmp_path / "out"
+    pull(pg_url, out)
+    names = sorted(files_under(out))
+    gz = next(out / n for n in names if n.endswith(".gz"))
+    plain = next(out / n for n in names if n.startswith("archive") and n.endswith(".jsonl"))
+    (out / Path(live).name).unlink()
+    right_gz, right_plain = gz.read_bytes(), plain.read_bytes()
+    changed = [
+        (plain, right_plain[:-2] + b"X\n"),
+        (gz, gzip.compress(gzip.decompress(right_gz), compresslevel=9, mtime=0)),
+    ]
+    for path, data in changed:
+        path.write_bytes(data)
+        with pytest.raises(TransferError, match="already exists and is not what the pull"):
+            pull(pg_url, out)
+        assert not (out / Path(live).name).exists()
+        path.write_bytes(right_gz if path == gz else right_plain)
+    (tmp_path / "elsewhere").write_bytes(right_plain)
+    plain.unlink()
+    plain.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(TransferError, match="already exists and is not what the pull"):
+        pull(pg_url, out)
+    assert not (out / Path(live).name).exists() and plain.is_symlink()
+
+
+def test_a_live_pulls_temp_is_never_removed_by_another(pg_url: str, tmp_path: Path) -> None:
+    """Two pulls into one folder: the second one's sweep leaves the temp the first one is
+    writing (its flock is held), and the first, ended by SIGTERM, removes only its own."""
+    import signal
+
+    from paused_cli import start
+
+    rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    out = tmp_path / "out"
+    child, temp = start(["pull", pg_url, str(out)], pause_at=1)
+    try:
+        result = pull(pg_url, out)
+        assert os.path.exists(temp)  # the first pull's, still being written
+        assert not any(f["already"] for f in result.files)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(20) == 128 + signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+    assert not os.path.exists(temp)
+    assert files_under(out) == files_under(tmp_path / "src") and no_temps(out)

@@ -48,9 +48,14 @@ def cmd_pull(args: argparse.Namespace) -> int:
         _emit(result.to_json())
         return 0
     for row in result.files:
-        print(f"wrote {row['file']}  ({row['bytes']:,} bytes)")
+        if row["already"]:
+            print(f"already there {row['file']}  ({row['bytes']:,} bytes, the same)")
+        else:
+            print(f"wrote {row['file']}  ({row['bytes']:,} bytes)")
+    there = sum(1 for row in result.files if row["already"])
+    also = f", {there} already there" if there else ""
     left = f", {len(result.skipped)} archive(s) left out" if result.skipped else ""
-    print(f"{len(result.files)} file(s) written{left}")
+    print(f"{len(result.files) - there} file(s) written{also}{left}")
     return 0
 
 
@@ -75,7 +80,9 @@ def add_database_parsers(sub: Any) -> None:
         "writes its lineage, a database URL every session. A lineage with a file name an "
         "earlier one has is written whole into a folder named by its live session's id "
         "(with a warning). "
-        "Refused, writing nothing, if a file exists already, or if an archive moved out of "
+        "A file already there with the bytes the pull would write counts as written (a "
+        "pull that was killed is finished by running it again). Refused, writing nothing, "
+        "if a file exists already with other bytes, or if an archive moved out of "
         "the database (rotate --keep) is in a file not on this machine.")
     p.add_argument("url", help="postgresql://...?session=ID or pg:ID (a lineage), or "
                    "postgresql://.../db (every session)")

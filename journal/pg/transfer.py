@@ -13,8 +13,12 @@ repeated); with other bytes, the push is refused.
 it continues and those continuing it), a database URL (no `session`) every session. Each is
 written to `DIR/<its file name>`, compressed as file rotation compresses archives when the
 name ends in `.gz` (a lineage with a name an older one has is written into a folder of its
-own: see `_targets`). Existing files are never overwritten: the pull is refused before anything is
-written, and undone if one appears meanwhile. A push then a pull gives byte-identical files.
+own: see `_targets`). Existing files are never overwritten: a file already at a target holding
+exactly the bytes the pull would write there counts as written (`already` in the result: a
+pull that was killed is finished by running it again), one with other bytes refuses the pull
+before anything is written, and one that appears meanwhile with other bytes undoes it. Temps
+a killed pull left in the folders it writes into are removed (`files.remove_stale_temps`:
+those no live process holds). A push then a pull gives byte-identical files.
 An archive moved out of the database (`journal rotate --keep`) is copied from its file;
 where that file is not on this machine the pull fails, writing nothing, unless
 `skip_elsewhere` is given: then that archive is left out (listed in the result's `skipped`)
@@ -29,14 +33,17 @@ import logging
 import os
 import posixpath
 import re
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import psycopg
 
 from .. import archivegz, codec
 from ..archivegz import is_compressed
 from ..errors import ArchiveElsewhere, JournalError, NotASession, WriteFailed
+from ..files import TEMP_SUFFIX, remove_stale_temps
 from ..lineage import ARCHIVE_DIR, lineage
 from ..publish import NewFile
 from ..seal import is_seal
@@ -84,8 +91,9 @@ class PushResult:
 
 @dataclass
 class PullResult:
-    """The files a pull wrote, and the archives it left out (`skip_elsewhere`): moved out of
-    the database to a file not on this machine."""
+    """The files a pull wrote (with those it found already there, holding the bytes it would
+    have written: `already` true), and the archives it left out (`skip_elsewhere`): moved out
+    of the database to a file not on this machine."""
 
     directory: str
     files: list[dict[str, Any]] = field(default_factory=list)
@@ -443,44 +451,55 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
     """Write `sessions`; None, with nothing written, if one of them was rotated (or renamed)
     meanwhile: their `links` (file name, successor) are read again once the last file is
     written. A file read after a rotation holds the seal, and would be written under the
-    live name the listing gave it, its successor left out."""
+    live name the listing gave it, its successor left out.
+
+    A target that exists already is compared first: holding the bytes this pull would write
+    there, it counts as written (a pull killed before it finished left it: running it again
+    finishes it); other bytes refuse the pull before anything is written. Such files are the
+    earlier run's, so an undo never removes them."""
     targets = _targets(conninfo, directory, sessions, links)
-    taken = [path for _, path, _ in targets if os.path.lexists(path)]
-    if taken:
-        raise TransferError(f"{taken[0]} already exists; nothing was written")
+    present = _already_there(targets, skip_elsewhere)
+    for folder in sorted({os.path.dirname(path) or "." for _, path, _ in targets}):
+        if os.path.isdir(folder):  # what a killed pull left, never a live one's (flock)
+            remove_stale_temps(folder, suffix=f".{PULL_TAG}{TEMP_SUFFIX}")
     written: list[str] = []
     made: list[str] = []  # folders this pull created, outermost first
     result = PullResult(directory)
     try:
         for storage, path, shared in targets:
-            try:
-                opened = storage.open_reader()
-            except ArchiveElsewhere as e:
-                if not skip_elsewhere:
-                    raise TransferError(f"{e}; nothing was written (--skip-elsewhere pulls "
-                                        "the rest)") from e
-                result.skipped.append({"session": storage.locator, "file": path,
-                                       "elsewhere": e.path})
-                continue
-            made += _make_folders(os.path.dirname(path) or ".")
-            with opened as reader, NewFile(path, PULL_TAG) as new:
-                parts = archivegz.chunks(reader.stream, reader.size, storage.locator)
-                with new.stream() as raw:  # a chunk at a time: an archive may be long
-                    if is_compressed(path):
-                        archivegz.write(parts, raw)
-                    else:
-                        for part in parts:
-                            raw.write(part)
-                    size = raw.tell()
+            already = path in present
+            if already:
+                size = present[path]
+            else:
                 try:
-                    new.publish(replace=False)
-                except FileExistsError:
-                    raise TransferError(f"{path} appeared meanwhile; nothing was "
-                                        "written") from None
-            written.append(path)
+                    opened = storage.open_reader()
+                except ArchiveElsewhere as e:
+                    if not skip_elsewhere:
+                        raise TransferError(f"{e}; nothing was written (--skip-elsewhere "
+                                            "pulls the rest)") from e
+                    result.skipped.append({"session": storage.locator, "file": path,
+                                           "elsewhere": e.path})
+                    continue
+                made += _make_folders(os.path.dirname(path) or ".")
+                with opened as reader, NewFile(path, PULL_TAG) as new:
+                    parts = archivegz.chunks(reader.stream, reader.size, storage.locator)
+                    with new.stream() as raw:  # a chunk at a time: an archive may be long
+                        _write_as_pulled(parts, path, raw)
+                        size = raw.tell()
+                    try:
+                        new.publish(replace=False)
+                    except FileExistsError:
+                        # another pull of the same sessions, say: the same bytes are as good
+                        if _file_digest(path) != _file_digest(new.path):
+                            raise TransferError(f"{path} appeared meanwhile; nothing was "
+                                                "written") from None
+                        already = True
+                if not already:
+                    written.append(path)
             relative = os.path.relpath(path, directory)
             row = {"session": storage.locator, "file": path, "bytes": size,
-                   "archive": os.path.basename(os.path.dirname(relative)) == ARCHIVE_DIR}
+                   "archive": os.path.basename(os.path.dirname(relative)) == ARCHIVE_DIR,
+                   "already": already}
             if shared is not None:
                 row["renamed_from"] = os.path.join(directory, shared)
             result.files.append(row)
@@ -492,6 +511,80 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
         raise
     _undo(written, made)
     return None
+
+
+def _write_as_pulled(parts: Iterable[bytes], path: str, raw: BinaryIO) -> None:
+    """Write a session's bytes as the pull writes them to `path`: compressed as rotation
+    compresses archives when the name ends in `.gz`."""
+    if is_compressed(path):
+        archivegz.write(parts, raw)
+    else:
+        for part in parts:
+            raw.write(part)
+
+
+class _Digest:
+    """A write-only stream that keeps the length and SHA-256 of what is written to it."""
+
+    def __init__(self) -> None:
+        self.hasher, self.size = hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.hasher.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def digest(self) -> tuple[int, str]:
+        return self.size, self.hasher.hexdigest()
+
+
+def _file_digest(path: str) -> tuple[int, str] | None:
+    """The length and SHA-256 of the regular file `path` (never through a link); None for
+    anything else there (a link, a folder, a FIFO): never a file this pull would write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest = _Digest()
+        while part := f.read(archivegz.CHUNK):
+            digest.write(part)
+    return digest.digest()
+
+
+def _already_there(targets: list[tuple[PostgresStorage, str, str | None]],
+                   skip_elsewhere: bool) -> dict[str, int]:
+    """The targets that exist and hold exactly the bytes the pull would write there (their
+    sizes); TransferError, before anything is written, for one holding anything else."""
+    present: dict[str, int] = {}
+    for storage, path, _ in targets:
+        if not os.path.lexists(path):
+            continue
+        there = _file_digest(path)
+        try:
+            opened = storage.open_reader()
+        except ArchiveElsewhere as e:
+            if skip_elsewhere:
+                continue  # left out, and the file there left as it is
+            raise TransferError(f"{e}; nothing was written (--skip-elsewhere pulls the "
+                                "rest)") from e
+        with opened as reader:
+            if there is not None and (is_compressed(path) or there[0] == reader.size):
+                wanted = _Digest()
+                _write_as_pulled(archivegz.chunks(reader.stream, reader.size,
+                                                  storage.locator), path,
+                                 cast(BinaryIO, wanted))
+                if wanted.digest() == there:
+                    present[path] = there[0]
+                    continue
+        raise TransferError(f"{path} already exists and is not what the pull would write "
+                            "there; nothing was written")
+    return present
 
 
 def _undo(written: list[str], made: list[str]) -> None:
