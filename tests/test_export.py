@@ -401,3 +401,32 @@ def test_gz_archive_alone_exports(lineage_pair):
         assert f.read(10)
     md = export(archive, "md")  # a path inside the lineage leads to the whole of it
     assert "the very end" in md
+
+
+def test_temps_of_killed_exports_are_removed_by_the_next_export_there(tmp_path: Path) -> None:
+    """`export -o` SIGKILLed while it writes leaves its temp (no cleanup can run); the next
+    export into that folder removes it, and never the temp of an export still running."""
+    import signal
+
+    from paused_cli import start
+
+    with Session.create(str(tmp_path), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+        path = session.path
+    out = tmp_path / "out"
+    out.mkdir()
+    killed, left = start(["export", path, "--format", "jsonl", "-o", str(out / "a.jsonl")])
+    killed.kill()
+    killed.wait()
+    assert os.listdir(out) == [Path(left).name]
+    running, held = start(["export", path, "--format", "md", "-o", str(out / "b.md")])
+    try:
+        assert os.listdir(out) == [Path(held).name]  # the killed one's temp is gone
+        assert main(["export", path, "--format", "html", "-o", str(out / "c.html")]) == 0
+        assert sorted(os.listdir(out)) == sorted(["c.html", Path(held).name])
+        running.send_signal(signal.SIGTERM)
+        assert running.wait(20) == 128 + signal.SIGTERM
+    finally:
+        running.kill()
+        running.wait()
+    assert os.listdir(out) == ["c.html"]

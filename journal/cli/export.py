@@ -12,8 +12,11 @@ import orjson
 from .. import codec
 from ..errors import JournalError
 from ..exporting import FORMATS, ExportReport, export_to
+from ..files import TEMP_SUFFIX, remove_stale_temps
 from ..pg.url import shown
 from ..publish import NewFile
+
+EXPORT_TAG = "export"
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -49,13 +52,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportReport:
     """Export into a new file beside `output`, published over it once complete
     (`journal.publish`): a failed export leaves nothing behind, and a reader never sees half
-    a file. `output` naming a file the export read (the session itself, one of its archives)
-    is an error: publishing over it would replace the session with its export."""
+    a file; the temps of exports killed in that folder are removed (those no live process
+    holds: `files.remove_stale_temps`). `output` naming a file the export read (the session
+    itself, one of its archives) is an error: publishing over it would replace the session
+    with its export."""
     try:
-        new = NewFile(os.path.abspath(output), "export", mode=0o666 & ~_umask())
+        new = NewFile(os.path.abspath(output), EXPORT_TAG, mode=0o666 & ~_umask())
     except OSError as e:
         raise JournalError(f"{output}: cannot write ({e.strerror})") from e
     with new:
+        remove_stale_temps(os.path.dirname(new.path), suffix=f".{EXPORT_TAG}{TEMP_SUFFIX}")
         with new.stream() as stream:  # closing it flushes it
             result = export_to(path, fmt, stream, **options)
         if any(_same_file(output, read) for read in result.files):
