@@ -6,7 +6,9 @@ so each keeps the same guarantees:
 
 - The bytes go to a temp created with `O_CREAT | O_EXCL | O_NOFOLLOW` under a fresh random name
   beside the final name (never through a planted link, never reusing a file), `flock`ed while
-  it exists so a cleaner can tell a live writer's temp from a crash's (`files.remove_stale_temps`).
+  it exists so a cleaner can tell a live writer's temp from a crash's (`files.remove_stale_temps`);
+  a temp a cleaner removed in the instant between its creation and its flock is noticed and
+  made again under another name.
 - A full disk is measured before writing and reported as NoSpace naming the file.
 - The temp is synced, renamed over its final name (a rename replaces a link, it never writes
   through it) or, where nothing may be replaced (archives), hard-linked to it, and the
@@ -91,17 +93,35 @@ class NewFile:
                 self.fd = os.open(self._in_folder(candidate), flags, 0o600, dir_fd=dir_fd)
             except FileExistsError:
                 continue
-            break
+            if self._held():
+                break
+            self.fd = None  # a sweeper took it before the flock: take another name
         if self.fd is None:
             raise UnsafeFile(self.path, "already exists (it was not made by this operation)")
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if original is not None and os.geteuid() == 0:
                 os.fchown(self.fd, original.st_uid, original.st_gid)
             os.fchmod(self.fd, mode & 0o777)
         except BaseException:
             self.discard()
             raise
+
+    def _held(self) -> bool:
+        """flock the temp just made; False (and closed) if its name no longer leads to it:
+        between the create and the flock, `remove_stale_temps` saw it free and removed it."""
+        fd = self._fd()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: by a sweeper removing it
+            ours = os.path.samestat(os.lstat(self._in_folder(self.path), dir_fd=self.dir_fd),
+                                    os.fstat(fd))
+        except (BlockingIOError, FileNotFoundError):
+            ours = False
+        except BaseException:
+            self.discard()
+            raise
+        if not ours:
+            os.close(fd)
+        return ours
 
     def write(self, data: bytes | memoryview) -> None:
         write_all(self._fd(), data, self.path)

@@ -94,3 +94,32 @@ def test_seal_is_the_last_entry_and_names_the_successor(tmp_path: Path) -> None:
                      str(tmp_path / "archive" / "a.jsonl"))
     assert made["customType"] == SUCCESSOR_TYPE and made["data"]["fromArchive"] == (
         os.path.join("..", "x.jsonl"))
+
+
+def test_a_temp_swept_between_its_create_and_its_flock_is_made_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`remove_stale_temps` (run by a pull, an export, a repair in another process) may find
+    a temp in the instant after `NewFile` made it and before it took its flock, see it free
+    and remove it: the writer notices and takes a fresh name instead of writing into a file
+    that no name leads to any more (its publication then failed)."""
+    import fcntl
+    import types
+
+    from journal import publish
+    from journal.files import remove_stale_temps
+
+    swept: list[str] = []
+
+    def flock(fd: int, operation: int) -> None:
+        if not swept:  # the first temp's: a sweeper comes first
+            swept.extend(remove_stale_temps(str(tmp_path), suffix=".t.tmp"))
+        fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(publish, "fcntl", types.SimpleNamespace(
+        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
+    with publish.NewFile(str(tmp_path / "a.jsonl"), "t") as new:
+        assert len(swept) == 1 and new.path != swept[0] and os.path.exists(new.path)
+        new.write(b"data\n")
+        new.publish()
+    assert (tmp_path / "a.jsonl").read_bytes() == b"data\n"
+    assert os.listdir(tmp_path) == ["a.jsonl"]
