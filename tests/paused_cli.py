@@ -2,9 +2,10 @@
 
 `start(args, pause_at=N)` runs `journal.cli.main(args)` in a new Python process in which the
 N-th file the command publishes (`journal.publish.NewFile`) stops just before it is
-published: its bytes are in the temp, synced, and the files published before it are in place.
-The child prints `paused <temp path>` on stdout and sleeps; the test then sends it SIGTERM or
-SIGKILL. Everything else is the command as installed: its own signal handling, its cleanup.
+published: its bytes are in the temp, synced, and the files published before it are in place
+(with `published=True`, just after it is published, before `publish()` returns). The child
+prints `paused <temp path>` on stdout and sleeps; the test then sends it SIGTERM or SIGKILL.
+Everything else is the command as installed: its own signal handling, its cleanup.
 """
 
 from __future__ import annotations
@@ -20,27 +21,31 @@ CHILD = """
 import os, sys, time
 from journal import publish
 
-real, count = publish.NewFile.sync, [0]
+step = "publish" if sys.argv[2] == "after" else "sync"
+real, count = getattr(publish.NewFile, step), [0]
 
-def sync(self):
-    real(self)
+def paused(self, *args, **kwargs):
+    done = real(self, *args, **kwargs)
     count[0] += 1
     if count[0] == int(sys.argv[1]):
         os.write(1, f"paused {self.path}\\n".encode())
         time.sleep(120)
+    return done
 
-publish.NewFile.sync = sync
+setattr(publish.NewFile, step, paused)
 from journal.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
-def start(args: list[str], *, pause_at: int = 1) -> tuple[subprocess.Popen[str], str]:
+def start(args: list[str], *, pause_at: int = 1,
+          published: bool = False) -> tuple[subprocess.Popen[str], str]:
     """The child running `journal ARGS`, and the temp it paused at (a failed child's stderr
     in the AssertionError)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(pause_at), *args],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(pause_at),
+                              "after" if published else "before", *args],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert child.stdout is not None
     line = child.stdout.readline()

@@ -583,6 +583,28 @@ def test_a_pull_ended_by_sigterm_is_undone_and_exits_143(pg_url: str, tmp_path: 
     assert not out.exists()
 
 
+def test_a_pull_ended_by_sigterm_just_after_it_published_a_file_removes_it_too(
+        pg_url: str, tmp_path: Path) -> None:
+    """The SIGTERM lands in the instant after the file is published, before the pull has
+    noted it: the undo still finds it."""
+    import signal
+
+    from paused_cli import start
+
+    rotated_lineage(tmp_path / "src")
+    push(str(tmp_path / "src"), pg_url)
+    out = tmp_path / "out"
+    child, _ = start(["pull", pg_url, str(out)], pause_at=1, published=True)
+    try:
+        assert len(files_under(out)) == 1
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(20) == 128 + signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+    assert not out.exists()
+
+
 def no_temps(folder: Path) -> bool:
     return not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
 

@@ -462,7 +462,10 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
     for folder in sorted({os.path.dirname(path) or "." for _, path, _ in targets}):
         if os.path.isdir(folder):  # what a killed pull left, never a live one's (flock)
             remove_stale_temps(folder, suffix=f".{PULL_TAG}{TEMP_SUFFIX}")
-    written: list[str] = []
+    # the files this pull publishes, each with its own file's identity, noted before it is
+    # published: a SIGTERM landing just after the publication still finds it to undo, and
+    # a file of another found at that name is told apart and left
+    written: list[tuple[str, os.stat_result]] = []
     made: list[str] = []  # folders this pull created, outermost first
     result = PullResult(directory)
     try:
@@ -486,6 +489,7 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
                     with new.stream() as raw:  # a chunk at a time: an archive may be long
                         _write_as_pulled(parts, path, raw)
                         size = raw.tell()
+                        written.append((path, os.fstat(raw.fileno())))
                     try:
                         new.publish(replace=False)
                     except FileExistsError:
@@ -494,8 +498,6 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
                             raise TransferError(f"{path} appeared meanwhile; nothing was "
                                                 "written") from None
                         already = True
-                if not already:
-                    written.append(path)
             relative = os.path.relpath(path, directory)
             row = {"session": storage.locator, "file": path, "bytes": size,
                    "archive": os.path.basename(os.path.dirname(relative)) == ARCHIVE_DIR,
@@ -587,12 +589,13 @@ def _already_there(targets: list[tuple[PostgresStorage, str, str | None]],
     return present
 
 
-def _undo(written: list[str], made: list[str]) -> None:
-    """Remove the files a pull wrote, then the folders it made (those still empty: never
-    another's files)."""
-    for path in written:
+def _undo(written: list[tuple[str, os.stat_result]], made: list[str]) -> None:
+    """Remove the files a pull wrote (where the name leads to the very file it wrote: never
+    another's), then the folders it made (those still empty)."""
+    for path, mine in written:
         try:
-            os.unlink(path)
+            if os.path.samestat(os.lstat(path), mine):
+                os.unlink(path)
         except OSError:
             pass
     for folder in reversed(made):
