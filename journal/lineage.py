@@ -159,23 +159,62 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
 def _child_by_header(path: str) -> str | None:
     """A session beside `path` whose header names the archive of `path` as parent: its
     rotation successor. A fork names `path` itself (pi writes the parent's own path), and
-    is not a successor."""
+    is not a successor. Failing that, where the successor was live, found down the chain of
+    `parentSession` pointers of a session beside it (`_successor_down_the_chain`)."""
     directory, name = os.path.split(path)
     try:
         names = sorted(os.listdir(directory or "."))
     except OSError:
         return None
-    for candidate in names:
-        if not candidate.endswith(".jsonl") or candidate == name:
-            continue
+    candidates = [n for n in names if n.endswith(".jsonl") and n != name]
+    for candidate in candidates:
         header = read_header(os.path.join(directory, candidate))
         parent = header.get("parentSession") if header else None
-        # an archive takes the file's name, or `<name>.N` when that name was taken
-        if not isinstance(parent, str) or not re.fullmatch(
-                re.escape(name) + r"(\.[0-9]+)?(\.gz)?", os.path.basename(parent)):
+        if not isinstance(parent, str) or not _archive_name_of(name, parent):
             continue
         if os.path.normpath(os.path.join(directory, parent)) != path:
             return os.path.join(directory, candidate)
+    for candidate in candidates:
+        found = _successor_down_the_chain(path, os.path.join(directory, candidate))
+        if found is not None:
+            return found
+    return None
+
+
+def _archive_name_of(name: str, pointer: str) -> bool:
+    """Whether `pointer` names an archive of the file `name`: an archive takes the file's
+    name, or `<name>.N` when that name was taken, and `.gz` once compressed."""
+    return re.fullmatch(re.escape(name) + r"(\.[0-9]+)?(\.gz)?",
+                        os.path.basename(pointer)) is not None
+
+
+def _successor_down_the_chain(path: str, live: str) -> str | None:
+    """The file that continues the vanished `path`, as it was named where it was live
+    (beside `path`; it may be gone too), when the chain of `parentSession` pointers from
+    `live` back through its archives passes through the archive of `path`: several
+    rotations into an archive folder elsewhere leave nothing beside `path` naming it.
+    The hop is checked as `lineage` checks it (the archive's seal names that successor)."""
+    directory, name = os.path.split(path)
+    current, seen = live, {live}
+    for _ in range(MAX_HOPS):
+        header = read_header(current)
+        pointer = header.get("parentSession") if header else None
+        if not isinstance(pointer, str) or not pointer:
+            return None
+        older = _parent_file(pointer, header.get("id") if header else None, current,
+                             directory)
+        if older is None or older in seen:
+            return None
+        if _archive_name_of(name, pointer) and (
+                os.path.normpath(os.path.join(directory, pointer)) != path):  # not a fork
+            seal = seal_of(older)
+            successor = plain_name(seal.get("file")) if seal is not None else None
+            if successor is None or header is None or seal is None or (
+                    seal.get("sessionId") != header.get("id")):
+                return None
+            return os.path.join(directory, successor)
+        seen.add(older)
+        current = older
     return None
 
 

@@ -362,3 +362,28 @@ def test_a_compressed_session_that_nothing_continues_is_refused_untouched(tmp_pa
             rotate(str(packed), dry_run=dry_run)
     assert packed.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["by-hand.jsonl.gz"]
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_an_old_path_is_followed_through_rotations_into_an_archive_folder_elsewhere(
+        tmp_path, compress):
+    """Three rotations into an archive folder elsewhere: nothing beside the first file
+    names its archive any more (its successor was rotated away too); the chain of
+    `parentSession` pointers of the live file leads back to it, and every hop is named."""
+    folder, elsewhere = tmp_path / "sessions", tmp_path / "elsewhere"
+    with Session.create(folder, cwd="/proj") as s:
+        first = s.path
+        names = [first]
+        for n in range(3):
+            s.append_message(user(f"long {n} " + "x" * 3000))
+            kept = s.append_message(user(f"kept {n}"))
+            s.append_compaction(f"summary {n}", kept, 1000)
+            assert s.rotate(archive_dir=str(elsewhere), compress=compress).rotated
+            names.append(s.path)
+    live = names[-1]
+    assert sorted(os.listdir(folder)) == [os.path.basename(live)]
+    assert resolve_live(first) == (live, names[:-1])
+    assert resolve_live(names[1]) == (live, names[1:-1])
+    with Session.open(first) as opened:
+        assert opened.path == live and opened.followed == names[:-1]
+    assert len(lineage(first)) == 4
