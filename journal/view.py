@@ -2,9 +2,10 @@
 
 A `View` never locks and never writes. `refresh()` reads from the byte offset the view had
 consumed up to the last complete line, so a writer's half-written line is left for later. If
-the file was replaced (a repair or rotation: the inode changed) or truncated, the view reloads.
-A session of another backend (a `postgresql://` URL, any `Storage` but a file) is viewed
-through the storage seam: its mark's generation stands for the inode.
+the file was replaced (a repair: the inode changed) or truncated, the view reloads. A session
+a rotation sealed (or moved away) is followed to the live one that continues it, which the view
+then holds, reloaded. A session of another backend (a `postgresql://` URL, any `Storage` but a
+file) is viewed through the storage seam: its mark's generation stands for the inode.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class View:
         self.path = path
         self._storage = storage
         self._forced = dialect  # a dialect the caller forced (None: detected per reading)
-        self._follow = follow  # a database session sealed by a rotation: on to its successor
+        self._follow = follow  # a session sealed by a rotation: on to its successor
         self._take(snap, inode)
 
     def _take(self, snap: Snapshot, inode: Hashable) -> None:
@@ -58,10 +59,11 @@ class View:
 
         Links are resolved first. A file that a concurrent rotation moved away is followed
         to the file that continues it (unless `follow=False`); one replaced while it was
-        read is read again. A Claude Code transcript is detected (or forced with
-        `dialect="claude"`) and read in place. A database URL or another backend's `Storage`
-        is read through the storage seam, as it is named (a session a rotation sealed too,
-        as an archive file is); `refresh` then follows a sealed one to the live session that
+        read is read again; a file that exists is read as it is named (an archive too). A
+        Claude Code transcript is detected (or forced with `dialect="claude"`) and read in
+        place. A database URL or another backend's `Storage` is read through the storage
+        seam, as it is named (a session a rotation sealed too). On both backends `refresh`
+        then follows a session that rotations sealed or moved away to the live one that
         continues it (unless `follow=False`).
         """
         if is_database_url(path) or (isinstance(path, Storage)
@@ -72,7 +74,8 @@ class View:
         if isinstance(path, FileStorage):
             path = path.path
         assert not isinstance(path, Storage)
-        return cls(*read_live(path, full=full, follow=follow, dialect=dialect), dialect=dialect)
+        return cls(*read_live(path, full=full, follow=follow, dialect=dialect),
+                   dialect=dialect, follow=follow)
 
     @property
     def leaf_id(self) -> str | None:
@@ -88,21 +91,35 @@ class View:
         return context if raw else for_model(context)
 
     def refresh(self) -> list[Entry]:
-        """Take in entries appended since the last read; return them (all, after a reload)."""
+        """Take in entries appended since the last read; return them (all, after a reload).
+
+        A session sealed by a rotation, or moved away by one (into its archive, wherever
+        that is), is followed through as many rotations as happened to the live session
+        that continues it (unless the view was opened with `follow=False`), which is then
+        reloaded: `path` names it and all its entries are returned. Raises NotASession when
+        the file is gone and nothing continues it (or `follow=False`).
+        """
         if self._storage is not None:
             return self._refresh_stored(self._storage)
         try:
             stat = os.stat(self.path)
         except FileNotFoundError as e:
-            raise NotASession(self.path, "the file is gone (rotated or deleted)") from e
+            return self._follow_file(gone=e)
         if stat.st_ino != self._inode or stat.st_size < self._end or self._version() < 3:
-            return self._reload()
+            return self._follow_file(self._reload())
         if stat.st_size == self._end:
-            return []
-        with open_for_reading(self.path) as f:
+            return self._follow_file([])
+        try:
+            f = open_for_reading(self.path)
+        except NotASession as e:
+            if os.path.exists(self.path):
+                raise
+            return self._follow_file(gone=e)  # moved away between the stat and the open
+        with f:
             opened = os.fstat(f.fileno())
             if opened.st_ino != self._inode or opened.st_size < self._end:
-                return self._reload()  # replaced between the stat and the open
+                # replaced between the stat and the open
+                return self._follow_file(self._reload())
             if self.claude is not None:
                 return self._refresh_claude(f, self.claude)
             snap = read_stream(self.path, f, start=self._end, version=self._version())
@@ -110,7 +127,29 @@ class View:
             self.tree.add(entry)
         self.diagnostics.extend(d for d in snap.diagnostics if d.reason != "torn_tail")
         self._end = snap.end
-        return snap.entries
+        return self._follow_file(snap.entries)
+
+    def _sealed(self) -> bool:
+        """Whether the session as held ends with a rotation's seal and is to be followed."""
+        last = self.tree.entries[-1] if self.tree.entries else None
+        return self._follow and last is not None and is_seal(last)
+
+    def _follow_file(self, entries: list[Entry] | None = None, *,
+                     gone: Exception | None = None) -> list[Entry]:
+        """`entries` (what a refresh took in), unless the file is sealed by a rotation, or
+        moved away by one (`gone`: the error that said so): then the live file its lineage
+        continues in (`lineage.resolve_live`: seals, archives, `parentSession`), reloaded,
+        all its entries. A sealed file that nothing found continues stays as it is held."""
+        if gone is None and not self._sealed():
+            return entries or []
+        live = resolve_live(self.path)[0] if self._follow else self.path
+        if live == self.path or not os.path.exists(live):
+            if gone is None:
+                return entries or []
+            raise NotASession(self.path, "the file is gone (deleted, or rotated with "
+                              "nothing found to continue it)") from gone
+        self.path = live
+        return self._reload()
 
     def _refresh_claude(self, f: BinaryIO, read: ClaudeRead) -> list[Entry]:
         """Feed the records appended to a Claude Code transcript to its translator."""
@@ -138,8 +177,7 @@ class View:
         """New entries of a stored session; where it ends sealed by a rotation (and
         `follow`), on into the live session that continues it: all its entries."""
         entries = self._refresh_one(storage)
-        last = self.tree.entries[-1] if self.tree.entries else None
-        if self._follow and last is not None and is_seal(last):
+        if self._sealed():
             live = _continued(storage)
             if live.locator != storage.locator:
                 self._storage, self.path = live, live.locator
@@ -168,7 +206,10 @@ class View:
     def _read(self, *, full: bool) -> tuple[Snapshot, Hashable]:
         if self._storage is not None:
             return read_stored(self._storage, full=full)
-        _, snap, inode = read_live(self.path, full=full, dialect=self._forced)
+        # a file moved away meanwhile is followed (unless `follow=False`): the view holds
+        # the one read from then on
+        self.path, snap, inode = read_live(self.path, full=full, follow=self._follow,
+                                           dialect=self._forced)
         return snap, inode
 
     def _reload(self) -> list[Entry]:
