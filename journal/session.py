@@ -153,8 +153,10 @@ class Session:
         `target` is a file path or a `journal.storage.Storage` (any backend). For a file, a
         torn last line is copied to the quarantine side file and cut away first (the result is
         in `recovered`); the path may be a symbolic link: it is resolved once, and the session
-        is its real file (`path`), locked as such; a rotated file is followed to its live
-        successor, also when it rotates while this waits for the lock (`followed`).
+        is its real file (`path`), locked as such. A rotated session (a file or a database
+        session) is followed to its live successor, also when it rotates while this waits
+        for the lock; `followed` lists every sealed one passed on the way, the one named
+        first (empty when it was live).
 
         A version 1 or 2 file is first rewritten as version 3, as pi does when it opens one
         (atomically, under the lock, the original kept as `<file>.bak`, a warning logged),
@@ -616,14 +618,14 @@ class _Opened:
 
 def _open_other(storage: Storage, lock_timeout: float) -> _Opened:
     """Another backend's session, locked; a database session sealed by a rotation is
-    followed to the live one (`journal.pg.rotation.lock_live`)."""
+    followed to the live one (`journal.pg.rotation.lock_live`), every sealed session on
+    the way in `followed`, as for a file."""
     if is_database_url(storage.locator):
         from .pg.rotation import lock_live
         from .pg.storage import PostgresStorage
 
         if isinstance(storage, PostgresStorage):
-            live, lease = lock_live(storage, lock_timeout)
-            followed = [storage.locator] if live.session != storage.session else []
+            live, lease, followed = lock_live(storage, lock_timeout)
             return _Opened(live, lease, followed=followed)
     return _Opened(storage, storage.lock(lock_timeout))
 

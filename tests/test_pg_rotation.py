@@ -1349,3 +1349,33 @@ def test_a_rotation_outrun_by_an_appender_without_the_lease_every_time_changes_n
     again = rotate_database(url)  # from the session as it is now: the lines carried over
     assert again.rotated and again.successor is not None
     assert [e["id"] for e in load(again.successor).entries[-CHANGED_TRIES:]] == ids
+
+
+def test_opening_the_first_of_a_twice_rotated_session_names_every_hop(pg_url: str,
+                                                                      tmp_path: Path) -> None:
+    """`followed` lists each sealed session passed on the way, as for a file (the file
+    session the same steps make, alongside)."""
+    url = new_session(pg_url)
+    hops = [PostgresStorage.from_url(url).locator]
+    for _ in range(2):
+        result = rotate_database(url)
+        assert result.rotated and result.successor_id is not None
+        successor = PostgresStorage.from_url(session_url(pg_url, result.successor_id))
+        hops.append(successor.locator)
+        with Session.open(url) as session:
+            fill(session)
+    with Session.open(url) as session:
+        assert session.session_id == result.successor_id
+        assert session.followed == hops[:-1]
+
+    with Session.create(tmp_path, cwd="/work") as file_session:
+        fill(file_session)
+        paths = [file_session.path]
+    for _ in range(2):
+        rotated = rotate(paths[0])
+        assert rotated.rotated and rotated.successor is not None
+        paths.append(rotated.successor)
+        with Session.open(paths[0]) as file_session:
+            fill(file_session)
+    with Session.open(paths[0]) as file_session:
+        assert file_session.followed == paths[:-1]

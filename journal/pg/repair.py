@@ -71,7 +71,7 @@ def repair_database(
     if dry_run:
         return assess(live_storage(storage).locator, migrate=migrate, strict=strict,
                       progress=progress)
-    live, lease = lock_live(storage, lock_timeout)
+    live, lease, _ = lock_live(storage, lock_timeout)
     try:
         whole = migrate and _older_version(live)
         keep = partial(_keep, live, lease, whole=whole)

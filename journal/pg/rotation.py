@@ -76,8 +76,8 @@ from .lease import Lease
 from .storage import PostgresReader, PostgresStorage, current_end, split_batch
 
 __all__ = ["CHANGED_TRIES", "again_while_changed", "archive_sealed", "export_archive",
-           "file_name", "keep_archives", "live_storage", "lock_live", "move_out",
-           "rotate_database", "rotate_session", "stream_row"]
+           "file_name", "follow_successors", "keep_archives", "live_storage", "lock_live",
+           "move_out", "rotate_database", "rotate_session", "stream_row"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -124,26 +124,39 @@ def file_name(storage: PostgresStorage, header: model.Entry | None = None) -> st
 
 def live_storage(storage: PostgresStorage) -> PostgresStorage:
     """The session that continues `storage` now (itself if it is not sealed)."""
+    return follow_successors(storage)[0]
+
+
+def follow_successors(storage: PostgresStorage) -> tuple[PostgresStorage, list[str]]:
+    """The session that continues `storage` now, and the sealed sessions on the way there
+    (their locators, `storage`'s first; none if it is not sealed), as
+    `journal.lineage.resolve_live` gives a file's hops."""
     current = storage
+    hops: list[str] = []
     for _ in range(MAX_HOPS):
         row = stream_row(current)
         if row is None or not row["successor"]:
-            return current
+            return current, hops
+        hops.append(current.locator)
         current = PostgresStorage(current.conninfo, str(row["successor"]))
     raise JournalError(f"{storage.locator}: more than {MAX_HOPS} successors; a loop?")
 
 
-def lock_live(storage: PostgresStorage, timeout: float) -> tuple[PostgresStorage, Lease]:
+def lock_live(storage: PostgresStorage, timeout: float
+              ) -> tuple[PostgresStorage, Lease, list[str]]:
     """Take the lease of the live session `storage` leads to, following a rotation that
-    happened while this waited for it."""
-    current = live_storage(storage)
+    happened while this waited for it; return it, its lease and the sealed sessions
+    followed on the way (their locators, oldest first), as the file backend's
+    `journal.live.lock_live` does."""
+    current, followed = follow_successors(storage)
     for _ in range(MAX_HOPS):
         lease = current.lock(timeout)
         row = stream_row(current)
         if row is None or not row["successor"]:
-            return current, lease
+            return current, lease, followed
         lease.release()  # rotated while we waited: on to its successor
-        current = live_storage(current)
+        current, hops = follow_successors(current)
+        followed.extend(hops)
     raise JournalError(f"{storage.locator}: kept moving on while it was opened; try again")
 
 
@@ -202,7 +215,7 @@ def rotate_database(
     if dry_run:
         storage = live_storage(storage)
     else:
-        storage, lease = lock_live(storage, lock_timeout)
+        storage, lease, _ = lock_live(storage, lock_timeout)
     locked_at = time.perf_counter()
     result: RotationResult | None = None
     left = _steps_after(archive_dir, keep)
