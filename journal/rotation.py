@@ -453,6 +453,10 @@ def rotate(
     is no compaction to rotate after. A dry run only reads, as every reader does: it takes no
     lock (and creates no lock file). `progress` is called with (done, total) bytes as the
     archive is compressed (the long part of rotating a large file; see `journal.progress`).
+    `keep` deletes the lineage's archives beyond the newest `keep` (`removed_archives`), also
+    when nothing rotates, as an archive left uncompressed is compressed then: a rotation
+    stopped after its commit (killed while it compressed, say) is finished by running it
+    again.
 
     Example:
         >>> result = rotate("sessions/a.jsonl")  # doctest: +SKIP
@@ -512,15 +516,17 @@ def _file_source(path: str, early_info: tuple[int, Entry | None] | None) -> Rota
 def finish_rotation(rotation: Rotation, *, keep: int | None = None,
                     progress: Progress | None = None) -> RotationResult:
     """What follows a rotation once the old file's lock is released: compress the archive
-    (it no longer changes), retry an earlier failed compression, apply retention."""
+    (it no longer changes), retry an earlier failed compression, apply retention. The last
+    two also when nothing rotated: a rotation stopped after its commit (a SIGKILL) left them
+    undone, and running it again finishes them (a dry run changes nothing)."""
     result = rotation.result
     if rotation.compress is not None:
         _compress_or_warn(*rotation.compress, result, progress)
+    live = result.successor if result.rotated and result.successor else result.path
     if not result.dry_run and not result.warnings:
-        _retry_compression(result.successor if result.rotated and result.successor
-                           else result.path)
-    if result.rotated and keep is not None and result.successor:
-        result.removed_archives = apply_retention(result.successor, keep)
+        _retry_compression(live)
+    if keep is not None and not result.dry_run:
+        result.removed_archives = apply_retention(live, keep)
     result.total_ms = (time.perf_counter() - rotation.started) * 1000
     return result
 

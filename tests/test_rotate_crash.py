@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -348,3 +349,88 @@ def test_session_whose_rotation_failed_does_not_write_where_nobody_reads(tmp_pat
     with Session.open(path, lock_timeout=5) as reopened:
         live = reopened.path
     assert new_id is None or new_id in entry_ids(live)
+
+
+# a rotation killed after its commit, before its retention
+
+
+def journal_command(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "journal.cli", *argv]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+def killed_while_compressing(path: str, *options: str) -> None:
+    """Run `journal rotate PATH OPTIONS` and SIGKILL it once it compresses the archive:
+    after the rotation's commit (the lock released), before its retention."""
+    archive = os.path.join(os.path.dirname(path), ARCHIVE_DIR)
+    child = subprocess.Popen(journal_command("rotate", path, *options), env=child_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while not leftovers(archive, ".compress.tmp"):
+            assert child.poll() is None, f"it ended before compressing: {child.communicate()}"
+            assert time.monotonic() < deadline, "it never began compressing"
+            time.sleep(0.001)
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=CHILD_TIMEOUT)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+
+def test_keep_is_applied_by_a_rerun_after_a_rotation_killed_before_its_retention(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    path = make_session(folder)
+    for _ in range(2):  # two archives, kept: no --keep yet
+        assert rotate_mod.rotate(path).rotated
+        with Session.open(path) as s:
+            s.append_message(user("more " + "c" * 3000))
+            kept = s.append_message(user("kept"))
+            s.append_compaction("again", kept, 1000)
+    with Session.open(path) as s:  # long enough to be killed while it is compressed
+        s.append_message(user("big " + os.urandom(6 << 20).hex()))
+        kept = s.append_message(user("the kept part"))
+        s.append_compaction("the big one", kept, 1000)
+        before, expected = s.path, s.context()
+    archive = os.path.join(folder, ARCHIVE_DIR)
+    older = sorted(lineage(before)[:-1])
+
+    killed_while_compressing(path, "--keep", "1")
+
+    live = resolve_live(path)[0]
+    assert live != before and context_of(live).same_as(expected)  # it had rotated
+    newest = os.path.join(archive, os.path.basename(before))
+    assert os.path.exists(newest)  # not compressed yet, and nothing removed:
+    assert all(os.path.exists(p) for p in older)
+    assert leftovers(archive, ".compress.tmp")
+
+    dry = subprocess.run(journal_command("rotate", path, "--keep", "1", "--dry-run",
+                                         "--json"), env=child_env(), capture_output=True,
+                         text=True, timeout=CHILD_TIMEOUT)
+    assert dry.returncode == 0, dry.stderr
+    assert orjson.loads(dry.stdout)["removedArchives"] == []
+    assert all(os.path.exists(p) for p in older)  # a dry run removes nothing
+
+    again = subprocess.run(journal_command("rotate", path, "--keep", "1", "--json"),
+                           env=child_env(), capture_output=True, text=True,
+                           timeout=CHILD_TIMEOUT)
+    assert again.returncode == 0, again.stderr
+    result = orjson.loads(again.stdout)
+    assert not result["rotated"]  # nothing more to rotate: what the killed one left is done
+    assert sorted(result["removedArchives"]) == older
+    assert sorted(os.listdir(archive)) == [os.path.basename(newest) + ".gz"]
+    assert lineage(live) == [newest + ".gz", live]
+    assert context_of(live).same_as(expected)
+
+    # (the first file's archive is gone now: the live file is named from here on)
+    done = subprocess.run(journal_command("rotate", live, "--keep", "1", "--json"),
+                          env=child_env(), capture_output=True, text=True,
+                          timeout=CHILD_TIMEOUT)
+    assert done.returncode == 0 and orjson.loads(done.stdout)["removedArchives"] == []
