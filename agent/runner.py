@@ -76,6 +76,7 @@ from agent.truncate import (
 )
 from agent.window import resolve_budget, run_settings
 from journal import Context, Session, sanitize
+from journal.interrupt import Terminated
 from tools import Tool, ToolResult, run_tool, tool_schemas
 
 log = logging.getLogger(__name__)
@@ -260,10 +261,14 @@ class Runner:
                 assistant = self._complete(abort)
             except OverflowUnrecoverable as e:
                 return RunResult("overflow", turns, self.compactions, e.message)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Terminated) as e:
                 assistant = assistant_message(
                     [], api="unknown", provider=self.model.provider, model=self.model.model_id,
-                    stop_reason="aborted", error_message="interrupted by the user")
+                    stop_reason="aborted", error_message="interrupted by the user"
+                    if isinstance(e, KeyboardInterrupt) else "stopped by SIGTERM")
+                if isinstance(e, Terminated):  # recorded as Ctrl-C's is, then the exit 143
+                    self.session.append_message(assistant)
+                    raise
             entry_id = self.session.append_message(assistant)
             stop = assistant.get("stopReason")
             self._emit("turn_end", turn=turns, entry_id=entry_id, stop_reason=stop)
@@ -304,6 +309,9 @@ class Runner:
             except KeyboardInterrupt:
                 self._interrupt_rest(calls[index:], "Interrupted by the user while running.")
                 return False
+            except Terminated:  # every call answered, as after Ctrl-C, then the exit 143
+                self._interrupt_rest(calls[index:], "Stopped by SIGTERM while running.")
+                raise
             except Exception as e:  # a bug in a tool: its call still gets a result
                 log.exception("tool %s raised", call.get("name"))
                 result = ToolResult(f"{call.get('name')}: the tool failed: {e!r}",

@@ -780,3 +780,48 @@ def test_ctrl_c_during_the_model_call_records_an_aborted_turn(tmp_path: Path,
     assert result.stop_reason == "aborted"
     assert roles(entries) == ["user", "assistant"]
     assert messages_of(entries)[-1]["stopReason"] == "aborted"
+
+
+def test_agent_stopped_by_sigterm_mid_tool_call_answers_the_call_and_exits_143(
+        tmp_path: Path, workspace: Path) -> None:
+    """A service manager's stop (SIGTERM) while a tool runs: the shell command is killed, the
+    call gets its result ("Stopped by SIGTERM"), as after Ctrl-C, so the session needs no
+    repair before the next request; exit 143. The call was left without a result."""
+    scenario_file = tmp_path / "slow.json"
+    prompt = "Run the slow check."
+    scenario_file.write_text(json.dumps(scenario(
+        {"text": "Starting the slow check.",
+         "tool_calls": [call("bash", command="echo $$ > slow.pid; exec sleep 60", timeout=120)]},
+        {"text": "Done."},
+        prompt=prompt,
+    )))
+    with Session.create(str(tmp_path / "sessions"), cwd=str(workspace)) as session:
+        path = session.path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
+        "PYTHONPATH", "")])}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "run", prompt, "--session", path,
+         "--model", f"scripted:{scenario_file}", "--workspace", str(workspace), "--quiet"],
+        env=env, cwd=str(tmp_path), start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (workspace / "slow.pid").exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(30) == 143
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    sleeper = int((workspace / "slow.pid").read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{sleeper}").exists(), "the shell command outlived the agent"
+    with Session.open(path) as session:
+        entries = assert_journal_ok(session)
+    result = messages_of(entries)[-1]
+    assert result["role"] == "toolResult" and result["isError"]
+    assert "Stopped by SIGTERM" in result["content"][0]["text"]
