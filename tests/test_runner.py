@@ -659,13 +659,18 @@ def test_agent_killed_mid_tool_call_is_repaired_and_resumed(tmp_path: Path,
         if child.poll() is None:
             child.kill()
         child.wait(10)
-        pid_file = workspace / "slow.pid"
-        if pid_file.exists():  # the bash tool runs in its own process group: end the sleep
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
     assert child.returncode == -signal.SIGKILL
+
+    # the shell command the agent left running (in a process group of its own) was ended by
+    # the tool's watcher, not left to run on
+    sleeper = int((workspace / "slow.pid").read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    outlived = Path(f"/proc/{sleeper}").exists()
+    if outlived:
+        os.kill(sleeper, signal.SIGKILL)
+    assert not outlived, "the shell command outlived the agent"
 
     # the file now ends with a call that has no result
     messages = messages_of(load(path).entries)

@@ -16,6 +16,7 @@ import time
 from typing import IO, Any
 
 from tools.base import Tool, ToolResult
+from tools.groupwatch import unwatch, watch
 from tools.sandbox import require_sandbox, sandboxed
 from tools.workspace import Workspace
 
@@ -102,6 +103,8 @@ class BashTool(Tool):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if not self.sandbox:  # (bubblewrap ends its commands itself: --die-with-parent)
+            watch(proc.pid)  # ended too if this process is killed outright meanwhile
         assert proc.stdout is not None
         tail = _TailBuffer(self.max_output_chars * 4)
         reader = threading.Thread(target=tail.pump, args=(proc.stdout,), daemon=True)
@@ -114,6 +117,8 @@ class BashTool(Tool):
                 _kill_group(proc.pid)
                 proc.wait()
                 reader.join(DRAIN_GRACE_SECONDS)
+            if not self.sandbox:
+                unwatch(proc.pid)
         duration = time.monotonic() - started
 
         text, total_bytes, cut = tail.text(self.max_output_chars)
