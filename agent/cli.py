@@ -38,12 +38,13 @@ from agent.window import ContextWindowTooSmall, run_window
 from journal import JournalError, Session, Unreachable, WriteFailed, resolve_live
 from journal.cli import entry_parser, run, seconds
 from journal.lock import DEFAULT_LOCK_TIMEOUT
-from journal.model import new_session_id
 from journal.pg.url import (
+    DATABASE_ENV,
+    DEFAULT_DATABASE,
     is_database_url,
+    names_session,
     parse_database,
     parse_url,
-    session_url,
     short_name,
     shown,
 )
@@ -89,10 +90,11 @@ def sessions_dir_for(workspace: str, override: str | None) -> str:
     (it was made into folders named like the URL, its password included)."""
     where = override or default_sessions_root()
     if is_database_url(where):
-        if not where.startswith(("postgresql://", "postgres://")):
-            raise JournalError(f"{where}: a session, not a database; new sessions go into a "
-                               "database named by its URL (postgresql://user@host/db)")
-        parse_database(where)  # names no session (BadDatabaseUrl otherwise)
+        if names_session(where):
+            raise JournalError(f"{shown(where)}: a session, not a database; new sessions go "
+                               "into a database named by its URL (postgresql://user@host/db, "
+                               f"or {DEFAULT_DATABASE} for the one {DATABASE_ENV} names)")
+        parse_database(where)  # the default database is set (BadDatabaseUrl otherwise)
         return where
     if "://" in where:
         raise JournalError(f"{shown(where)}: not a folder; a database is named "
@@ -103,10 +105,6 @@ def sessions_dir_for(workspace: str, override: str | None) -> str:
 def new_session(where: str, workspace: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
                 ) -> Session:
     """A new session in the folder or database `where` (see `sessions_dir_for`)."""
-    if is_database_url(where):
-        session_id = new_session_id()
-        return Session.create(session_url(parse_database(where), session_id), cwd=workspace,
-                              session_id=session_id, lock_timeout=lock_timeout)
     return Session.create(where, cwd=workspace, lock_timeout=lock_timeout)
 
 

@@ -36,7 +36,7 @@ from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
-from .pg.url import is_database_url
+from .pg.url import is_database_url, names_session, parse_database, session_url
 from .quarantine import Quarantined, cut_torn_tail
 from .repair import migrate_held
 from .rotation import (
@@ -115,8 +115,10 @@ class Session:
 
         A path ending in `.jsonl` names the file; anything else is a directory (created if
         needed) in which the file gets a pi-style `<timestamp>_<uuid>.jsonl` name. An existing
-        file is never overwritten. A `journal.storage.Storage` (any backend) is created as it
-        is, under its writer lock.
+        file is never overwritten. A database session URL (or `pg:<id>`) is created as it is
+        named; a database URL without a session (or `pg:`, the default database) is the
+        database's folder: the new session in it is named by the header's id. A
+        `journal.storage.Storage` (any backend) is created as it is, under its writer lock.
         """
         header = model.make_header(
             cwd if cwd is not None else os.getcwd(),
@@ -126,6 +128,8 @@ class Session:
         if isinstance(path_or_dir, FileStorage):
             path_or_dir = path_or_dir.path  # named, checked and made as any file session
         if is_database_url(path_or_dir):
+            if not names_session(path_or_dir):  # a database: a new session in it
+                path_or_dir = session_url(parse_database(path_or_dir), header["id"])
             path_or_dir = as_storage(path_or_dir)
         storage = (_new_file_storage(os.fspath(path_or_dir), header)
                    if isinstance(path_or_dir, (str, os.PathLike)) else path_or_dir)

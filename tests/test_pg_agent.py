@@ -41,13 +41,16 @@ def started(out: str) -> str:
     return line.removeprefix("session ")
 
 
-@pytest.mark.parametrize("how", ["flag", "environment"])
+@pytest.mark.parametrize("how", ["flag", "environment", "default database"])
 def test_a_run_starts_a_new_session_in_the_database_named_for_new_sessions(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], how: str) -> None:
     where = ["--sessions-dir", pg_url] if how == "flag" else []
     if how == "environment":
         monkeypatch.setenv("JOURNAL_SESSIONS_DIR", pg_url)
+    if how == "default database":  # `pg:` alone: the database JOURNAL_DATABASE_URL names
+        monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+        where = ["--sessions-dir", "pg:"]
     before = sorted(os.listdir(tmp_path))
     code = main(["run", TASK, "--model", f"scripted:{SCENARIOS / 'short.json'}",
                  "--workspace", str(tmp_path / "ws"), *where])
@@ -63,10 +66,12 @@ def test_a_run_starts_a_new_session_in_the_database_named_for_new_sessions(
 
 
 def test_a_url_that_names_no_database_is_refused_before_anything_is_made(
-        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("JOURNAL_DATABASE_URL", raising=False)  # so `pg:` names nothing
     before = sorted(os.listdir(tmp_path))
     misspelt = "postgress://alice:s3cret@127.0.0.1:5432/agents"
-    for where in (misspelt, session_url(pg_url, "one"), "pg:one"):
+    for where in (misspelt, session_url(pg_url, "one"), "pg:one", "pg:"):
         code = main(["run", TASK, "--model", f"scripted:{SCENARIOS / 'short.json'}",
                      "--workspace", str(tmp_path / "ws"), "--sessions-dir", where])
         err = capsys.readouterr().err

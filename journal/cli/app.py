@@ -34,7 +34,7 @@ from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
 from ..interrupt import EXIT_TERMINATED, Terminated, terminated_as_interrupted
-from ..pg.url import hide_passwords
+from ..pg.url import DATABASE_ENV, DEFAULT_DATABASE, hide_passwords, is_database_url
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -163,6 +163,22 @@ def default_sessions_dir() -> str:
     """Where commands look for sessions when given no path: `$JOURNAL_SESSIONS_DIR`, else
     `./sessions` (the one default every command shares)."""
     return os.environ.get("JOURNAL_SESSIONS_DIR") or os.path.join(os.getcwd(), "sessions")
+
+
+def paths_or_default(paths: Sequence[str] | None) -> list[str]:
+    """What `ls`, `search` and `usage` read: the paths given, else `default_sessions_dir()`
+    (which may name a database, as the agent's `--sessions-dir` may). A default folder that
+    does not exist while JOURNAL_DATABASE_URL is set is an error saying that `pg:` names that
+    database: the variable names the database of `pg:` names, never a default to read."""
+    if paths:
+        return list(paths)
+    default = default_sessions_dir()
+    if not is_database_url(default) and not os.path.lexists(default) \
+            and os.environ.get(DATABASE_ENV):
+        raise JournalError(f"{default}: no such file or folder (the default); the sessions of "
+                           f"the database {DATABASE_ENV} names are read by naming it: "
+                           f"{DEFAULT_DATABASE}")
+    return [default]
 
 
 def print_error(message: str) -> None:

@@ -26,7 +26,7 @@ from ..errors import JournalError
 from ..pg.url import is_database_url
 from ..prices import load_prices
 from ..rowcache import RowCache, default_cache_path
-from .app import ByteProgress, default_sessions_dir
+from .app import ByteProgress, paths_or_default
 from .filesonly import files_only
 
 LS_DESCRIPTION = (
@@ -75,11 +75,11 @@ HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", 
 RIGHT = ("entries", "files", "size", "tokens", "cost")
 
 
-def _ls_database(args: argparse.Namespace) -> int:
-    if len(args.dirs) != 1:
+def _ls_database(dirs: list[str], args: argparse.Namespace) -> int:
+    if len(dirs) != 1:
         raise JournalError("journal ls lists one database at a time")
     warnings: list[UsageWarning] = []
-    rows = sort_database_rows(database_rows(args.dirs[0], load_prices(args.prices), warnings),
+    rows = sort_database_rows(database_rows(dirs[0], load_prices(args.prices), warnings),
                               args.sort, args.reverse)
     for warning in warnings:  # a lineage counted in part: its tokens and cost are less
         print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
@@ -101,9 +101,9 @@ def _ls_database(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    if any(is_database_url(d) for d in args.dirs or ()):
-        return _ls_database(args)
-    dirs = args.dirs or [default_sessions_dir()]
+    dirs = paths_or_default(args.dirs)
+    if any(is_database_url(d) for d in dirs):
+        return _ls_database(dirs, args)
     prices = load_prices(args.prices)
     cache = None if args.no_cache else RowCache(default_cache_path())
     with ByteProgress("reading sessions") as bar:

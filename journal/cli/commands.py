@@ -578,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tail_parser(sub)
     add_catalog_parsers(sub)
     add_usage_parser(sub)
-    add_search_parser(sub, default_sessions_dir)
+    add_search_parser(sub)
     add_export_parser(sub)
     add_import_parser(sub)
     add_database_parsers(sub)

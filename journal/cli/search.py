@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from .. import codec
 from ..textsearch import ROLES, Hit, SearchResult, search
-from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress
+from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress, paths_or_default
 
 DESCRIPTION = (
     "Search sessions for text: user and assistant messages, thinking, tool calls (name and "
@@ -36,9 +35,8 @@ def _limit(text: str) -> int:
     return value
 
 
-def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
-    """Add `journal search` to the `journal` command's sub-parsers; `default_dir()` is
-    searched when no path is given."""
+def add_search_parser(sub: Any) -> None:
+    """Add `journal search` to the `journal` command's sub-parsers."""
     p = sub.add_parser("search", help="find text across sessions and their archives",
                        description=DESCRIPTION)
     p.add_argument("query", help="the text to find (a regular expression with --regex)")
@@ -66,11 +64,11 @@ def add_search_parser(sub: Any, default_dir: Callable[[], str]) -> None:
                       help="match case exactly")
     p.add_argument("-n", "--limit", type=_limit, metavar="N", help="stop after N hits")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_search, default_dir=default_dir)
+    p.set_defaults(func=cmd_search)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    paths = args.paths or [args.default_dir()]
+    paths = paths_or_default(args.paths)
     with ByteProgress("searching", enabled=True) as bar:
         result = search(args.query, paths, role=args.role, tool=args.tool, since=args.since,
                         until=args.until, regex=args.regex, ignore_case=args.ignore_case,

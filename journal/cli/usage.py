@@ -14,12 +14,12 @@ from ..accounting import BY, By, Tally, UsageReport, usage
 from ..discovery import check_paths
 from ..pg.url import is_database_url
 from ..prices import PRICES_ENV, load_prices
-from .app import ByteProgress, default_sessions_dir
+from .app import ByteProgress, paths_or_default
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
-    paths = args.paths or [default_sessions_dir()]
+    paths = paths_or_default(args.paths)
     check_paths([p for p in paths if not is_database_url(p)])  # as ls and search do
     with ByteProgress("reading sessions", enabled=not args.json) as bar:
         report = usage(paths, prices=prices, progress=bar)

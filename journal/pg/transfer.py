@@ -104,20 +104,15 @@ class PullResult:
 
 
 def database_of(url: str | None) -> str:
-    """The database a push or pull uses: `url` (a database URL, or a session URL whose
-    database is meant), else JOURNAL_DATABASE_URL."""
+    """The database a push or pull uses: `url` (a database URL, `pg:` for the default one,
+    or a session URL whose database is meant), else JOURNAL_DATABASE_URL."""
     if url is None or url == "":
         url = os.environ.get(DATABASE_ENV) or ""
         if not url:
             raise TransferError(f"no database named and {DATABASE_ENV} is not set")
-    if not is_database_url(url) or url.startswith("pg:"):
-        if url.startswith("pg:"):
-            return parse_url(url).conninfo
+    if not is_database_url(url):
         raise TransferError(f"{url}: not a postgresql:// URL")
-    try:
-        return parse_url(url).conninfo
-    except JournalError:
-        return parse_database(url)
+    return parse_url(url).conninfo if names_session(url) else parse_database(url)
 
 
 # push
@@ -429,7 +424,7 @@ def pull(url: str, directory: str | os.PathLike[str], *,
         >>> pull("postgresql://me@db/journal?session=4f1c...", "restored/")  # doctest: +SKIP
     """
     directory = os.fspath(directory)
-    if url.startswith("pg:") or "session=" in url:
+    if names_session(url):
         parsed = parse_url(url)
         conninfo, session = parsed.conninfo, parsed.session
     else:

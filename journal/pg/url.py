@@ -4,6 +4,8 @@
   database. Every other query parameter is the driver's (`sslmode=require`, ...), passed on.
 - `pg:<id>`: the session `<id>` in the database that the `JOURNAL_DATABASE_URL` environment
   variable names (a URL without `session`), the default for commands and the API.
+- `pg:` alone: that default database itself, wherever a database is taken (`journal ls pg:`,
+  `push`, `pull`, `search`, `usage`, `export`, `new`, the agent's `--sessions-dir`).
 
 This module needs no driver: `import journal` can tell a URL from a path without psycopg.
 """
@@ -26,8 +28,9 @@ from urllib.parse import (
 
 from ..errors import JournalError
 
-__all__ = ["DATABASE_ENV", "SessionUrl", "hide_passwords", "is_database_url", "names_session",
-           "parse_url", "session_url", "short_name", "shown", "shown_in"]
+__all__ = ["DATABASE_ENV", "DEFAULT_DATABASE", "SessionUrl", "hide_passwords", "is_database_url",
+           "names_session", "parse_database", "parse_url", "session_url", "short_name", "shown",
+           "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -35,6 +38,8 @@ _AUTHORITY = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<auth>[^/]*)(
                         re.DOTALL)
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 SHORT = "pg:"
+DEFAULT_DATABASE = SHORT
+"""`pg:` alone: the database JOURNAL_DATABASE_URL names (`pg:<id>` is a session in it)."""
 _MASK = "***"  # what a password is shown as
 
 
@@ -64,21 +69,10 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
     """Split a session URL (or `pg:<id>` against `default`, else JOURNAL_DATABASE_URL)."""
     if target.startswith(SHORT) and not target.startswith(SCHEMES):
         session = target[len(SHORT):]
-        database = default if default is not None else os.environ.get(DATABASE_ENV)
-        if not database:
-            raise BadDatabaseUrl(f"{target}: names a session in the default database, but "
-                                 f"{DATABASE_ENV} is not set (set it to postgresql://...)")
-        if not database.startswith(SCHEMES):
-            raise BadDatabaseUrl(f"{DATABASE_ENV}={_without_password(database)!r} is not a "
-                                 "postgresql:// URL")
-        try:
-            base = parse_database(database)
-        except BadDatabaseUrl as e:
-            raise BadDatabaseUrl(f"{DATABASE_ENV}: {e} (it names the database; 'pg:<id>' "
-                                 "adds the session)") from None
         if not session:
-            raise BadDatabaseUrl(f"{target}: no session id after 'pg:'")
-        return SessionUrl(base, session)
+            raise BadDatabaseUrl(f"{target}: names the default database ({DATABASE_ENV}), not "
+                                 "a session: pg:<id> names one of its sessions")
+        return SessionUrl(_default_database(target, default), session)
     parts = _split(target)
     query = parse_qsl(parts.query, keep_blank_values=True)
     sessions = [value for key, value in query if key == "session"]
@@ -92,18 +86,44 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
 
 def names_session(url: str) -> bool:
     """Whether `url` names one session (`pg:<id>`, or a `session` parameter) rather than a
-    database: the rule `parse_url` and `parse_database` apply, read from the parsed query."""
+    database (a URL without `session`, or `pg:` alone): the rule `parse_url` and
+    `parse_database` apply, read from the parsed query."""
     if url.startswith(SHORT) and not url.startswith(SCHEMES):
-        return True
+        return url != DEFAULT_DATABASE
     return any(key == "session" for key, _ in parse_qsl(_split(url).query))
 
 
 def parse_database(url: str) -> str:
-    """A database URL (JOURNAL_DATABASE_URL) as the driver's conninfo; it names no session."""
+    """A database URL as the driver's conninfo; it names no session. `pg:` alone is the
+    database JOURNAL_DATABASE_URL names."""
+    if url.startswith(SHORT) and not url.startswith(SCHEMES):
+        if url != DEFAULT_DATABASE:
+            raise BadDatabaseUrl(f"{url}: names a session; the database it is in is "
+                                 f"{DEFAULT_DATABASE} (or its postgresql:// URL)")
+        return _default_database(url, None)
     parts = _split(url)
     if any(key == "session" for key, _ in parse_qsl(parts.query)):
         raise BadDatabaseUrl(f"{_without_password(url)}: a database URL names no session")
     return _with_password(url)
+
+
+def _default_database(target: str, default: str | None) -> str:
+    """The conninfo of the default database (`default`, else JOURNAL_DATABASE_URL) that the
+    short name `target` (`pg:` or `pg:<id>`) is read against."""
+    database = default if default is not None else os.environ.get(DATABASE_ENV)
+    what = ("names the default database" if target == DEFAULT_DATABASE
+            else "names a session in the default database")
+    if not database:
+        raise BadDatabaseUrl(f"{target}: {what}, but {DATABASE_ENV} is not set (set it to "
+                             "postgresql://...)")
+    if not database.startswith(SCHEMES):
+        raise BadDatabaseUrl(f"{DATABASE_ENV}={_without_password(database)!r} is not a "
+                             "postgresql:// URL")
+    try:
+        return parse_database(database)
+    except BadDatabaseUrl as e:
+        raise BadDatabaseUrl(f"{DATABASE_ENV}: {e} (it names the database; 'pg:<id>' "
+                             "adds the session)") from None
 
 
 def session_url(conninfo: str, session: str) -> str:
