@@ -20,7 +20,7 @@ from .progress import Progress
 from .repair import RepairReport
 from .rotation import RotationResult
 
-__all__ = ["lineage", "live", "repair", "rotate"]
+__all__ = ["lineage", "live", "repair", "rotate", "successor"]
 
 
 def repair(
@@ -107,6 +107,22 @@ def lineage(path: str | os.PathLike[str]) -> list[str]:
         chains = database_lineages(path)
         return chains[0] if chains else []
     return files_lineage.lineage(os.fspath(path))
+
+
+def successor(path: str | os.PathLike[str]) -> str | None:
+    """The session that continues `path` where a rotation sealed it: for a file, the one its
+    seal names, checked against its identity, where it is now (`journal.lineage.
+    successor_of`); for a database session, the one its row names (its URL as `shown` names
+    it). None when `path` is not sealed, or its successor is not there (deleted, or in a
+    folder not here)."""
+    if is_database_url(path):
+        from .pg.storage import PostgresStorage
+
+        found = PostgresStorage.from_url(path).successor()
+        if found is None or PostgresStorage.from_url(found).current_generation() is None:
+            return None
+        return shown(found)
+    return files_lineage.successor_of(os.fspath(path))
 
 
 def live(path: str | os.PathLike[str]) -> str:

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .anywhere import live, successor
 from .claude import PI
 from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
@@ -21,6 +22,7 @@ from .lock import lock_state
 from .model import Entry
 from .pg.url import is_database_url
 from .repair import Problem, assess
+from .seal import is_seal
 from .snapshot import Snapshot, load
 from .tree import TreeIssue
 
@@ -44,6 +46,14 @@ class SessionInfo:
     pending_rotation: str | None = None
     """A left-over rotation intent, said in words (the next writer, rotation or repair
     finishes or clears it)."""
+    sealed: bool = False
+    """A rotation sealed it (its last entry is the seal): nothing is appended to it again."""
+    successor: str | None = None
+    """Where a sealed session continues (`journal.anywhere.successor`); None if it is not
+    sealed or its successor is not there."""
+    live: str | None = None
+    """The live session a sealed one's seals lead to (the successor, or a later one after
+    several rotations); None if it is not sealed or its successor is not there."""
     problems: list[Problem] = field(default_factory=list)
     """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
     notes: list[Problem] = field(default_factory=list)
@@ -80,6 +90,9 @@ class SessionInfo:
             "lockHolder": self.lock_holder,
             "lockFile": self.lock_file,
             "pendingRotation": self.pending_rotation,
+            "sealed": self.sealed,
+            "successor": self.successor,
+            "live": self.live,
             "problems": [p.to_json() for p in self.problems],
             "counts": self.counts,
             "notes": [n.to_json() for n in self.notes],
@@ -104,6 +117,9 @@ def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> Sess
     repair planner (`journal.claude.assess_claude`), so `info` and `repair --check` agree.
     """
     info = _summary(path, dialect)
+    if info.sealed:
+        info.successor = successor(info.path)
+        info.live = live(info.successor) if info.successor is not None else None
     found = assess(info.path, dialect=info.dialect)
     info.problems, info.notes = found.problems, found.notes
     return info
@@ -138,6 +154,7 @@ def _summary(path: str | os.PathLike[str], dialect: str | None = None) -> Sessio
         lock_file=(("held" if holder else "none") if is_database_url(snap.path)
                    else lock_state(snap.path)),
         pending_rotation=_pending(snap.path),
+        sealed=bool(snap.entries) and is_seal(snap.entries[-1]),
         dialect=snap.dialect,
         subagent_files=list(snap.claude.subagent_files) if snap.claude is not None else [],
     )

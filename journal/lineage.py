@@ -156,6 +156,15 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
     return None
 
 
+def successor_of(path: str) -> str | None:
+    """The file that continues the sealed file `path` (named as `successor_named_by` finds
+    it), where it is now: its archive, once it was rotated in turn. None when `path` is not
+    sealed or its successor is not there."""
+    seal = seal_of(path)
+    found = successor_named_by(seal, path, path) if seal is not None else None
+    return _where_now(found) if found is not None else None
+
+
 def _child_by_header(path: str) -> str | None:
     """A session beside `path` whose header names the archive of `path` as parent: its
     rotation successor. A fork names `path` itself (pi writes the parent's own path), and

@@ -218,6 +218,11 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("writer:    none (not locked)")
     if info.pending_rotation:
         print(f"rotation:  {info.pending_rotation}")
+    if info.sealed:
+        print("sealed:    yes (a rotation sealed it; nothing is appended to it again)")
+        print(f"continues: {info.successor or 'in a successor that is not here'}")
+        if info.live is not None and info.live != info.successor:
+            print(f"live:      {info.live}")
     problems = len(info.problems)
     print(f"problems:  {problems}")
     for p in info.problems[:20]:
