@@ -14,7 +14,8 @@ read whole (`journal.accounting`), and so does a Claude Code transcript (it has 
 stop at); a `RowCache` keeps what was read while the files stay the same.
 
 Which files are sessions, and how they group into lineages, is `journal.discovery`'s rule,
-shared with `search` and `usage`.
+shared with `search` and `usage`. A database's lineages (`database_rows`) are read by the
+same code, session URLs standing for files, so each field of their rows means the same.
 
 What a row says about damage is what the header and the tail show (a torn last line, bad
 lines in the tail, a missing header, a rotation left half done); `journal repair --check`
@@ -29,17 +30,19 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from .accounting import Tally, UsageWarning, lineage_usage
 from .claude import CLAUDE, PI, subagent_files
 from .discovery import find_lineages, session_paths
-from .errors import JournalError, LockTimeout, describe_os_error
-from .header import read_header
-from .idscan import scan_ids
+from .errors import ArchiveElsewhere, JournalError, LockTimeout, describe_os_error
+from .header import HEADER_LIMIT, read_header, stream_first_line
+from .idscan import entry_ids
+from .info import current_holder
 from .lineage import inbox_path, intent_path
-from .lock import WriterLock, current_holder
+from .lock import WriterLock
 from .model import Entry
 from .pg.url import is_database_url, shown
 from .prices import PriceTable
@@ -47,11 +50,13 @@ from .progress import Progress
 from .rowcache import RowCache, file_signature, prices_key
 from .seal import is_seal
 from .snapshot import Snapshot, find_last_of_type, load, open_for_reading, resume
+from .storage import as_storage
 
-__all__ = ["PruneItem", "PruneReport", "SessionRow", "database_rows", "parse_age", "prune",
-           "session_paths", "sessions", "sort_database_rows", "sort_rows"]
+__all__ = ["DatabaseRow", "PruneItem", "PruneReport", "SessionRow", "database_rows", "parse_age",
+           "prune", "session_paths", "sessions", "sort_rows"]
 
 T = TypeVar("T")
+R = TypeVar("R", bound="SessionRow")
 
 STATES = ("live", "locked", "sealed", "needs-repair")
 """`live`: nobody writes it now and it can be continued; `locked`: a writer holds it;
@@ -109,6 +114,30 @@ class SessionRow:
             "tokens": self.tokens, "cost": self.cost, "dialect": self.dialect,
             "usage": self.usage.to_json() if self.usage is not None else None,
         }
+
+
+@dataclass(frozen=True)
+class DatabaseRow(SessionRow):
+    """One lineage of database sessions (`database_rows`), its fields meaning what a
+    `SessionRow`'s mean for files: `path` is its live session's URL and `files` its
+    sessions' URLs, oldest first (named without the password), `size` their bytes in file
+    form; then what only a database says."""
+
+    session: str = ""
+    """The live session's id in the database (the `session` of its URL)."""
+    file_name: str | None = None
+    """The file name `journal pull` writes the live session to (None: made in the database
+    without one)."""
+    created: str | None = None
+    updated: str | None = None
+    """When the live session's row was made and last written (the server's clock)."""
+    holder: dict[str, Any] | None = None
+    """Who holds the live session's lease (pid, host, since), or None."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "session": self.session, "url": self.path,
+                "file": self.file_name, "sessions": len(self.files), "created": self.created,
+                "updated": self.updated, "holder": self.holder}
 
 
 def sessions(dirs: Iterable[str], *, progress: Progress | None = None,
@@ -235,6 +264,18 @@ def row_for(files: list[str]) -> SessionRow:
     return _finish(files, _read_facts(files, subagent_files(files[-1])), None)
 
 
+def _header_of(path: str) -> Entry | None:
+    """The session header of a file (`read_header`) or of a database session (its first
+    line, read through the storage); None when there is none or it cannot be read."""
+    if not is_database_url(path):
+        return read_header(path)
+    try:
+        with open_for_reading(path) as stream:
+            return stream_first_line(stream, HEADER_LIMIT).header
+    except (JournalError, OSError):
+        return None
+
+
 def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
     """What reading the files of a lineage says about it: everything of a row but what
     changes without the files changing (the lock holder, a pending rotation). `extra` are
@@ -249,7 +290,7 @@ def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
     if snap is not None and snap.claude is not None and len(files) == 1:
         return _claude_facts(live, extra)
     size, mtime = _size_and_mtime(files, problems)
-    first_header = read_header(files[0])
+    first_header = _header_of(files[0])
     header = snap.header if snap is not None else None
     if snap is not None and header is None:
         problems.append("no session header")
@@ -261,9 +302,11 @@ def _read_facts(files: list[str], extra: list[str]) -> dict[str, Any]:
             ids.update(_id_key(e.get("id")) for e in snap.entries)  # all read already
             continue
         try:
-            ids |= scan_ids(f)
+            ids |= entry_ids(f)
+        except ArchiveElsewhere:
+            continue  # moved out of a database to a file not here: usage warns of it
         except (OSError, EOFError, JournalError, ValueError) as e:
-            problems.append(f"{f}: ids unreadable ({e})")
+            problems.append(f"{shown(f)}: ids unreadable ({e})")
     entries = snap.entries if snap is not None else []
     name: str | None = None
     if snap is not None:
@@ -316,7 +359,8 @@ def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
 def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> SessionRow:
     live = files[-1]
     problems = list(facts["problems"])
-    if os.path.lexists(intent_path(live)):
+    # a database rotation is one transaction: it leaves no intent behind
+    if not is_database_url(live) and os.path.lexists(intent_path(live)):
         problems.append("an interrupted rotation is pending")
     holder = current_holder(live)
     if holder is not None:
@@ -342,23 +386,11 @@ def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> Ses
 SORT_KEYS = ("last", "first", "size", "entries", "name", "path")
 
 
-# what each of SORT_KEYS is in a row of `database_rows`: `name` is the file name a lineage's
-# live session has (pull writes it there), `path` its URL
-DATABASE_SORT = {"last": "updated", "first": "created", "size": "size", "entries": "entries",
-                 "name": "file", "path": "url"}
-
-
-def sort_rows(rows: list[SessionRow], key: str = "last", reverse: bool = False) -> list[SessionRow]:
+def sort_rows(rows: list[R], key: str = "last", reverse: bool = False) -> list[R]:
     """Rows by `key` (one of `SORT_KEYS`): times, size and entries newest/largest first,
-    name and path A to Z; `reverse` turns the order round. Missing values go last."""
+    name and path A to Z; `reverse` turns the order round. Missing values go last. A
+    database's rows (`DatabaseRow`) sort as a folder's: their fields mean the same."""
     return _ordered(rows, key, reverse, lambda row: getattr(row, key), lambda row: row.path)
-
-
-def sort_database_rows(rows: list[dict[str, Any]], key: str = "last",
-                       reverse: bool = False) -> list[dict[str, Any]]:
-    """`database_rows` by `key`, as `sort_rows` orders a folder's rows (`DATABASE_SORT`)."""
-    field = DATABASE_SORT.get(key, "")
-    return _ordered(rows, key, reverse, lambda row: row.get(field), lambda row: str(row["url"]))
 
 
 def _ordered(rows: list[T], key: str, reverse: bool, value: Callable[[T], Any],
@@ -448,9 +480,16 @@ def _side_files(files: Iterable[str]) -> list[str]:
 
 def _size_and_mtime(files: Iterable[str], problems: list[str]) -> tuple[int, float]:
     """The bytes the files hold together and the latest of their modification times; a file
-    that cannot be looked at is a problem (and counts nothing)."""
+    that cannot be looked at is a problem (and counts nothing). A database session counts
+    the bytes of its file form (a database keeps no modification time of its own)."""
     size, mtime = 0, 0.0
     for f in files:
+        if is_database_url(f):
+            try:
+                size += as_storage(f).size()
+            except JournalError as e:
+                problems.append(str(e))
+            continue
         try:
             st = os.stat(f)
         except OSError as e:
@@ -462,25 +501,34 @@ def _size_and_mtime(files: Iterable[str], problems: list[str]) -> tuple[int, flo
 
 
 def database_rows(url: str, prices: PriceTable,
-                  warnings: list[UsageWarning] | None = None) -> list[dict[str, Any]]:
-    """`journal ls URL`: one row per lineage in the database (`journal.pg.transfer.
-    database_sessions`), or the one a session URL names, each with the models, tokens and
-    cost of its whole lineage counted as `journal usage` counts them (each entry once;
-    `tokens` and `cost` None when no file of it reads as a session). What could not be
-    counted (an archive moved out to a file not on this machine) is added to `warnings`."""
+                  warnings: list[UsageWarning] | None = None) -> list[DatabaseRow]:
+    """`journal ls URL`: one row per lineage in the database (`journal.pg.lineages.
+    database_lineages`), or the one a session URL names, read as `sessions` reads a folder's
+    lineages (the same facts, each field meaning what it means for files: entries are the
+    distinct entry ids of the whole lineage, size its sessions' bytes, models those of the
+    live session's tail, first the first session's header time, state from the live
+    session's lease, seal and tail), with the database's own facts (`DatabaseRow`).
+
+    Nothing is cached: a database has no file signatures to tell a change by. What could not
+    be counted (an archive moved out to a file not on this machine: its entries and tokens)
+    is added to `warnings`."""
     from .pg.lineages import database_lineages
     from .pg.transfer import database_sessions
-    from .pg.url import names_session, parse_url
+    from .pg.url import parse_url
 
     chains = {parse_url(chain[-1]).session: chain for chain in database_lineages(url)}
-    one = names_session(url)
-    rows = [row for row in database_sessions(url) if not one or str(row["session"]) in chains]
-    for row in rows:
-        chain = chains.get(str(row["session"]))
-        used = lineage_usage(chain, prices, warnings) if chain else None
-        row["models"] = used.models if used is not None else []
-        row["tokens"] = used.total.total_tokens if used is not None else None
-        row["cost"] = used.total.cost if used is not None else None
+    rows: list[DatabaseRow] = []
+    for listed in database_sessions(url):
+        chain = chains.get(str(listed["session"]))
+        if chain is None:
+            continue  # another lineage than the one a session URL names
+        counted = lineage_usage(chain, prices, warnings)
+        row = _finish(chain, _read_facts(chain, []), counted.total if counted else None)
+        fields = {f.name: getattr(row, f.name) for f in dataclass_fields(SessionRow)}
+        fields.update(path=shown(row.path), files=tuple(shown(f) for f in row.files))
+        rows.append(DatabaseRow(
+            **fields, session=str(listed["session"]), file_name=listed["file"],
+            created=listed["created"], updated=listed["updated"], holder=listed["holder"]))
     return rows
 
 

@@ -19,7 +19,8 @@ from . import archivegz
 from .archivegz import is_compressed
 from .errors import JournalError
 from .files import read_regular
-from .storage import FileStorage, Storage
+from .pg.url import is_database_url
+from .storage import FileStorage, Storage, as_storage
 
 ID_FIELD = re.compile(rb'"id":"([0-9a-f]{8})"')
 FIELD_LENGTH = len(b'"id":"01234567"')
@@ -41,22 +42,7 @@ class IdScan:
     def _scan(self, source: str | Storage | Callable[[], str | Storage | None]) -> None:
         try:
             found = source if isinstance(source, (str, Storage)) else source()
-            if found is None:
-                self._ids = set()
-                return
-            if isinstance(found, FileStorage):
-                found = found.path  # an archive is read decompressed
-            ids_of = getattr(found, "entry_ids", None)
-            if isinstance(found, Storage) and callable(ids_of):
-                # a backend that indexes ids (PostgreSQL) lists them (None: not for this one)
-                self._ids = ids_of()
-                if self._ids is not None:
-                    return
-            if isinstance(found, Storage):
-                with found.open_reader() as reader:
-                    self._ids = scan_stream(reader.stream)
-                return
-            self._ids = scan_ids(found)
+            self._ids = set() if found is None else entry_ids(found)
         except archivegz.UNREADABLE + (JournalError,):  # fresh ids then checked as before
             return
 
@@ -76,6 +62,28 @@ class IdScan:
             return int(entry_id, 16) in ids
         except ValueError:
             return False
+
+
+def entry_ids(source: str | Storage) -> set[int]:
+    """The 8-hex ids of a session, as integers: a file's (compressed or not) scanned from its
+    bytes, a database session's (a URL, `pg:<id>`, or its Storage) listed from its id column
+    where the backend indexes them, else scanned from its bytes as read through the storage.
+
+    Raises `JournalError` (or an archive's read error, `archivegz.UNREADABLE`) when the
+    session cannot be read."""
+    found = as_storage(source) if is_database_url(source) else source
+    if isinstance(found, FileStorage):
+        found = found.path  # an archive is read decompressed
+    if isinstance(found, str):
+        return scan_ids(found)
+    ids_of = getattr(found, "entry_ids", None)
+    if callable(ids_of):
+        # a backend that indexes ids (PostgreSQL) lists them (None: not for this one)
+        listed: set[int] | None = ids_of()
+        if listed is not None:
+            return listed
+    with found.open_reader() as reader:
+        return scan_stream(reader.stream)
 
 
 def _decompressed(raw: BinaryIO, path: str) -> BinaryIO:

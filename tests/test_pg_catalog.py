@@ -287,7 +287,7 @@ def test_prune_refuses_a_database_and_leaves_nothing(pushed, tmp_path, monkeypat
     assert len(database_lineages(url)) == 3  # nothing removed
 
 
-def test_ls_of_a_database_has_each_lineages_tokens_cost_and_models(pushed, tmp_path):
+def test_ls_of_a_database_has_each_lineages_tokens_and_cost(pushed, tmp_path):
     """`journal ls URL` counts tokens and cost as `journal usage` does, each lineage once,
     as `journal ls DIR` does for the same sessions as files."""
     url, lives = pushed
@@ -300,7 +300,6 @@ def test_ls_of_a_database_has_each_lineages_tokens_cost_and_models(pushed, tmp_p
     for session, counted in expected.items():
         assert rows[session]["tokens"] == counted.total.total_tokens > 0
         assert rows[session]["cost"] == pytest.approx(counted.total.cost)
-        assert rows[session]["models"] == counted.models
     table = run_cli(tmp_path, "ls", url)
     assert table.returncode == 0, table.stderr
     header = table.stdout.splitlines()[0].split("\t")
@@ -333,3 +332,87 @@ def test_warnings_about_a_damaged_database_session_name_it_without_the_password(
     assert counted.warnings and "journal repair postgresql://postgres:***@" in \
         counted.warnings[0].message
     assert "sekrit-pw" not in json.dumps(counted.to_json())
+
+
+# the fields of a folder's row (`journal ls DIR --json`); a database's row has them all, with
+# the same meaning, and what only a database says besides (session, url, file, sessions,
+# created, updated, holder)
+FILE_ROW = ("path", "files", "id", "name", "cwd", "models", "first", "last", "entries", "size",
+            "state", "holderPid", "problems", "tokens", "cost", "dialect", "usage")
+
+
+def ls_rows(tmp_path: Path, target: str) -> dict[str, dict[str, Any]]:
+    """`journal ls TARGET --json` by session id (a lineage's live header id: the id its live
+    session is pushed under)."""
+    listed = run_cli(tmp_path, "ls", target, "--json", "--no-cache")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == ""
+    return {row["id"]: row for row in json.loads(listed.stdout)}
+
+
+def normalised(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's file-row fields with only the names changed: its path and files (a file path
+    or a URL) left out, their number kept."""
+    assert set(FILE_ROW) <= set(row)
+    return {key: len(row[key]) if key == "files" else row[key]
+            for key in FILE_ROW if key != "path"}
+
+
+def table_rows(tmp_path: Path, target: str) -> list[list[str]]:
+    """`journal ls TARGET` as text (not a terminal: tab-separated), without its path column."""
+    listed = run_cli(tmp_path, "ls", target, "--sort", "first")
+    assert listed.returncode == 0, listed.stderr
+    return [line.split("\t")[:-1] for line in listed.stdout.splitlines()]
+
+
+def test_a_database_row_means_what_a_folder_row_means(pg_url, tmp_path):
+    """A rotated file lineage pushed: `ls URL` gives, field for field, what `ls DIR` gives
+    (entries and size over the whole lineage, models of the live tail, first and last, state,
+    tokens and cost), in JSON and as text, but for the names. They once differed: entries and
+    size were the live session's only, models the lineage's replies, and first, last, usage
+    and state were missing."""
+    folder = tmp_path / "lineages"
+    folder.mkdir()
+    with Session.create(str(folder), cwd="/w") as session:
+        session.append_session_info("rotated twice")
+        for tag in ("one", "two"):
+            turn(session, tag)
+            assert session.rotate(compress=False).rotated
+        session.append_model_change("openai", "gpt-4o")
+        session.append_message({"role": "user", "content": "after", "timestamp": 3})
+    with Session.create(str(folder), cwd="/elsewhere") as session:
+        turn(session, "alone")
+    push(str(folder), pg_url)
+    on_files, in_db = ls_rows(tmp_path, str(folder)), ls_rows(tmp_path, pg_url)
+    assert set(on_files) == set(in_db) and len(on_files) == 2
+    for session_id, row in on_files.items():
+        assert normalised(in_db[session_id]) == normalised(row)
+        db_row = in_db[session_id]
+        assert [db_key(url) for url in db_row["files"]] == [file_key(f) for f in row["files"]]
+        assert db_row["path"] == db_row["url"] == db_row["files"][-1]
+        assert db_row["sessions"] == len(row["files"]) and db_row["session"] == session_id
+    rotated = next(r for r in on_files.values() if len(r["files"]) == 3)
+    assert rotated["name"] == "rotated twice"
+    assert rotated["models"] == ["claude-sonnet-4-5", "gpt-4o"]  # those of the live tail
+    assert rotated["entries"] > 20 and rotated["tokens"] > 0 and rotated["state"] == "live"
+    assert table_rows(tmp_path, pg_url) == table_rows(tmp_path, str(folder))
+
+
+def test_a_pushed_compressed_archive_counts_its_bytes_as_the_database_holds_them(pushed, tmp_path):
+    """Generated sessions with branches and compactions, one rotated twice into a compressed
+    and a plain archive: every field is a folder's, but the size of the lineage with the
+    `.gz` archive, which is its bytes uncompressed (the database holds those; the compressed
+    size is the file's, known to no database)."""
+    import gzip
+
+    url, lives = pushed
+    on_files, in_db = ls_rows(tmp_path, str(tmp_path / "src")), ls_rows(tmp_path, url)
+    assert set(on_files) == set(in_db) == set(lives)
+    for session_id, row in on_files.items():
+        files = [Path(f) for f in row["files"]]
+        unpacked = sum(len(gzip.decompress(f.read_bytes())) if f.suffix == ".gz"
+                       else f.stat().st_size for f in files)
+        assert in_db[session_id]["size"] == unpacked
+        assert (unpacked == row["size"]) == (not any(f.suffix == ".gz" for f in files))
+        assert {**normalised(in_db[session_id]), "size": None} == {**normalised(row),
+                                                                    "size": None}

@@ -183,8 +183,11 @@ def test_ls_lists_the_databases_lineages(pg_url: str, tmp_path: Path,
         assert rows[live_id]["sessions"] == 3 and rows[live_id]["holder"] is None
         assert rows[live_id]["file"] == Path(live).name
         assert rows["other"]["holder"]["pid"] == os.getpid()
-    assert main(["ls", pg_url]) == 0
-    assert "idle" in capsys.readouterr().out
+        assert rows["other"]["state"] == "locked" and rows["other"]["holderPid"] == os.getpid()
+        assert main(["ls", pg_url]) == 0
+        assert f"\tlocked ({os.getpid()} on " in capsys.readouterr().out
+    assert main(["ls", pg_url, "--json"]) == 0
+    assert {row["state"] for row in json.loads(capsys.readouterr().out)} == {"live"}
 
 
 def test_a_database_rotation_pulls_as_a_file_lineage(pg_url: str, tmp_path: Path) -> None:

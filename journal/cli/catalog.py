@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -13,13 +14,13 @@ from .. import codec
 from ..accounting import UsageWarning
 from ..catalog import (
     SORT_KEYS,
+    DatabaseRow,
     PruneReport,
     SessionRow,
     database_rows,
     parse_age,
     prune,
     sessions,
-    sort_database_rows,
     sort_rows,
 )
 from ..errors import JournalError
@@ -57,6 +58,8 @@ def _size(n: int) -> str:
 
 
 def _state(row: SessionRow) -> str:
+    if isinstance(row, DatabaseRow) and row.state == "locked" and row.holder:
+        return f"locked ({row.holder.get('pid', '?')} on {row.holder.get('host', '?')})"
     if row.state == "locked" and row.holder_pid is not None:
         return f"locked ({row.holder_pid})"
     return row.state
@@ -75,42 +78,29 @@ HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", 
 RIGHT = ("entries", "files", "size", "tokens", "cost")
 
 
-def _ls_database(dirs: list[str], args: argparse.Namespace) -> int:
+def _database_rows(dirs: list[str], args: argparse.Namespace) -> list[DatabaseRow]:
     if len(dirs) != 1:
         raise JournalError("journal ls lists one database at a time")
     warnings: list[UsageWarning] = []
-    rows = sort_database_rows(database_rows(dirs[0], load_prices(args.prices), warnings),
-                              args.sort, args.reverse)
+    rows = database_rows(dirs[0], load_prices(args.prices), warnings)
     for warning in warnings:  # a lineage counted in part: its tokens and cost are less
         print(f"Warning: {warning.path}: {warning.message}", file=sys.stderr)
-    if args.json:
-        _emit_json(rows)
-        return 0
-    print("\t".join(["session", "file", "sessions", "models", "entries", "size", "tokens",
-                     "cost", "updated", "state"]))
-    for row in rows:
-        holder = row["holder"]
-        state = f"locked ({holder['pid']} on {holder['host']})" if holder else "idle"
-        tokens = f"{row['tokens']:,}" if row["tokens"] is not None else ""
-        cost = f"{row['cost']:,.4f}" if row["cost"] is not None else ""
-        print("\t".join([str(row["session"]), str(row["file"] or ""), str(row["sessions"]),
-                         ", ".join(row["models"]), f"{row['entries']:,}",
-                         _size(int(row["size"])), tokens, cost,
-                         str(row["updated"] or "")[:19], state]))
-    return 0
+    return rows
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     dirs = paths_or_default(args.dirs)
+    found: Sequence[SessionRow]
     if any(is_database_url(d) for d in dirs):
-        return _ls_database(dirs, args)
-    prices = load_prices(args.prices)
-    cache = None if args.no_cache else RowCache(default_cache_path())
-    with ByteProgress("reading sessions") as bar:
-        found = sessions(dirs, progress=bar, prices=prices, cache=cache)
-    if cache is not None:
-        cache.save()
-    rows = sort_rows(found, args.sort, args.reverse)
+        found = _database_rows(dirs, args)
+    else:
+        prices = load_prices(args.prices)
+        cache = None if args.no_cache else RowCache(default_cache_path())
+        with ByteProgress("reading sessions") as bar:
+            found = sessions(dirs, progress=bar, prices=prices, cache=cache)
+        if cache is not None:
+            cache.save()
+    rows = sort_rows(list(found), args.sort, args.reverse)
     if args.json:
         _emit_json([r.to_json() for r in rows])
         return 0
@@ -174,8 +164,9 @@ def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                        "cost, state",
                        description=LS_DESCRIPTION)
     p.add_argument("dirs", nargs="*", metavar="DIR",
-                   help="folders (or session files), or one database (postgresql://.../db: "
-                   "its sessions, one row per lineage)")
+                   help="folders (or session files), or one database (postgresql://.../db, "
+                   "or pg: for $JOURNAL_DATABASE_URL's: its sessions, one row per lineage, "
+                   "each field as for files)")
     p.add_argument("--sort", choices=SORT_KEYS, default="last",
                    help="order rows by this (default last activity, newest first)")
     p.add_argument("--reverse", action="store_true", help="the other way round")
