@@ -219,3 +219,21 @@ def test_a_session_rotating_with_an_archive_dir_exports_the_archives_left_unexpo
     assert None not in exported.values()
     assert sorted(os.listdir(folder)) == sorted(os.path.basename(p) for p in exported.values())
     assert result.exported == exported and result.archive == exported[newer.locator]
+
+
+def test_a_session_with_nothing_to_rotate_still_exports_and_keeps_as_asked(
+        pg_url: str, tmp_path: Path) -> None:
+    """`Session.rotate(archive_dir=, keep=)` that finds nothing to rotate finishes the
+    lineage as `journal rotate URL` does then: the archives left unexported are exported and
+    those beyond `keep` moved out (it returned at once, as a file session's did)."""
+    url = new_session(pg_url)
+    first = rotate_database(url)  # the archive stays in the database only
+    assert first.rotated
+    folder = tmp_path / "archive"
+    with Session.open(url) as session:
+        result = session.rotate(archive_dir=str(folder), keep=0)
+    assert not result.rotated  # just rotated: nothing before the kept entries
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["exported_to"] is not None
+    assert row["moved_out_at"] is not None
+    assert result.moved_out == {PostgresStorage.from_url(url).locator: row["exported_to"]}

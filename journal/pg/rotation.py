@@ -264,11 +264,10 @@ def archive_sealed(result: RotationResult, sealed: PostgresStorage, archive_dir:
     """After `rotate_session`: export the session it sealed to `archive_dir` (with the
     lineage's archives an earlier rotation left unexported) and move the lineage's archives
     beyond the newest `keep` out of the database (planned only, for a dry run), as
-    `rotate_database` does. Failures are warnings in `result`."""
+    `rotate_database` does, also when nothing rotated (`sealed` is then the live session).
+    Failures are warnings in `result`."""
     started = time.perf_counter()
     check_keep(keep)
-    if not result.rotated:
-        return
     _finish_lineage(result, sealed, archive_dir, keep, _steps_after(archive_dir, keep))
     result.total_ms += (time.perf_counter() - started) * 1000
 
