@@ -621,6 +621,22 @@ def test_a_tool_that_crashes_still_gets_a_result(tmp_path: Path, workspace: Path
 # --- a real agent process killed with SIGKILL, repaired, resumed
 
 
+def agent_process(tmp_path: Path, workspace: Path, scenario_file: Path,
+                  prompt: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """A new session, and a real `journal-agent run` process replaying `scenario_file` on it
+    (a process group of its own, as a service manager would start it)."""
+    with Session.create(str(tmp_path / "sessions"), cwd=str(workspace)) as session:
+        path = session.path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
+        "PYTHONPATH", "")])}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "run", prompt, "--session", path,
+         "--model", f"scripted:{scenario_file}", "--workspace", str(workspace), "--quiet"],
+        env=env, cwd=str(tmp_path), start_new_session=True,
+    )
+    return path, child
+
+
 def test_agent_killed_mid_tool_call_is_repaired_and_resumed(tmp_path: Path,
                                                             workspace: Path) -> None:
     scenario_file = tmp_path / "crash.json"
@@ -633,16 +649,7 @@ def test_agent_killed_mid_tool_call_is_repaired_and_resumed(tmp_path: Path,
         {"text": "The quick check passed."},
         prompt=prompt,
     )))
-    sessions = tmp_path / "sessions"
-    with Session.create(str(sessions), cwd=str(workspace)) as session:
-        path = session.path
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")])}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "run", prompt, "--session", path,
-         "--model", f"scripted:{scenario_file}", "--workspace", str(workspace), "--quiet"],
-        env=env, cwd=str(tmp_path), start_new_session=True,
-    )
+    path, child = agent_process(tmp_path, workspace, scenario_file, prompt)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -800,15 +807,7 @@ def test_agent_stopped_by_sigterm_mid_tool_call_answers_the_call_and_exits_143(
         {"text": "Done."},
         prompt=prompt,
     )))
-    with Session.create(str(tmp_path / "sessions"), cwd=str(workspace)) as session:
-        path = session.path
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")])}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "run", prompt, "--session", path,
-         "--model", f"scripted:{scenario_file}", "--workspace", str(workspace), "--quiet"],
-        env=env, cwd=str(tmp_path), start_new_session=True,
-    )
+    path, child = agent_process(tmp_path, workspace, scenario_file, prompt)
     try:
         deadline = time.monotonic() + 30
         while not (workspace / "slow.pid").exists():
