@@ -184,10 +184,33 @@ def _child_by_header(path: str) -> str | None:
         if os.path.normpath(os.path.join(directory, parent)) != path:
             return os.path.join(directory, candidate)
     for candidate in candidates:
-        found = _successor_down_the_chain(path, os.path.join(directory, candidate))
+        live = os.path.join(directory, candidate)
+        if not _passes_archive_of(name, live, directory):
+            continue  # (headers only: the checked walk reads seals, a .gz archive whole)
+        found = _successor_down_the_chain(path, live)
         if found is not None:
             return found
     return None
+
+
+def _passes_archive_of(name: str, live: str, directory: str) -> bool:
+    """Whether the `parentSession` pointers from `live` back through the files they name
+    (headers only, nothing checked) reach a pointer to an archive of the file `name`."""
+    current, seen = live, {live}
+    for _ in range(MAX_HOPS):
+        header = read_header(current)
+        pointer = header.get("parentSession") if header else None
+        if not isinstance(pointer, str) or not pointer:
+            return False
+        if _archive_name_of(name, pointer):
+            return True
+        older = next((c for c in _local_parents(pointer, directory)
+                      if os.path.isfile(c) and c not in seen), None)
+        if older is None:
+            return False
+        seen.add(older)
+        current = older
+    return False
 
 
 def _archive_name_of(name: str, pointer: str) -> bool:
@@ -324,17 +347,22 @@ def parent_of(path: str, header: Entry | None = None) -> str | None:
                         os.path.dirname(path))
 
 
-def _parent_file(parent: str, child_id: object, child: str, folder: str) -> str | None:
-    """The file a `parentSession` pointer names, if it really continues into `child`."""
+def _local_parents(parent: str, folder: str) -> list[str]:
+    """Where the file a `parentSession` pointer names may be in `folder`'s reach: in the
+    order a file moves through while it is archived (beside its successor, then the archive,
+    then compressed), so a file that moves on during a search is met again."""
     base = uncompressed_name(os.path.basename(parent))
     archives = [os.path.join(folder, ARCHIVE_DIR)]
     if not os.path.isabs(parent):
         archives.insert(0, os.path.normpath(os.path.join(folder, os.path.dirname(parent))))
-    # in the order a file moves through while it is archived (beside its successor, then the
-    # archive, then compressed), so a file that moves on during the search is met again
     local = [os.path.join(folder, base), *(os.path.join(a, base) for a in archives),
              *(compressed_name(os.path.join(a, base)) for a in archives)]
-    for candidate in dict.fromkeys(local):
+    return list(dict.fromkeys(local))
+
+
+def _parent_file(parent: str, child_id: object, child: str, folder: str) -> str | None:
+    """The file a `parentSession` pointer names, if it really continues into `child`."""
+    for candidate in _local_parents(parent, folder):
         if os.path.isfile(candidate) and _continues_into(candidate, child_id, None):
             return candidate
     if os.path.isabs(parent):

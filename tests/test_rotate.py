@@ -387,3 +387,28 @@ def test_an_old_path_is_followed_through_rotations_into_an_archive_folder_elsewh
     with Session.open(first) as opened:
         assert opened.path == live and opened.followed == names[:-1]
     assert len(lineage(first)) == 4
+
+
+def test_a_path_nothing_continues_is_looked_up_from_headers_not_archives(tmp_path,
+                                                                          monkeypatch):
+    """`resolve_live` of a name that never existed (a typo given to `show`, say) in a folder
+    of rotated sessions reads their headers only: the walk down each chain once read every
+    archive's seal, decompressing each `.gz` whole."""
+    import importlib
+
+    lineage_module = importlib.import_module("journal.lineage")  # (journal.lineage: a function)
+    folder = tmp_path / "sessions"
+    for name in ("a", "b", "c"):
+        with Session.create(folder / f"{name}.jsonl", cwd="/proj") as s:
+            for n in range(2):
+                s.append_message(user(f"long {n} " + "x" * 3000))
+                kept = s.append_message(user(f"kept {n}"))
+                s.append_compaction(f"summary {n}", kept, 1000)
+                assert s.rotate().rotated
+    seals_read = []
+    real = lineage_module.seal_of
+    monkeypatch.setattr(lineage_module, "seal_of",
+                        lambda path: seals_read.append(path) or real(path))
+    typo = str(folder / "typo.jsonl")
+    assert resolve_live(typo) == (os.path.realpath(typo), [])
+    assert seals_read == []
