@@ -671,9 +671,12 @@ def test_a_file_there_with_other_bytes_is_still_refused_and_nothing_written(
     assert not (out / Path(live).name).exists() and plain.is_symlink()
 
 
-def test_a_live_pulls_temp_is_never_removed_by_another(pg_url: str, tmp_path: Path) -> None:
-    """Two pulls into one folder: the second one's sweep leaves the temp the first one is
-    writing (its flock is held), and the first, ended by SIGTERM, removes only its own."""
+def test_a_second_pull_into_a_folder_a_pull_is_writing_into_is_refused(
+        pg_url: str, tmp_path: Path) -> None:
+    """Two pulls into one folder: the second is refused and touches nothing (the temp the
+    first is writing stays); the first, ended by SIGTERM, removes what it wrote, and a pull
+    then writes everything. The second once took the first one's files as already there and
+    reported them written, and the first one's undo then removed them."""
     import signal
 
     from paused_cli import start
@@ -683,13 +686,17 @@ def test_a_live_pulls_temp_is_never_removed_by_another(pg_url: str, tmp_path: Pa
     out = tmp_path / "out"
     child, temp = start(["pull", pg_url, str(out)], pause_at=1)
     try:
-        result = pull(pg_url, out)
+        before = files_under(out)
+        with pytest.raises(TransferError, match="another pull is writing into it"):
+            pull(pg_url, out)
         assert os.path.exists(temp)  # the first pull's, still being written
-        assert not any(f["already"] for f in result.files)
+        assert files_under(out) == before
         child.send_signal(signal.SIGTERM)
         assert child.wait(20) == 128 + signal.SIGTERM
     finally:
         child.kill()
         child.wait()
-    assert not os.path.exists(temp)
+    assert not os.path.exists(temp) and files_under(out) == {}
+    result = pull(pg_url, out)
+    assert not any(f["already"] for f in result.files)
     assert files_under(out) == files_under(tmp_path / "src") and no_temps(out)

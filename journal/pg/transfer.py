@@ -27,6 +27,7 @@ and the rest is written.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import logging
@@ -34,7 +35,8 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
@@ -429,15 +431,40 @@ def pull(url: str, directory: str | os.PathLike[str], *,
         conninfo, session = parsed.conninfo, parsed.session
     else:
         conninfo, session = database_of(url), None
-    for _ in range(PULL_TRIES):
-        links = _links(conninfo)
-        sessions = _sessions(conninfo, session, links)
-        result = _pull_once(conninfo, directory, sessions, links, skip_elsewhere)
-        if result is not None:
-            return result
-        log.info("%s: rotated while it was pulled; pulling again", shown(url))
+    made = _make_folders(directory)
+    try:
+        with _only_pull_into(directory):
+            for _ in range(PULL_TRIES):
+                links = _links(conninfo)
+                sessions = _sessions(conninfo, session, links)
+                result = _pull_once(conninfo, directory, sessions, links, skip_elsewhere)
+                if result is not None:
+                    return result
+                log.info("%s: rotated while it was pulled; pulling again", shown(url))
+    except BaseException:
+        _undo([], made)
+        raise
+    _undo([], made)
     raise TransferError(f"{shown(url)}: its sessions were rotated each of the {PULL_TRIES} "
                         "times they were pulled; nothing was written: run it again")
+
+
+@contextmanager
+def _only_pull_into(directory: str) -> Iterator[None]:
+    """Hold `directory` (a `flock` on the folder itself: nothing is written there, and the
+    kernel lets go when the process ends) for the whole pull: a second pull into it is
+    refused, since it would take the first one's files as already there, and the first one's
+    undo would then remove what the second reported written."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TransferError(f"{directory}: another pull is writing into it; nothing was "
+                                "written (run this one when it has ended)") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | None]],
@@ -580,7 +607,9 @@ def _already_there(targets: list[tuple[PostgresStorage, str, str | None]],
                     present[path] = there[0]
                     continue
         raise TransferError(f"{path} already exists and is not what the pull would write "
-                            "there; nothing was written")
+                            "there; nothing was written (left by a pull killed before a "
+                            "session it pulled changed? remove the folder's files, or pull "
+                            "into an empty folder)")
     return present
 
 
