@@ -119,3 +119,25 @@ def _reaper_of(pid: str, data: str) -> bool:
     except OSError:
         return False
     return any(a.endswith(b"reaper.py") for a in args) and data.encode() in args
+
+
+def test_the_reaper_stops_only_the_postmaster_of_its_data_folder(tmp_path: Path) -> None:
+    """A stale postmaster.pid whose pid went to another process (here one with `postgres`
+    in its command line) is not taken for the server: only `postgres -D <that folder>` is."""
+    from journal.pg.reaper import postmaster
+
+    pg_server.server()
+    other = subprocess.Popen(["sleep", "30", "postgres"])
+    try:
+        data = tmp_path / "data"
+        data.mkdir()
+        (data / "postmaster.pid").write_text(f"{other.pid}\n{data}\n")
+        assert postmaster(str(data)) is None
+        with EmbeddedServer() as server:
+            pid = int((server.data / "postmaster.pid").read_text().split()[0])
+            assert postmaster(str(server.data)) == pid
+            (data / "postmaster.pid").write_text(f"{pid}\n")
+            assert postmaster(str(data)) is None  # a postmaster, of another folder
+    finally:
+        other.kill()
+        other.wait()

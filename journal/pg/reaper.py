@@ -24,15 +24,19 @@ WAIT = 30.0  # seconds the postmaster is given to end after SIGQUIT
 
 def postmaster(data: str) -> int | None:
     """The pid of the postmaster running on `data`, from its postmaster.pid, if that process
-    is alive and is a postgres one (the file outlives a postmaster that was SIGKILLed)."""
+    is alive and is that postmaster: `postgres -D <data>` (the file outlives a postmaster
+    that was SIGKILLed, and its pid may have gone to any other process since)."""
     try:
         with open(os.path.join(data, "postmaster.pid"), "rb") as f:
             pid = int(f.readline())
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            command = f.read()
+            argv = f.read().split(b"\0")
     except (OSError, ValueError):
         return None
-    return pid if b"postgres" in command else None
+    pairs = zip(argv, argv[1:], strict=False)
+    ours = os.path.basename(argv[0]) == b"postgres" and any(
+        flag == b"-D" and value == os.fsencode(data) for flag, value in pairs)
+    return pid if ours else None
 
 
 def reap(data: str, folder: str | None) -> None:

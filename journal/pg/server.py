@@ -87,6 +87,7 @@ class EmbeddedServer:
         self.running = False
         self._options: list[str] = []  # the `postgres` options it was last started with
         self._lifeline: int | None = None  # write end of the reaper's pipe (see `_watch`)
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     # -- lifecycle
 
@@ -152,6 +153,12 @@ class EmbeddedServer:
         if self._lifeline is not None:
             os.close(self._lifeline)  # the reaper finds nothing left to do, and ends
             self._lifeline = None
+        if self._reaper is not None:
+            try:
+                self._reaper.wait(10)
+            except subprocess.TimeoutExpired:
+                pass  # it ends on its own; reaped by whoever waits for this process
+            self._reaper = None
 
     def __enter__(self) -> EmbeddedServer:
         try:
@@ -178,7 +185,7 @@ class EmbeddedServer:
             return
         read_end, write_end = os.pipe()  # neither end is inherited by programs run later
         try:
-            subprocess.Popen(
+            self._reaper = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("reaper.py")), str(self.data),
                  *([str(self.folder)] if self._owns_folder else [])],
                 stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
