@@ -120,3 +120,19 @@ def test_an_error_naming_a_misspelt_url_hides_its_password(
         assert journal_main(["info", target]) == 2
         err = capsys.readouterr().err
         assert err.startswith("Error: ") and "s3cret" not in err and "***" in err, err
+
+
+@pytest.mark.parametrize("text", [
+    "postgress://alice:s3cret@127.0.0.1/agents: no such file",
+    "postgress://alice:s3@cr@et@127.0.0.1/agents: no such file",
+    "/work/postgress:/alice:s3cret@127.0.0.1/agents?session=x: no such file",
+    "postgresql://alice@h/db?sslmode=require&password=s3cret&session=x",
+    "host=h password='s3 cr\\'et' dbname=agents",
+])
+def test_hide_passwords_leaves_no_part_of_one(text: str) -> None:
+    from journal.pg.url import hide_passwords
+
+    hidden = hide_passwords(text)
+    assert "***" in hidden
+    for part in ("s3cret", "s3", "cr", "et@"):
+        assert part not in hidden.replace("***", ""), hidden

@@ -171,9 +171,10 @@ def hide_passwords(text: str) -> str:
 
 
 # a scheme, one or two slashes, a user, ':', the password up to the '@' before the host
-_ANY_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s/:@]*:)[^\s/@]*@")
-_ANY_PASSWORD_PARAMETER = re.compile(r"(\bpassword\s*=\s*)(?!\*\*\*)[^\s&#]+",
-                                     re.IGNORECASE)
+# (to the last '@' before the path: a password may hold '@')
+_ANY_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s/:@]*:)[^\s/]*@")
+_ANY_PASSWORD_PARAMETER = re.compile(
+    r"(\bpassword\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.)*'|[^\s&#]+)", re.IGNORECASE)
 
 
 def _split(url: str) -> SplitResult:
