@@ -29,9 +29,15 @@ class Terminated(SystemExit):
 
 
 def _interrupted(signum: int, frame: object) -> None:
-    # once: a second SIGTERM must not cut short the cleanup this one starts
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # once: a second SIGTERM must not cut short the cleanup this one starts (a handler that
+    # does nothing, not SIG_IGN: an ignored signal stays ignored in the programs the cleanup
+    # starts, which could then not be stopped by SIGTERM)
+    signal.signal(signal.SIGTERM, _after_interrupted)
     raise Terminated()
+
+
+def _after_interrupted(signum: int, frame: object) -> None:
+    """SIGTERM again while the first one's cleanup runs: nothing."""
 
 
 @contextmanager
@@ -45,7 +51,7 @@ def terminated_as_interrupted() -> Iterator[None]:
         yield
         return
     current = signal.getsignal(signal.SIGTERM)
-    if current is signal.SIG_IGN or current is _interrupted:  # ignored, or already ours
+    if current in (signal.SIG_IGN, _interrupted, _after_interrupted):  # ignored, or ours
         yield
         return
     previous = signal.signal(signal.SIGTERM, _interrupted)

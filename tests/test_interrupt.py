@@ -29,6 +29,30 @@ def test_sigterm_unwinds_once_and_a_second_one_does_not_cut_the_cleanup_short() 
     assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # restored on leaving
 
 
+def test_a_program_the_cleanup_starts_can_be_stopped_by_sigterm() -> None:
+    """After the first SIGTERM, later ones do nothing in this process, but the programs its
+    cleanup starts (a server's `pg_ctl stop`, say) get SIGTERM as usual: SIGTERM was set to
+    ignored, which programs started then inherit."""
+    import subprocess
+
+    def ignored_by_child() -> bool:
+        status = subprocess.run(["cat", "/proc/self/status"], capture_output=True,
+                                text=True, check=True).stdout
+        [mask] = [line.split()[1] for line in status.splitlines()
+                  if line.startswith("SigIgn:")]
+        return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
+
+    seen: list[bool] = []
+    with pytest.raises(SystemExit):
+        with terminated_as_interrupted():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                seen.append(ignored_by_child())
+    assert seen == [False]
+
+
 def test_a_sigterm_ignored_on_entry_stays_ignored() -> None:
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
