@@ -237,3 +237,25 @@ def test_a_session_with_nothing_to_rotate_still_exports_and_keeps_as_asked(
     assert row is not None and row["exported_to"] is not None
     assert row["moved_out_at"] is not None
     assert result.moved_out == {PostgresStorage.from_url(url).locator: row["exported_to"]}
+
+
+def test_an_interruption_right_after_the_commit_still_says_it_rotated(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C between the rotation's commit and its result (nothing returned yet): the
+    interruption still carries the note that the session was rotated and what is left."""
+    import journal.pg.rotation as rotation
+
+    url = new_session(pg_url)
+
+    def interrupted(message: str, *args: object) -> None:
+        if message.startswith("%s: rotated into"):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(rotation.log, "info", interrupted)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        rotate_database(url, archive_dir=str(tmp_path / "archive"))
+    notes = getattr(stopped.value, "__notes__", [])
+    assert len(notes) == 1 and "was rotated into" in notes[0], notes
+    assert "run the same command again" in notes[0]
+    row = stream_row(PostgresStorage.from_url(url))
+    assert row is not None and row["successor"] in notes[0]

@@ -229,6 +229,8 @@ def rotate_database(
         # also when nothing rotated: what an interrupted rotation of the lineage left undone
         _finish_lineage(result, storage, archive_dir, keep, left)
     except BaseException as e:
+        if result is None and not dry_run:  # stopped after its commit, before it returned?
+            result = _rotated_meanwhile(storage)
         note = None if result is None or dry_run else _unfinished(result, storage,
                                                                    archive_dir, keep, left)
         if note is not None:  # said by `journal rotate` on stderr
@@ -236,6 +238,20 @@ def rotate_database(
         raise
     result.total_ms = (time.perf_counter() - started) * 1000
     return result
+
+
+def _rotated_meanwhile(storage: PostgresStorage) -> RotationResult | None:
+    """The rotation of the live session `storage` as committed, when an interruption came
+    between its commit and its result (None: not sealed, or the server cannot say now)."""
+    try:
+        row = stream_row(storage)
+    except (JournalError, OSError):
+        return None
+    if row is None or not row["successor"]:
+        return None
+    successor = PostgresStorage(storage.conninfo, str(row["successor"]))
+    return RotationResult(True, storage.locator, successor=successor.locator,
+                          successor_id=successor.session, archive=storage.locator)
 
 
 def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = False,
