@@ -103,10 +103,10 @@ def archived_copies(path: str) -> list[str]:
 
 
 def _where_now(path: str) -> str | None:
-    """`path` if it exists, else the archived copy it has moved into since, if any."""
-    if os.path.exists(path):
-        return path
-    return next((a for a in archived_copies(path) if os.path.exists(a)), None)
+    """`path` if it exists (or compressed beside it, as in an archive folder elsewhere),
+    else the archived copy it has moved into since, if any."""
+    return next((a for a in (*names_of(path), *archived_copies(path)) if os.path.exists(a)),
+                None)
 
 
 def _names_file(pointer: object, folder: str, target: str) -> bool:
@@ -142,6 +142,9 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
     if name is not None and os.path.basename(archive_folder) == ARCHIVE_DIR:
         # older seals have no `fromArchive`: the default archive sits in the session's folder
         candidates.append((os.path.join(os.path.dirname(archive_folder), name), False))
+    if name is not None:
+        # rotated in turn into the same archive folder (one elsewhere, say): beside this one
+        candidates.append((os.path.join(archive_folder, name), False))
     if isinstance(hint, str) and os.path.isabs(hint):
         candidates.append((os.path.normpath(hint), True))
     for candidate, check_parent in candidates:
@@ -152,7 +155,9 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
         if check_parent and not _names_file(header.get("parentSession"),
                                             os.path.dirname(candidate), sealed_at):
             continue
-        return candidate
+        # named as it is now where that is beside the name (compressed in its archive
+        # folder); else by its name, which readers follow into the default archive
+        return found if found in names_of(candidate) else candidate
     return None
 
 

@@ -412,3 +412,33 @@ def test_a_path_nothing_continues_is_looked_up_from_headers_not_archives(tmp_pat
     typo = str(folder / "typo.jsonl")
     assert resolve_live(typo) == (os.path.realpath(typo), [])
     assert seals_read == []
+
+
+def test_every_archive_in_a_folder_elsewhere_leads_to_the_live_file(tmp_path):
+    """Rotations into an archive folder elsewhere, compressed: each archive there names its
+    successor (compressed beside it, once rotated in turn) and leads to the live file, so
+    opening one writes on in the live file. An archive's successor archived in turn was
+    not found: the archive was taken for the live session, written to after its seal, and
+    rotated into a second live head."""
+    from journal.info import inspect
+
+    folder, elsewhere = tmp_path / "sessions", tmp_path / "elsewhere"
+    with Session.create(folder, cwd="/proj") as s:
+        for n in range(3):
+            s.append_message(user(f"long {n} " + "x" * 3000))
+            kept = s.append_message(user(f"kept {n}"))
+            s.append_compaction(f"summary {n}", kept, 1000)
+            assert s.rotate(archive_dir=str(elsewhere)).rotated
+        live = s.path
+    archives = sorted(str(p) for p in elsewhere.iterdir())
+    assert len(archives) == 3 and all(a.endswith(".jsonl.gz") for a in archives)
+    for index, archive in enumerate(archives):
+        assert resolve_live(archive)[0] == live
+        info = inspect(archive)
+        assert info.sealed and info.live == live
+        assert info.successor == (archives[index + 1] if index < 2 else live)
+    with Session.open(archives[1]) as opened:
+        assert opened.path == live
+        opened.append_message(user("on in the live file"))
+    assert load(live).entries[-1]["message"] == user("on in the live file")
+    assert sorted(os.listdir(folder)) == [os.path.basename(live)]
