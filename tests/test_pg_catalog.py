@@ -416,3 +416,27 @@ def test_a_pushed_compressed_archive_counts_its_bytes_as_the_database_holds_them
         assert (unpacked == row["size"]) == (not any(f.suffix == ".gz" for f in files))
         assert {**normalised(in_db[session_id]), "size": None} == {**normalised(row),
                                                                     "size": None}
+
+
+def test_listing_a_database_opens_no_connection_per_session(pushed, monkeypatch):
+    """`journal ls URL` reads every session's ids (the entries column) on this process's
+    shared connections: it opened a new connection per session (181 for 420 sessions, a
+    login each on a real server)."""
+    import psycopg
+
+    from journal.catalog import database_rows
+    from journal.prices import load_prices
+
+    url, _ = pushed
+    prices = load_prices()
+    database_rows(url, prices)  # the shared connections are made
+    opened: list[str] = []
+    real = psycopg.connect
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(str(args[0]) if args else "")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", counting)  # what journal.pg.connect calls
+    rows = database_rows(url, prices)
+    assert len(rows) == 3 and opened == []

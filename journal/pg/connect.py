@@ -20,7 +20,7 @@ from . import schema
 from .url import shown
 
 __all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "connect", "describe",
-           "refused_for_good", "shared", "with_shared"]
+           "refused_for_good", "shared", "with_shared", "LONG_READS", "READS"]
 
 CONNECT_TIMEOUT = 10
 # How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
@@ -53,7 +53,11 @@ _REFUSED = ("password authentication failed", "authentication failed for user",
             "password authentication", "no password supplied")
 
 _lock = threading.Lock()
-_shared: dict[tuple[int, str], psycopg.Connection[Any]] = {}
+_shared: dict[tuple[int, str, str], psycopg.Connection[Any]] = {}
+
+READS, LONG_READS = "reads", "long reads"
+"""The lanes of shared connections: short reads, and reads that may take long (every id of
+a session), which must not hold up the short ones of other threads."""
 _ready: set[tuple[int, str]] = set()
 
 
@@ -154,9 +158,10 @@ def _settle(conn: psycopg.Connection[Any], wanted: dict[str, tuple[str, bool]]) 
                      (names, values, forced))
 
 
-def shared(conninfo: str) -> psycopg.Connection[Any]:
-    """This process's shared connection to `conninfo` (made on first use, again if broken)."""
-    key = (os.getpid(), conninfo)
+def shared(conninfo: str, lane: str = READS) -> psycopg.Connection[Any]:
+    """This process's shared connection to `conninfo` for `lane` (made on first use, again if
+    broken)."""
+    key = (os.getpid(), conninfo, lane)
     with _lock:
         conn = _shared.get(key)
         if conn is None or conn.closed or conn.broken:
@@ -164,18 +169,19 @@ def shared(conninfo: str) -> psycopg.Connection[Any]:
         return conn
 
 
-def with_shared(conninfo: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-    """`work(conn)` on the shared connection, once more on a new one if the connection was
-    lost (the work must be a read, or safe to repeat). DatabaseError for what the database
-    refuses."""
-    conn = shared(conninfo)
+def with_shared(conninfo: str, work: Callable[[psycopg.Connection[Any]], T],
+                lane: str = READS) -> T:
+    """`work(conn)` on the shared connection of `lane`, once more on a new one if the
+    connection was lost (the work must be a read, or safe to repeat). DatabaseError for what
+    the database refuses."""
+    conn = shared(conninfo, lane)
     try:
         try:
             return work(conn)
         except psycopg.OperationalError:
             if not (conn.broken or conn.closed):
                 raise
-        return work(shared(conninfo))
+        return work(shared(conninfo, lane))
     except psycopg.Error as e:
         raise DatabaseError(f"the database refused a read: {describe(e)}") from e
 

@@ -92,7 +92,14 @@ from ..errors import (
 from ..files import NO_SPACE_ERRNOS, free_bytes
 from ..storage.mark import Mark, StopFlag
 from . import schema
-from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
+from .connect import (
+    LONG_READS,
+    DatabaseError,
+    DatabaseUnavailable,
+    connect,
+    describe,
+    with_shared,
+)
 from .lease import RENEW_WAIT, Lease, acquire, current_holder
 from .prepared import Prepared
 from .url import SessionUrl, parse_url, session_url
@@ -1328,16 +1335,18 @@ class PostgresStorage:
         for an archive moved out of the database: its ids are in its file (read it)."""
         if self.moved_out() is not None:
             return None
-        conn = connect(self.conninfo)  # its own: a long read must not hold up the shared one
-        try:
-            rows = conn.execute(
+        session = self.session
+
+        def query(conn: psycopg.Connection[Any]) -> list[Any]:
+            return conn.execute(
                 "SELECT e.id FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
                 "AND s.generation = e.generation WHERE s.session = %s "
-                "AND e.id ~ '^[0-9a-f]{8}$'", (self.session,)).fetchall()
-        except psycopg.Error as e:
-            raise DatabaseError(f"{self._name}: cannot list the entry ids: {describe(e)}") from e
-        finally:
-            conn.close()
+                "AND e.id ~ '^[0-9a-f]{8}$'", (session,)).fetchall()
+
+        try:  # the long reads' lane: it must not hold up the short reads of other threads
+            rows = with_shared(self.conninfo, query, LONG_READS)
+        except DatabaseError as e:
+            raise DatabaseError(f"{self._name}: cannot list the entry ids: {e}") from e
         return {int(row[0], 16) for row in rows}
 
     def holder(self) -> dict[str, Any] | None:
