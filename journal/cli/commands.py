@@ -462,10 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("new", help="create an empty session file",
                        description="Create a new session file and print its path (or a "
-                       "database session, named by its URL, and print the URL).")
+                       "database session, and print its URL).")
     p.add_argument("dir", nargs="?", help="directory for the file (a .jsonl path names the file), "
-                   "or a database session's URL (postgresql://...?session=<id>, pg:<id>); "
-                   "default $JOURNAL_SESSIONS_DIR or ./sessions")
+                   "a database session's URL (postgresql://...?session=<id>, pg:<id>), or a "
+                   "database (postgresql://.../db, pg: for $JOURNAL_DATABASE_URL's): a new "
+                   "session there, named by its id; default $JOURNAL_SESSIONS_DIR or ./sessions")
     p.add_argument("--cwd", help="working directory recorded in the header (default: here)")
     _add_json(p)
     p.set_defaults(func=cmd_new)
