@@ -658,3 +658,27 @@ def test_every_way_of_rotating_writes_one_successor_for_files_and_databases(
             successors.append(([e["type"] for e in successor.entries],
                                result.successor_size - header))
     assert len(successors) == 4 and all(x == successors[0] for x in successors), successors
+
+
+def test_a_line_with_a_lone_surrogate_is_indexed_like_any_other(pg_url: str) -> None:
+    """A message or compaction holding a lone surrogate (escaped in its line, as pi writes
+    it) gets its id, parentId and type columns and moves the resume offsets: they were
+    stored NULL (the driver's parser refused the line), so a successor could reuse its id
+    and `ls` counted one entry fewer."""
+    import psycopg
+
+    url = session_url(pg_url, "surrogates")
+    with Session.create(url, cwd="/") as session:
+        first = session.append_message({"role": "user", "content": "lone \udc00 surrogate",
+                                        "timestamp": 1})
+        compaction = session.append_compaction("summary with a lone \ud83d", first, 10)
+    storage = PostgresStorage.from_url(url)
+    assert {int(first, 16), int(compaction, 16)} <= (storage.entry_ids() or set())
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT e.id, e.type FROM journal.entries e JOIN journal.streams s "
+                            "ON s.id = e.stream WHERE s.session = 'surrogates' "
+                            "ORDER BY e.position").fetchall()
+        offset = conn.execute("SELECT last_compaction FROM journal.streams "
+                              "WHERE session = 'surrogates'").fetchone()
+    assert (first, "message") in rows and (compaction, "compaction") in rows
+    assert offset is not None and offset[0] is not None

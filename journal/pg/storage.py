@@ -235,7 +235,7 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
         offsets.append(offset)
         offset += len(raw) + 1
         try:
-            value = orjson.loads(raw)
+            value = codec.loads(raw)  # as readers parse it: lone surrogate escapes too
         except orjson.JSONDecodeError:
             value = None
         if isinstance(value, dict):
@@ -270,7 +270,15 @@ def text_array(values: Sequence[str | None]) -> str:
 
 
 def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+    """A string field as a column's value; None for anything else, and for a string a text
+    column cannot hold (a lone surrogate: the line itself keeps its escape)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def _last_of(batch: Batch, kind: str) -> int | None:
