@@ -20,7 +20,7 @@ from .progress import Progress
 from .repair import RepairReport
 from .rotation import RotationResult
 
-__all__ = ["lineage", "live", "repair", "rotate", "successor"]
+__all__ = ["is_sealed", "lineage", "live", "repair", "rotate", "successor"]
 
 
 def repair(
@@ -137,3 +137,13 @@ def live(path: str | os.PathLike[str]) -> str:
         found = live_storage(storage)
         return path if found.session == storage.session else found.locator
     return files_lineage.resolve_live(os.fspath(path))[0]
+
+
+def is_sealed(path: str | os.PathLike[str]) -> bool:
+    """Whether a rotation sealed `path` (a file ending with its seal, or a database session
+    whose row names a successor), whether or not its successor is here."""
+    if is_database_url(path):
+        from .pg.storage import PostgresStorage
+
+        return PostgresStorage.from_url(path).successor() is not None
+    return files_lineage.seal_of(os.fspath(path)) is not None

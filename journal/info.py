@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .anywhere import live, successor
+from .anywhere import is_sealed, live, successor
 from .claude import PI
 from .codec import Diagnostic, bulk_parsing
 from .errors import NotASession
@@ -53,7 +53,8 @@ class SessionInfo:
     sealed or its successor is not there."""
     live: str | None = None
     """The live session a sealed one's seals lead to (the successor, or a later one after
-    several rotations); None if it is not sealed or its successor is not there."""
+    several rotations); None if it is not sealed or a successor on the way is not there
+    (archives copied or exported without their live session)."""
     problems: list[Problem] = field(default_factory=list)
     """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
     notes: list[Problem] = field(default_factory=list)
@@ -120,6 +121,8 @@ def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> Sess
     if info.sealed:
         info.successor = successor(info.path)
         info.live = live(info.successor) if info.successor is not None else None
+        if info.live is not None and is_sealed(info.live):
+            info.live = None  # the seals lead to a sealed session whose successor is not here
     found = assess(info.path, dialect=info.dialect)
     info.problems, info.notes = found.problems, found.notes
     return info

@@ -361,7 +361,9 @@ def _local_parents(parent: str, folder: str) -> list[str]:
     if not os.path.isabs(parent):
         archives.insert(0, os.path.normpath(os.path.join(folder, os.path.dirname(parent))))
     local = [os.path.join(folder, base), *(os.path.join(a, base) for a in archives),
-             *(compressed_name(os.path.join(a, base)) for a in archives)]
+             *(compressed_name(os.path.join(a, base)) for a in archives),
+             # compressed beside it: archives exported together into one folder
+             compressed_name(os.path.join(folder, base))]
     return list(dict.fromkeys(local))
 
 

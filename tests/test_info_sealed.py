@@ -95,3 +95,32 @@ def test_info_of_a_sealed_database_session_names_where_it_continues(pg_url: str)
     assert len({first, second, live}) == 3
     check(first, second, live)
     check(second, live, live)
+
+
+def test_a_database_sessions_exported_archives_are_one_lineage_without_a_live_file(
+        pg_url: str, tmp_path: Path) -> None:
+    """A database session rotated three times with an archive folder: the exports there
+    (`<file>.gz`, their headers naming `archive/<file>`) read as one lineage whose live
+    session is not here. They were three lineages, and `lineage` and `info` named the
+    newest export, sealed, as live."""
+    from journal.pg.url import session_url
+
+    exports = tmp_path / "exports"
+    with Session.create(session_url(pg_url, "exported"), cwd="/") as session:
+        for tag in "abc":
+            rotate_once(session, tag, archive_dir=str(exports))
+    archives = sorted(str(p) for p in exports.iterdir())
+    assert len(archives) == 3
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def cli(*argv: str) -> Any:
+        done = subprocess.run([sys.executable, "-c", CLI, *argv, "--json"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    [row] = cli("ls", str(exports))
+    assert row["state"] == "sealed" and row["files"] == archives
+    assert cli("lineage", archives[0]) == {"lineage": archives, "live": None}
+    first = info_json(archives[0])
+    assert first["successor"] == archives[1] and first["live"] is None

@@ -364,11 +364,17 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     except FileNotFoundError:
         raise NotASession(args.path, "no such file, and no successor of it was found") from None
     check_session(chain[-1])
+    from ..anywhere import is_sealed
+
+    # the last found may be sealed too: archives copied (or exported) without the live file
+    live_one = None if is_sealed(chain[-1]) else chain[-1]
     if args.json:
-        _emit_json({"lineage": chain, "live": chain[-1]})
+        _emit_json({"lineage": chain, "live": live_one})
         return 0
     for n, path in enumerate(chain):
-        print(f"{'live ' if n == len(chain) - 1 else 'archived'} {path}")
+        print(f"{'live ' if n == len(chain) - 1 and live_one else 'archived'} {path}")
+    if live_one is None:
+        print(f"(its successor is not here: {chain[-1]} is sealed too)")
     return 0
 
 
