@@ -259,3 +259,27 @@ def test_an_interruption_right_after_the_commit_still_says_it_rotated(
     assert "run the same command again" in notes[0]
     row = stream_row(PostgresStorage.from_url(url))
     assert row is not None and row["successor"] in notes[0]
+
+
+def test_a_session_rotation_interrupted_while_exporting_says_what_is_left(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Session.rotate(archive_dir=)` of a database session interrupted while it exports
+    (after the commit: the session writes on in its successor): the interruption carries a
+    note that it rotated, what is left, and how to finish it, as `rotate_database`'s does;
+    it had none."""
+    import journal.pg.rotation as rotation
+
+    url = new_session(pg_url)
+
+    def interrupted(*args: object, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rotation, "export_archive", interrupted)
+    with Session.open(url) as session:
+        fill(session, turns=10)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            session.rotate(archive_dir=str(tmp_path / "archive"))
+        assert session.path != PostgresStorage.from_url(url).locator  # writes on, after
+    notes = getattr(stopped.value, "__notes__", [])
+    assert len(notes) == 1 and "was rotated into" in notes[0], notes
+    assert "same archive folder finishes it" in notes[0]

@@ -284,7 +284,16 @@ def archive_sealed(result: RotationResult, sealed: PostgresStorage, archive_dir:
     Failures are warnings in `result`."""
     started = time.perf_counter()
     check_keep(keep)
-    _finish_lineage(result, sealed, archive_dir, keep, _steps_after(archive_dir, keep))
+    left = _steps_after(archive_dir, keep)
+    try:
+        _finish_lineage(result, sealed, archive_dir, keep, left)
+    except BaseException as e:  # the writer goes on in its successor: say what is left
+        note = None if result.dry_run else _unfinished(
+            result, sealed, archive_dir, keep, left,
+            again="a rotation of the session with the same archive folder finishes it")
+        if note is not None:
+            e.add_note(note)
+        raise
     result.total_ms += (time.perf_counter() - started) * 1000
 
 
@@ -300,9 +309,10 @@ def _steps_after(archive_dir: str | None, keep: int | None) -> list[str]:
 
 
 def _unfinished(result: RotationResult, storage: PostgresStorage, archive_dir: str | None,
-                keep: int | None, left: list[str]) -> str | None:
+                keep: int | None, left: list[str],
+                again: str = "run the same command again to finish it") -> str | None:
     """What a rotation interrupted after its commit says: that it rotated, what is left
-    undone, and that running it again does it (None: nothing to say)."""
+    undone, and that running it `again` does it (None: nothing to say)."""
     said = (f"{result.path} was rotated into {result.successor}" if result.rotated
             else f"{storage.locator} was not rotated ({result.reason})")
     if not left and not result.rotated:
@@ -313,8 +323,8 @@ def _unfinished(result: RotationResult, storage: PostgresStorage, archive_dir: s
     steps = {EXPORT_STEP: f"exporting {archives} to {archive_dir}",
              KEEP_STEP: f"moving the archives beyond the newest {keep} out of the database"}
     todo = " and ".join(steps[step] for step in left)
-    return (f"{said}, but the command was interrupted before {todo} (until then its archives "
-            "stay in the database, whole): run the same command again to finish it")
+    return (f"{said}, but it was interrupted before {todo} (until then its archives stay "
+            f"in the database, whole): {again}")
 
 
 def _finish_lineage(result: RotationResult, storage: PostgresStorage, archive_dir: str | None,
