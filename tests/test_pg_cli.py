@@ -190,11 +190,16 @@ def test_a_pg_name_leads_back_to_the_default_databases_password(
     ("postgresql://u:xsession=1@h/db", False),  # in the password
     ("postgresql://h/session=x", False),  # the database's name
     ("postgresql://h/db?application_name=session=a", False),  # another parameter's value
+    ("postgresql://h/db?session=", True),  # an empty one: not a database (journal new
+    # added a session of its own: '?session=&session=<id>'); parse_url says it is empty
 ])
 def test_whether_a_url_names_a_session_is_read_from_its_parameters(url: str, one: bool) -> None:
-    from journal.pg.url import names_session
+    from journal.pg.url import BadDatabaseUrl, names_session, parse_database
 
     assert names_session(url) is one
+    if one and "?" in url:
+        with pytest.raises(BadDatabaseUrl):
+            parse_database(url)
 
 
 @pytest.fixture

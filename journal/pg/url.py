@@ -90,7 +90,8 @@ def names_session(url: str) -> bool:
     `parse_database` apply, read from the parsed query."""
     if url.startswith(SHORT) and not url.startswith(SCHEMES):
         return url != DEFAULT_DATABASE
-    return any(key == "session" for key, _ in parse_qsl(_split(url).query))
+    return any(key == "session"  # an empty one too: `parse_url` then says it is empty
+               for key, _ in parse_qsl(_split(url).query, keep_blank_values=True))
 
 
 def parse_database(url: str) -> str:
@@ -102,7 +103,7 @@ def parse_database(url: str) -> str:
                                  f"{DEFAULT_DATABASE} (or its postgresql:// URL)")
         return _default_database(url, None)
     parts = _split(url)
-    if any(key == "session" for key, _ in parse_qsl(parts.query)):
+    if any(key == "session" for key, _ in parse_qsl(parts.query, keep_blank_values=True)):
         raise BadDatabaseUrl(f"{_without_password(url)}: a database URL names no session")
     return _with_password(url)
 
