@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agent.models import Model
@@ -9,29 +10,43 @@ from journal import Session
 
 
 def continue_scripted(model: Model, session: Session) -> None:
-    """A replayed scenario resumes after the turns it already played in this session.
+    """A replayed scenario resumes after the last of its turns this session's branch holds.
 
-    Its turns are counted from the latest user message that is the scenario's prompt; a
-    session that never saw that prompt starts the scenario at its first turn.
+    A turn is known by what it wrote: its text and its tool calls (their count, and the
+    turn index in their ids, `call_<turn>_<n>`), so the resume does not depend on the task
+    the run was started with, nor on how often it was resumed (turns counted from the
+    latest prompt fell short after a second resume: finished turns ran again, their call
+    ids twice). A branch holding none of its turns starts the scenario at its first turn.
     """
-    prompt = getattr(model, "prompt", None)
-    if getattr(model, "provider", "") != "scripted" or not prompt:
+    turns = getattr(model, "turns", None)
+    if getattr(model, "provider", "") != "scripted" or not isinstance(turns, list):
         return
-    played = 0
+    prefix = str(getattr(model, "call_id_prefix", "call_"))
     for entry in reversed(session.get_branch()):
         message = entry.get("message") if entry.get("type") == "message" else None
-        if not message:
+        if not message or message.get("role") != "assistant" or message.get(
+                "stopReason") in ("aborted", "error"):
             continue
-        if message.get("role") == "user" and _text(message) == prompt:
-            model.turn = played  # type: ignore[attr-defined]
+        played = _played_turn(message, turns, prefix)
+        if played is not None:
+            model.turn = played + 1  # type: ignore[attr-defined]
             return
-        if message.get("role") == "assistant" and message.get("stopReason") not in (
-                "aborted", "error"):
-            played += 1
 
 
-def _text(message: dict[str, Any]) -> str:
+def _played_turn(message: dict[str, Any], turns: Sequence[dict[str, Any]],
+                 prefix: str) -> int | None:
+    """The index of the scenario turn that wrote `message`, if one did."""
     content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    calls = [b for b in blocks if b.get("type") == "toolCall"]
+    candidates: Sequence[int] = range(len(turns) - 1, -1, -1)
+    first_id = calls[0].get("id") if calls else None
+    if isinstance(first_id, str) and first_id.startswith(prefix):
+        index = first_id[len(prefix):].split("_", 1)[0]
+        candidates = [int(index)] if index.isdigit() else []
+    for k in candidates:
+        if k < len(turns) and (turns[k].get("text") or "") == text and len(
+                turns[k].get("tool_calls") or ()) == len(calls):
+            return k
+    return None

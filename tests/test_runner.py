@@ -829,3 +829,29 @@ def test_agent_stopped_by_sigterm_mid_tool_call_answers_the_call_and_exits_143(
     result = messages_of(entries)[-1]
     assert result["role"] == "toolResult" and result["isError"]
     assert "Stopped by SIGTERM" in result["content"][0]["text"]
+
+
+def test_a_scenario_resumed_twice_goes_on_after_its_last_played_turn(tmp_path: Path,
+                                                                    workspace: Path) -> None:
+    """A replay stopped, resumed with its prompt, stopped again and resumed again plays each
+    turn once: the second resume counted turns from the latest prompt and played a finished
+    turn again (its call ids twice: `repair --check` then found duplicate call ids). Any task
+    resumes it, not only the prompt."""
+    prompt = "Do the chores."
+    scenario_file = tmp_path / "chores.json"
+    scenario_file.write_text(json.dumps(scenario(
+        *({"text": f"Chore {k}.", "tool_calls": [call("bash", command=f"echo chore-{k}")]}
+          for k in range(5)),
+        {"text": "All chores done."},
+        prompt=prompt,
+    )))
+    with Session.create(str(tmp_path / "sessions"), cwd=str(workspace)) as session:
+        for task, turns in ((prompt, 2), (prompt, 1), ("go on", 10)):
+            model = ScriptedModel.from_file(scenario_file)
+            continue_scripted(model, session)
+            runner, _ = make_runner(session, model, workspace, max_turns=turns)
+            runner.run(task)
+        entries = assert_journal_ok(session)
+    said = [m["content"][0]["text"] for m in messages_of(entries) if m["role"] == "assistant"]
+    assert said == [f"Chore {k}." for k in range(5)] + ["All chores done."]
+    assert len(set(call_ids(messages_of(entries)))) == 5
