@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["EXIT_TERMINATED", "Terminated", "terminated_as_interrupted"]
+__all__ = ["EXIT_TERMINATED", "Terminated", "terminated", "terminated_as_interrupted"]
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 """The exit status of a process ended by SIGTERM after cleaning up, as a shell reports one."""
@@ -28,7 +28,19 @@ class Terminated(SystemExit):
         super().__init__(EXIT_TERMINATED)
 
 
+_terminated = False
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM arrived inside the latest outermost `terminated_as_interrupted()`:
+    a library that catches the exception the handler raises (watchfiles turns it into a
+    KeyboardInterrupt) cannot hide it from the exit status."""
+    return _terminated
+
+
 def _interrupted(signum: int, frame: object) -> None:
+    global _terminated
+    _terminated = True
     # once: a second SIGTERM must not cut short the cleanup this one starts (a handler that
     # does nothing, not SIG_IGN: an ignored signal stays ignored in the programs the cleanup
     # starts, which could then not be stopped by SIGTERM)
@@ -54,6 +66,8 @@ def terminated_as_interrupted() -> Iterator[None]:
     if current in (signal.SIG_IGN, _interrupted, _after_interrupted):  # ignored, or ours
         yield
         return
+    global _terminated
+    _terminated = False  # of this one: a SIGTERM an earlier one took says nothing here
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         yield

@@ -1090,3 +1090,33 @@ def test_a_new_entry_reusing_an_archived_id_is_still_delivered_after_a_rotation(
         assert step(follower) == [early]
     finally:
         follower.close()
+
+
+@pytest.mark.parametrize("target", ["file", "directory", "poll"])
+def test_a_follow_of_files_ended_by_sigterm_exits_143(tmp_path, target):
+    """`journal tail -f` of a file or folder stopped by SIGTERM exits 143 as the docs say
+    (and as a database follow does): watchfiles turned the handler's exception into a
+    KeyboardInterrupt, which the follow ends on with 0, so a supervisor could not tell a
+    stop from a normal end."""
+    folder = tmp_path / "sessions"
+    with Session.create(folder, cwd="/") as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+        path = session.path
+    argv = [str(path if target == "file" else folder), "-f", "--json"]
+    if target == "poll":
+        argv.append("--poll")
+    root = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from journal.cli import tail_main; "
+         "sys.exit(tail_main())", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": root})
+    try:
+        assert proc.stdout is not None
+        assert "hello" in proc.stdout.readline()  # following by now
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()

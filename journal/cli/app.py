@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
-from ..interrupt import EXIT_TERMINATED, Terminated, terminated_as_interrupted
+from ..interrupt import EXIT_TERMINATED, Terminated, terminated, terminated_as_interrupted
 from ..pg.url import DATABASE_ENV, DEFAULT_DATABASE, hide_passwords, is_database_url
 
 EXIT_OK = 0
@@ -109,6 +109,8 @@ def run(
     try:
         with terminated_as_interrupted():
             code = func(args)
+        if terminated():  # the command ended on it as on Ctrl-C (`tail -f`): it was SIGTERM
+            return EXIT_TERMINATED
     except Terminated:
         return EXIT_TERMINATED
     except BrokenPipeError as e:
@@ -117,8 +119,8 @@ def run(
         return _failed(str(e))
     except OSError as e:
         return _failed(describe_os_error(e))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # a SIGTERM a library turned into one, too
+        return EXIT_TERMINATED if terminated() else EXIT_INTERRUPTED
     except expected as e:
         return _failed(str(e))
     try:
