@@ -230,7 +230,8 @@ def _successor_down_the_chain(path: str, live: str) -> str | None:
     (beside `path`; it may be gone too), when the chain of `parentSession` pointers from
     `live` back through its archives passes through the archive of `path`: several
     rotations into an archive folder elsewhere leave nothing beside `path` naming it.
-    The hop is checked as `lineage` checks it (the archive's seal names that successor)."""
+    The hop is checked as `lineage` checks it (the archive's seal names that successor);
+    where retention removed the archive of `path`, the file naming it as parent is taken."""
     directory, name = os.path.split(path)
     current, seen = live, {live}
     for _ in range(MAX_HOPS):
@@ -238,12 +239,18 @@ def _successor_down_the_chain(path: str, live: str) -> str | None:
         pointer = header.get("parentSession") if header else None
         if not isinstance(pointer, str) or not pointer:
             return None
+        names_it = _archive_name_of(name, pointer) and (
+            os.path.normpath(os.path.join(directory, pointer)) != path)  # (not a fork)
         older = _parent_file(pointer, header.get("id") if header else None, current,
                              directory)
+        if names_it and older is None and not any(
+                os.path.isfile(c) for c in _local_parents(pointer, directory)):
+            # the archive of `path` is gone (retention removed it): the file whose header
+            # names it continues `path`, where it is now
+            return current
         if older is None or older in seen:
             return None
-        if _archive_name_of(name, pointer) and (
-                os.path.normpath(os.path.join(directory, pointer)) != path):  # not a fork
+        if names_it:
             seal = seal_of(older)
             successor = plain_name(seal.get("file")) if seal is not None else None
             if successor is None or header is None or seal is None or (

@@ -442,3 +442,28 @@ def test_every_archive_in_a_folder_elsewhere_leads_to_the_live_file(tmp_path):
         opened.append_message(user("on in the live file"))
     assert load(live).entries[-1]["message"] == user("on in the live file")
     assert sorted(os.listdir(folder)) == [os.path.basename(live)]
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_a_first_name_whose_archive_retention_removed_still_leads_to_the_live_file(
+        tmp_path, elsewhere):
+    """`rotate --keep 2` after three rotations removed the first file's archive: its name
+    (what agents are started again with) led nowhere ("no such file"). The archive whose
+    header names the removed one as its parent continues it, and the name leads on to the
+    live file. (Once that archive is removed too, nothing on disk links the name to the
+    lineage any more.)"""
+    folder = tmp_path / "sessions"
+    archive_dir = str(tmp_path / "elsewhere") if elsewhere else None
+    with Session.create(folder, cwd="/proj") as s:
+        first = s.path
+        for n in range(3):
+            s.append_message(user(f"long {n} " + "x" * 3000))
+            kept = s.append_message(user(f"kept {n}"))
+            s.append_compaction(f"summary {n}", kept, 1000)
+            assert s.rotate(archive_dir=archive_dir, keep=2).rotated
+        live = s.path
+    archives = tmp_path / "elsewhere" if elsewhere else folder / "archive"
+    assert len(list(archives.iterdir())) == 2
+    assert resolve_live(first)[0] == live
+    with Session.open(first) as opened:
+        assert opened.path == live
