@@ -855,3 +855,41 @@ def test_a_scenario_resumed_twice_goes_on_after_its_last_played_turn(tmp_path: P
     said = [m["content"][0]["text"] for m in messages_of(entries) if m["role"] == "assistant"]
     assert said == [f"Chore {k}." for k in range(5)] + ["All chores done."]
     assert len(set(call_ids(messages_of(entries)))) == 5
+
+
+def test_what_an_ended_command_left_running_ends_with_an_agent_killed_outright(
+        tmp_path: Path, workspace: Path) -> None:
+    """A command that started something in the background and ended (`sleep 60 &`): what it
+    started runs on between commands, and ends with the agent when the agent is killed
+    outright (it ran on as an orphan: only a command still running was watched)."""
+    scenario_file = tmp_path / "background.json"
+    prompt = "Start the helper, then the slow check."
+    scenario_file.write_text(json.dumps(scenario(
+        {"text": "Starting the helper.",
+         "tool_calls": [call("bash", command="sleep 60 >/dev/null 2>&1 & echo $! > bg.pid")]},
+        {"text": "Now the slow check.",
+         "tool_calls": [call("bash", command="echo $$ > slow.pid; exec sleep 60", timeout=120)]},
+        {"text": "Done."},
+        prompt=prompt,
+    )))
+    path, child = agent_process(tmp_path, workspace, scenario_file, prompt)
+    try:
+        deadline = time.monotonic() + 30
+        while not (workspace / "slow.pid").exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        helper = int((workspace / "bg.pid").read_text())
+        assert Path(f"/proc/{helper}").exists()  # running on after its command ended
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{helper}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    outlived = Path(f"/proc/{helper}").exists()
+    if outlived:
+        os.kill(helper, signal.SIGKILL)
+    assert not outlived, "what the ended command started outlived the agent"

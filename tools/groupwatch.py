@@ -20,21 +20,50 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["unwatch", "watch"]
+__all__ = ["ended", "unwatch", "watch"]
 
 _lock = threading.Lock()
 _pipe: tuple[int, int] | None = None  # (pid of this process, write end) once started
+_lingering: set[int] = set()  # groups whose command ended while others of theirs ran on
 
 
 def watch(pgid: int) -> None:
     """Have the group `pgid` killed if this process dies before `unwatch(pgid)`. Best
     effort: where no watcher can be started, nothing is watched."""
+    _forget_ended()
     _send(f"+{pgid}\n")
 
 
 def unwatch(pgid: int) -> None:
     """The group `pgid` was ended (or may go on): no longer the watcher's to kill."""
     _send(f"-{pgid}\n")
+
+
+def ended(pgid: int) -> None:
+    """The command that leads the group `pgid` ended: the group stays watched while
+    anything it started runs on (`server &`: it may be wanted between commands, never
+    after the agent), and is let go once nothing of it is left (looked at on every call)."""
+    with _lock:
+        _lingering.add(pgid)
+    _forget_ended()
+
+
+def _forget_ended() -> None:
+    with _lock:
+        gone = {pgid for pgid in _lingering if not _alive(pgid)}
+        _lingering.difference_update(gone)
+    for pgid in gone:  # (before its number can go to another group)
+        unwatch(pgid)
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _send(line: str) -> None:

@@ -16,7 +16,7 @@ import time
 from typing import IO, Any
 
 from tools.base import Tool, ToolResult
-from tools.groupwatch import unwatch, watch
+from tools.groupwatch import ended, watch
 from tools.sandbox import require_sandbox, sandboxed
 from tools.workspace import Workspace
 
@@ -118,7 +118,7 @@ class BashTool(Tool):
                 proc.wait()
                 reader.join(DRAIN_GRACE_SECONDS)
             if not self.sandbox:
-                unwatch(proc.pid)
+                ended(proc.pid)
         duration = time.monotonic() - started
 
         text, total_bytes, cut = tail.text(self.max_output_chars)
