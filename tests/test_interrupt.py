@@ -116,6 +116,37 @@ def test_run_ends_any_command_on_sigterm_as_on_ctrl_c_with_143() -> None:
     assert cleaned == ["undone"]
 
 
+@pytest.mark.parametrize("ending", ["error in the cleanup", "caught as Ctrl-C",
+                                    "stdout gone"])
+def test_run_says_143_however_the_command_ends_on_a_sigterm(
+        ending: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A SIGTERM decides the exit status whether the command ends on its exception, on an
+    error its cleanup meets (an undo that fails), on a KeyboardInterrupt a library made of
+    it, or on a closed stdout: the error's 2 and the pipe's 0 were returned."""
+    from journal.cli import entry_parser, run
+    from journal.errors import JournalError
+
+    def command(args: object) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            return 0
+        except SystemExit:
+            if ending == "caught as Ctrl-C":
+                return 0  # a follow's normal end
+            raise
+        finally:
+            if ending == "error in the cleanup":
+                raise JournalError("the undo could not remove a file")  # noqa: B012
+            if ending == "stdout gone":
+                raise BrokenPipeError  # noqa: B012
+
+    parser = entry_parser("journal-test", "a command")
+    parser.set_defaults(func=command)
+    assert run(parser, []) == 143
+    capsys.readouterr()
+
+
 def test_export_ended_by_sigterm_leaves_nothing_and_exits_143(tmp_path: Path) -> None:
     """A real `journal export -o FILE` process, stopped by SIGTERM with its temp written:
     the temp is removed, FILE never made, exit 143, no traceback."""

@@ -105,12 +105,19 @@ def run(
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")  # a lone surrogate prints escaped
-    func: Command = args.func
+    code = _outcome(args.func, args, expected)
+    # a SIGTERM decides the status however the command ended on it: on its own exception,
+    # on the KeyboardInterrupt a library made of it (watchfiles), on an error its cleanup
+    # met, or as the normal end of a follow
+    return EXIT_TERMINATED if terminated() else code
+
+
+def _outcome(func: Command, args: argparse.Namespace,
+             expected: tuple[type[Exception], ...]) -> int:
+    """Run the command; its exit status, what escapes it said as `run` says it."""
     try:
         with terminated_as_interrupted():
             code = func(args)
-        if terminated():  # the command ended on it as on Ctrl-C (`tail -f`): it was SIGTERM
-            return EXIT_TERMINATED
     except Terminated:
         return EXIT_TERMINATED
     except BrokenPipeError as e:
@@ -119,8 +126,8 @@ def run(
         return _failed(str(e))
     except OSError as e:
         return _failed(describe_os_error(e))
-    except KeyboardInterrupt:  # a SIGTERM a library turned into one, too
-        return EXIT_TERMINATED if terminated() else EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except expected as e:
         return _failed(str(e))
     try:
