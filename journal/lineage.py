@@ -243,8 +243,7 @@ def _successor_down_the_chain(path: str, live: str) -> str | None:
             os.path.normpath(os.path.join(directory, pointer)) != path)  # (not a fork)
         older = _parent_file(pointer, header.get("id") if header else None, current,
                              directory)
-        if names_it and older is None and not any(
-                os.path.isfile(c) for c in _local_parents(pointer, directory)):
+        if names_it and older is None and _archive_removed(name, pointer, directory):
             # the archive of `path` is gone (retention removed it): the file whose header
             # names it continues `path`, where it is now
             return current
@@ -260,6 +259,17 @@ def _successor_down_the_chain(path: str, live: str) -> str | None:
         seen.add(older)
         current = older
     return None
+
+
+def _archive_removed(name: str, pointer: str, directory: str) -> bool:
+    """Whether `pointer` is what rotation writes for the archive of the file `name` (a
+    relative path to `<name>` or `<name>.gz`: never a fork's absolute pointer, nor a
+    `<name>.N` of another file once named alike) and nothing is there or anywhere the
+    archive moves through: retention removed it."""
+    if os.path.isabs(pointer) or os.path.basename(pointer) not in names_of(name):
+        return False
+    there = names_of(os.path.normpath(os.path.join(directory, pointer)))
+    return not any(os.path.lexists(c) for c in (*there, *_local_parents(pointer, directory)))
 
 
 def resolve_live(path: str) -> tuple[str, list[str]]:

@@ -467,3 +467,30 @@ def test_a_first_name_whose_archive_retention_removed_still_leads_to_the_live_fi
     assert resolve_live(first)[0] == live
     with Session.open(first) as opened:
         assert opened.path == live
+
+
+def test_a_fork_of_an_archive_elsewhere_is_not_taken_for_its_successor(tmp_path):
+    """A pi-style fork of an archive in a folder elsewhere (its header names the archive by
+    its absolute path), rotated in turn: the first name still leads to the main lineage's
+    live file, not into the fork's (the lookup for an archive retention removed took the
+    fork's archive, whose pointer names the first file's archive, for the successor)."""
+    folder, elsewhere = tmp_path / "sessions", str(tmp_path / "elsewhere")
+
+    def grow_and_rotate(s: Session) -> str | None:
+        s.append_message(user("long " + "x" * 3000))
+        kept = s.append_message(user("kept"))
+        s.append_compaction("summary", kept, 1000)
+        result = s.rotate(archive_dir=elsewhere, compress=False)
+        assert result.rotated
+        return result.archive
+
+    with Session.create(folder, cwd="/proj") as main:
+        first = main.path
+        archive = grow_and_rotate(main)
+        with Session.create(folder, cwd="/proj", parent_session=archive) as fork:
+            fork.append_message(user("fork work"))
+            grow_and_rotate(fork)
+            fork_live = fork.path
+        grow_and_rotate(main)
+        live = main.path
+    assert resolve_live(first)[0] == live != fork_live
