@@ -893,3 +893,21 @@ def test_what_an_ended_command_left_running_ends_with_an_agent_killed_outright(
     if outlived:
         os.kill(helper, signal.SIGKILL)
     assert not outlived, "what the ended command started outlived the agent"
+
+
+def test_a_scenario_whose_turns_repeat_their_text_resumes_at_the_next_one(
+        tmp_path: Path, workspace: Path) -> None:
+    """Two text-only turns with the same words: a session holding the first resumes at the
+    turn after it, not after the later one (the search from the last turn back matched the
+    later one, and the turns between were skipped)."""
+    scenario_file = tmp_path / "repeat.json"
+    scenario_file.write_text(json.dumps(scenario(
+        {"text": "OK."}, {"text": "Now step two."}, {"text": "OK."}, {"text": "Last."},
+        prompt="go")))
+    with Session.create(str(tmp_path / "sessions"), cwd=str(workspace)) as session:
+        first = ScriptedModel.from_file(scenario_file)
+        runner, _ = make_runner(session, first, workspace, max_turns=1)
+        runner.run("go")
+        model = ScriptedModel.from_file(scenario_file)
+        continue_scripted(model, session)
+    assert model.turn == 1
