@@ -4,9 +4,9 @@ A command runs in a process group of its own (`start_new_session`), so that a ti
 everything it started; the same makes it outlive an agent killed outright (SIGKILL, the OOM
 killer): nothing is left to kill the group. `watch(pgid)` hands the group to one watcher
 process per agent process (this file run by its path: the standard library only), which
-reads `+PGID` and `-PGID` lines from a pipe only the agent holds; when the pipe closes
-without the agent having said `-PGID` (it died), the watcher sends SIGKILL to every group
-still named.
+reads `+PGID STARTED` and `-PGID` lines from a pipe only the agent holds; when the pipe
+closes (the agent ended, however) the watcher sends SIGKILL to every group still named
+whose leader's number was not given since to another process.
 
     python groupwatch.py    (reads the lines on stdin)
 """
@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["ended", "unwatch", "watch"]
+__all__ = ["ended", "start_time", "unwatch", "watch"]
 
 _lock = threading.Lock()
 _pipe: tuple[int, int] | None = None  # (pid of this process, write end) once started
@@ -28,10 +28,11 @@ _lingering: set[int] = set()  # groups whose command ended while others of their
 
 
 def watch(pgid: int) -> None:
-    """Have the group `pgid` killed if this process dies before `unwatch(pgid)`. Best
-    effort: where no watcher can be started, nothing is watched."""
+    """Have the group `pgid` (led by the process `pgid`, just started) killed if this
+    process dies before `unwatch(pgid)`. Best effort: where no watcher can be started,
+    nothing is watched."""
     _forget_ended()
-    _send(f"+{pgid}\n")
+    _send(f"+{pgid} {start_time(pgid)}\n")
 
 
 def unwatch(pgid: int) -> None:
@@ -42,7 +43,8 @@ def unwatch(pgid: int) -> None:
 def ended(pgid: int) -> None:
     """The command that leads the group `pgid` ended: the group stays watched while
     anything it started runs on (`server &`: it may be wanted between commands, never
-    after the agent), and is let go once nothing of it is left (looked at on every call)."""
+    after the agent), and is let go once nothing of it is left (looked at on every call;
+    the watcher also checks, before it kills, that the number still names that group)."""
     with _lock:
         _lingering.add(pgid)
     _forget_ended()
@@ -96,14 +98,32 @@ def _writer() -> int | None:
     return write_end
 
 
+def start_time(pid: int) -> str:
+    """When the process `pid` started (clock ticks since boot, from /proc; "" if it is not
+    there): with its pid, what tells it from a later process given the same number."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
 def _serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the agent's to handle
-    groups: set[int] = set()
+    groups: dict[int, str] = {}  # pgid: when its leader started
     for line in sys.stdin.buffer:
-        sign, number = line[:1], line[1:].strip()
-        if number.isdigit():
-            (groups.add if sign == b"+" else groups.discard)(int(number))
-    for pgid in groups:  # the agent is gone: so are the commands it left running
+        fields = line[1:].split()
+        if not fields or not fields[0].isdigit():
+            continue
+        pgid = int(fields[0])
+        if line[:1] == b"+":
+            groups[pgid] = fields[1].decode() if len(fields) > 1 else ""
+        else:
+            groups.pop(pgid, None)
+    for pgid, started in groups.items():  # the agent is gone: so are the commands it left
+        now = start_time(pgid)
+        if now and started and now != started:
+            continue  # the number went to another process since: not the group watched
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
