@@ -9,17 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+from processes import alive
+
 import tools.groupwatch as groupwatch
 
 WATCHER = str(Path(groupwatch.__file__))
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_the_watcher_kills_the_groups_named_and_spares_a_number_given_to_another() -> None:

@@ -621,6 +621,14 @@ def test_a_tool_that_crashes_still_gets_a_result(tmp_path: Path, workspace: Path
 # --- a real agent process killed with SIGKILL, repaired, resumed
 
 
+def started_slow(workspace: Path, child: subprocess.Popen[bytes]) -> None:
+    """Wait until the agent `child` runs the command that writes `slow.pid`."""
+    deadline = time.monotonic() + 30
+    while not (workspace / "slow.pid").exists():
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def agent_process(tmp_path: Path, workspace: Path, scenario_file: Path,
                   prompt: str) -> tuple[str, subprocess.Popen[bytes]]:
     """A new session, and a real `journal-agent run` process replaying `scenario_file` on it
@@ -809,10 +817,7 @@ def test_agent_stopped_by_sigterm_mid_tool_call_answers_the_call_and_exits_143(
     )))
     path, child = agent_process(tmp_path, workspace, scenario_file, prompt)
     try:
-        deadline = time.monotonic() + 30
-        while not (workspace / "slow.pid").exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        started_slow(workspace, child)
         child.send_signal(signal.SIGTERM)
         assert child.wait(30) == 143
     finally:
@@ -874,10 +879,7 @@ def test_what_an_ended_command_left_running_ends_with_an_agent_killed_outright(
     )))
     path, child = agent_process(tmp_path, workspace, scenario_file, prompt)
     try:
-        deadline = time.monotonic() + 30
-        while not (workspace / "slow.pid").exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        started_slow(workspace, child)
         helper = int((workspace / "bg.pid").read_text())
         assert Path(f"/proc/{helper}").exists()  # running on after its command ended
         os.kill(child.pid, signal.SIGKILL)
