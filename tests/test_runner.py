@@ -669,6 +669,9 @@ def test_agent_killed_mid_tool_call_is_repaired_and_resumed(tmp_path: Path,
             time.sleep(0.05)
         else:
             pytest.fail("the agent never started its tool call")
+        # the agent hands the command's group to its watcher just after starting it (a
+        # kill before that, within a scheduling slice, leaves the command running)
+        time.sleep(0.3)
         os.kill(child.pid, signal.SIGKILL)
     finally:
         if child.poll() is None:
@@ -880,6 +883,7 @@ def test_what_an_ended_command_left_running_ends_with_an_agent_killed_outright(
     path, child = agent_process(tmp_path, workspace, scenario_file, prompt)
     try:
         started_slow(workspace, child)
+        time.sleep(0.3)  # handed to the watcher just after it started (as above)
         helper = int((workspace / "bg.pid").read_text())
         assert Path(f"/proc/{helper}").exists()  # running on after its command ended
         os.kill(child.pid, signal.SIGKILL)

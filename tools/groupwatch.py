@@ -6,7 +6,8 @@ killer): nothing is left to kill the group. `watch(pgid)` hands the group to one
 process per agent process (this file run by its path: the standard library only), which
 reads `+PGID STARTED` and `-PGID` lines from a pipe only the agent holds; when the pipe
 closes (the agent ended, however) the watcher sends SIGKILL to every group still named
-whose leader's number was not given since to another process.
+whose leader's number was not given since to another process. (A command is handed to the
+watcher just after it starts: an agent killed in between leaves it running.)
 
     python groupwatch.py    (reads the lines on stdin)
 """
