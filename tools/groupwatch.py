@@ -21,11 +21,18 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["ended", "start_time", "unwatch", "watch"]
+__all__ = ["ended", "start", "start_time", "unwatch", "watch"]
 
 _lock = threading.Lock()
 _pipe: tuple[int, int] | None = None  # (pid of this process, write end) once started
 _lingering: set[int] = set()  # groups whose command ended while others of theirs ran on
+
+
+def start() -> None:
+    """Start this process's watcher now (a shell tool does when it is made), so that handing
+    it a command's group later is one write, not a process to start first."""
+    with _lock:
+        _writer()
 
 
 def watch(pgid: int) -> None:

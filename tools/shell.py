@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from tools.base import Tool, ToolResult
 from tools.groupwatch import ended, watch
+from tools.groupwatch import start as start_watcher
 from tools.sandbox import require_sandbox, sandboxed
 from tools.workspace import Workspace
 
@@ -80,6 +81,8 @@ class BashTool(Tool):
         self.shell = shell
         if sandbox:
             require_sandbox()
+        else:
+            start_watcher()  # (bubblewrap ends its commands itself: --die-with-parent)
         self.sandbox = sandbox
 
     def schema(self) -> dict[str, Any]:
