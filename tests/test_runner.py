@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import alive
 
 import journal
 from agent.compaction.summarize import ExtractiveSummarizer, SummaryOverflow
@@ -621,6 +622,22 @@ def test_a_tool_that_crashes_still_gets_a_result(tmp_path: Path, workspace: Path
 # --- a real agent process killed with SIGKILL, repaired, resumed
 
 
+SLOW_CALL = call("bash", command="echo $$ > slow.pid; exec sleep 60", timeout=120)
+"""A command that writes its pid to `slow.pid` and runs for a minute."""
+
+
+def ends(pid: int, within: float = 10.0) -> bool:
+    """Whether the process `pid` ends within `within` seconds (killed after, if not: a test
+    leaves nothing running)."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
 def started_slow(workspace: Path, child: subprocess.Popen[bytes]) -> None:
     """Wait until the agent `child` runs the command that writes `slow.pid`."""
     deadline = time.monotonic() + 30
@@ -651,7 +668,7 @@ def test_agent_killed_mid_tool_call_is_repaired_and_resumed(tmp_path: Path,
     prompt = "Run the slow check."
     scenario_file.write_text(json.dumps(scenario(
         {"text": "Starting the slow check.",
-         "tool_calls": [call("bash", command="echo $$ > slow.pid; exec sleep 60", timeout=120)]},
+         "tool_calls": [SLOW_CALL]},
         {"text": "Running a quick check instead.",
          "tool_calls": [call("bash", command="echo quick-check-done")]},
         {"text": "The quick check passed."},
@@ -681,14 +698,7 @@ def test_agent_killed_mid_tool_call_is_repaired_and_resumed(tmp_path: Path,
 
     # the shell command the agent left running (in a process group of its own) was ended by
     # the tool's watcher, not left to run on
-    sleeper = int((workspace / "slow.pid").read_text())
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    outlived = Path(f"/proc/{sleeper}").exists()
-    if outlived:
-        os.kill(sleeper, signal.SIGKILL)
-    assert not outlived, "the shell command outlived the agent"
+    assert ends(int((workspace / "slow.pid").read_text())), "the command outlived the agent"
 
     # the file now ends with a call that has no result
     messages = messages_of(load(path).entries)
@@ -814,7 +824,7 @@ def test_agent_stopped_by_sigterm_mid_tool_call_answers_the_call_and_exits_143(
     prompt = "Run the slow check."
     scenario_file.write_text(json.dumps(scenario(
         {"text": "Starting the slow check.",
-         "tool_calls": [call("bash", command="echo $$ > slow.pid; exec sleep 60", timeout=120)]},
+         "tool_calls": [SLOW_CALL]},
         {"text": "Done."},
         prompt=prompt,
     )))
@@ -827,11 +837,7 @@ def test_agent_stopped_by_sigterm_mid_tool_call_answers_the_call_and_exits_143(
         if child.poll() is None:
             child.kill()
             child.wait(10)
-    sleeper = int((workspace / "slow.pid").read_text())
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{sleeper}").exists(), "the shell command outlived the agent"
+    assert ends(int((workspace / "slow.pid").read_text())), "the command outlived the agent"
     with Session.open(path) as session:
         entries = assert_journal_ok(session)
     result = messages_of(entries)[-1]
@@ -876,7 +882,7 @@ def test_what_an_ended_command_left_running_ends_with_an_agent_killed_outright(
         {"text": "Starting the helper.",
          "tool_calls": [call("bash", command="sleep 60 >/dev/null 2>&1 & echo $! > bg.pid")]},
         {"text": "Now the slow check.",
-         "tool_calls": [call("bash", command="echo $$ > slow.pid; exec sleep 60", timeout=120)]},
+         "tool_calls": [SLOW_CALL]},
         {"text": "Done."},
         prompt=prompt,
     )))
@@ -885,20 +891,14 @@ def test_what_an_ended_command_left_running_ends_with_an_agent_killed_outright(
         started_slow(workspace, child)
         time.sleep(0.3)  # handed to the watcher just after it started (as above)
         helper = int((workspace / "bg.pid").read_text())
-        assert Path(f"/proc/{helper}").exists()  # running on after its command ended
+        assert alive(helper)  # running on after its command ended
         os.kill(child.pid, signal.SIGKILL)
         child.wait(10)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(10)
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{helper}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    outlived = Path(f"/proc/{helper}").exists()
-    if outlived:
-        os.kill(helper, signal.SIGKILL)
-    assert not outlived, "what the ended command started outlived the agent"
+    assert ends(helper), "what the ended command started outlived the agent"
 
 
 def test_a_scenario_whose_turns_repeat_their_text_resumes_at_the_next_one(
