@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -293,3 +294,44 @@ def test_prune_keeps_a_session_with_messages_queued_for_its_agent(tmp_path):
     [gone] = report.pruned
     assert gone.done and gone.row.path == os.path.realpath(done)
     assert not os.path.exists(done) and not os.path.exists(inbox_path(done))
+
+
+def test_ls_on_a_terminal_keeps_a_row_on_one_line(tmp_path):
+    """A long title (a Claude Code summary, a pi session name) was wrapped a word a line, and
+    in 120 columns every column was squeezed to a few letters a line."""
+    import pty
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    title = "a very long session title that names what the session did word after word " * 2
+    with Session.create(folder, cwd="/work/some/deep/project/folder/of/a/user") as s:
+        s.append_session_info(title.strip())
+        s.append_message({"role": "user", "content": "hi", "timestamp": 1})
+        path = s.path
+    master, slave = pty.openpty()
+    env = {**os.environ, "HOME": str(tmp_path), "NO_COLOR": "1", "COLUMNS": "120",
+           "LINES": "40", "TERM": "xterm"}
+    done = subprocess.run([sys.executable, "-m", "journal.cli", "ls", str(folder)],
+                          stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE,
+                          env=env, timeout=60)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end is closed and drained
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert done.returncode == 0, done.stderr
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode())  # bold headings
+    lines = [line for line in text.splitlines() if line.strip()]
+    with Session.open(path) as s:
+        short_id = s.header["id"][:8]
+    rows = [line for line in lines if short_id in line]
+    assert len(rows) == 1, text  # the session's row: one line
+    assert "a very long" in rows[0] and rows[0].rstrip().endswith("live"), text
+    assert max(len(line.rstrip()) for line in lines) <= 120, text
+    assert len(lines) == 3, text  # the heading, its rule and the row: nothing wrapped

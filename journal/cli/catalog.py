@@ -76,6 +76,10 @@ def _cells(row: SessionRow) -> list[str]:
 HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", "size",
             "tokens", "cost", "state"]
 RIGHT = ("entries", "files", "size", "tokens", "cost")
+# a terminal's table: a row a line in 120 columns (the folder, first entry's time and file
+# count are the tab-separated output's and --json's)
+TERMINAL = ["name", "id", "models", "last", "entries", "size", "tokens", "cost", "state"]
+WIDEST = {"name": 32, "models": 28}  # its columns cut short, at most this wide
 
 
 def _database_rows(dirs: list[str], args: argparse.Namespace) -> list[DatabaseRow]:
@@ -105,15 +109,32 @@ def cmd_ls(args: argparse.Namespace) -> int:
         _emit_json([r.to_json() for r in rows])
         return 0
     if sys.stdout.isatty():
+        from rich import box
         from rich.console import Console
         from rich.table import Table
 
-        table = Table()
-        for heading in HEADINGS:
-            table.add_column(heading, justify="right" if heading in RIGHT else "left")
+        lines = []
         for row in rows:
-            table.add_row(*_cells(row), style="red" if row.state == "needs-repair" else None)
-        Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
+            cells = dict(zip(HEADINGS, _cells(row), strict=True))
+            cells["last"] = cells["last"][:16].replace("T", " ")
+            lines.append([cells[h] for h in TERMINAL])
+        console = Console(no_color=bool(os.environ.get("NO_COLOR")))
+        widths = [max([len(h), *(len(line[i]) for line in lines)])
+                  for i, h in enumerate(TERMINAL)]
+        # the name and models are cut short to what the other columns leave of the width,
+        # never wrapped a word a line
+        spare = console.width - 3 * len(TERMINAL) - sum(
+            w for h, w in zip(TERMINAL, widths, strict=True) if h not in WIDEST)
+        for heading, most in WIDEST.items():
+            i = TERMINAL.index(heading)
+            widths[i] = max(len(heading), min(widths[i], most, spare // 2))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for heading, width in zip(TERMINAL, widths, strict=True):
+            table.add_column(heading, justify="right" if heading in RIGHT else "left",
+                             no_wrap=True, overflow="ellipsis", width=width)
+        for row, line in zip(rows, lines, strict=True):
+            table.add_row(*line, style="red" if row.state == "needs-repair" else None)
+        console.print(table)
     else:
         print("\t".join([*HEADINGS, "path"]))
         for row in rows:
