@@ -77,7 +77,7 @@ from .storage import PostgresReader, PostgresStorage, current_end, split_batch
 
 __all__ = ["CHANGED_TRIES", "again_while_changed", "archive_sealed", "export_archive",
            "file_name", "follow_successors", "keep_archives", "live_storage", "lock_live",
-           "move_out", "rotate_database", "rotate_session", "stream_row"]
+           "move_out", "rotate_database", "rotate_session", "seal_in", "stream_row"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -644,12 +644,20 @@ def _commit(storage: PostgresStorage, successor: PostgresStorage, lease: Lease, 
              batch.offsets, batch.total, batch.kept))
         conn.execute("UPDATE journal.streams SET file_name = %s WHERE session = %s",
                      (new_name, successor.session))
-        # the epoch moves on: the writer that sealed it (or one that kept its epoch) can
-        # append to the sealed session no more; it writes on in the successor
-        conn.execute("UPDATE journal.streams SET successor = %s, sealed_at = now(), "
-                     "file_name = %s, epoch = epoch + 1, holder_host = NULL, "
-                     "holder_pid = NULL, holder_since = NULL, holder_backend = NULL "
-                     "WHERE session = %s", (successor.session, archive, storage.session))
+        seal_in(conn, storage.session, successor.session, archive)
+
+
+def seal_in(conn: psycopg.Connection[Any], session: str, successor: str, archive: str) -> None:
+    """Record on the row of `session`, inside the caller's transaction on `conn`, that it is
+    sealed and continues in `successor`, its file now `archive`: opening it follows to the
+    successor, and journal.append refuses it any line. The epoch moves on: the writer that
+    sealed it (or one that kept its epoch) can append to it no more; it writes on in the
+    successor. A rotation does this with the seal it appends, and `journal push` for a file
+    lineage rotated since it was last pushed."""
+    conn.execute("UPDATE journal.streams SET successor = %s, sealed_at = now(), "
+                 "file_name = %s, epoch = epoch + 1, holder_host = NULL, "
+                 "holder_pid = NULL, holder_since = NULL, holder_backend = NULL "
+                 "WHERE session = %s", (successor, archive, session))
 
 
 def export_archive(storage: PostgresStorage, directory: str) -> str:
