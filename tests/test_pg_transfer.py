@@ -99,8 +99,12 @@ def test_a_folder_round_trips(pg_url: str, tmp_path: Path) -> None:
     assert files_under(tmp_path / "out") == original
 
 
-def test_push_again_skips_and_other_bytes_are_refused_whole(pg_url: str,
-                                                           tmp_path: Path) -> None:
+def test_push_again_skips_and_other_bytes_are_refused_the_rest_pushed(
+        pg_url: str, tmp_path: Path) -> None:
+    """A folder holding a session the database has other bytes of, and a new one: the first
+    is refused, naming what differs, and left as it is; the new one is stored."""
+    from journal.pg.transfer import PushRefused
+
     live = rotated_lineage(tmp_path / "src")
     push(live, pg_url)
     again = push(live, pg_url)
@@ -113,17 +117,16 @@ def test_push_again_skips_and_other_bytes_are_refused_whole(pg_url: str,
         session.append_message({"role": "user", "content": "new", "timestamp": 1})
     os.rename(changed, fresh / changed.name)
     before = count_streams(pg_url)
-    with pytest.raises(TransferError, match="other bytes"):
+    with pytest.raises(PushRefused, match=r"changed.jsonl: the database holds other bytes: "
+                       r"line \d+ \(at byte [\d,]+\) differs") as refused:
         push(str(fresh), pg_url)
-    assert count_streams(pg_url) == before  # the new session was not stored either
+    assert sorted((Path(row["file"]).name == changed.name, row["action"])
+                  for row in refused.value.result.sessions) == [(False, "new"), (True, "refused")]
+    assert count_streams(pg_url) == before + 1  # the new session, alone
+    assert load(session_url(pg_url, load(live).header["id"])).end == len(data)  # type: ignore[index]
 
 
-def test_refusals_leave_nothing(pg_url: str, tmp_path: Path) -> None:
-    torn = tmp_path / "torn.jsonl"
-    torn.write_bytes(pi_path("all-types.jsonl").read_bytes() + b'{"type":"mess')
-    with pytest.raises(TransferError, match="incomplete"):
-        push(str(torn), pg_url)
-    assert count_streams(pg_url) == 0
+def test_a_pull_refused_leaves_nothing(pg_url: str, tmp_path: Path) -> None:
     live = rotated_lineage(tmp_path / "src")
     push(live, pg_url)
     out = tmp_path / "out"
@@ -377,7 +380,7 @@ def test_a_line_the_database_cannot_hold_is_refused_naming_the_file(
                      + b'{"type":"custom","id":"zz","customType":"\xff"}\n')
     before = path.read_bytes()
     with pytest.raises(TransferError, match=rf"^{path}: cannot be stored \(not valid UTF-8"
-                       r".*nothing was pushed, and the file is as it was"):
+                       r".*the file is as it was; nothing of its lineage was pushed"):
         push(str(path), pg_url)
     assert count_streams(pg_url) == 0 and path.read_bytes() == before
 

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 
 from .. import codec
+from ..lock import DEFAULT_LOCK_TIMEOUT
+from .app import EXIT_ERROR, EXIT_OK, ByteProgress, seconds
 
 
 def _emit(value: Any) -> None:
@@ -16,19 +18,48 @@ def _emit(value: Any) -> None:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from ..pg.transfer import push
+    from ..pg.transfer import PushRefused, push
 
     print(f"journal: pushing {args.path}", file=sys.stderr)
-    result = push(args.path, args.url)
+    with ByteProgress("reading sessions", enabled=not args.json) as bar:
+        try:
+            result = push(args.path, args.url, lock_timeout=args.lock_timeout, progress=bar)
+        except PushRefused as e:
+            result = e.result
+    for row in result.sessions:
+        if row.get("torn"):
+            print(f"Warning: {row['file']}: its last line is incomplete (being written, or "
+                  f"torn): its {row['torn']:,} bytes were left out", file=sys.stderr)
     if args.json:
         _emit(result.to_json())
-        return 0
-    for row in result.pushed:
-        print(f"pushed  {row['name']}  ->  {row['session']}  ({row['bytes']:,} bytes)")
-    for row in result.skipped:
-        print(f"skipped {row['name']}  (already in the database, same bytes)")
-    print(f"{len(result.pushed)} session(s) pushed, {len(result.skipped)} already there")
-    return 0
+    else:
+        _print_push(result.sessions)
+        counts = {action: sum(1 for row in result.sessions if row["action"] == action)
+                  for action in ("new", "appended", "unchanged", "refused")}
+        if result.changed or counts["refused"]:
+            print(", ".join(f"{n} {action}" for action, n in counts.items() if n))
+        else:
+            print(f"nothing to push: the database is up to date ({counts['unchanged']} "
+                  "session(s) unchanged)")
+    for row in result.refused:
+        print(f"Error: {row['file']}: refused: {row['reason']}", file=sys.stderr)
+    return EXIT_ERROR if result.refused else EXIT_OK
+
+
+def _print_push(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        action, name = row["action"], row["name"]
+        sealed = f", sealed: continues in {row['sealed']}" if "sealed" in row else ""
+        if action == "new":
+            print(f"new        {name}  ->  {row['session']}  ({row['lines']:,} line(s), "
+                  f"{row['bytes']:,} bytes{sealed})")
+        elif action == "appended":
+            print(f"appended   {name}  ->  {row['session']}  ({row['lines']:,} line(s), "
+                  f"now {row['bytes']:,} bytes{sealed})")
+        elif action == "unchanged":
+            print(f"unchanged  {name}" + (f"  ({sealed[2:]})" if sealed else ""))
+        else:
+            print(f"refused    {name}  ({row['reason']})")
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -61,15 +92,21 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 def add_database_parsers(sub: Any) -> None:
     p = sub.add_parser(
-        "push", help="store session files (with their lineage) in a PostgreSQL database",
+        "push", help="bring a PostgreSQL database up to date with session files (with their "
+        "lineage)",
         description="Store session files in a database, byte for byte: a file with every "
         "archived file it continues, or every session file under a folder. Each becomes the "
         "session named by its header's id; a sealed file leads to its successor there too. "
-        "All or nothing; a session already there with the same bytes is skipped, with other "
-        "bytes refused.")
+        "A session the database lacks is stored, one it holds the beginning of gets the "
+        "file's new complete lines appended, one it holds whole is left as it is, and one "
+        "of which it holds more or other bytes is refused, with its whole lineage (the "
+        "other lineages are pushed; exit 2). Run again, it changes nothing.")
     p.add_argument("path", help="a session file (its lineage is pushed) or a folder")
     p.add_argument("url", nargs="?", help="the database: postgresql://user@host:port/db "
                    "(default: JOURNAL_DATABASE_URL)")
+    p.add_argument("--lock-timeout", type=seconds, default=DEFAULT_LOCK_TIMEOUT, metavar="S",
+                   help="seconds to wait for a database writer of a session to be appended "
+                   f"to (default {DEFAULT_LOCK_TIMEOUT:g})")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=cmd_push)
 

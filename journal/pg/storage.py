@@ -118,9 +118,13 @@ POLL_INTERVAL = 0.02
 # With the offset, the generation the session was at when the statement began (the batch is
 # in it unless a replacement committed while the call waited for the row: it then names a
 # generation the session never returns to, and the floor it records is not used, `FIND_BATCH`).
-APPEND = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
-          "%s::bigint[], %s, %s), (SELECT generation FROM journal.streams WHERE session = %s)")
+APPEND_CALL = ("SELECT journal.append(%s, %s, %s::text[], %s::text[], %s::text[], "
+               "%s::text[], %s::bigint[], %s, %s)")
+APPEND = APPEND_CALL + ", (SELECT generation FROM journal.streams WHERE session = %s)"
 COMMIT_ATTEMPTS = 2
+# `PostgresStorage.extend_in` sends a grown file's new lines in batches of about this many
+# bytes (the arrays of one call are built whole in the server's memory)
+EXTEND_BATCH = 4 << 20
 # journal.append called once the stream row is locked against the lease holder's one-entry
 # statement (its FOR KEY SHARE waits for this), in one statement: for a call that lost the race
 # for the end (`_append`). No row: no such session (the plain call then says so).
@@ -911,9 +915,7 @@ class PostgresAppender:
 
     def _params(self, batch: Batch) -> tuple[Any, ...]:
         """journal.append's arguments for `batch`."""
-        return (self.storage.session, self.epoch, text_array(batch.lines),
-                text_array(batch.ids), text_array(batch.parents), text_array(batch.types),
-                "{" + ",".join(map(str, batch.offsets)) + "}", batch.total, batch.kept)
+        return _append_args(self.storage.session, self.epoch, batch)
 
     def _refused(self, e: psycopg.Error, *, resent: bool = False,
                  unsure: bool = False) -> JournalError:
@@ -1235,6 +1237,44 @@ class PostgresStorage:
         successor in the transaction that seals the old session)."""
         self._create(conn, split_batch(self._name, 0, data))
 
+    def extend_in(self, conn: psycopg.Connection[Any], data: bytes, *, epoch: int,
+                  generation: int, end: int) -> None:
+        """Append `data` (complete lines) at the session's end, inside the caller's
+        transaction on `conn`, through journal.append fenced by `epoch` (the caller holds the
+        lease), provided the session is still what the caller compared it with: live, at
+        `epoch`, in `generation` and ending at `end`, checked under the stream row's lock
+        (which every appender's statement waits for), so no other writer's line lands
+        between what was compared and what is appended. SessionChanged if it changed
+        (another generation, another end), LeaseLost if the epoch moved on, SessionSealed if
+        it was sealed, WriteFailed for bytes a text column cannot hold. `journal push`
+        brings a session that grew as a file up to date this way (in batches of about
+        EXTEND_BATCH bytes, each acknowledged at the offset it was sent for)."""
+        row = conn.execute(
+            "SELECT generation, epoch, successor, moved_out_at FROM journal.streams "
+            "WHERE session = %s AND generation IS NOT NULL FOR UPDATE",
+            (self.session,)).fetchone()
+        if row is None:
+            raise NotASession(self._name, "no such session in the database")
+        if row[2] is not None:
+            raise SessionSealed(self._name, session_url(self.conninfo, str(row[2])))
+        if row[3] is not None or int(row[1]) != epoch:
+            raise LeaseLost(self._name, epoch, f"the session is at epoch {row[1]}")
+        now = current_end(conn, self.session)
+        if int(row[0]) != generation or now != end:
+            raise SessionChanged(self._name, "appended to", end, now)
+        start = 0
+        while start < len(data):
+            stop = data.find(b"\n", min(start + EXTEND_BATCH, len(data)) - 1) + 1 or len(data)
+            batch = split_batch(self._name, end + start, data[start:stop])
+            got = conn.execute(APPEND_CALL, _append_args(self.session, epoch, batch)).fetchone()
+            if got is None or int(got[0]) != end + start:
+                # journal.append took the batch for a retry of lines the session ends with
+                # (the same ids and bytes): appending it is the caller's to decide
+                raise WriteFailed(self._name, end + start, "these lines repeat the lines the "
+                                  "session ends with, which the database takes for a batch "
+                                  "sent again", REFUSED_OUTCOME)
+            start = stop
+
     def _create(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
         with conn.transaction():
             row = conn.execute(
@@ -1464,6 +1504,13 @@ def _moved(row: tuple[Any, ...] | None) -> MovedOut | None:
     if row is None or row[4] is None:
         return None
     return MovedOut(str(row[4]), str(row[5]), int(row[1]))
+
+
+def _append_args(session: str, epoch: int | None, batch: Batch) -> tuple[Any, ...]:
+    """journal.append's arguments for `batch` (`APPEND`'s first nine)."""
+    return (session, epoch, text_array(batch.lines), text_array(batch.ids),
+            text_array(batch.parents), text_array(batch.types),
+            "{" + ",".join(map(str, batch.offsets)) + "}", batch.total, batch.kept)
 
 
 def _first_line(e: BaseException | None) -> str:

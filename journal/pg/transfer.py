@@ -1,13 +1,17 @@
 """Moving sessions between the file backend and a database: `journal push` and `journal pull`.
 
-`push(PATH, URL)` stores session files in the database: a file with its whole lineage (the
-archived files it continues, compressed or not, and the live one), or every session file
-under a folder. Each file becomes one session, named by its header's id, holding its bytes
-verbatim (a compressed archive's uncompressed bytes), with its file name (relative to the
-session's folder: `archive/<name>.jsonl.gz` for an archive) and, for a sealed file, its
-successor when that is pushed too. Everything is pushed in one transaction: all of it or
-nothing. A session already in the database with the same bytes is skipped (a push can be
-repeated); with other bytes, the push is refused.
+`push(PATH, URL)` brings the database up to date with session files: a file with its whole
+lineage (the archived files it continues, compressed or not, and the live one), or every
+session file under a folder. Each file is one session, named by its header's id, holding its
+bytes verbatim (a compressed archive's uncompressed bytes, up to the last complete line),
+with its file name (relative to the session's folder: `archive/<name>.jsonl.gz` for an
+archive) and, for a sealed file, its successor when that is pushed too. A session the
+database lacks is stored; one it holds a beginning of (the file grew) gets the file's new
+lines, appended under the session's lease (`PostgresStorage.extend_in`); one it holds whole
+is left as it is; one of which it holds more or other bytes is refused. A file lineage is one
+transaction: all of its changes (a rotated one's sealed session pointed at its successor, as
+a database rotation does: `rotation.seal_in`) or none; the other lineages are pushed even
+when one is refused (`PushRefused` then names it). A push repeated changes nothing.
 
 `pull(URL, DIR)` writes them back: a session URL pulls that session's lineage (the sessions
 it continues and those continuing it), a database URL (no `session`) every session. Each is
@@ -44,15 +48,24 @@ import psycopg
 
 from .. import archivegz, codec
 from ..archivegz import is_compressed
-from ..errors import ArchiveElsewhere, JournalError, NotASession, WriteFailed
+from ..errors import (
+    ArchiveElsewhere,
+    JournalError,
+    NotASession,
+    WriteFailed,
+    describe_os_error,
+)
 from ..files import TEMP_SUFFIX, remove_stale_temps
 from ..lineage import ARCHIVE_DIR, lineage
+from ..lock import DEFAULT_LOCK_TIMEOUT
+from ..progress import Meter, Progress
 from ..publish import NewFile
 from ..seal import is_seal
 from ..snapshot import last_newline_end
 from . import schema
-from .connect import DatabaseError, connect, describe, with_shared
-from .rotation import file_name
+from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
+from .lease import Lease
+from .rotation import file_name, seal_in
 from .storage import PostgresStorage
 from .url import (
     DATABASE_ENV,
@@ -64,8 +77,8 @@ from .url import (
     shown,
 )
 
-__all__ = ["PullResult", "PushResult", "TransferError", "database_of", "database_sessions",
-           "pull", "push", "push_bytes"]
+__all__ = ["PullResult", "PushRefused", "PushResult", "TransferError", "database_of",
+           "database_sessions", "pull", "push", "push_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -75,20 +88,61 @@ PULL_TRIES = 3
 _SIDE = (".quarantine", ".lock", ".bak", ".tmp", ".rotating", "~")
 
 
+# what a push did with a session (a row's `action`)
+NEW, APPENDED, UNCHANGED, REFUSED = "new", "appended", "unchanged", "refused"
+
+
 class TransferError(JournalError):
     """A push or pull that cannot be done; nothing was changed."""
 
 
 @dataclass
 class PushResult:
-    """What a push stored (session URLs) and what it skipped (already there, same bytes)."""
+    """What a push did, one row per file in the order found: `file`, `name` (what it is
+    stored as), `session` (its URL; None if the file has no session header), `action`
+    (`new`, `appended`, `unchanged`, `refused`), `bytes` (the session's bytes the file
+    holds), `lines` (stored, for a new one; appended), `torn` (the bytes of an incomplete
+    last line left out), `sealed` (the successor's URL, where this push pointed the session
+    at it), `reason` (why it was refused)."""
 
     database: str
-    pushed: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pushed(self) -> list[dict[str, Any]]:
+        """The rows of sessions stored or appended to."""
+        return [row for row in self.sessions if row["action"] in (NEW, APPENDED)]
+
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """The rows of sessions the database holds as the files do (left as they are)."""
+        return [row for row in self.sessions if row["action"] == UNCHANGED]
+
+    @property
+    def refused(self) -> list[dict[str, Any]]:
+        return [row for row in self.sessions if row["action"] == REFUSED]
+
+    @property
+    def changed(self) -> bool:
+        """Whether the push changed the database (stored, appended or sealed anything)."""
+        return bool(self.pushed) or any("sealed" in row for row in self.sessions)
 
     def to_json(self) -> dict[str, Any]:
-        return {"database": self.database, "pushed": self.pushed, "skipped": self.skipped}
+        return {"database": self.database, "sessions": self.sessions, "pushed": self.pushed,
+                "skipped": self.skipped, "refused": self.refused}
+
+
+class PushRefused(TransferError):
+    """Sessions a push refused (each row of `result.refused` says why); the other
+    lineages were pushed."""
+
+    def __init__(self, result: PushResult) -> None:
+        self.result = result
+        refused = result.refused
+        said = "; ".join(f"{row['file']}: {row['reason']}" for row in refused)
+        rest = len(result.sessions) - len(refused)
+        tail = f" (the {rest} other session(s) are pushed or up to date)" if rest else ""
+        super().__init__(f"{said}{tail}")
 
 
 @dataclass
@@ -161,9 +215,10 @@ def _name_in(folder: str, path: str) -> str:
     return relative
 
 
-def _read(path: str) -> bytes:
-    """The session bytes of the file (an archive's uncompressed); TransferError for a torn
-    tail or a damaged archive."""
+def _read(path: str) -> tuple[bytes, int]:
+    """The session bytes of the file (an archive's uncompressed) up to its last complete
+    line, and how many bytes of an incomplete last line (a torn tail, or a line being
+    written) were left out; TransferError for a damaged archive."""
     with open(path, "rb") as f:
         data = f.read()
     if is_compressed(path):
@@ -171,10 +226,8 @@ def _read(path: str) -> bytes:
             data = archivegz.decompress(data, path)
         except NotASession as e:
             raise TransferError(str(e)) from e
-    if data and not data.endswith(b"\n"):
-        raise TransferError(f"{path}: its last line is incomplete (a torn tail); open it for "
-                            "writing once (or run 'journal repair') before pushing it")
-    return data
+    end = data.rfind(b"\n") + 1
+    return data[:end], len(data) - end
 
 
 def _described(path: str, name: str, data: bytes) -> _File:
@@ -200,13 +253,59 @@ def _described(path: str, name: str, data: bytes) -> _File:
     return _File(path, name, str(header["id"]), successor)
 
 
-def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
-    """Store session files in the database `url` names (see the module docstring); each
-    becomes the session its header names, so a URL naming a session is refused.
+@dataclass
+class _Stored:
+    """A session as the database holds it, compared with a file's bytes."""
 
-    Raises TransferError (a torn tail, no header, a session already in the database with
-    other bytes, two files with one session id), NotASession, DatabaseError. Nothing is
-    stored unless everything is.
+    generation: int
+    size: int  # its bytes
+    lines: int
+    common: int  # the bytes the file and the database have alike from the start, line for line
+    successor: str | None
+    file_name: str | None
+    moved_out: str | None  # the file it was moved out to
+
+
+@dataclass
+class _Plan:
+    """What a push does with one file: its report row, and what it read to decide."""
+
+    file: _File
+    row: dict[str, Any]
+    action: str  # NEW, APPENDED, UNCHANGED or REFUSED
+    used: int = 0  # the file's bytes pushed (its complete lines)
+    digest: str = ""  # their SHA-256, checked when they are read again to be stored
+    stored: _Stored | None = None
+    seal: str | None = None  # the successor this push points it at (it seals it)
+
+    def refuse(self, reason: str) -> None:
+        self.action, self.row["action"], self.row["reason"] = REFUSED, REFUSED, reason
+        self.seal = None
+        for key in ("lines", "sealed"):
+            self.row.pop(key, None)
+
+
+def push(source: str | os.PathLike[str], url: str | None = None, *,
+         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+         progress: Progress | None = None) -> PushResult:
+    """Bring the database `url` names up to date with session files (see the module
+    docstring); each file is the session its header names, so a URL naming a session is
+    refused.
+
+    Per session: stored whole if the database lacks it (`new`), its new complete lines
+    appended if the database holds a beginning of the file's bytes (`appended`), left as it
+    is if it holds them all (`unchanged`), and refused if it holds more or other bytes (the
+    row's `reason` says what differs). A file lineage is one unit, in one transaction: its
+    files stored, appended and linked (a rotated one's sealed session pointed at its
+    successor) together, or none of them if one is refused. The other lineages are pushed
+    all the same; then PushRefused (a TransferError, with the `result`) names the refused.
+    An append takes the session's lease (waiting up to `lock_timeout` seconds for a writer
+    holding it), and its fencing epoch goes with every batch. `progress` is called with the
+    bytes read of the files and their total.
+
+    Raises PushRefused, TransferError (no database, a session URL), NotASession (no such
+    file), DatabaseError (the connection lost: the lineages before it are stored, the one
+    it was storing may be: push again).
 
     Example:
         >>> push("sessions/", "postgresql://me@db/journal")  # doctest: +SKIP
@@ -215,82 +314,256 @@ def push(source: str | os.PathLike[str], url: str | None = None) -> PushResult:
         raise TransferError(f"{shown(url)}: push takes a database URL (no session=, no "
                             "pg:<id>): each file becomes the session its header names")
     conninfo = database_of(url)
-    # each file read twice, here and as it is stored, so that one is in memory at a time
-    files = [_described(path, name, _read(path))
-             for path, name in _files_to_push(os.fspath(source))]
-    ids: dict[str, str] = {}
-    for f in files:
-        if f.session in ids:
-            raise TransferError(f"{f.path} and {ids[f.session]} are the same session "
-                                f"({f.session}); push one of them")
-        ids[f.session] = f.path
+    found = _files_to_push(os.fspath(source))
+    meter = Meter(progress, sum(_size(path) for path, _ in found))
+    done = 0
     result = PushResult(_safe(conninfo))
     conn = connect(conninfo)
     try:
-        with conn.transaction():
-            for f in files:
-                storage = PostgresStorage(conninfo, f.session)
-                data = _read(f.path)
-                if _described(f.path, f.name, data) != f:
-                    raise TransferError(f"{f.path}: its header or seal changed while it was "
-                                        "pushed; nothing was pushed")
-                existing = _stored_bytes(conn, f.session, data)
-                entry = {"file": f.path, "name": f.name, "session": storage.locator,
-                         "bytes": len(data)}
-                if existing is not None:
-                    if existing != data:
-                        raise TransferError(f"{f.path}: the session {f.session} is already "
-                                            "in the database with other bytes; nothing was "
-                                            "pushed")
-                    result.skipped.append(entry)
-                    continue
-                try:
-                    storage.create_in(conn, data)
-                except WriteFailed as e:
-                    raise TransferError(f"{f.path}: cannot be stored ({e.reason}); nothing "
-                                        "was pushed, and the file is as it was") from e
-                result.pushed.append(entry)
-            # what a session skipped (already there) has, it keeps: its name and successor
-            for f in files:
-                successor = f.successor if f.successor in ids else None
-                conn.execute(
-                    "UPDATE journal.streams SET file_name = coalesce(file_name, %s), "
-                    "successor = coalesce(successor, %s), sealed_at = CASE WHEN successor "
-                    "IS NULL AND %s::text IS NOT NULL THEN coalesce(sealed_at, now()) ELSE "
-                    "sealed_at END WHERE session = %s",
-                    (f.name, successor, successor, f.session))
+        plans = []
+        for path, name in found:
+            plans.append(_planned(conn, conninfo, path, name))
+            done += _size(path)
+            meter.advance_to(done)
+        result.sessions = [plan.row for plan in plans]
+        for lineage_plans in _lineages(plans):
+            _push_lineage(conn, conninfo, lineage_plans, lock_timeout)
+        meter.finish()
     except psycopg.Error as e:
         if conn.broken or conn.closed:
-            raise DatabaseError(f"the connection was lost during the push, which may have "
-                                "been stored all the same: push again (what is there "
-                                f"already with the same bytes is skipped): {describe(e)}"
-                                ) from e
-        raise DatabaseError(f"the push was not stored (nothing changed): {describe(e)}") from e
+            raise DatabaseError(f"the connection was lost during the push: the lineages "
+                                "before it are stored, the one it was storing may be: push "
+                                f"again (what is there already is left as it is): "
+                                f"{describe(e)}") from e
+        raise DatabaseError(f"the push failed: {describe(e)}") from e
     finally:
         conn.close()
+    if result.refused:
+        raise PushRefused(result)
     return result
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str) -> _Plan:
+    """What the push does with the file `path` (stored as `name`), from its bytes and the
+    database's session of its id."""
+    row: dict[str, Any] = {"file": path, "name": name, "session": None}
+    try:
+        data, torn = _read(path)
+        described = _described(path, name, data)
+    except (TransferError, OSError) as e:
+        reason = str(e).removeprefix(f"{path}: ")
+        plan = _Plan(_File(path, name, "", None), row, REFUSED)
+        plan.refuse(reason if isinstance(e, TransferError) else describe_os_error(e))
+        return plan
+    row["session"] = PostgresStorage(conninfo, described.session).locator
+    row["bytes"] = len(data)
+    if torn:
+        row["torn"] = torn
+    plan = _Plan(described, row, UNCHANGED, len(data), hashlib.sha256(data).hexdigest())
+    stored = _compared(conn, described.session, data)
+    plan.stored = stored
+    lines = data.count(b"\n")
+    if stored is None:
+        plan.action, row["lines"] = NEW, lines
+    elif stored.moved_out is not None:
+        if stored.common != len(data) or stored.size != len(data):
+            plan.refuse(f"moved out of the database (to {stored.moved_out}) with other bytes "
+                        "than the file's; nothing of its lineage was pushed")
+    elif stored.common == len(data) == stored.size:
+        pass
+    elif stored.common == stored.size:
+        new = lines - stored.lines
+        if stored.successor is not None:
+            plan.refuse(f"sealed in the database (it continues in {stored.successor}), and "
+                        f"the file has {new:,} more line(s); nothing of its lineage was pushed")
+        else:
+            plan.action, row["lines"] = APPENDED, new
+    elif stored.common == len(data):
+        plan.refuse(f"the database holds {stored.lines - lines:,} line(s) more than the file "
+                    f"({stored.size - len(data):,} bytes, written in the database since it was "
+                    "pushed?); nothing of its lineage was pushed")
+    else:
+        at = data.count(b"\n", 0, stored.common)
+        plan.refuse(f"the database holds other bytes: line {at + 1:,} (at byte "
+                    f"{stored.common:,}) differs from the file's; nothing of its lineage was "
+                    "pushed")
+    row["action"] = plan.action
+    return plan
+
+
+def _compared(conn: psycopg.Connection[Any], session: str, data: bytes) -> _Stored | None:
+    """The session `session` as the database holds it (None: not there), compared with
+    `data` line for line, a batch of rows at a time. An archive moved out of the database
+    has no rows: it is alike when `data` has the SHA-256 recorded as it moved out (its own
+    file may be on another machine)."""
+    row = conn.execute("SELECT id, generation, moved_out_at, moved_out_sha256, exported_to, "
+                       "successor, file_name, size, entries FROM journal.streams "
+                       "WHERE session = %s AND generation IS NOT NULL", (session,)).fetchone()
+    if row is None:
+        return None
+    stream, generation = int(row[0]), int(row[1])
+    successor = None if row[5] is None else str(row[5])
+    name = None if row[6] is None else str(row[6])
+    if row[2] is not None:
+        alike = hashlib.sha256(data).hexdigest() == row[3]
+        size = int(row[7]) if not alike else len(data)
+        return _Stored(generation, size, int(row[8]), len(data) if alike else 0, successor,
+                       name, str(row[4]))
+    size = lines = 0
+    common: int | None = None
+    view = memoryview(data)
+    with conn.transaction(), conn.cursor(name="journal_push_compare") as cursor:
+        cursor.itersize = 2000
+        cursor.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
+                       "generation = %s ORDER BY position", (stream, generation))
+        for (line,) in cursor:
+            raw = str(line).encode("utf-8") + b"\n"
+            if common is None and view[size:size + len(raw)] != raw:
+                common = size
+            size += len(raw)
+            lines += 1
+    return _Stored(generation, size, lines, size if common is None else common, successor,
+                   name, None)
+
+
+def _lineages(plans: list[_Plan]) -> list[list[_Plan]]:
+    """The plans grouped by file lineage (a sealed file with the successor its seal names,
+    when that is pushed too), each in the order its files were found; files of one session
+    id are refused (which of them is the session is not the push's to guess)."""
+    by_id: dict[str, list[_Plan]] = {}
+    for plan in plans:
+        if plan.file.session:
+            by_id.setdefault(plan.file.session, []).append(plan)
+    for same in by_id.values():
+        if len(same) > 1:
+            for plan in same:
+                others = ", ".join(o.file.path for o in same if o is not plan)
+                plan.refuse(f"the same session ({plan.file.session}) as {others}; push one "
+                            "of them")
+    group = {id(plan): i for i, plan in enumerate(plans)}
+
+    def root(i: int) -> int:
+        while parents[i] != i:
+            i = parents[i]
+        return i
+
+    parents = list(range(len(plans)))
+    for plan in plans:
+        after = plan.file.successor
+        if after and len(by_id.get(after, ())) == 1:
+            parents[root(group[id(plan)])] = root(group[id(by_id[after][0])])
+    out: dict[int, list[_Plan]] = {}
+    for i, plan in enumerate(plans):
+        out.setdefault(root(i), []).append(plan)
+    return list(out.values())
+
+
+def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Plan],
+                  lock_timeout: float) -> None:
+    """Store one lineage's changes in one transaction, under the lease of every session of
+    it that the database had and that this push appends to or seals; on a refusal, none of
+    them (each plan says why)."""
+    refused = [plan for plan in plans if plan.action == REFUSED]
+    for plan in plans:
+        if refused and plan.action != REFUSED:
+            plan.refuse(f"not pushed: {refused[0].file.path} of its lineage is refused")
+    if refused:
+        return
+    ids = {plan.file.session for plan in plans}
+    for plan in plans:
+        after = plan.file.successor
+        if after in ids and (plan.stored is None or plan.stored.successor is None):
+            plan.seal = after
+            plan.row["sealed"] = PostgresStorage(conninfo, after).locator
+    # a session the database had, which this push changes: under its lease
+    leased = sorted((plan for plan in plans if plan.stored is not None
+                     and (plan.action == APPENDED or plan.seal is not None)),
+                    key=lambda plan: plan.file.session)
+    unnamed = [plan for plan in plans if plan.stored is not None
+               and plan.stored.file_name is None]
+    if not leased and not unnamed and all(plan.action != NEW for plan in plans):
+        return
+    leases: dict[str, Lease] = {}
+    culprit: _Plan | None = None  # the plan being worked on when it failed
+    try:
+        for culprit in leased:
+            leases[culprit.file.session] = PostgresStorage(
+                conninfo, culprit.file.session).lock(lock_timeout)
+        with conn.transaction():
+            for culprit in plans:
+                _store(conn, conninfo, culprit, leases.get(culprit.file.session))
+            culprit = None
+            for plan in plans:
+                if plan.seal is not None:
+                    seal_in(conn, plan.file.session, plan.seal, plan.file.name)
+                elif plan.stored is None or plan.stored.file_name is None:
+                    conn.execute("UPDATE journal.streams SET file_name = %s WHERE session = %s"
+                                 " AND file_name IS NULL", (plan.file.name, plan.file.session))
+    except DatabaseUnavailable:
+        raise
+    except (JournalError, OSError, psycopg.Error) as e:
+        if isinstance(e, psycopg.Error) and (conn.broken or conn.closed):
+            raise
+        reason = (describe_os_error(e) if isinstance(e, OSError)
+                  else describe(e) if isinstance(e, psycopg.Error) else str(e))
+        _refuse_lineage(plans, culprit or plans[0], reason)
+        return
+    finally:
+        for lease in leases.values():
+            lease.release()
+    for plan in plans:
+        log.info("%s: %s", plan.file.path, plan.action)
+
+
+def _refuse_lineage(plans: list[_Plan], culprit: _Plan, reason: str) -> None:
+    """Refuse every plan of a lineage: `culprit` for `reason`, the others for it."""
+    said = reason.removeprefix(f"{culprit.file.path}: ")
+    culprit.refuse(f"{said}; nothing of its lineage was pushed")
+    for plan in plans:
+        if plan is not culprit:
+            plan.refuse(f"not pushed: {culprit.file.path} of its lineage is refused")
+
+
+def _store(conn: psycopg.Connection[Any], conninfo: str, plan: _Plan,
+           lease: Lease | None) -> None:
+    """The plan's new session or new lines, from the file read again: its first `used`
+    bytes must be those compared (a file that grew since is pushed as far as it was then)."""
+    if plan.action not in (NEW, APPENDED):
+        return
+    path = plan.file.path
+    data, _ = _read(path)
+    data = data[:plan.used]
+    if len(data) != plan.used or hashlib.sha256(data).hexdigest() != plan.digest:
+        raise TransferError("changed while it was pushed (rewritten, or rotated?): push "
+                            "again")
+    storage = PostgresStorage(conninfo, plan.file.session)
+    try:
+        if plan.action == NEW:
+            try:
+                storage.create_in(conn, data)
+            except FileExistsError:
+                raise TransferError(f"{storage.locator}: made in the database while it was "
+                                    "pushed: push again") from None
+        else:
+            assert plan.stored is not None and lease is not None
+            storage.extend_in(conn, data[plan.stored.size:], epoch=lease.epoch,
+                              generation=plan.stored.generation, end=plan.stored.size)
+    except WriteFailed as e:
+        raise TransferError(f"cannot be stored ({e.reason}), and the file is as it "
+                            "was") from e
 
 
 def push_bytes(data: bytes, url: str) -> None:
     """Store one session's bytes as the session `url` names (a benchmark's and a test's
     shortcut to a big session: one COPY)."""
     PostgresStorage.from_url(url).create(data)
-
-
-def _stored_bytes(conn: psycopg.Connection[Any], session: str, like: bytes) -> bytes | None:
-    """The session's bytes in the database (None: not there). An archive moved out of the
-    database has no rows: it is `like` (the file pushed) when that file's bytes have the
-    SHA-256 recorded as it moved out (its own file may be on another machine)."""
-    row = conn.execute("SELECT id, generation, moved_out_at, moved_out_sha256 FROM "
-                       "journal.streams WHERE session = %s AND generation IS NOT NULL",
-                       (session,)).fetchone()
-    if row is None:
-        return None
-    if row[2] is not None:
-        return like if hashlib.sha256(like).hexdigest() == row[3] else b""
-    lines = conn.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
-                         "generation = %s ORDER BY position", (row[0], row[1])).fetchall()
-    return b"".join(str(line[0]).encode("utf-8") + b"\n" for line in lines)
 
 
 def _safe(conninfo: str) -> str:

@@ -1,0 +1,307 @@
+"""`journal push` run again brings the database up to date with files that grew: a session the
+database holds the beginning of gets the file's new complete lines, appended under its lease
+as any append is; a lineage rotated since is completed and linked; a session of which the
+database holds more or other bytes is refused, with nothing of it changed, and the rest is
+pushed; a second run changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+
+from journal import Session, follow, load  # noqa: E402
+from journal.cli import main  # noqa: E402
+from journal.pg.connect import connect  # noqa: E402
+from journal.pg.storage import PostgresStorage  # noqa: E402
+from journal.pg.transfer import PushRefused, pull, push  # noqa: E402
+from journal.pg.url import session_url  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))}
+
+
+def session_in(folder: Path, texts: list[str]) -> tuple[str, str]:
+    """A new session file in `folder` holding `texts` as user messages: (path, id)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with Session.create(str(folder), cwd="/w") as session:
+        for text in texts:
+            session.append_message({"role": "user", "content": text, "timestamp": 1})
+        return session.path, session.session_id
+
+
+def grow(path: str, texts: list[str]) -> list[str]:
+    """Append `texts` to the session file as user messages; their entry ids."""
+    with Session.open(path) as session:
+        return [session.append_message({"role": "user", "content": t, "timestamp": 1})
+                for t in texts]
+
+
+def stream_state(pg_url: str, session: str) -> tuple[Any, ...]:
+    """What a refusal must leave as it was: the session's bytes, epoch, successor, holder."""
+    with connect(pg_url) as conn:
+        row = conn.execute("SELECT epoch, successor, holder_pid, file_name FROM "
+                           "journal.streams WHERE session = %s", (session,)).fetchone()
+    with PostgresStorage(pg_url, session).open_reader() as reader:
+        return (reader.read(0, reader.size), *(row or ()))
+
+
+def by_name(result: Any) -> dict[str, dict[str, Any]]:
+    return {Path(row["file"]).name: row for row in result.sessions}
+
+
+def test_a_session_that_grew_is_appended_and_pulls_byte_for_byte(
+        pg_url: str, tmp_path: Path) -> None:
+    path, session_id = session_in(tmp_path / "src", ["one", "two"])
+    assert [row["action"] for row in push(path, pg_url).sessions] == ["new"]
+    with connect(pg_url) as conn:
+        epoch = conn.execute("SELECT epoch FROM journal.streams WHERE session = %s",
+                             (session_id,)).fetchone()
+    grow(path, ["three", "four", "five"])
+    result = push(path, pg_url)
+    [row] = result.sessions
+    assert (row["action"], row["lines"], row["bytes"]) == ("appended", 3,
+                                                           os.path.getsize(path))
+    assert result.changed
+    pull(session_url(pg_url, session_id), tmp_path / "out")
+    assert files_under(tmp_path / "out") == files_under(tmp_path / "src")
+    with connect(pg_url) as conn:  # appended under the lease: its epoch moved on, let go
+        row2 = conn.execute("SELECT epoch, holder_pid FROM journal.streams WHERE session = %s",
+                            (session_id,)).fetchone()
+    assert epoch is not None and row2 is not None
+    assert row2[0] == epoch[0] + 1 and row2[1] is None
+    again = push(path, pg_url)  # and again: nothing to do
+    assert [row["action"] for row in again.sessions] == ["unchanged"] and not again.changed
+    assert stream_state(pg_url, session_id)[1] == row2[0]  # not even the lease was taken
+
+
+def test_push_twice_from_the_command_line_changes_nothing_the_second_time(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` says per session what was done; the second run says nothing changed."""
+    path, _ = session_in(tmp_path / "src", ["one"])
+    other, _ = session_in(tmp_path / "src", ["other"])
+    assert main(["push", str(tmp_path / "src"), pg_url]) == 0
+    capsys.readouterr()
+    grow(path, ["two", "three"])
+    assert main(["push", str(tmp_path / "src"), pg_url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {Path(r["file"]).name: (r["action"], r.get("lines")) for r in report["sessions"]} == {
+        Path(path).name: ("appended", 2), Path(other).name: ("unchanged", None)}
+    assert [Path(r["file"]).name for r in report["pushed"]] == [Path(path).name]
+    assert main(["push", str(tmp_path / "src"), pg_url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "nothing to push: the database is up to date (2 session(s) unchanged)"
+    assert all(line.startswith("unchanged  ") for line in out[:-1])
+
+
+def test_a_grown_and_rotated_lineage_is_completed_linked_and_extended(
+        pg_url: str, tmp_path: Path) -> None:
+    """Pushed while live, the file then grew, was rotated (into `archive/<name>.gz`, sealed)
+    and its successor written to: the push appends the rest of the old session (its seal
+    included), stores the successor and points the old one at it, so that opening the old
+    id goes on in the live one and a pull gives the files as they are."""
+    folder = tmp_path / "src"
+    path, old_id = session_in(folder, ["one"])
+    push(path, pg_url)
+    with Session.open(path) as session:
+        for i in range(30):
+            session.append_message({"role": "user", "content": f"turn {i} " + "x" * 200,
+                                    "timestamp": 1})
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        assert session.rotate().rotated
+        session.append_message({"role": "user", "content": "live", "timestamp": 1})
+        live, live_id = session.path, session.session_id
+    archive = f"archive/{Path(path).name}.gz"
+    assert set(files_under(folder)) == {archive, Path(live).name}
+    result = push(live, pg_url)
+    rows = by_name(result)
+    assert rows[Path(archive).name]["action"] == "appended"
+    assert rows[Path(archive).name]["sealed"] == session_url(pg_url, live_id)
+    assert rows[Path(live).name]["action"] == "new"
+    with connect(pg_url) as conn:
+        row = conn.execute("SELECT successor, file_name, sealed_at IS NOT NULL FROM "
+                           "journal.streams WHERE session = %s", (old_id,)).fetchone()
+    assert row == (live_id, archive, True)
+    with Session.open(session_url(pg_url, old_id)) as session:
+        assert session.session_id == live_id
+        assert session.live_context().messages[-1]["content"] == "live"
+    pull(session_url(pg_url, old_id), tmp_path / "out")
+    assert files_under(tmp_path / "out") == files_under(folder)
+    again = push(live, pg_url)
+    assert {row["action"] for row in again.sessions} == {"unchanged"} and not again.changed
+
+
+def test_a_database_copy_that_grew_on_its_own_is_refused_and_left_as_it_is(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One session written to in the database since it was pushed (more lines), another
+    written to in both (other bytes), a third that grew as a file: the first two are refused,
+    naming what differs, each left exactly as it was (not even leased); the third is
+    appended; the command exits 2 with one `Error:` line per refused session."""
+    folder = tmp_path / "src"
+    more, more_id = session_in(folder, ["a"])
+    other, other_id = session_in(folder, ["b"])
+    grew, grew_id = session_in(folder, ["c"])
+    push(str(folder), pg_url)
+    for session_id in (more_id, other_id):
+        with Session.open(session_url(pg_url, session_id)) as session:
+            session.append_message({"role": "user", "content": "db", "timestamp": 1})
+    grow(other, ["file"])
+    grow(grew, ["file"])
+    before = {s: stream_state(pg_url, s) for s in (more_id, other_id)}
+    with pytest.raises(PushRefused) as refused:
+        push(str(folder), pg_url)
+    rows = by_name(refused.value.result)
+    assert rows[Path(grew).name]["action"] == "appended"
+    assert rows[Path(more).name]["action"] == "refused"
+    assert rows[Path(more).name]["reason"].startswith(
+        "the database holds 1 line(s) more than the file")
+    assert rows[Path(other).name]["reason"].startswith(
+        "the database holds other bytes: line 3 (at byte ")
+    assert {s: stream_state(pg_url, s) for s in (more_id, other_id)} == before
+    assert load(session_url(pg_url, grew_id)).end == os.path.getsize(grew)
+    assert main(["push", str(folder), pg_url]) == 2
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("Error: ")]
+    assert sorted(errors) == sorted(
+        f"Error: {path}: refused: {rows[Path(path).name]['reason']}" for path in (more, other))
+    assert "1 unchanged, 2 refused" in out.splitlines()[-1]
+    assert {s: stream_state(pg_url, s) for s in (more_id, other_id)} == before
+
+
+def test_a_follower_of_the_database_session_sees_the_pushed_lines_once(
+        pg_url: str, tmp_path: Path) -> None:
+    path, session_id = session_in(tmp_path / "src", ["one"])
+    push(path, pg_url)
+    url = session_url(pg_url, session_id)
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def consume() -> None:
+        for entry in follow(url, stop=stop, timeout=0.2):
+            seen.append(entry["id"])
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        with connect(pg_url) as conn:  # the follower is waiting for the session
+            while conn.execute("SELECT count(*) FROM journal.followers WHERE session = %s",
+                               (session_id,)).fetchone() != (1,):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        first = grow(path, ["two", "three"])
+        push(path, pg_url)
+        second = grow(path, ["four"])
+        push(path, pg_url)
+        push(path, pg_url)  # unchanged: nothing more
+        deadline = time.monotonic() + 10
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # anything delivered twice would be by now
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    assert seen == first + second
+
+
+def test_a_torn_last_line_is_left_out_and_pushed_once_it_is_whole(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A line being written when the push reads the file (or torn by a crash) is not pushed,
+    and the push says so; once whole, the next push appends it."""
+    path, session_id = session_in(tmp_path / "src", ["one"])
+    whole = Path(path).read_bytes()
+    line = (b'{"type":"custom","id":"0badf00d","parentId":null,"timestamp":"t",'
+            b'"customType":"x"}\n')
+    with open(path, "ab") as f:
+        f.write(line[:20])
+    assert main(["push", path, pg_url, "--json"]) == 0
+    out, err = capsys.readouterr()
+    [row] = json.loads(out)["sessions"]
+    assert (row["action"], row["bytes"], row["torn"]) == ("new", len(whole), 20)
+    assert (f"Warning: {path}: its last line is incomplete (being written, or torn): its 20 "
+            "bytes were left out") in err
+    assert load(session_url(pg_url, session_id)).end == len(whole)
+    with open(path, "ab") as f:
+        f.write(line[20:])
+    [row] = push(path, pg_url).sessions
+    assert (row["action"], row["lines"], "torn" in row) == ("appended", 1, False)
+    pull(session_url(pg_url, session_id), tmp_path / "out")
+    assert files_under(tmp_path / "out") == files_under(tmp_path / "src")
+
+
+HOLDER = """
+import sys
+from journal import Session
+with Session.open(sys.argv[1]):
+    print("ready", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_session_whose_database_writer_holds_it_waits_then_is_refused(
+        pg_url: str, tmp_path: Path) -> None:
+    """Another process holds the database session's lease: the push waits for it up to its
+    lock timeout, then refuses the session naming the holder, changing nothing; once the
+    holder ended, the push appends."""
+    path, session_id = session_in(tmp_path / "src", ["one"])
+    push(path, pg_url)
+    grow(path, ["two"])
+    url = session_url(pg_url, session_id)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        before = stream_state(pg_url, session_id)
+        started = time.monotonic()
+        with pytest.raises(PushRefused, match=f"pid {holder.pid}") as refused:
+            push(path, pg_url, lock_timeout=0.5)
+        assert time.monotonic() - started >= 0.5
+        assert refused.value.result.sessions[0]["action"] == "refused"
+        assert stream_state(pg_url, session_id) == before
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(20) == 0
+    [row] = push(path, pg_url).sessions
+    assert (row["action"], row["lines"]) == ("appended", 1)
+
+
+def test_a_line_another_writer_appends_while_the_push_waits_refuses_it_whole(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer without the lease appends to the session after the push compared it and took
+    its lease: the push's check under the row lock finds the session changed and appends
+    nothing (its lines would have landed after the other writer's)."""
+    path, session_id = session_in(tmp_path / "src", ["one"])
+    push(path, pg_url)
+    grow(path, ["two"])
+    real = PostgresStorage.lock
+
+    def lock(self: PostgresStorage, timeout: float) -> Any:
+        lease = real(self, timeout)
+        appender = PostgresStorage(self.conninfo, self.session).open_appender()  # no lease
+        appender.commit(b'{"type":"custom","id":"0000beef","parentId":null,"timestamp":"t",'
+                        b'"customType":"other"}\n')
+        appender.close()
+        return lease
+
+    monkeypatch.setattr(PostgresStorage, "lock", lock)
+    with pytest.raises(PushRefused, match="changed while it was being appended to"):
+        push(path, pg_url)
+    monkeypatch.undo()
+    data = stream_state(pg_url, session_id)[0]
+    assert data.endswith(b'"customType":"other"}\n') and b'"two"' not in data
