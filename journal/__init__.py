@@ -72,7 +72,8 @@ Errors
     transcript, never appended to), `SessionChanged` (a database session grew while it was
     repaired or rotated: nothing changed), `SessionClosed` (a closed session written to),
     `SessionSealed` (a database session a rotation sealed takes no more lines),
-    `UnknownEntry`, `UnsafeLockFile`, `Unreachable` (a database
+    `UnknownEntry` (and `BadKeptEntry`: a compaction refused for what it would keep),
+    `UnsafeLockFile`, `Unreachable` (a database
     server could not be reached: nothing was read or changed; a live tail waits it out),
     `UnsupportedVersion`, `WriteFailed`.
 
@@ -103,6 +104,7 @@ from .context import (
 from .durability import Durability
 from .errors import (
     ArchiveElsewhere,
+    BadKeptEntry,
     CommitsLost,
     ForeignSession,
     GenerationGone,
@@ -256,6 +258,7 @@ __all__ = [
     "SessionClosed",
     "SessionSealed",
     "UnknownEntry",
+    "BadKeptEntry",
     "UnsafeLockFile",
     "Unreachable",
     "UnsupportedVersion",

@@ -225,6 +225,20 @@ class UnknownEntry(JournalError):
         super().__init__(f"no entry with id {entry_id!r} in this session")
 
 
+class BadKeptEntry(UnknownEntry):
+    """A compaction that may not keep from its `firstKeptEntryId`: the entry is not on the
+    branch the compaction is appended to (its context would be the summary alone), or
+    keeping from it keeps tool results whose calls the compaction summarises away. Nothing
+    is appended. An `UnknownEntry`, as an id missing from the session was before."""
+
+    def __init__(self, locator: str, entry_id: str, reason: str) -> None:
+        self.locator = locator
+        self.reason = reason
+        self.entry_id = entry_id
+        JournalError.__init__(self, f"{locator}: not appended: the compaction's "
+                                    f"firstKeptEntryId {entry_id!r} {reason}")
+
+
 def describe_holder(holder: dict[str, Any] | None) -> str:
     """Render lock-holder diagnostics such as 'pid 42 on host-a since 2026-...'."""
     if not holder:

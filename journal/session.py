@@ -16,10 +16,19 @@ from typing import Any
 
 from . import codec, model
 from .archivegz import refuse_writing
+from .boundary import is_compaction, orphaned_by_keeping
 from .codec import Diagnostic
-from .context import Context, advance, build_context, for_model
+from .context import (
+    Context,
+    advance,
+    build_context,
+    compaction_summary_message,
+    entry_message,
+    for_model,
+)
 from .durability import Durability
 from .errors import (
+    BadKeptEntry,
     JournalError,
     NoSpace,
     NotASession,
@@ -35,7 +44,7 @@ from .idscan import IdScan
 from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
-from .model import Entry
+from .model import Entry, Message
 from .pg.url import is_database_url, names_session, parse_database, session_url
 from .quarantine import Quarantined, cut_torn_tail
 from .repair import migrate_held
@@ -487,10 +496,10 @@ class Session:
         """Append a compaction, then the current model and thinking level right after it.
 
         Recording the settings after each compaction lets a later open resume this file from
-        its tail without searching further back for them.
+        its tail without searching further back for them. A kept entry that is not on the
+        branch, or whose keeping would orphan tool results, raises `BadKeptEntry` (as every
+        append of a compaction does) and appends nothing.
         """
-        if first_kept_entry_id is not None and self.get_entry(first_kept_entry_id) is None:
-            raise UnknownEntry(first_kept_entry_id)  # the context would be the summary alone
         current = self.context()
         parts: list[Entry] = [
             {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept_entry_id,
@@ -601,9 +610,57 @@ class Session:
             problem = codec.check_entry(entry, model.CURRENT_VERSION)
             if problem is not None:
                 raise JournalError(f"refusing to append a {entry.get('type')} entry: {problem}")
+        self._check_kept(entries)
         self._log.commit(codec.encode_many(entries))
         for entry in entries:
             self._indexed(entry)
+
+    def _check_kept(self, entries: list[Entry]) -> None:
+        """BadKeptEntry where a compaction among `entries` (stamped, chained from the leaf)
+        may not keep what its `firstKeptEntryId` names (`boundary.orphaned_by_keeping`)."""
+        if not any(is_compaction(e) and isinstance(e.get("firstKeptEntryId"), str)
+                   for e in entries):
+            return
+        before = list(self.live_context().messages)  # the context each entry is added to
+        for position, entry in enumerate(entries):
+            kept_id = entry.get("firstKeptEntryId")
+            if not is_compaction(entry):
+                message = entry_message(entry)
+                if message is not None:
+                    before.append(message)
+                continue
+            kept: list[Message] = []
+            if isinstance(kept_id, str):
+                region = self._kept_region(kept_id, entries[:position])
+                if region is None:
+                    raise BadKeptEntry(self.path, kept_id, "is not on the branch it is "
+                                       "appended to: its context would be the summary alone")
+                kept = [m for m in map(entry_message, region) if m is not None]
+                orphaned = orphaned_by_keeping(before, kept)
+                if orphaned:
+                    raise BadKeptEntry(
+                        self.path, kept_id, "keeps the result of tool call(s) "
+                        f"{', '.join(orphaned)} without the call, which the compaction "
+                        "summarises: keep from the assistant message that made the call, or "
+                        "from after its results")
+            before = [compaction_summary_message(entry), *kept]
+
+    def _kept_region(self, kept_id: str, pending: list[Entry]) -> list[Entry] | None:
+        """The entries from `kept_id`, nearest first on the branch of the leaf followed by
+        `pending`, to the end of `pending`; None when the branch does not hold it."""
+        for i in range(len(pending) - 1, -1, -1):
+            if pending[i]["id"] == kept_id:
+                return pending[i:]
+        while True:
+            chain: list[Entry] = []
+            for index in self.tree.walk_up(self.tree.leaf):
+                chain.append(self.tree.entries[index])
+                if chain[-1]["id"] == kept_id:
+                    chain.reverse()
+                    return chain + pending
+            if self.tree.complete or not chain or chain[-1].get("parentId") is None:
+                return None
+            self.load_all()  # the branch goes on before the tail read
 
     def sync(self) -> None:
         """Force pending commits to stable storage now, whatever the policy."""

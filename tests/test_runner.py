@@ -8,6 +8,7 @@ the file reads without diagnostics, and the raw projection of the active branch 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -32,7 +33,7 @@ from agent.models.scripted import ScriptedModel
 from agent.replay import continue_scripted
 from agent.runner import Runner, RunnerEvent
 from agent.settings import DEFAULT_SETTINGS
-from journal import RotationPolicy, Session, load
+from journal import BadKeptEntry, RotationPolicy, Session, load
 from journal.validate import pairing_problems
 from tools import Tool, ToolResult, Workspace, default_tools
 
@@ -773,7 +774,8 @@ def _random_history_step(rng: random.Random, session: Session, step: int) -> Non
         branch = session.get_branch()
         if len(branch) > 6:
             kept = branch[-rng.randrange(2, 7)]
-            session.append_compaction(f"summary {step}", kept["id"], 100)
+            with contextlib.suppress(BadKeptEntry):  # refused: it kept a result, not its call
+                session.append_compaction(f"summary {step}", kept["id"], 100)
     else:
         branch = session.get_branch()
         if len(branch) > 2:
