@@ -68,7 +68,8 @@ Errors
     `JournalError` (every expected failure; its message names the path and what to do),
     `ArchiveElsewhere` (a database archive moved out to a file not here), `CommitsLost` (a
     database server lost commits it acknowledged, not yet flushed), `GenerationGone`,
-    `LeaseLost`, `LockTimeout`, `NotASession` (and `ForeignSession`: a Claude Code
+    `LeaseLost`, `LockTimeout`, `NonFiniteNumber` (a NaN or infinity appended: JSON has
+    none; nothing is written), `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `SessionChanged` (a database session grew while it was
     repaired or rotated: nothing changed), `SessionClosed` (a closed session written to),
     `SessionSealed` (a database session a rotation sealed takes no more lines),
@@ -111,6 +112,7 @@ from .errors import (
     JournalError,
     LeaseLost,
     LockTimeout,
+    NonFiniteNumber,
     NotASession,
     SessionChanged,
     SessionClosed,
@@ -259,6 +261,7 @@ __all__ = [
     "SessionSealed",
     "UnknownEntry",
     "BadKeptEntry",
+    "NonFiniteNumber",
     "UnsafeLockFile",
     "Unreachable",
     "UnsupportedVersion",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import gc
+import math
 import re
 import secrets
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import IO, Any, NamedTuple
 
 import orjson
 
+from .errors import NonFiniteNumber
 from .model import CURRENT_VERSION, REQUIRED_FIELDS, Entry, bad_fields
 
 CHUNK = 1 << 22
@@ -89,12 +91,29 @@ def bulk_parsing() -> Iterator[None]:
 
 
 def encode(entry: Entry) -> bytes:
-    """One entry as a complete JSONL line."""
-    return dumps(entry, orjson.OPT_APPEND_NEWLINE)
+    """One entry as a complete JSONL line; NonFiniteNumber for a NaN or infinity in it."""
+    line = dumps(entry, orjson.OPT_APPEND_NEWLINE)
+    if b"null" in line:  # orjson writes NaN and the infinities as null; else none is there
+        _refuse_non_finite(entry)
+    return line
 
 
 def encode_many(entries: list[Entry]) -> bytes:
-    return b"".join([dumps(e, orjson.OPT_APPEND_NEWLINE) for e in entries])
+    return b"".join([encode(e) for e in entries])
+
+
+def _refuse_non_finite(value: Any) -> None:
+    """NonFiniteNumber, naming the field, for the first NaN or infinity in a JSON value."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise NonFiniteNumber(where or "the value", item)
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v)
+                         for k, v in reversed(item.items()))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
 
 
 # Lone surrogates. JavaScript strings are UTF-16, so a writer that cuts a string in the middle

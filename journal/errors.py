@@ -225,6 +225,24 @@ class UnknownEntry(JournalError):
         super().__init__(f"no entry with id {entry_id!r} in this session")
 
 
+class NonFiniteNumber(JournalError):
+    """An entry holding NaN or an infinity, which JSON cannot hold: written, it would read
+    back as null (orjson writes them so, as JSON.stringify does), unlike what the writer
+    kept. Nothing is appended. `where` is the field, as `message.usage.cost.total`."""
+
+    def __init__(self, where: str, value: float, locator: str | None = None) -> None:
+        self.where = where
+        self.value = value
+        self.locator = locator
+        at = f"{locator}: " if locator else ""
+        super().__init__(f"{at}not appended: {where} is {value!r}, which JSON cannot hold (it "
+                         "would read back as null); give a finite number, or null")
+
+    def at(self, locator: str) -> NonFiniteNumber:
+        """The same error, naming the session it was refused for."""
+        return NonFiniteNumber(self.where, self.value, locator)
+
+
 class BadKeptEntry(UnknownEntry):
     """A compaction that may not keep from its `firstKeptEntryId`: the entry is not on the
     branch the compaction is appended to (its context would be the summary alone), or

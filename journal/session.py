@@ -30,6 +30,7 @@ from .durability import Durability
 from .errors import (
     BadKeptEntry,
     JournalError,
+    NonFiniteNumber,
     NoSpace,
     NotASession,
     SessionClosed,
@@ -475,7 +476,7 @@ class Session:
     def append_message(self, message: dict[str, Any]) -> str:
         entry_id = model.new_id(self._taken())
         entry = self._readable(model.message_entry(entry_id, self.leaf_id, message))
-        self._log.commit(codec.encode(entry))
+        self._log.commit(self._encoded([entry]))
         self._indexed(entry)
         return entry_id
 
@@ -573,7 +574,7 @@ class Session:
         """Commit one entry made by a model helper from the caller's values."""
         entry_id = model.new_id(self._taken())
         entry = self._readable(build(entry_id, self.leaf_id))
-        self._log.commit(codec.encode(entry))
+        self._log.commit(self._encoded([entry]))
         self._indexed(entry)
         return entry_id
 
@@ -611,9 +612,17 @@ class Session:
             if problem is not None:
                 raise JournalError(f"refusing to append a {entry.get('type')} entry: {problem}")
         self._check_kept(entries)
-        self._log.commit(codec.encode_many(entries))
+        self._log.commit(self._encoded(entries))
         for entry in entries:
             self._indexed(entry)
+
+    def _encoded(self, entries: list[Entry]) -> bytes:
+        """The lines to commit; NonFiniteNumber naming this session for a NaN or infinity,
+        which the file would hold as null while the caller's entry holds the number."""
+        try:
+            return codec.encode_many(entries)
+        except NonFiniteNumber as e:
+            raise e.at(self.path) from None
 
     def _check_kept(self, entries: list[Entry]) -> None:
         """BadKeptEntry where a compaction among `entries` (stamped, chained from the leaf)

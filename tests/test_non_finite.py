@@ -1,0 +1,77 @@
+"""A NaN or infinity in an entry is refused at append, file and database sessions alike:
+JSON has no such number (orjson would write null), so the open session would hold a number
+that a resume reads back as null. Nothing is written, the session in memory is unchanged,
+and the error names the field."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from journal import NonFiniteNumber, Session, resume
+
+
+@pytest.fixture(params=["file", "database"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return str(tmp_path / "s.jsonl")
+    pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+    from journal.pg.url import session_url
+
+    url: str = request.getfixturevalue("pg_url")
+    return session_url(url, "finite")
+
+
+def stored(where: str) -> bytes:
+    from journal.storage import as_storage
+
+    with as_storage(where).open_reader() as reader:
+        return reader.stream.read()
+
+
+def assistant(cost: float) -> dict[str, object]:
+    return {"role": "assistant", "content": [{"type": "text", "text": "hi"}], "provider": "p",
+            "model": "m", "stopReason": "stop", "timestamp": 2,
+            "usage": {"input": 1, "output": 1, "cost": {"total": cost}}}
+
+
+APPENDS: dict[str, tuple[Callable[[Session], object], str]] = {
+    "message NaN": (lambda s: s.append_message(assistant(math.nan)), "message.usage.cost.total"),
+    "custom inf": (lambda s: s.append_custom_entry("x", {"v": [1, math.inf]}), "data.v[1]"),
+    "entry -inf": (lambda s: s.append_entry({"type": "custom", "customType": "x",
+                                             "data": -math.inf}), "data"),
+    "batch": (lambda s: s.append_many([
+        {"type": "message", "message": {"role": "user", "content": "ok", "timestamp": 3}},
+        {"type": "message", "message": {"role": "user", "content": "no", "timestamp": math.nan}},
+    ]), "message.timestamp"),
+}
+
+
+@pytest.mark.parametrize("how", APPENDS)
+def test_a_non_finite_number_is_refused_and_nothing_changes(where: str, how: str):
+    append, field = APPENDS[how]
+    with Session.create(where, cwd="/") as session:
+        first = session.append_message({"role": "user", "content": "a", "timestamp": 1})
+        before, context = stored(session.path), session.context()
+        with pytest.raises(NonFiniteNumber) as raised:
+            append(session)
+        assert raised.value.where == field
+        assert str(raised.value).startswith(f"{session.path}: not appended: {field} is ")
+        assert stored(session.path) == before
+        assert session.leaf_id == first and session.context() == context
+        session.append_message(assistant(0.5))  # the session goes on
+        live = session.context()
+        path = session.path
+    again = resume(path)
+    assert again.entries[-1]["message"] == live.messages[-1]
+
+
+def test_null_and_finite_numbers_pass(where: str):
+    with Session.create(where, cwd="/") as session:
+        session.append_custom_entry("x", {"none": None, "big": 1e308, "small": -5e-324})
+        data = session.entries[-1]["data"]
+        path = session.path
+    assert resume(path).entries[-1]["data"] == data
