@@ -89,3 +89,39 @@ def test_new_session_files_are_private_whatever_the_umask(tmp_path: Path) -> Non
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def exported(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`journal export` run with the common umask, 022."""
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "journal.cli", "export", *argv],
+                          capture_output=True, text=True, env=env, timeout=60,
+                          preexec_fn=lambda: os.umask(0o022))
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "jsonl"])
+def test_an_export_file_is_private_whatever_the_umask(tmp_path: Path, fmt: str) -> None:
+    """It holds the same conversation as the session file, which is 0600."""
+    path = rotatable(tmp_path / "sessions")
+    out = tmp_path / f"out.{fmt}"
+    done = exported(tmp_path, path, "--format", fmt, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+
+
+def test_an_export_over_an_existing_file_keeps_its_mode(tmp_path: Path) -> None:
+    path = rotatable(tmp_path / "sessions")
+    out = tmp_path / "shared.html"
+    out.write_text("old page")
+    os.chmod(out, 0o644)  # its owner shares it on purpose
+    done = exported(tmp_path, path, "--format", "html", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o644
+    assert out.read_text() != "old page"
+
+
+def test_a_claude_export_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    path = rotatable(tmp_path / "sessions")
+    done = exported(tmp_path, path, "--dialect", "claude", "-o", str(tmp_path / "c.jsonl"))
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(os.stat(tmp_path / "c.jsonl").st_mode) == 0o600

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from typing import Any
 
@@ -53,11 +54,12 @@ def _export_file(path: str, fmt: str, output: str, **options: bool) -> ExportRep
     """Export into a new file beside `output`, published over it once complete
     (`journal.publish`): a failed export leaves nothing behind, and a reader never sees half
     a file; the temps of exports killed in that folder are removed (those no live process
-    holds: `files.remove_stale_temps`). `output` naming a file the export read (the session
+    holds: `files.remove_stale_temps`). The file is private (0600) unless it existed
+    (`_export_mode`). `output` naming a file the export read (the session
     itself, one of its archives) is an error: publishing over it would replace the session
     with its export."""
     try:
-        new = NewFile(os.path.abspath(output), EXPORT_TAG, mode=0o666 & ~_umask())
+        new = NewFile(os.path.abspath(output), EXPORT_TAG, mode=_export_mode(output))
     except OSError as e:
         raise JournalError(f"{output}: cannot write ({e.strerror})") from e
     with new:
@@ -78,10 +80,14 @@ def _same_file(a: str, b: str) -> bool:
         return False  # `a` does not exist yet (or `b` is gone): not the same file
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _export_mode(output: str) -> int:
+    """0600, as a session file is (an export holds the same conversation); an existing
+    FILE keeps its permission bits: who may read it was decided already."""
+    try:
+        existing = os.stat(output)
+    except OSError:
+        return 0o600
+    return stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else 0o600
 
 
 def add_export_parser(sub: Any) -> None:
