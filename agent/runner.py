@@ -63,7 +63,7 @@ from agent.overflow import OverflowLadder, RungOutcome, truncate_session_tool_re
 from agent.prune import limit_history_turns, prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.steering import FOLLOW_UP, STEER, MessageQueues, queue_message, remove_inbox
+from agent.steering import FOLLOW_UP, STEER, MessageQueues, queue_message
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
     aggregate_budget_chars,
@@ -228,10 +228,7 @@ class Runner:
         """Record the messages other threads and processes left in the session's inbox."""
         if self.session.path not in self._inboxes:
             self._inboxes.append(self.session.path)
-        self.queues.ingest(self.session, self._inboxes)
-        for path in self._inboxes:
-            if path != self.session.path:  # a file rotated away: its emptied inbox goes
-                remove_inbox(path)
+        self.queues.ingest(self.session, self._inboxes)  # emptied inboxes go too
 
     def _deliver(self, kind: str, *, limit: int | None = None) -> int:
         delivered = 0

@@ -30,8 +30,10 @@ atomically; a database session's is a folder on this machine, see
 the runner records it as a ``queued`` entry at its next safe point (after each tool call,
 before each request, when a run starts or ends) and then removes the file; a file whose id
 is already recorded is just removed, so a crash between the two steps delivers nothing
-twice. A message queued while no runner is working waits in the inbox for the next run on
-that session.
+twice. The emptied folder is removed too (``rmdir``, which only removes an empty folder: a
+message being written is in it, under its temporary name, from before it is complete, and a
+writer that finds the folder gone makes it again). A message queued while no runner is
+working waits in the inbox for the next run on that session.
 """
 
 from __future__ import annotations
@@ -83,14 +85,9 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
     database = is_database_url(session_path)  # its inbox is on this machine: inbox_path
     target = resolve_live(session_path)[0] if follow and not database else session_path
     folder = inbox_path(target)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
     message_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
     body = json.dumps({"id": message_id, "kind": kind, "text": text}).encode()
-    try:
-        fd, temp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
-    except FileNotFoundError:  # the agent removed the folder of a file that rotated away
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+    fd, temp = _temp_in(folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)
@@ -105,6 +102,26 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
         raise
     _sync_dir(folder)
     return message_id
+
+
+def _temp_in(folder: str) -> tuple[int, str]:
+    """A new temp file in the inbox `folder`, made if needed. The agent removes the folder
+    once it took the messages out (`remove_inbox`), which it can do only while the folder is
+    empty: from the temp's creation on, the folder holds this message, so the agent cannot
+    remove it; before, a folder removed between its making and the temp's is made again."""
+    for _ in range(_INBOX_ATTEMPTS):
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            return tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+        except (FileNotFoundError, FileExistsError):
+            # the agent removed it, emptied, just now (FileExistsError: makedirs found it
+            # made by another queuer, and then no longer there)
+            continue
+    raise OSError(f"{folder}: the inbox folder was removed {_INBOX_ATTEMPTS} times while a "
+                  "message was queued into it; nothing was queued")
+
+
+_INBOX_ATTEMPTS = 100
 
 
 def read_inbox(session_path: str) -> list[tuple[str, Queued]]:
@@ -184,9 +201,10 @@ class MessageQueues:
         return item
 
     def ingest(self, session: Session, paths: Iterable[str]) -> int:
-        """Record the messages waiting in the inboxes of `paths`, then remove their files.
-        Returns how many were new."""
-        found = [entry for path in dict.fromkeys(paths) for entry in read_inbox(path)]
+        """Record the messages waiting in the inboxes of `paths`, then remove their files,
+        and each inbox folder left empty (`remove_inbox`). Returns how many were new."""
+        inboxes = list(dict.fromkeys(paths))
+        found = [entry for path in inboxes for entry in read_inbox(path)]
         new = sum(self.record(session, item) for _, item in found)
         if new:
             session.sync()  # the entries are durable before the files that held them go
@@ -195,6 +213,8 @@ class MessageQueues:
                 os.unlink(file)
             except FileNotFoundError:
                 pass
+        for path in inboxes:
+            remove_inbox(path)
         return new
 
     def pending(self, kind: str) -> list[Queued]:

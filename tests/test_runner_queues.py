@@ -36,6 +36,7 @@ from agent.steering import (
     QUEUED_TYPE,
     STEER,
     STEER_TYPE,
+    MessageQueues,
     queue_message,
     read_inbox,
 )
@@ -200,9 +201,46 @@ def test_message_queued_by_another_process_is_delivered_once(tmp_path: Path,
         runner, _ = make_runner(session, model, workspace, tools=tools)
         runner.run("Go.")
         entries = assert_journal_ok(session)
-        assert os.listdir(inbox_path(session.path)) == []
+        assert not os.path.exists(inbox_path(session.path)), "emptied, the inbox goes"
     assert delivered(entries, STEER_TYPE) == ["a note from outside"]
     assert texts_sent(model.requests[1])[-1] == "a note from outside"
+
+
+QUEUER = """
+import sys
+from agent.steering import queue_message
+path, tag, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for i in range(count):
+    print(queue_message(path, f"{tag} {i}", follow=False), flush=True)
+"""
+
+
+def test_no_message_is_lost_while_the_agent_removes_the_emptied_inbox(tmp_path: Path) -> None:
+    """Queuers in other processes write while the agent's side takes the messages out and
+    removes the emptied folder as fast as it can: every message is recorded once, and the
+    folder is gone at the end."""
+    writers, each = 4, 150
+    with Session.create(str(tmp_path / "s"), cwd="/") as session:
+        queues = MessageQueues()
+        folder = inbox_path(session.path)
+        procs = [subprocess.Popen([sys.executable, "-c", QUEUER, session.path, f"w{n}",
+                                   str(each)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "HOME": str(tmp_path)})
+                 for n in range(writers)]
+        removed = 0
+        while any(p.poll() is None for p in procs):
+            queues.ingest(session, [session.path])
+            removed += not os.path.exists(folder)
+        outputs = [p.communicate(timeout=60)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * writers
+        queues.ingest(session, [session.path])
+        queued = {line for out in outputs for line in out.split()}
+        recorded = [e["data"]["id"] for e in load(session.path).entries
+                    if e.get("customType") == QUEUED_TYPE]
+        assert len(queued) == writers * each
+        assert sorted(recorded) == sorted(queued), "every message once"
+        assert not os.path.exists(folder)
+        assert removed > 0, "the folder was removed while the queuers wrote"
 
 
 def test_queued_entry_left_by_a_crash_is_delivered_once_on_resume(tmp_path: Path,
