@@ -170,3 +170,59 @@ def test_export_ended_by_sigterm_leaves_nothing_and_exits_143(tmp_path: Path) ->
         child.wait()
     assert "Traceback" not in err
     assert os.listdir(out) == []
+
+
+SLOW_READER = r"""
+import os, sys, time
+
+real = sys.stdout
+
+
+class SlowToFlush:
+    '''stdout whose first flush waits: a reader slow to take a command's last output.'''
+
+    def __init__(self):
+        self.waited = False
+
+    def write(self, text):
+        return real.write(text)
+
+    def flush(self):
+        if not self.waited:
+            self.waited = True
+            os.write(2, b"flushing\n")
+            time.sleep(30)
+        real.flush()
+
+    def __getattr__(self, name):
+        return getattr(real, name)
+
+
+sys.stdout = SlowToFlush()
+from journal.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("args", [["new", "{dir}"], ["new", "{dir}", "--json"]])
+def test_a_sigterm_after_the_work_while_the_command_ends_exits_143(
+        tmp_path: Path, args: list[str]) -> None:
+    """The command has done its work (a session made) and flushes its output when SIGTERM
+    comes: 143, as during the work, not killed by the signal."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLOW_READER, *(a.format(dir=tmp_path) for a in args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+        env={**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(root)})
+    try:
+        assert child.stderr is not None
+        assert child.stderr.readline() == b"flushing\n"
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 143
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

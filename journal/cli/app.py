@@ -12,7 +12,10 @@ arguments, sets up logging, calls the command and turns what escapes it into an 
   command whose normal end is Ctrl-C, `tail -f` or `chat`, catches it and exits 0);
 - SIGTERM (a service manager's stop, `kill`): the command runs inside
   `journal.interrupt.terminated_as_interrupted`, so SIGTERM unwinds it as Ctrl-C does (its
-  `finally` clauses and `with` blocks undo what it had half done) and it exits 143;
+  `finally` clauses and `with` blocks undo what it had half done) and it exits 143; so does
+  one that comes after the command's work, while its error is printed or its output
+  flushed. One that comes once `run()` has returned, while the interpreter exits, ends the
+  process as SIGTERM's default does (docs/cli.md, Exit status, says why that is left so);
 - the reader of stdout went away (`journal show big | head -1`): a quiet exit, without the
   second traceback Python would print when it flushes stdout at exit; 0 when the command
   was cut short, its own code when only the last flush failed.
@@ -114,12 +117,20 @@ def run(
 
 def _outcome(func: Command, args: argparse.Namespace,
              expected: tuple[type[Exception], ...]) -> int:
-    """Run the command; its exit status, what escapes it said as `run` says it."""
+    """Run the command; its exit status, what escapes it said as `run` says it. A SIGTERM
+    counts until the status is decided: during the command, and while its error is printed
+    or its output flushed (a reader that is slow to take the last of it)."""
     try:
         with terminated_as_interrupted():
-            code = func(args)
+            return _said(func, args, expected)
     except Terminated:
         return EXIT_TERMINATED
+
+
+def _said(func: Command, args: argparse.Namespace,
+          expected: tuple[type[Exception], ...]) -> int:
+    try:
+        code = func(args)
     except BrokenPipeError as e:
         return _stdout_closed(e, EXIT_OK)
     except JournalError as e:
