@@ -163,3 +163,33 @@ def test_read_commands_on_archived_sessions_make_no_lock_file(tmp_path: Path) ->
             done = journal(tmp_path, *argv)
             assert "Traceback" not in done.stderr, (argv, done.stderr)
             assert listing(sessions) == before, f"{argv} created or changed a file"
+
+
+HOLDER = r"""
+import sys, time
+from journal import Session
+with Session.open(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_writer_killed_by_sigkill_leaves_a_stale_lock_file_the_next_one_reuses(
+        tmp_path: Path) -> None:
+    """What docs/safety.md says: not only older versions leave one; harmless all the same."""
+    import signal
+
+    path = str(tmp_path / "a.jsonl")
+    Session.create(path, cwd="/").close()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, path], stdout=subprocess.PIPE,
+                              text=True, env=env(tmp_path))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert lock_state(path) == "held"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    assert os.path.exists(path + ".lock") and lock_state(path) == "stale"
+    with Session.open(path, lock_timeout=1) as s:  # not blocked: the flock died with it
+        s.append_message({"role": "user", "content": "after", "timestamp": 1})
+    assert not os.path.exists(path + ".lock")
