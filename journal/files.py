@@ -212,7 +212,7 @@ def remove_stale_temps(directory: str, prefix: str = "", suffix: str = TEMP_SUFF
         if not (name.startswith(start) and name.endswith(suffix)):
             continue
         path = os.path.join(directory, name)
-        if _remove_if_unheld(path):
+        if remove_if_unheld(path):
             removed.append(path)
     if removed:
         fsync_directory(directory)
@@ -236,7 +236,7 @@ def remove_leftovers(session_path: str, archive_dir: str | None = None) -> list[
         removed += remove_stale_temps(archive_dir, suffix=f".{COMPRESS_TAG}{TEMP_SUFFIX}")
         legacy += [os.path.join(archive_dir, n) for n in _names(archive_dir)
                    if n.startswith(name) and n.endswith(".gz.tmp")]
-    removed += [path for path in legacy if _remove_if_unheld(path)]
+    removed += [path for path in legacy if remove_if_unheld(path)]
     return removed
 
 
@@ -247,27 +247,42 @@ def _names(directory: str) -> list[str]:
         return []
 
 
-def _remove_if_unheld(path: str) -> bool:
+def remove_if_unheld(path: str) -> bool | None:
+    """Unlink the regular file `path` unless a live process holds its `flock` (a temp being
+    written, an archive being compressed: see `hold_unless_busy`). True: removed; False:
+    held, left as it is; None: not removed for another reason (gone, not a regular file,
+    cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return False
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         if not os.path.samestat(os.lstat(path), st):
-            return False
+            return None
         os.unlink(path)
         return True
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
+
+
+def hold_unless_busy(fd: int, name: str, *, dir_fd: int | None = None) -> bool:
+    """`flock` the open file `fd` for as long as it stays open, so `remove_if_unheld` leaves
+    it alone; False if another process holds it, or if `name` (in `dir_fd`) no longer
+    leads to it (removed or replaced between the open and the lock)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return os.path.samestat(os.lstat(name, dir_fd=dir_fd), os.fstat(fd))
+    except (BlockingIOError, FileNotFoundError):
+        return False
 
 
 def remove_if_regular(path: str) -> bool:

@@ -5,7 +5,10 @@ builds a successor from the active branch (current settings, the entries from th
 first kept entry on, ids preserved), proves it projects to the same context, publishes it,
 seals the old file with a `journal.successor` marker and moves it into the archive, all under
 the old file's writer lock. Compression and retention happen after the lock is released: the
-sealed file no longer changes.
+sealed file no longer changes. What keeps them apart from another process's rotation of the
+same lineage is the archive's own `flock`: a compression holds it on the plain archive until
+the compressed one replaces it, and retention (or a second compression) leaves a held
+archive alone.
 
 Every step is recorded in an intent file first, so a crash between two steps is finished or
 undone by the next writer (see `lineage.recover_rotation`).
@@ -39,9 +42,11 @@ from .files import (
     COMPRESS_TAG,
     describe_kind,
     free_bytes,
+    hold_unless_busy,
     open_folder,
     open_regular,
     remove_if_regular,
+    remove_if_unheld,
     remove_leftovers,
     remove_stale_temps,
 )
@@ -526,7 +531,10 @@ def finish_rotation(rotation: Rotation, *, keep: int | None = None,
     if not result.dry_run and not result.warnings:
         _retry_compression(live)
     if keep is not None and not result.dry_run:
-        result.removed_archives = apply_retention(live, keep)
+        busy: list[str] = []
+        result.removed_archives = apply_retention(live, keep, busy=busy)
+        result.warnings += [f"{path}: kept for now: another process is compressing it; "
+                            "running the same command again removes it" for path in busy]
     result.total_ms = (time.perf_counter() - rotation.started) * 1000
     return result
 
@@ -648,8 +656,13 @@ def _verify(temp: str, build: SuccessorPlan) -> None:
         )
 
 
-def _compress(stored: str, final: str, progress: Progress | None = None) -> None:
-    """gzip the sealed archive (outside the lock: it no longer changes).
+def _compress(stored: str, final: str, progress: Progress | None = None) -> bool:
+    """gzip the sealed archive (outside the lock: it no longer changes); False if another
+    process is compressing it or it was removed meanwhile (nothing done).
+
+    The plain archive is `flock`ed from its opening until the compressed copy replaced it:
+    another rotation of the lineage (its retention, its retry of a compression) leaves it
+    alone meanwhile, instead of removing it under us or compressing it twice.
 
     The compressed copy is written under a fresh temp name (never through a planted link),
     keeps the archive's permissions and gets the name `final` only once it is whole and
@@ -664,7 +677,10 @@ def _compress(stored: str, final: str, progress: Progress | None = None) -> None
         try:
             src = os.fdopen(open_regular(os.path.basename(stored), dir_fd=folder), "rb")
         except FileNotFoundError:
-            return
+            return False
+        if not hold_unless_busy(src.fileno(), os.path.basename(stored), dir_fd=folder):
+            src.close()
+            return False
         with src, NewFile(final, COMPRESS_TAG, like=os.fstat(src.fileno()),
                           dir_fd=folder) as new:
             try:
@@ -678,13 +694,14 @@ def _compress(stored: str, final: str, progress: Progress | None = None) -> None
                     raise NoSpace(new.path, size, free_bytes(directory)) from e
                 raise
             new.publish(replace=False)  # a shared archive folder: never over another's
-        try:
-            os.unlink(os.path.basename(stored), dir_fd=folder)
-        except FileNotFoundError:
-            return
+            try:
+                os.unlink(os.path.basename(stored), dir_fd=folder)
+            except FileNotFoundError:
+                return True
         os.fsync(folder)
     finally:
         os.close(folder)
+    return True
 
 
 def _retry_compression(live: str) -> None:
@@ -730,8 +747,8 @@ def finish_compression(live: str) -> list[str]:
         final = compressed_name(older)
         directory, name = os.path.split(final)
         remove_stale_temps(directory, name + ".", suffix=f".{COMPRESS_TAG}.tmp")
-        _compress(older, final)
-        done.append(final)
+        if _compress(older, final):
+            done.append(final)
     return done
 
 
@@ -746,8 +763,10 @@ def check_keep(keep: int | None) -> None:
         raise ValueError("keep must be 0 or more")
 
 
-def apply_retention(live: str, keep: int) -> list[str]:
-    """Delete the oldest archived files of `live`'s lineage beyond the newest `keep`."""
+def apply_retention(live: str, keep: int, *, busy: list[str] | None = None) -> list[str]:
+    """Delete the oldest archived files of `live`'s lineage beyond the newest `keep`; return
+    those deleted. An archive another process is compressing (its `flock` held) is kept and
+    added to `busy`: removing it would let the compressed copy appear after its removal."""
     check_keep(keep)
     archives: list[str] = []
     for path in reversed(lineage(live)[:-1]):
@@ -757,11 +776,22 @@ def apply_retention(live: str, keep: int) -> list[str]:
         archives.append(path)
     archives.reverse()
     doomed = archives[: max(0, len(archives) - keep)]
+    removed: list[str] = []
     for path in doomed:
-        os.unlink(path)
+        outcome = remove_if_unheld(path)
+        if outcome is False:
+            if busy is not None:
+                busy.append(path)
+            log.info("%s: kept: another process is compressing it", path)
+            continue
+        if outcome is None:
+            if not os.path.lexists(path):
+                continue  # removed meanwhile (another retention)
+            os.unlink(path)  # not a file it can lock (no compression can read it either)
+        removed.append(path)
         for suffix in (".bak", ".quarantine"):
             remove_if_regular(uncompressed_name(path) + suffix)
-    return doomed
+    return removed
 
 
 __all__ = ["Rotation", "RotationAborted", "RotationPolicy", "RotationResult", "RotationSource",

@@ -494,3 +494,45 @@ def test_a_fork_of_an_archive_elsewhere_is_not_taken_for_its_successor(tmp_path)
         grow_and_rotate(main)
         live = main.path
     assert resolve_live(first)[0] == live != fork_live
+
+
+def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
+    """Two processes: one `journal rotate` paused while it compresses its archive (its writer
+    lock already let go), another `rotate --keep 0` of the same lineage meanwhile. The second
+    must neither remove the archive under the first (which would then publish a `.gz` of an
+    archive said removed) nor compress it twice; running it again once the first is done
+    removes it."""
+    import subprocess
+    import sys
+
+    from paused_cli import resume, start
+
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    # the 4th file rotate publishes (intent, successor, its sync, compressed archive)
+    first, temp = start(["rotate", path, "--json"], pause_at=4, resumable=True)
+    try:
+        assert temp.endswith(".compress.tmp"), temp
+        plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+        assert os.path.exists(plain)
+        second = subprocess.run([sys.executable, "-m", "journal.cli", "rotate", path,
+                                 "--keep", "0", "--json"], capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 0, second.stderr
+        said = orjson.loads(second.stdout)
+        assert said["removedArchives"] == []
+        assert any("another process is compressing it" in w for w in said["warnings"])
+        assert os.path.exists(plain)
+    finally:
+        status, out, err = resume(first)
+    assert status == 0, err
+    archive = orjson.loads(out)["archive"]
+    assert archive == plain + ".gz" and not os.path.exists(plain)
+    with gzip.open(archive) as f:
+        assert f.read().startswith(b'{"type":"session"')
+    again = subprocess.run([sys.executable, "-m", "journal.cli", "rotate", path, "--keep", "0",
+                            "--json"], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert orjson.loads(again.stdout)["removedArchives"] == [archive]
+    assert os.listdir(tmp_path / "archive") == []
