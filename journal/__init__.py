@@ -66,7 +66,8 @@ Following sessions live
 
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
-    `ArchiveElsewhere` (a database archive moved out to a file not here), `CommitsLost` (a
+    `ArchiveElsewhere` (a database archive moved out to a file not here), `BrokenLineage` (a
+    sealed database session whose successor is not in the database), `CommitsLost` (a
     database server lost commits it acknowledged, not yet flushed), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NonFiniteNumber` (a NaN or infinity appended: JSON has
     none; nothing is written), `NotASession` (and `ForeignSession`: a Claude Code
@@ -106,6 +107,7 @@ from .durability import Durability
 from .errors import (
     ArchiveElsewhere,
     BadKeptEntry,
+    BrokenLineage,
     CommitsLost,
     ForeignSession,
     GenerationGone,
@@ -250,6 +252,7 @@ __all__ = [
     # errors
     "JournalError",
     "ArchiveElsewhere",
+    "BrokenLineage",
     "CommitsLost",
     "GenerationGone",
     "LeaseLost",

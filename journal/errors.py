@@ -93,6 +93,21 @@ class SessionSealed(JournalError):
                          "(opening the session follows it to the live one)")
 
 
+class BrokenLineage(JournalError):
+    """A rotation sealed `sealed` into the session `missing`, which is not there any more
+    (its row deleted out of band): nothing continues the lineage, so there is no live
+    session to write to or follow into. `sealed` itself can still be read."""
+
+    def __init__(self, sealed: str, missing: str, missing_id: str) -> None:
+        self.sealed = sealed
+        self.missing = missing
+        self.missing_id = missing_id
+        super().__init__(f"{sealed}: the lineage is broken: a rotation sealed this session "
+                         f"into session {missing_id}, which is not in the database (deleted?), "
+                         "so no live session continues it; the sealed sessions can still be "
+                         "read, one by one")
+
+
 class UnsafeLockFile(JournalError):
     """The lock file beside a session is not a regular file of its own (a planted link,
     FIFO or hard link); nothing was written through it."""

@@ -15,7 +15,7 @@ from typing import Any
 from .anywhere import is_sealed, live, successor
 from .claude import PI
 from .codec import Diagnostic, bulk_parsing
-from .errors import NotASession
+from .errors import BrokenLineage, NotASession
 from .lineage import intent_path
 from .lock import current_holder as file_holder
 from .lock import lock_state
@@ -55,6 +55,9 @@ class SessionInfo:
     """The live session a sealed one's seals lead to (the successor, or a later one after
     several rotations); None if it is not sealed or a successor on the way is not there
     (archives copied or exported without their live session)."""
+    missing_successor: str | None = None
+    """A database lineage broken out of band: the id of the successor a seal on the way
+    names that is not in the database (`BrokenLineage`); None otherwise."""
     problems: list[Problem] = field(default_factory=list)
     """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
     notes: list[Problem] = field(default_factory=list)
@@ -94,6 +97,7 @@ class SessionInfo:
             "sealed": self.sealed,
             "successor": self.successor,
             "live": self.live,
+            "missingSuccessor": self.missing_successor,
             "problems": [p.to_json() for p in self.problems],
             "counts": self.counts,
             "notes": [n.to_json() for n in self.notes],
@@ -120,7 +124,13 @@ def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> Sess
     info = _summary(path, dialect)
     if info.sealed:
         info.successor = successor(info.path)
-        info.live = live(info.successor) if info.successor is not None else None
+        try:
+            if info.successor is not None:
+                info.live = live(info.successor)
+            elif is_database_url(info.path):
+                live(info.path)  # its successor is not in the database: which one, then
+        except BrokenLineage as e:
+            info.live, info.missing_successor = None, e.missing_id
         if info.live is not None and is_sealed(info.live):
             info.live = None  # the seals lead to a sealed session whose successor is not here
     found = assess(info.path, dialect=info.dialect)

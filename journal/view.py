@@ -10,6 +10,7 @@ file) is viewed through the storage seam: its mark's generation stands for the i
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Hashable
 from typing import BinaryIO
@@ -17,7 +18,7 @@ from typing import BinaryIO
 from .claude import ClaudeRead, feed_lines
 from .codec import Diagnostic, iter_lines
 from .context import Context, build_context, for_model
-from .errors import NotASession
+from .errors import BrokenLineage, NotASession
 from .identity import real_path
 from .lineage import MAX_HOPS, resolve_live
 from .model import CURRENT_VERSION, Entry
@@ -25,6 +26,8 @@ from .pg.url import is_database_url
 from .seal import is_seal
 from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
 from .storage import FileStorage, Storage, as_storage
+
+log = logging.getLogger(__name__)
 
 
 class View:
@@ -219,13 +222,21 @@ class View:
 
 def _continued(storage: Storage) -> Storage:
     """The live session a database session continues in (itself if no rotation sealed
-    it); another backend's storage as it is."""
+    it); another backend's storage as it is. Where a successor on the way is not in the
+    database, the last session of the lineage that is (a warning names the one missing),
+    as a sealed file whose successor is not found stays as it is held."""
     if not is_database_url(storage.locator):
         return storage
     from .pg.rotation import live_storage
     from .pg.storage import PostgresStorage
 
-    return live_storage(storage) if isinstance(storage, PostgresStorage) else storage
+    if not isinstance(storage, PostgresStorage):
+        return storage
+    try:
+        return live_storage(storage)
+    except BrokenLineage as e:
+        log.warning("%s", e)
+        return PostgresStorage.from_url(e.sealed)
 
 
 def read_stored(storage: Storage, *, full: bool) -> tuple[Snapshot, Hashable]:

@@ -223,6 +223,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"continues: {info.successor or 'in a successor that is not here'}")
         if info.live is not None and info.live != info.successor:
             print(f"live:      {info.live}")
+        if info.missing_successor is not None:
+            print(f"broken:    the lineage is broken: session {info.missing_successor}, which "
+                  "a seal names as its successor, is not in the database; no live session "
+                  "continues it")
     problems = len(info.problems)
     print(f"problems:  {problems}")
     for p in info.problems[:20]:

@@ -42,6 +42,7 @@ import psycopg
 from .. import archivegz, codec, model
 from ..archivegz import compressed_name
 from ..errors import (
+    BrokenLineage,
     JournalError,
     LeaseLost,
     NoSpace,
@@ -123,18 +124,23 @@ def file_name(storage: PostgresStorage, header: model.Entry | None = None) -> st
 
 
 def live_storage(storage: PostgresStorage) -> PostgresStorage:
-    """The session that continues `storage` now (itself if it is not sealed)."""
+    """The session that continues `storage` now (itself if it is not sealed). Raises
+    BrokenLineage when a successor on the way is not in the database."""
     return follow_successors(storage)[0]
 
 
 def follow_successors(storage: PostgresStorage) -> tuple[PostgresStorage, list[str]]:
     """The session that continues `storage` now, and the sealed sessions on the way there
     (their locators, `storage`'s first; none if it is not sealed), as
-    `journal.lineage.resolve_live` gives a file's hops."""
+    `journal.lineage.resolve_live` gives a file's hops. A `storage` not in the database is
+    given back as it is (its caller says so); a successor on the way that is not (its row
+    deleted out of band) is BrokenLineage, naming it and the last session that is."""
     current = storage
     hops: list[str] = []
     for _ in range(MAX_HOPS):
         row = stream_row(current)
+        if row is None and hops:
+            raise BrokenLineage(hops[-1], current.locator, current.session)
         if row is None or not row["successor"]:
             return current, hops
         hops.append(current.locator)
