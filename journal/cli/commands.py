@@ -19,14 +19,14 @@ from ..claude import DIALECTS
 from ..context import Context
 from ..errors import JournalError, NotASession, UnknownEntry
 from ..info import inspect, require_session
-from ..pg.url import is_database_url, shown
+from ..pg.url import hide_passwords, is_database_url, shown
 from ..render import describe_entry, describe_message
 from ..rotation import RotationResult
 from ..session import Session
 from ..snapshot import load, open_for_reading
 from ..tree import TreeNode
 from ..view import View, check_session, locate
-from .app import ByteProgress, default_sessions_dir, entry_parser, run, seconds
+from .app import ByteProgress, default_sessions_dir, entry_parser, print_error, run, seconds
 from .catalog import add_catalog_parsers
 from .claude import add_import_parser
 from .database import add_database_parsers
@@ -319,12 +319,53 @@ def cmd_rotate(args: argparse.Namespace) -> int:
                 print(f"journal: {note}", file=sys.stderr)
             raise
         return _print_rotation(result, args)
+    if os.path.isdir(args.path):
+        return _rotate_folder(args)
     check_session(resolve_live(args.path)[0])  # refuse what is no session before any change
     with ByteProgress("compressing the archive", enabled=not args.json) as bar:
         result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
                         compress=not args.no_compress, dry_run=args.dry_run,
                         lock_timeout=args.lock_timeout, progress=bar)
     return _print_rotation(result, args)
+
+
+def _rotate_folder(args: argparse.Namespace) -> int:
+    """`journal rotate DIR`: every live session under it, one line of progress each on
+    stderr; exit 2 if any failed, else 1 if any was busy, else 0."""
+    from ..folder_rotation import STATUSES, live_sessions, rotate_folder
+
+    sessions = live_sessions(args.path)
+    if not sessions:  # as `repair DIR`: a folder named by mistake is said, not passed over
+        raise JournalError(f"{args.path}: no sessions (*.jsonl) under this folder")
+    done = []
+    for n, outcome in enumerate(rotate_folder(
+            args.path, archive_dir=args.archive_dir, keep=args.keep,
+            compress=not args.no_compress, dry_run=args.dry_run,
+            lock_timeout=args.lock_timeout, sessions=sessions), 1):
+        done.append(outcome)
+        state = ("would rotate" if args.dry_run and outcome.status == "rotated"
+                 else outcome.status)
+        why = f" ({outcome.reason})" if outcome.status == "skipped" else ""
+        print(f"journal: [{n}/{len(sessions)}] {outcome.path}: {state}{why}", file=sys.stderr)
+        if outcome.status in ("busy", "failed"):
+            print_error(hide_passwords(outcome.reason))
+        elif args.json:
+            continue
+        elif outcome.result is not None:
+            _print_rotation(outcome.result, args)
+        else:
+            print(f"{outcome.path}: not rotated: {outcome.reason}")
+    counts = {status: sum(o.status == status for o in done) for status in STATUSES}
+    if args.json:
+        _emit_json({"folder": args.path, "dryRun": args.dry_run, "counts": counts,
+                    "sessions": [o.to_json() for o in done]})
+    else:
+        verb = "would rotate" if args.dry_run else "rotated"
+        print(f"{args.path}: {len(done)} session(s): {verb} {counts['rotated']}, skipped "
+              f"{counts['skipped']}, busy {counts['busy']}, failed {counts['failed']}")
+    if counts["failed"]:
+        return 2
+    return 1 if counts["busy"] else 0
 
 
 def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
@@ -539,9 +580,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="After a compaction, write a successor file holding the "
                        "current settings and everything from the compaction's first kept entry "
                        "on; verify it gives the same context, seal the old file and move it to "
-                       "the archive. Done under the writer lock; compression happens after.")
+                       "the archive. Done under the writer lock; compression happens after. "
+                       "Given a folder, every live session under it that can be rotated "
+                       "(exit 2 if any failed, 1 if any was busy).")
     p.add_argument("path", help="session file or database session URL (a rotated one is "
-                   "followed to its successor)")
+                   "followed to its successor), or a folder: every live session under it "
+                   "that can be rotated")
     p.add_argument("--archive-dir", metavar="DIR",
                    help="where old files go (default: archive/ next to the session); a "
                    "database session's archive stays in the database and is also exported "

@@ -1,0 +1,92 @@
+"""`journal rotate DIR`: every live session under a folder, one at a time, as a nightly job
+runs it: the same options as for one file, skipped sessions with their reason, a busy
+writer waited for and reported, one failure not stopping the rest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+from test_rotate import build_session, user
+
+from journal import Session
+from journal.lineage import lineage, resolve_live
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def journal(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "journal.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def rotatable(folder: Path) -> str:
+    s, _ = build_session(folder)
+    path = s.path
+    s.close()
+    return path
+
+
+def by_path(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["path"]: row for row in report["sessions"]}
+
+
+def test_every_session_that_can_rotate_rotates_and_the_rest_say_why(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    first, nested = rotatable(tmp_path), rotatable(tmp_path / "sub")
+    with Session.create(tmp_path, cwd="/w") as s:
+        s.append_message(user("no compaction yet"))
+        plain = s.path
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not a session\n")
+    done = journal("rotate", str(tmp_path), "--keep", "0", "--json")
+    assert done.returncode == 2, done.stderr  # junk failed; the others were done all the same
+    report = orjson.loads(done.stdout)
+    rows = by_path(report)
+    assert report["counts"] == {"rotated": 2, "skipped": 1, "busy": 0, "failed": 1}
+    for path in (first, nested):
+        row = rows[path]
+        assert row["status"] == "rotated" and row["result"]["successor"]
+        assert row["result"]["removedArchives"]  # --keep 0, as for one file
+        assert resolve_live(path)[0] == row["result"]["successor"]
+        assert lineage(row["result"]["successor"]) == [row["result"]["successor"]]
+    assert rows[plain]["status"] == "skipped"
+    assert rows[plain]["reason"] == "no compaction on the active branch"
+    assert rows[str(junk)]["status"] == "failed" and "not a session" in rows[str(junk)]["reason"]
+    progress = [line for line in done.stderr.splitlines() if line.startswith("journal: [")]
+    assert len(progress) == 4 and progress[0].startswith("journal: [1/4] ")
+    assert f"Error: {junk}: not a session file" in done.stderr
+    assert open(plain).read().count("\n") == 2 and junk.read_text() == "not a session\n"
+
+    again = journal("rotate", str(tmp_path))  # text; nothing left to rotate
+    assert again.returncode == 2
+    assert again.stdout.splitlines()[-1] == (
+        f"{tmp_path}: 4 session(s): rotated 0, skipped 3, busy 0, failed 1")
+
+
+def test_a_session_its_writer_holds_is_waited_for_then_reported_busy(tmp_path: Path) -> None:
+    free, held = rotatable(tmp_path), rotatable(tmp_path)
+    archive = tmp_path / "elsewhere"
+    with Session.open(held):  # this process holds its lock; the command is another one
+        done = journal("rotate", str(tmp_path), "--lock-timeout", "0.5", "--archive-dir",
+                       str(archive), "--no-compress", "--json")
+    assert done.returncode == 1, done.stderr  # busy, and nothing failed
+    rows = by_path(orjson.loads(done.stdout))
+    assert rows[held]["status"] == "busy" and "waited 0.5s" in rows[held]["reason"]
+    assert rows[free]["status"] == "rotated"
+    assert rows[free]["result"]["archive"] == str(archive / os.path.basename(free))
+    assert os.path.exists(held) and resolve_live(held)[0] == held
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = journal("rotate", str(empty))  # a folder named by mistake, as `repair DIR`
+    assert nothing.returncode == 2 and "no sessions" in nothing.stderr
+    dry = journal("rotate", str(tmp_path), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    rows = by_path(orjson.loads(dry.stdout))
+    assert rows[held]["status"] == "rotated" and rows[held]["result"]["dryRun"]
+    assert resolve_live(held)[0] == held  # a dry run changes nothing
