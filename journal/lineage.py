@@ -128,6 +128,46 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
     the folder it was copied from.
     """
     session_id = seal.get("sessionId") if isinstance(seal.get("sessionId"), str) else None
+    for candidate, check_parent in _successor_candidates(seal, near, sealed_at):
+        found = _where_now(candidate)
+        header = read_header(found) if found is not None else None
+        if header is None or (session_id is not None and header.get("id") != session_id):
+            continue
+        if check_parent and not _names_file(header.get("parentSession"),
+                                            os.path.dirname(candidate), sealed_at):
+            continue
+        # named as it is now where that is beside the name (compressed in its archive
+        # folder); else by its name, which readers follow into the default archive
+        return found if found in names_of(candidate) else candidate
+    return None
+
+
+def successor_watch(seal: dict[str, Any], near: str, sealed_at: str) -> tuple[Any, ...]:
+    """A cheap signature of every folder `successor_named_by` looks in for this seal's
+    successor (each candidate's folder and the archive folder in it): a file appearing in
+    or leaving any of them changes it. A reader that found no successor looks again only
+    once it changed, instead of at every read."""
+    folders: list[str] = []
+    for candidate, _ in _successor_candidates(seal, near, sealed_at):
+        for folder in (os.path.dirname(candidate),
+                       os.path.join(os.path.dirname(candidate), ARCHIVE_DIR)):
+            if folder not in folders:
+                folders.append(folder)
+    signature: list[Any] = []
+    for folder in folders:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            signature.append((folder, None))
+            continue
+        signature.append((folder, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(signature)
+
+
+def _successor_candidates(seal: dict[str, Any], near: str, sealed_at: str
+                          ) -> list[tuple[str, bool]]:
+    """Where `successor_named_by` looks, most trusted first: (path, whether the file there
+    must name `sealed_at` as its parent)."""
     hint = seal.get("successor")
     name = plain_name(seal.get("file")) or plain_name(
         os.path.basename(hint) if isinstance(hint, str) else None)
@@ -147,18 +187,7 @@ def successor_named_by(seal: dict[str, Any], near: str, sealed_at: str) -> str |
         candidates.append((os.path.join(archive_folder, name), False))
     if isinstance(hint, str) and os.path.isabs(hint):
         candidates.append((os.path.normpath(hint), True))
-    for candidate, check_parent in candidates:
-        found = _where_now(candidate)
-        header = read_header(found) if found is not None else None
-        if header is None or (session_id is not None and header.get("id") != session_id):
-            continue
-        if check_parent and not _names_file(header.get("parentSession"),
-                                            os.path.dirname(candidate), sealed_at):
-            continue
-        # named as it is now where that is beside the name (compressed in its archive
-        # folder); else by its name, which readers follow into the default archive
-        return found if found in names_of(candidate) else candidate
-    return None
+    return candidates
 
 
 def successor_of(path: str) -> str | None:

@@ -15,12 +15,13 @@ import os
 from collections.abc import Hashable
 from typing import BinaryIO
 
+from .archivegz import is_compressed
 from .claude import ClaudeRead, feed_lines
 from .codec import Diagnostic, iter_lines
 from .context import Context, build_context, for_model
 from .errors import BrokenLineage, NotASession
 from .identity import real_path
-from .lineage import MAX_HOPS, resolve_live
+from .lineage import MAX_HOPS, resolve_live, successor_watch
 from .model import CURRENT_VERSION, Entry
 from .pg.url import is_database_url
 from .seal import is_seal
@@ -54,6 +55,12 @@ class View:
         self.claude = snap.claude
         self._end = snap.end
         self._inode = inode
+        # a compressed archive never changes once written: what identifies the file read,
+        # so a refresh reads it again only if it was replaced
+        self._archive = _archive_signature(self.path) if self._storage is None else None
+        # where a sealed session's successor was last looked for in vain, and how those
+        # places were then: looked for again only once they changed (see `_dead_end_now`)
+        self._dead_end: Hashable | None = None
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | Storage, *, full: bool = False,
@@ -108,6 +115,8 @@ class View:
             stat = os.stat(self.path)
         except FileNotFoundError as e:
             return self._follow_file(gone=e)
+        if self._archive is not None and self._archive == _signature(stat):
+            return self._follow_file([])  # the archive as it was read: nothing new
         if stat.st_ino != self._inode or stat.st_size < self._end or self._version() < 3:
             return self._follow_file(self._reload())
         if stat.st_size == self._end:
@@ -145,14 +154,25 @@ class View:
         all its entries. A sealed file that nothing found continues stays as it is held."""
         if gone is None and not self._sealed():
             return entries or []
+        watch = self._successor_places() if gone is None and self._follow else None
+        if watch is not None and watch == self._dead_end:
+            return entries or []  # nothing changed where its successor would appear
         live = resolve_live(self.path)[0] if self._follow else self.path
         if live == self.path or not os.path.exists(live):
+            self._dead_end = watch
             if gone is None:
                 return entries or []
             raise NotASession(self.path, "the file is gone (deleted, or rotated with "
                               "nothing found to continue it)") from gone
         self.path = live
         return self._reload()
+
+    def _successor_places(self) -> Hashable:
+        """How the places a successor of the sealed file held would appear in are now."""
+        seal = self.tree.entries[-1].get("data")
+        if not isinstance(seal, dict):
+            return None
+        return successor_watch(seal, self.path, self.path)
 
     def _refresh_claude(self, f: BinaryIO, read: ClaudeRead) -> list[Entry]:
         """Feed the records appended to a Claude Code transcript to its translator."""
@@ -180,11 +200,16 @@ class View:
         """New entries of a stored session; where it ends sealed by a rotation (and
         `follow`), on into the live session that continues it: all its entries."""
         entries = self._refresh_one(storage)
-        if self._sealed():
-            live = _continued(storage)
-            if live.locator != storage.locator:
-                self._storage, self.path = live, live.locator
-                return self._reload()
+        if not self._sealed():
+            return entries
+        missing = self._dead_end
+        if isinstance(missing, str) and as_storage(missing).mark() is None:
+            return entries  # its successor is still not there: one look, not the lineage
+        live, self._dead_end = _continued(storage)
+        if live.locator != storage.locator:
+            self._storage, self.path = live, live.locator
+            missing, entries = self._dead_end, self._reload()
+            self._dead_end = missing
         return entries
 
     def _refresh_one(self, storage: Storage) -> list[Entry]:
@@ -220,23 +245,38 @@ class View:
         return list(self.tree.entries)
 
 
-def _continued(storage: Storage) -> Storage:
+def _continued(storage: Storage) -> tuple[Storage, str | None]:
     """The live session a database session continues in (itself if no rotation sealed
     it); another backend's storage as it is. Where a successor on the way is not in the
     database, the last session of the lineage that is (a warning names the one missing),
-    as a sealed file whose successor is not found stays as it is held."""
+    as a sealed file whose successor is not found stays as it is held, and the missing
+    one's locator (else None)."""
     if not is_database_url(storage.locator):
-        return storage
+        return storage, None
     from .pg.rotation import live_storage
     from .pg.storage import PostgresStorage
 
     if not isinstance(storage, PostgresStorage):
-        return storage
+        return storage, None
     try:
-        return live_storage(storage)
+        return live_storage(storage), None
     except BrokenLineage as e:
         log.warning("%s", e)
-        return PostgresStorage.from_url(e.sealed)
+        return PostgresStorage.from_url(e.sealed), e.missing
+
+
+def _signature(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _archive_signature(path: str) -> tuple[int, ...] | None:
+    """What identifies the compressed archive `path` as it is now (None: not an archive)."""
+    if not is_compressed(path):
+        return None
+    try:
+        return _signature(os.stat(path))
+    except OSError:
+        return None
 
 
 def read_stored(storage: Storage, *, full: bool) -> tuple[Snapshot, Hashable]:

@@ -87,5 +87,25 @@ def test_a_view_stays_on_the_last_session_there_is(pg_url: str,
     assert view.path == second and entries  # the sealed second, reloaded
     assert any(missing in r.getMessage() for r in caplog.records)
     assert view.refresh() == []
+
+
+def test_a_view_at_a_broken_lineage_does_not_walk_it_at_every_refresh(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Stopped at the last session there is, a view checks only whether the missing one is
+    there now (one look), not the whole lineage, and warns once."""
+    from journal.pg import rotation
+
+    first, second, missing = broken(pg_url)
+    view = View.open(first)
+    walked, walk = [], rotation.live_storage
+    monkeypatch.setattr(rotation, "live_storage",
+                        lambda storage: walked.append(storage) or walk(storage))
+    with caplog.at_level(logging.WARNING, logger="journal.view"):
+        view.refresh()
+        for _ in range(4):
+            assert view.refresh() == []
+    assert view.path == second and len(walked) == 1
+    assert sum(missing in r.getMessage() for r in caplog.records) == 1
     done = journal("tail", first)  # one-shot: each session there is, then it ends
     assert done.returncode == 0, done.stderr

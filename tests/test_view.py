@@ -187,3 +187,66 @@ def test_a_file_deleted_with_nothing_to_continue_it_still_raises(tmp_path: Path)
     rotate_in_a_process(other)
     with pytest.raises(NotASession, match="gone"):
         pinned.refresh()  # follow=False: the file it was told to view is gone
+
+
+def test_a_compressed_archive_is_read_once_and_again_only_when_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An archive never changes once written: refreshing its view reads nothing (counted at
+    the one place a `.gz` is unpacked); a file put in its place is read again."""
+    import journal.archivegz as archivegz
+
+    with Session.create(tmp_path, cwd="/w") as s:
+        path = s.path
+    compacted(path, 0)
+    archived = rotate_in_a_process(path)["archive"]
+    assert archived.endswith(".gz")
+    unpacked, opened = archivegz.unpacked, []
+
+    def counted(raw, where):  # type: ignore[no-untyped-def]
+        opened.append(where)
+        return unpacked(raw, where)
+
+    monkeypatch.setattr(archivegz, "unpacked", counted)
+    view = View.open(archived, follow=False)
+    assert len(opened) == 1
+    for _ in range(5):
+        assert view.refresh() == []
+    assert len(opened) == 1, "the archive was unpacked again on refresh"
+    copy = tmp_path / "copy.gz"
+    copy.write_bytes(Path(archived).read_bytes())
+    os.replace(copy, archived)  # replaced (same bytes, another file): read again
+    assert [e.get("id") for e in view.refresh()] == [e.get("id") for e in load(archived).entries]
+    assert len(opened) > 1
+    before = len(opened)
+    assert view.refresh() == [] and len(opened) == before
+
+
+def test_a_sealed_file_whose_successor_is_not_here_is_not_looked_up_at_every_refresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The successor's absence is remembered with how the places it would appear in looked
+    (a few stats): refreshes look it up again only once one of them changed."""
+    import journal.view as view_module
+
+    with Session.create(tmp_path, cwd="/w") as s:
+        path = s.path
+    compacted(path, 0)
+    result = rotate_in_a_process(path, "--no-compress")
+    successor = Path(result["successor"])
+    aside = tmp_path.parent / f"{tmp_path.name}-aside.jsonl"
+    os.replace(successor, aside)  # the successor is not here (yet)
+    looked, resolve = [], view_module.resolve_live
+
+    def counted(where):  # type: ignore[no-untyped-def]
+        looked.append(where)
+        return resolve(where)
+
+    monkeypatch.setattr(view_module, "resolve_live", counted)
+    view = View.open(result["archive"])
+    for _ in range(5):
+        assert view.refresh() == []
+    assert len(looked) == 1, "the successor was looked up again at every refresh"
+    assert view.path == result["archive"]
+    os.replace(aside, successor)  # it arrives: the folder changed, so it is looked up
+    entries = view.refresh()
+    assert view.path == str(successor) and len(looked) == 2
+    assert [e.get("id") for e in entries] == [e.get("id") for e in load(successor).entries]
