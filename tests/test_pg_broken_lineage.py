@@ -109,3 +109,23 @@ def test_a_view_at_a_broken_lineage_does_not_walk_it_at_every_refresh(
     assert sum(missing in r.getMessage() for r in caplog.records) == 1
     done = journal("tail", first)  # one-shot: each session there is, then it ends
     assert done.returncode == 0, done.stderr
+
+
+def test_a_tail_past_a_moved_out_archive_into_a_deleted_successor_says_so(
+        pg_url: str, tmp_path) -> None:
+    """A tail of an archive moved out to a file not here reads on from its successor; that
+    successor's row deleted, it named a session that is not there and waited for it."""
+    from test_pg_rotation import new_session
+
+    from journal.pg.rotation import rotate_database
+
+    first = new_session(pg_url)  # a compaction and an entry after it: it rotates
+    result = rotate_database(first, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None and result.successor is not None
+    os.rename(result.archive, tmp_path / "elsewhere.gz")  # the file is not here
+    successor = result.successor.rsplit("session=", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM journal.streams WHERE session = %s", (successor,))
+    done = journal("tail", "-n", "5", first)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "the lineage is broken" in done.stderr and successor in done.stderr

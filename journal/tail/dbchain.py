@@ -16,7 +16,7 @@ import os
 from collections.abc import Hashable
 
 from .. import codec
-from ..errors import NotASession
+from ..errors import BrokenLineage, NotASession
 from ..lineage import MAX_HOPS
 from ..model import Entry
 from ..pg.url import parse_url, session_url
@@ -42,7 +42,9 @@ def first_readable(url: str) -> str:
             break
         log.warning("%s: moved out of the database to %s, which is not here; reading on from "
                     "its successor %s", storage.locator, moved.path, after)
-        storage = PostgresStorage.from_url(after)
+        sealed, storage = storage, PostgresStorage.from_url(after)
+        if storage.mark() is None:  # its row deleted out of band
+            raise BrokenLineage(sealed.locator, storage.locator, storage.session)
     return storage.locator if storage.session != parse_url(url).session else url
 
 
