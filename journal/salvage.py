@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,18 @@ class SalvagedLine:
     """Problems fixed without dropping bytes: (kind, what was done)."""
 
 
-def salvage_line(line: Line) -> SalvagedLine:
+IsRecord = Callable[[Any], bool]
+"""Whether a JSON value found beside damaged bytes is a whole record of the file's dialect
+(not a piece of a torn one): only such a value is kept."""
+
+
+def salvage_line(line: Line, is_record: IsRecord | None = None) -> SalvagedLine:
+    """Split a damaged line into the whole records it still holds and the bytes to drop.
+
+    `is_record` tells a whole record (default: a pi entry, `is_entry_like`; a Claude Code
+    transcript's repair passes its own rule, `journal.claude.records.is_whole_record`).
+    """
+    is_record = is_record or is_entry_like
     out = SalvagedLine(line.number, line.offset)
     raw = line.raw
     if not raw.strip(b" \t\r"):
@@ -70,9 +82,9 @@ def salvage_line(line: Line) -> SalvagedLine:
         out.pieces.append(Piece(value, line.offset, raw))
         return out
     if b"\x00" in raw:
-        _salvage_around_nuls(raw, line.offset, out)
+        _salvage_around_nuls(raw, line.offset, out, is_record)
     else:
-        _salvage_segment(raw, line.offset, out, value.reason, known_bad=True)
+        _salvage_segment(raw, line.offset, out, value.reason, is_record, known_bad=True)
     out.dropped = merge_adjacent(out.dropped)
     return out
 
@@ -97,16 +109,17 @@ def _joined(group: list[Dropped]) -> Dropped:
     return Dropped(group[0].offset, data, named.reason, detail)
 
 
-def _salvage_around_nuls(raw: bytes, base: int, out: SalvagedLine) -> None:
+def _salvage_around_nuls(raw: bytes, base: int, out: SalvagedLine, is_record: IsRecord) -> None:
     start = 0
     for match in NUL_RUN_RE.finditer(raw):
         if match.start() > start:
-            _salvage_segment(raw[start : match.start()], base + start, out, codec.INVALID_JSON)
+            _salvage_segment(raw[start : match.start()], base + start, out, codec.INVALID_JSON,
+                             is_record)
         out.dropped.append(Dropped(base + match.start(), match.group(), codec.NUL_RUN,
                                    f"{len(match.group()):,} NUL bytes"))
         start = match.end()
     if start < len(raw):
-        _salvage_segment(raw[start:], base + start, out, codec.INVALID_JSON)
+        _salvage_segment(raw[start:], base + start, out, codec.INVALID_JSON, is_record)
 
 
 def _loads(segment: bytes | memoryview) -> Any:
@@ -115,14 +128,15 @@ def _loads(segment: bytes | memoryview) -> Any:
     return codec.loads(segment)
 
 
-def _is_entry_like(value: Any) -> bool:
+def is_entry_like(value: Any) -> bool:
+    """A pi entry (or header): an object with a string `type` and an id or a message."""
     return isinstance(value, dict) and isinstance(value.get("type"), str) and (
         "id" in value or "uuid" in value or "message" in value or value.get("type") == "session"
     )
 
 
 def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str,
-                     known_bad: bool = False) -> None:
+                     is_record: IsRecord, known_bad: bool = False) -> None:
     """Rescue what a segment holds; `known_bad` when it was just parsed and failed (a parse
     of a line hundreds of megabytes long is worth skipping)."""
     if not segment.strip(b" \t\r"):
@@ -136,9 +150,9 @@ def _salvage_segment(segment: bytes, base: int, out: SalvagedLine, reason: str,
             pass
     if _salvage_utf8(segment, base, out):
         return
-    if _salvage_glued(segment, base, out):
+    if _salvage_glued(segment, base, out, is_record):
         return
-    if _salvage_prefix(segment, base, out):
+    if _salvage_prefix(segment, base, out, is_record):
         return
     detail = "not valid JSON"
     if reason == codec.INVALID_UTF8:
@@ -160,7 +174,7 @@ def _salvage_utf8(segment: bytes, base: int, out: SalvagedLine) -> bool:
     return True
 
 
-def _salvage_glued(segment: bytes, base: int, out: SalvagedLine) -> bool:
+def _salvage_glued(segment: bytes, base: int, out: SalvagedLine, is_record: IsRecord) -> bool:
     """A torn record followed by a complete one: keep the complete one.
 
     Only one place can start a complete record that ends the line: the opening brace that
@@ -175,9 +189,9 @@ def _salvage_glued(segment: bytes, base: int, out: SalvagedLine) -> bool:
         value = _loads(view[start:])
     except orjson.JSONDecodeError:
         return False
-    if not _is_entry_like(value):
+    if not is_record(value):
         return False
-    first = _complete_entry(view[:start])
+    first = _complete_entry(view[:start], is_record)
     if first is not None:
         out.pieces.append(Piece(first, base, segment[:start]))
         out.notes.append((GLUED, "two complete records on one line: split in two"))
@@ -188,15 +202,15 @@ def _salvage_glued(segment: bytes, base: int, out: SalvagedLine) -> bool:
     return True
 
 
-def _complete_entry(segment: bytes | memoryview) -> Any:
+def _complete_entry(segment: bytes | memoryview, is_record: IsRecord) -> Any:
     try:
         value = orjson.loads(segment)
     except orjson.JSONDecodeError:
         return None
-    return value if _is_entry_like(value) else None
+    return value if is_record(value) else None
 
 
-def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine) -> bool:
+def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine, is_record: IsRecord) -> bool:
     """A complete record followed by garbage on the same line: keep the record."""
     cut = first_value_end(segment)
     if cut is None or cut >= len(segment):
@@ -205,7 +219,7 @@ def _salvage_prefix(segment: bytes, base: int, out: SalvagedLine) -> bool:
         value = orjson.loads(memoryview(segment)[:cut])
     except orjson.JSONDecodeError:
         return False
-    if not _is_entry_like(value):
+    if not is_record(value):
         return False
     out.pieces.append(Piece(value, base, segment[:cut]))
     out.dropped.append(Dropped(base + cut, segment[cut:], TRAILING,

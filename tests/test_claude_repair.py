@@ -289,3 +289,44 @@ def test_repaired_corpus_projects_to_a_valid_context(tmp_path: Path, case: Case)
     tree = journal.load(str(path)).tree()
     messages = build_context(tree, tree.leaf_id).messages
     assert messages and pairing_problems(messages) == []
+
+
+def test_a_metadata_record_glued_after_a_cut_line_is_kept(tmp_path: Path) -> None:
+    """A whole record without a uuid (`file-history-snapshot`, `ai-title`, ...) glued after a
+    cut line is kept on its own line, as a conversation record is; a piece of the cut record
+    that happens to close there (a content block) is not a record and goes with it."""
+    from test_claude_projection import gc
+
+    import journal
+
+    stats = gc.generate(tmp_path / "gen", mb=0.1, seed=25, compactions=0, rewinds=0,
+                        subagents=False)
+    lines = stats.path.read_bytes().splitlines()
+    kinds = [orjson.loads(line)["type"] for line in lines]
+    queued = kinds.index("queue-operation")
+    snapshot = kinds.index("file-history-snapshot")
+    title = b'{"type":"ai-title","sessionId":"%s","aiTitle":"Glued on"}' % (
+        stats.session_id.encode())
+    call = next(i for i, line in enumerate(lines)
+                if kinds[i] == "assistant" and b'"content":[{"type":"tool_use"' in line)
+    block_end = lines[call].index(b"}]", lines[call].index(b'"input":')) + 1
+    damaged = list(lines)
+    # a cut queue-operation with the next snapshot glued on; a cut snapshot with a title
+    damaged[queued] = lines[queued][:40] + lines[snapshot]
+    damaged[snapshot] = lines[snapshot][:30] + title
+    # an assistant line cut just after its tool_use block closes: a block, not a record
+    damaged[call] = lines[call][:block_end]
+    path = tmp_path / stats.path.name
+    data = b"\n".join(damaged) + b"\n"
+    path.write_bytes(data)
+
+    report = repair_claude(path)
+    assert report.counts["glued_record"] == 2
+    assert report.counts["invalid_json"] == 1
+    after = path.read_bytes().splitlines()
+    assert lines[snapshot] in after  # the copy glued on (its own line was cut)
+    assert title in after
+    assert lines[call][:block_end] not in after
+    assert not any(line.startswith(b'{"type":"tool_use"') for line in after)
+    assert journal.load(str(path)).claude.title == "Glued on"
+    check_guarantees(path, data)

@@ -51,6 +51,7 @@ from ..salvage import salvage_line
 from ..storage import as_storage
 from .mendpairs import fix_pairing
 from .mendrecs import MendPlan, Rec
+from .records import is_whole_record
 
 NOT_A_RECORD = "not_a_record"
 NUL_IN_TEXT = "nul_in_text"
@@ -125,7 +126,7 @@ def _salvage(p: MendPlan, data: bytes) -> None:
         else:
             _take(p, value, raw, number, offset, exact=True)
             continue
-        salvaged = salvage_line(Line(offset, number, bytes(raw)))
+        salvaged = salvage_line(Line(offset, number, bytes(raw)), is_whole_record)
         for d in salvaged.dropped:
             p.dropped.append(Quarantined(p.path, d.offset, d.data, d.reason, d.detail))
             p.problem(d.reason, "quarantined", line=number, offset=d.offset, detail=d.detail)

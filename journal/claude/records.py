@@ -31,6 +31,9 @@ RECORD_TYPES = frozenset({USER, ASSISTANT, SYSTEM, SUMMARY, ATTACHMENT, FILE_HIS
 
 MESSAGE_TYPES = frozenset({USER, ASSISTANT})
 
+METADATA_TYPES = frozenset({SUMMARY, FILE_HISTORY_SNAPSHOT, QUEUE_OPERATION, AI_TITLE})
+"""The record types that carry no `uuid`: facts about the session, outside the tree."""
+
 # the fields every record with a uuid carries (Claude Code's own key order)
 COMMON_FIELDS = ("parentUuid", "isSidechain", "userType", "cwd", "sessionId", "version",
                  "gitBranch")
@@ -40,6 +43,23 @@ def uuid_of(record: Record) -> str | None:
     """The record's `uuid` if it is a string (metadata records have none)."""
     value = record.get("uuid")
     return value if isinstance(value, str) else None
+
+
+def is_whole_record(value: Any) -> bool:
+    """Whether a JSON value is a record of its own, not a piece of one: what repair keeps
+    when it finds the value glued after (or before) the cut bytes of a torn line.
+
+    A value that ends a torn line may be a piece of the torn record (a content block, a
+    `toolUseResult`) whose braces happen to close there; those carry a `type` but never a
+    `uuid` nor a session id. So: an object with a string `type` and a `uuid` (a conversation
+    record); or of a metadata type (`summary`, `file-history-snapshot`, `queue-operation`,
+    `ai-title`); or of another type with the `sessionId` every record of a session names
+    (metadata Claude Code added later: `custom-title`, `last-prompt`, ...).
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        return False
+    return (uuid_of(value) is not None or value["type"] in METADATA_TYPES
+            or isinstance(value.get("sessionId"), str))
 
 
 def parent_of(record: Record) -> str | None:
