@@ -330,3 +330,35 @@ def test_a_metadata_record_glued_after_a_cut_line_is_kept(tmp_path: Path) -> Non
     assert not any(line.startswith(b'{"type":"tool_use"') for line in after)
     assert journal.load(str(path)).claude.title == "Glued on"
     check_guarantees(path, data)
+
+
+def test_a_check_names_the_record_the_repair_adds(tmp_path: Path, capsys: Any) -> None:
+    """The interrupted-tool record's uuid comes from the call it answers: `info` and
+    `repair --check` say the same each time they are run, and the repair adds that record."""
+    import journal
+    from journal.cli import main
+
+    case = next(c for c in CASES if c.name == "unpaired_tool_use_mid")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(case.data)
+
+    def added() -> list[str]:
+        return [p.action for p in journal.inspect(str(path)).problems
+                if p.kind == "unpaired_tool_use"]
+
+    first = added()
+    assert first and first == added() == [p.action for p in assess_claude(path).problems
+                                          if p.kind == "unpaired_tool_use"]
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "(nothing was changed; each says what 'journal repair' would do)" in out
+    assert first[0] in out
+    assert path.read_bytes() == case.data
+    report = repair_claude(path)
+    [action] = [p.action for p in report.problems if p.kind == "unpaired_tool_use"]
+    assert action == first[0]
+    uuid = action.rsplit(" ", 1)[-1]
+    assert UUID_RE.match(uuid)
+    assert any(r.get("uuid") == uuid and r["toolUseResult"] == "Error: [Request interrupted "
+               "by user for tool use]" for r in records_of(path.read_bytes())
+               if "toolUseResult" in r)

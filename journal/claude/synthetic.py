@@ -6,13 +6,15 @@ with a user record holding one `tool_result` block marked `is_error`, whose cont
 `Error: [Request interrupted by user for tool use]`. Repair writes exactly that record: the
 envelope (`cwd`, `sessionId`, `version`, `gitBranch`, `isSidechain`, `agentId`, `userType`)
 comes from the assistant record whose call it answers, the key order from a user record of the
-same file (Claude Code's own order when the file has none), the `uuid` is a random UUID in its
-usual form, and the `timestamp` is one millisecond after the call's, in JavaScript's
-`toISOString` form.
+same file (Claude Code's own order when the file has none), the `uuid` is a version 4 UUID in
+its usual form, derived from the call it answers (`answer_uuid`: a check and the repair
+that follows it name the same record, and a check run twice says the same), and the
+`timestamp` is one millisecond after the call's, in JavaScript's `toISOString` form.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,6 +37,19 @@ def new_uuid(taken: set[str]) -> str:
         value = str(uuid.uuid4())
         if value not in taken:
             return value
+
+
+def answer_uuid(call: dict[str, Any], tool_ids: list[str], taken: set[str]) -> str:
+    """The uuid of the record answering the calls `tool_ids` of the assistant record `call`:
+    a version 4 UUID (Claude Code's form) made from the call's uuid and the tool ids, so the
+    same transcript always gives the same one; not in `taken`."""
+    seed = "\n".join(["interrupted", str(call.get("uuid")), *tool_ids]).encode()
+    for attempt in range(1 << 16):
+        digest = hashlib.sha256(seed + b"\n%d" % attempt).digest()
+        value = str(uuid.UUID(bytes=digest[:16], version=4))
+        if value not in taken:
+            return value
+    return new_uuid(taken)  # unreachable in practice: 65,536 derived uuids all taken
 
 
 def later_timestamp(stamp: object, ms: int = 1) -> str:
@@ -81,7 +96,8 @@ def interrupted_result(call: dict[str, Any], parent: str, tool_ids: list[str], *
     fields: dict[str, Any] = {k: call[k] for k in _COPIED if k in call}
     fields.update(parentUuid=parent, type="user",
                   message={"role": "user", "content": blocks},
-                  uuid=new_uuid(taken), timestamp=later_timestamp(call.get("timestamp")))
+                  uuid=answer_uuid(call, tool_ids, taken),
+                  timestamp=later_timestamp(call.get("timestamp")))
     record = {k: fields[k] for k in key_order(template) if k in fields}
     record["toolUseResult"] = INTERRUPTED_RESULT
     return record

@@ -228,7 +228,9 @@ def cmd_info(args: argparse.Namespace) -> int:
                   "a seal names as its successor, is not in the database; no live session "
                   "continues it")
     problems = len(info.problems)
-    print(f"problems:  {problems}")
+    # a check changes nothing: each problem's action is what a repair would do
+    print(f"problems:  {problems}" + (" (nothing was changed; each says what 'journal repair' "
+                                      "would do)" if problems else ""))
     for p in info.problems[:20]:
         where = f"line {p.line}" if p.line else (f"entry {p.entry_id}" if p.entry_id else "file")
         print(f"  !! {where}: {p.kind}: {p.action}" + (f" ({p.detail})" if p.detail else ""))
