@@ -340,7 +340,9 @@ def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
         problems.append(str(e) if isinstance(e, JournalError) else describe_os_error(e))
         return facts
     read = snap.claude
-    problems.extend(f"{d.reason} at byte {d.offset:,}" for d in snap.diagnostics)
+    problems.extend(f"{d.reason} at byte {d.offset:,}"
+                    + (f" of {shown(d.file)}" if d.file is not None else "")
+                    for d in snap.diagnostics)
     stamps = [t for t in map(_stamp, snap.entries) if t]
 
     def text(value: object) -> str | None:

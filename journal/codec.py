@@ -44,20 +44,27 @@ class Diagnostic:
     reason: str
     line: int | None = None
     detail: str = ""
+    file: str | None = None
+    """The file the range is in when it is not the one read but one read with it (a Claude
+    Code transcript's subagent file); its offset and line are that file's."""
 
     def describe(self) -> str:
         where = f"line {self.line}, " if self.line is not None else ""
         extra = f": {self.detail}" if self.detail else ""
-        return f"{where}byte {self.offset:,} (+{self.length:,}): {self.reason}{extra}"
+        inside = f"{self.file}: " if self.file is not None else ""
+        return f"{inside}{where}byte {self.offset:,} (+{self.length:,}): {self.reason}{extra}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "offset": self.offset,
             "length": self.length,
             "reason": self.reason,
             "line": self.line,
             "detail": self.detail,
         }
+        if self.file is not None:
+            out["file"] = self.file
+        return out
 
 
 class Line(NamedTuple):

@@ -124,5 +124,6 @@ class LineageStream:
         yield from snap.entries
 
     def _warn(self, path: str, d: Diagnostic) -> None:
-        self.warnings.append(f"{shown(path)}: line {d.line or '?'}: {d.reason} ({d.detail})")
+        where = d.file if d.file is not None else path  # a subagent file names itself
+        self.warnings.append(f"{shown(where)}: line {d.line or '?'}: {d.reason} ({d.detail})")
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .anywhere import is_sealed, live, successor
-from .claude import PI
+from .claude import CLAUDE, PI
+from .claude.reading import UNREADABLE
 from .codec import Diagnostic, bulk_parsing
-from .errors import BrokenLineage, NotASession
+from .errors import BrokenLineage, JournalError, NotASession, describe_os_error
 from .lineage import intent_path
 from .lock import current_holder as file_holder
 from .lock import lock_state
@@ -59,7 +60,9 @@ class SessionInfo:
     """A database lineage broken out of band: the id of the successor a seal on the way
     names that is not in the database (`BrokenLineage`); None otherwise."""
     problems: list[Problem] = field(default_factory=list)
-    """Damage, counted as `journal repair --check` counts it (one per damaged range)."""
+    """Damage, counted as `journal repair --check` counts it (one per damaged range); a
+    Claude Code transcript's include its subagent files' (each naming its `file`), which
+    `journal repair` of the transcript repairs too."""
     notes: list[Problem] = field(default_factory=list)
     """States pi handles itself when it sends a request: not damage."""
     dialect: str = PI
@@ -135,7 +138,20 @@ def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> Sess
             info.live = None  # the seals lead to a sealed session whose successor is not here
     found = assess(info.path, dialect=info.dialect)
     info.problems, info.notes = found.problems, found.notes
+    for sub in info.subagent_files:  # a transcript's subagent files are the session's too
+        info.problems.extend(_subagent_problems(sub))
     return info
+
+
+def _subagent_problems(path: str) -> list[Problem]:
+    """A subagent file's damage, as `journal repair` of it would count it, each naming it."""
+    try:
+        found = assess(path, dialect=CLAUDE)
+    except (JournalError, OSError) as e:
+        reason = describe_os_error(e) if isinstance(e, OSError) else str(e)
+        return [Problem(UNREADABLE, "not checked: " + reason.removeprefix(f"{path}: "),
+                        file=path)]
+    return [replace(p, file=path) for p in found.problems]
 
 
 def _summary(path: str | os.PathLike[str], dialect: str | None = None) -> SessionInfo:

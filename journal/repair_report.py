@@ -26,10 +26,18 @@ class Problem:
     offset: int | None = None
     entry_id: str | None = None
     detail: str = ""
+    file: str | None = None
+    """The file it is in when it is not the report's own file but one that goes with it (a
+    Claude Code transcript's subagent file, in `journal info`); line and offset are that
+    file's."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "action": self.action, "line": self.line,
-                "offset": self.offset, "entryId": self.entry_id, "detail": self.detail}
+        out: dict[str, Any] = {"kind": self.kind, "action": self.action, "line": self.line,
+                               "offset": self.offset, "entryId": self.entry_id,
+                               "detail": self.detail}
+        if self.file is not None:
+            out["file"] = self.file
+        return out
 
 
 @dataclass

@@ -7,7 +7,7 @@ skipped, the way the pi readers report them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,16 @@ import orjson
 
 from .. import codec
 from ..codec import Diagnostic, Line, last_newline_end
+from ..errors import NotASession
 from ..model import Entry
 from ..storage import FileStorage, Storage
 from .records import Record, is_compact_boundary, is_main_message, parent_of, uuid_of
 from .translate import Translator
 
 SUBAGENTS = "subagents"
+UNREADABLE = "unreadable"
+"""The reason of a subagent file that could not be opened (gone since it was listed, no
+longer a regular file, its permission refused)."""
 
 
 @dataclass
@@ -42,6 +46,11 @@ class ClaudeRead:
     end: int = 0
     complete: bool = True
     subagent_files: list[str] = field(default_factory=list)
+    """The subagent files read after the transcript (`subagent_files`); what in them could not
+    be used is in `diagnostics` too, each naming its file (`Diagnostic.file`)."""
+    line_base: dict[str, int] = field(default_factory=dict)
+    """For each subagent file, the number its lines are counted on from in `lines` (its
+    line n is `line_base[file] + n` there)."""
 
     @property
     def leaf_id(self) -> str | None:
@@ -189,11 +198,19 @@ def _read(storage: Storage, subagents: bool) -> ClaudeRead:
         number = max(lines, default=0)
         for sub in subagent_files(storage.locator):
             out.subagent_files.append(sub)
+            out.line_base[sub] = number
             sub_diags: list[Diagnostic] = []
-            with FileStorage(sub).open_stream() as f:
-                before = len(lines)
-                feed_lines(translator, codec.iter_lines(f), entries, lines, sub_diags, number)
-                number = max(lines[before:], default=number)
+            try:
+                with FileStorage(sub).open_stream() as f:
+                    before = len(lines)
+                    feed_lines(translator, codec.iter_lines(f), entries, lines, sub_diags,
+                               number)
+                    number = max(lines[before:], default=number)
+            except (NotASession, OSError) as e:  # gone, or no longer a regular file
+                reason = e.reason if isinstance(e, NotASession) else (e.strerror or str(e))
+                sub_diags.append(Diagnostic(0, 0, UNREADABLE, None, reason))
+            # a subagent file's damage is the session's: said as the transcript's is
+            diagnostics.extend(replace(d, file=sub) for d in sub_diags)
     return out
 
 

@@ -152,10 +152,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     snap = load(reading(args), dialect=args.dialect)
     require_session(snap)
     rows: list[tuple[int, dict[str, Any]]] = []
-    for number, entry in zip(snap.lines, snap.entries, strict=True):
-        rows.append((number, {"line": number, "entry": entry}))
+    for at, entry in zip(snap.lines, snap.entries, strict=True):
+        rows.append((at, {"line": at, "entry": entry}))
+    bases = snap.claude.line_base if snap.claude is not None else {}
     for d in [*snap.diagnostics, *snap.field_issues]:
-        rows.append((d.line or 0, {"line": d.line, "diagnostic": d.to_json()}))
+        # a subagent file's damage goes where its lines are numbered on (as its entries)
+        number = bases.get(d.file, 0) + (d.line or 0) if d.file is not None else d.line
+        rows.append((number or 0, {"line": number, "diagnostic": d.to_json()}))
     rows.sort(key=lambda r: r[0])
     if args.json:
         if snap.header is not None:
@@ -177,8 +180,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"{row['line']:>6}  {e.get('id')} {describe_entry(e)}")
         else:
             d = row["diagnostic"]
+            inside = (f" of {d['file']} (its line {d['line'] or '?'})" if "file" in d else "")
             print(f"{row['line'] or '?':>6}  !! {d['reason']} at byte {d['offset']:,} "
-                  f"({d['length']:,} bytes): {d['detail']}")
+                  f"({d['length']:,} bytes){inside}: {d['detail']}")
     return 0
 
 
@@ -233,6 +237,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                                       "would do)" if problems else ""))
     for p in info.problems[:20]:
         where = f"line {p.line}" if p.line else (f"entry {p.entry_id}" if p.entry_id else "file")
+        if p.file is not None:  # a Claude Code transcript's subagent file
+            where = f"{p.file}, {where}" if where != "file" else p.file
         print(f"  !! {where}: {p.kind}: {p.action}" + (f" ({p.detail})" if p.detail else ""))
     if problems > 20:
         print(f"  ... and {problems - 20} more (use --json for all)")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import orjson
 
 from ..anywhere import repair
+from ..claude import CLAUDE, PI, dialect_of, subagent_files
 from ..errors import JournalError, describe_os_error
 from ..pg.url import is_database_url
 from ..repair import RepairReport, session_files
@@ -68,14 +69,29 @@ def add_repair_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                              description=DESCRIPTION))
 
 
-def _targets(paths: list[str]) -> list[str]:
-    out: list[str] = []
+def _targets(paths: list[str], dialect: str | None) -> list[str]:
+    """The files to repair, each once: a folder's session files (a transcript's subagent
+    files among them), and a Claude Code transcript named by itself with its subagent files
+    after it (they are the session's: `journal info` counts their damage with its own)."""
+    out: dict[str, None] = {}
     for path in paths:
         if not is_database_url(path) and os.path.isdir(path):
-            out.extend(session_files(path))
+            out.update(dict.fromkeys(session_files(path)))
         else:
-            out.append(path)
-    return out
+            out[path] = None
+            out.update(dict.fromkeys(_subagents_of(path, dialect)))
+    return list(out)
+
+
+def _subagents_of(path: str, dialect: str | None) -> list[str]:
+    if is_database_url(path) or dialect == PI:
+        return []
+    try:
+        if (dialect or dialect_of(path)) != CLAUDE:
+            return []
+    except (JournalError, OSError):
+        return []  # the repair of the path itself says why it cannot be read
+    return subagent_files(path)
 
 
 def _repair_one(path: str, args: argparse.Namespace, dry: bool,
@@ -85,7 +101,7 @@ def _repair_one(path: str, args: argparse.Namespace, dry: bool,
 
 
 def run_repair(args: argparse.Namespace) -> int:
-    targets = _targets(args.paths)
+    targets = _targets(args.paths, args.dialect)
     if not targets:
         raise JournalError(f"no session files (*.jsonl) under {', '.join(args.paths)}")
     reports: list[RepairReport] = []

@@ -1,0 +1,115 @@
+"""A Claude Code transcript's subagent files are part of its session for every command that
+names the transcript: their damage is said as the transcript's own (`info`, `show`, `ls`,
+`usage`, `search`, `export`), `repair` of the transcript repairs them, and the file and byte
+counts include them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_catalog_claude import with_subagents
+
+
+def journal(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "journal.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def damage(made: Any) -> None:
+    """Cut the tail of the first subagent file, put NULs and junk in the middle of line 3 of
+    the last (as the newcomer did)."""
+    first, last = made.subagents[0], made.subagents[-1]
+    first.write_bytes(first.read_bytes()[:-40])
+    lines = last.read_bytes().split(b"\n")
+    lines[2] = lines[2][:50] + b"\x00" * 20 + b"junk"
+    last.write_bytes(b"\n".join(lines))
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> tuple[Any, dict[str, str]]:
+    made = with_subagents(tmp_path / "p", 0.2, 25, compactions=1, rewinds=1)  # two of them
+    env = {**os.environ, "HOME": str(tmp_path), "NO_COLOR": "1"}
+    return made, env
+
+
+def test_every_reader_says_a_subagent_files_damage(damaged: tuple[Any, dict[str, str]]) -> None:
+    made, env = damaged
+    assert len(made.subagents) >= 2
+    damage(made)
+    first, last = map(str, (made.subagents[0], made.subagents[-1]))
+    path = str(made.path)
+
+    folder = journal(env, "repair", "--check", "--json", str(made.path.parent))
+    assert folder.returncode == 1
+    by_file = {r["path"]: r for r in map(json.loads, folder.stdout.splitlines())}
+    expected = sorted((f, k) for f, r in by_file.items() for p in r["problems"]
+                      for k in [p["kind"]])
+    assert {f for f, _ in expected} == {first, last}
+
+    proc = journal(env, "info", path, "--json")
+    info = json.loads(proc.stdout)
+    assert sorted((p["file"], p["kind"]) for p in info["problems"]) == expected
+    assert {(d["file"], d["reason"]) for d in info["diagnostics"]} == {
+        (first, "torn_tail"), (last, "nul_run")}
+    text = journal(env, "info", path).stdout
+    assert f"problems:  {len(expected)} " in text and f"!! {last}, line 3: nul_run" in text
+
+    proc = journal(env, "show", path)
+    shown = [line for line in proc.stdout.splitlines() if "!!" in line]
+    assert len(shown) == 2 and all(first in s or last in s for s in shown)
+    rows = [json.loads(line) for line in journal(env, "show", path, "--json").stdout.splitlines()]
+    said = [r["diagnostic"] for r in rows if "diagnostic" in r]
+    assert {(d["file"], d["line"]) for d in said} >= {(last, 3)}
+
+    proc = journal(env, "ls", path, "--json")
+    [row] = json.loads(proc.stdout)
+    assert row["state"] == "live" and len(row["problems"]) == 2
+    assert any(first in p for p in row["problems"]) and any(last in p for p in row["problems"])
+
+    proc = journal(env, "usage", path, "--json")
+    assert "2 unreadable line(s) not counted" in proc.stderr
+
+    proc = journal(env, "search", "the", path, "--json")
+    [problem] = json.loads(proc.stdout)["problems"]
+    assert "2 damaged line(s) not searched" in problem["message"] and last in problem["message"]
+
+    out = str(Path(path).parent.parent / "page.md")
+    proc = journal(env, "export", path, "-o", out, "--json")
+    warnings = json.loads(proc.stdout)["warnings"]
+    assert len(warnings) == 2 and {w.split(":")[0] for w in warnings} == {first, last}
+
+    proc = journal(env, "repair", "--check", path)
+    assert proc.returncode == 1
+    assert f"{first}: needs repair" in proc.stdout and f"{last}: needs repair" in proc.stdout
+
+
+def test_repairing_a_transcript_repairs_its_subagent_files(
+        damaged: tuple[Any, dict[str, str]]) -> None:
+    made, env = damaged
+    damage(made)
+    first, last = map(str, (made.subagents[0], made.subagents[-1]))
+    before = made.path.read_bytes()
+
+    proc = journal(env, "repair", "--json", str(made.path))
+    assert proc.returncode == 0, proc.stderr
+    reports = {r["path"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert list(reports) == [str(made.path), *sorted(map(str, made.subagents))]
+    assert reports[str(made.path)]["changed"] is False and made.path.read_bytes() == before
+    assert reports[first]["counts"]["torn_tail"] == 1
+    assert reports[last]["counts"]["nul_run"] == 1
+    assert os.path.exists(last + ".bak") and os.path.exists(last + ".quarantine")
+
+    assert journal(env, "repair", "--check", str(made.path)).returncode == 0
+    assert json.loads(journal(env, "info", str(made.path), "--json").stdout)["problems"] == []
+    # named with its subagent files, or with its folder, each file is repaired once
+    proc = journal(env, "repair", "--check", "--json", str(made.path), last,
+                   str(made.path.parent))
+    assert proc.returncode == 0
+    named = [json.loads(line)["path"] for line in proc.stdout.splitlines()]
+    assert len(named) == len(set(named))
