@@ -103,6 +103,8 @@ class SessionUsage:
     path: str
     """The live file of the lineage."""
     files: list[str]
+    """Every file read: the lineage, oldest first, then a Claude Code transcript's subagent
+    files."""
     session_id: str | None = None
     name: str | None = None
     cells: dict[tuple[str, str], Tally] = field(default_factory=dict)
@@ -207,7 +209,7 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
                 progress(done, total)
         session = lineage_usage(chain, table, warnings, after_file=step)
         if session is not None:
-            session.path, session.files = shown(session.path), [shown(f) for f in chain]
+            session.path, session.files = shown(session.path), [shown(f) for f in session.files]
             sessions.append(session)
     named = [UsageWarning(shown(w.path), shown_in(w.message, w.path)) for w in warnings]
     return UsageReport(sessions, named, table)
@@ -335,6 +337,7 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
         sid, title = snap.claude.first("sessionId"), snap.claude.title
         session.session_id = sid if isinstance(sid, str) else session.session_id
         session.name = title if isinstance(title, str) and title else session.name
+        session.files.extend(f for f in snap.claude.subagent_files if f not in session.files)
     cells = session.cells
     responses = _claude_responses(snap.claude) if snap.claude is not None else None
     for entry in snap.entries:

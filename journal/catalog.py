@@ -96,6 +96,14 @@ class SessionRow:
     file of the lineage could be counted."""
     dialect: str = PI
     """`pi`, or `claude` for a Claude Code transcript (read in place; never pruned)."""
+    subagent_files: tuple[str, ...] = ()
+    """A Claude Code transcript's subagent files, read with it (`files` is the transcript)."""
+
+    @property
+    def read_files(self) -> tuple[str, ...]:
+        """Every file the row was read from: its lineage, then a transcript's subagent files
+        (what `journal ls` counts and lists as the row's files)."""
+        return self.files + self.subagent_files
 
     @property
     def tokens(self) -> int | None:
@@ -107,7 +115,7 @@ class SessionRow:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "path": self.path, "files": list(self.files), "id": self.session_id,
+            "path": self.path, "files": list(self.read_files), "id": self.session_id,
             "name": self.name, "cwd": self.cwd, "models": list(self.models),
             "first": self.first, "last": self.last, "entries": self.entries, "size": self.size,
             "state": self.state, "holderPid": self.holder_pid, "problems": list(self.problems),
@@ -209,7 +217,7 @@ def _row(files: list[str], prices: PriceTable | None, key: str | None,
         if isinstance(cached_usage, dict):
             data["usage"] = cached_usage
         cache.store(live, signatures, data, lineage=len(files))
-    return _finish(files, facts, tally)
+    return _finish(files, facts, tally, extra)
 
 
 def _size_of(path: str) -> int:
@@ -261,7 +269,8 @@ def _id_key(value: object) -> int | str:
 
 def row_for(files: list[str]) -> SessionRow:
     """The row of one lineage (`files` oldest first, the live one last), read now."""
-    return _finish(files, _read_facts(files, subagent_files(files[-1])), None)
+    extra = subagent_files(files[-1])
+    return _finish(files, _read_facts(files, extra), None, extra)
 
 
 def _header_of(path: str) -> Entry | None:
@@ -358,7 +367,10 @@ def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
     return facts
 
 
-def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> SessionRow:
+def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None,
+            extra: list[str] | None = None) -> SessionRow:
+    """The row of a lineage from what its files say; `extra`: a Claude Code transcript's
+    subagent files (`journal.claude.subagent_files`)."""
     live = files[-1]
     problems = list(facts["problems"])
     # a database rotation is one transaction: it leaves no intent behind
@@ -382,6 +394,7 @@ def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None) -> Ses
         last=facts["last"], entries=facts["entries"], size=facts["size"], state=state,
         holder_pid=pid if isinstance(pid, int) else None, problems=tuple(problems),
         mtime=facts["mtime"], usage=tally, dialect=facts.get("dialect", PI),
+        subagent_files=tuple(extra or ()) if facts.get("dialect") == CLAUDE else (),
     )
 
 

@@ -42,12 +42,15 @@ class LineageStream:
         """What the last walk could not read."""
         self.title: str | None = None
         """A Claude Code transcript's title (its latest `ai-title` or `summary`)."""
+        self.subagent_files: list[str] = []
+        """A Claude Code transcript's subagent files, read with it (set by a walk)."""
 
     def entries(self) -> Iterator[Entry]:
         """Every entry of the lineage once, in file order, seals left out."""
         self.warnings = []
         self.header = None
         self.live_leaf = None
+        self.subagent_files = []
         seen: set[str] = set()
         live = self.files[-1]
         self._leaf: str | None = None
@@ -117,6 +120,7 @@ class LineageStream:
                            "cwd": read.first("cwd"), "timestamp": read.first("timestamp")}
             self.title = read.title
             self._leaf = read.leaf_id
+            self.subagent_files = list(read.subagent_files)
         if self.header is None:
             self.header = snap.header
         for d in snap.diagnostics:

@@ -126,7 +126,8 @@ def _skeleton(entry: Entry) -> Entry:
 
 @dataclass
 class Exported:
-    """A logical session indexed for export: its files, header, the tree of its entries'
+    """A logical session indexed for export: its files (the lineage, then a Claude Code
+    transcript's subagent files), header, the tree of its entries'
     skeletons (each id once), the live leaf, the totals and what could not be read.
     `entries()` streams the entries themselves again."""
 
@@ -180,7 +181,8 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     header = redact_value(stream.header) if redact else stream.header
     live_leaf = stream.live_leaf if stream.live_leaf in tree else tree.leaf_id
     title = redact_text(stream.title) if redact and stream.title else stream.title
-    return Exported([shown(f) for f in files], header, tree, live_leaf, stats.to_json(), stream,
+    read = [*files, *stream.subagent_files]  # a Claude Code transcript's are read with it
+    return Exported([shown(f) for f in read], header, tree, live_leaf, stats.to_json(), stream,
                     redact, list(stream.warnings), title)
 
 

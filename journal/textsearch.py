@@ -429,6 +429,9 @@ def _search_loaded(path: str, live: str, q: _Query, seen: set[str],
     if snap.header is None and not snap.entries:
         result.problems.append(SearchProblem(path, "not a session (no header, no entries)"))
         return
+    if snap.claude is not None:  # its subagent files were read (and searched) with it
+        result.files += len(snap.claude.subagent_files)
+        result.bytes += sum(stored_size(f) for f in snap.claude.subagent_files)
     if snap.diagnostics:
         result.problems.append(SearchProblem(
             path, f"{len(snap.diagnostics)} damaged line(s) not searched "

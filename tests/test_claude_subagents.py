@@ -113,3 +113,34 @@ def test_repairing_a_transcript_repairs_its_subagent_files(
     assert proc.returncode == 0
     named = [json.loads(line)["path"] for line in proc.stdout.splitlines()]
     assert len(named) == len(set(named))
+
+
+def test_file_and_byte_counts_include_subagent_files(
+        damaged: tuple[Any, dict[str, str]]) -> None:
+    made, env = damaged
+    path = str(made.path)
+    files = [path, *sorted(map(str, made.subagents))]
+    size = sum(os.path.getsize(f) for f in files)
+
+    for named in (path, str(made.path.parent)):
+        [row] = json.loads(journal(env, "ls", named, "--json", "--no-cache").stdout)
+        assert row["path"] == path and row["files"] == files and row["size"] == size
+    table = journal(env, "ls", path, "--no-cache").stdout.splitlines()
+    heading, line = (text.split("\t") for text in table)
+    assert line[heading.index("files")] == str(len(files))
+
+    data = json.loads(journal(env, "usage", path, "--json").stdout)
+    assert data["files"] == len(files) and data["rows"][0]["files"] == files
+    assert f"1 session(s) in {len(files)} file(s)" in journal(env, "usage", path).stdout
+
+    proc = journal(env, "search", "the", path, "--json")
+    data = json.loads(proc.stdout)
+    assert (data["files"], data["bytes"]) == (len(files), size)
+    assert f"{len(files)} file(s), {size:,} bytes" in journal(env, "search", "the", path).stderr
+
+    out = str(made.path.parent.parent / "page.md")
+    proc = journal(env, "export", path, "-o", out, "--json")
+    assert json.loads(proc.stdout)["files"] == files
+    # a subagent file is a file of the session: the export will not write over it
+    proc = journal(env, "export", path, "-o", files[-1])
+    assert proc.returncode == 2 and "is a file of the session" in proc.stderr

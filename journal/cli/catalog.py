@@ -70,7 +70,7 @@ def _cells(row: SessionRow) -> list[str]:
     cost = f"{row.cost:,.4f}" if row.cost is not None else ""
     return [row.name or "", (row.session_id or "?")[:8], row.cwd or "", ", ".join(row.models),
             (row.first or "")[:19], (row.last or "")[:19], f"{row.entries:,}",
-            str(len(row.files)), _size(row.size), tokens, cost, _state(row)]
+            str(len(row.read_files)), _size(row.size), tokens, cost, _state(row)]
 
 
 HEADINGS = ["name", "id", "cwd", "models", "first", "last", "entries", "files", "size",
