@@ -70,7 +70,8 @@ Errors
     sealed database session whose successor is not in the database), `CommitsLost` (a
     database server lost commits it acknowledged, not yet flushed), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NonFiniteNumber` (a NaN or infinity appended: JSON has
-    none; nothing is written), `NotASession` (and `ForeignSession`: a Claude Code
+    none; nothing is written), `NotJson` (a value JSON cannot hold appended: nothing is
+    written), `NotASession` (and `ForeignSession`: a Claude Code
     transcript, never appended to), `SessionChanged` (a database session grew while it was
     repaired or rotated: nothing changed), `SessionClosed` (a closed session written to),
     `SessionSealed` (a database session a rotation sealed takes no more lines),
@@ -116,6 +117,7 @@ from .errors import (
     LockTimeout,
     NonFiniteNumber,
     NotASession,
+    NotJson,
     SessionChanged,
     SessionClosed,
     SessionSealed,
@@ -265,6 +267,7 @@ __all__ = [
     "UnknownEntry",
     "BadKeptEntry",
     "NonFiniteNumber",
+    "NotJson",
     "UnsafeLockFile",
     "Unreachable",
     "UnsupportedVersion",

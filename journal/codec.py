@@ -18,7 +18,7 @@ from typing import IO, Any, NamedTuple
 
 import orjson
 
-from .errors import NonFiniteNumber
+from .errors import NonFiniteNumber, NotJson
 from .model import CURRENT_VERSION, REQUIRED_FIELDS, Entry, bad_fields
 
 CHUNK = 1 << 22
@@ -98,8 +98,12 @@ def bulk_parsing() -> Iterator[None]:
 
 
 def encode(entry: Entry) -> bytes:
-    """One entry as a complete JSONL line; NonFiniteNumber for a NaN or infinity in it."""
-    line = dumps(entry, orjson.OPT_APPEND_NEWLINE)
+    """One entry as a complete JSONL line; NonFiniteNumber for a NaN or infinity in it,
+    NotJson for a value JSON cannot hold."""
+    try:
+        line = dumps(entry, orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError as e:
+        raise NotJson(str(e)) from None
     if b"null" in line:  # orjson writes NaN and the infinities as null; else none is there
         _refuse_non_finite(entry)
     return line

@@ -258,6 +258,23 @@ class NonFiniteNumber(JournalError):
         return NonFiniteNumber(self.where, self.value, locator)
 
 
+class NotJson(JournalError):
+    """An entry holding a value JSON cannot hold (an integer beyond 64 bits, a set, an
+    object of a class of its own): nothing is appended. `reason` is the encoder's."""
+
+    def __init__(self, reason: str, locator: str | None = None) -> None:
+        self.reason = reason
+        self.locator = locator
+        at = f"{locator}: " if locator else ""
+        super().__init__(f"{at}not appended: the entry cannot be written as JSON ({reason}); "
+                         "give JSON values only: strings, numbers within 64 bits, true, "
+                         "false, null, lists and objects")
+
+    def at(self, locator: str) -> NotJson:
+        """The same error, naming the session it was refused for."""
+        return NotJson(self.reason, locator)
+
+
 class BadKeptEntry(UnknownEntry):
     """A compaction that may not keep from its `firstKeptEntryId`: the entry is not on the
     branch the compaction is appended to (its context would be the summary alone), or

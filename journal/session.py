@@ -33,6 +33,7 @@ from .errors import (
     NonFiniteNumber,
     NoSpace,
     NotASession,
+    NotJson,
     SessionClosed,
     UnknownEntry,
     UnsupportedVersion,
@@ -618,10 +619,11 @@ class Session:
 
     def _encoded(self, entries: list[Entry]) -> bytes:
         """The lines to commit; NonFiniteNumber naming this session for a NaN or infinity,
-        which the file would hold as null while the caller's entry holds the number."""
+        which the file would hold as null while the caller's entry holds the number; NotJson
+        for a value JSON cannot hold at all."""
         try:
             return codec.encode_many(entries)
-        except NonFiniteNumber as e:
+        except (NonFiniteNumber, NotJson) as e:
             raise e.at(self.path) from None
 
     def _check_kept(self, entries: list[Entry]) -> None:

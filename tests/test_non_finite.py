@@ -75,3 +75,20 @@ def test_null_and_finite_numbers_pass(where: str):
         data = session.entries[-1]["data"]
         path = session.path
     assert resume(path).entries[-1]["data"] == data
+
+
+@pytest.mark.parametrize("value", [2**70, {1, 2}, object()], ids=["int>64bit", "set", "object"])
+def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(where: str, value: object):
+    """orjson's TypeError reached the caller as it was, no JournalError naming the session."""
+    from journal import JournalError, NotJson
+
+    with Session.create(where, cwd="/") as session:
+        first = session.append_message({"role": "user", "content": "a", "timestamp": 1})
+        before = stored(session.path)
+        with pytest.raises(NotJson) as raised:
+            session.append_custom_entry("x", {"v": value})
+        assert isinstance(raised.value, JournalError)
+        assert str(raised.value).startswith(f"{session.path}: not appended: the entry cannot "
+                                            "be written as JSON (")
+        assert stored(session.path) == before and session.leaf_id == first
+        session.append_message({"role": "user", "content": "on", "timestamp": 2})
