@@ -10,7 +10,9 @@ The one rule every catalog command (`ls`, `prune`, `search`, `usage`) finds sess
   `.rotating`) are not sessions;
 * a Claude Code transcript's subagent files (`<session>/subagents/agent-*.jsonl` beside
   `<session>.jsonl`) belong to that transcript (`journal.claude` reads them with it): they
-  are not sessions of their own while it exists;
+  are not sessions of their own while it exists, and one named stands for its transcript
+  (so naming the folder, the transcript or any of its files gives the same session); without
+  its transcript a subagent file is a session of its own, named or found in a folder;
 * a database URL (`postgresql://...` without `session`: every session in it) or a database
   session (`...?session=<id>`, `pg:<id>`: its lineage) stands for its lineages of session
   URLs, linked by their rows' `successor` (`journal.pg.lineages`);
@@ -35,7 +37,7 @@ from .lineage import ARCHIVE_DIR, lineage, seal_of
 from .pg.url import is_database_url
 
 __all__ = ["check_paths", "find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
-           "session_paths"]
+           "session_paths", "transcript_of"]
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")
 _ARCHIVED_NAME = re.compile(r".+\.jsonl(\.[0-9]+)?(\.gz)?")
@@ -67,7 +69,7 @@ def session_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
     for given in paths:
         top = os.path.realpath(os.fspath(given))
         if not os.path.isdir(top):
-            yield top
+            yield transcript_of(top) or top
             continue
         for root, subdirs, names in os.walk(top):
             subdirs.sort()
@@ -88,11 +90,18 @@ def session_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
 def is_subagent_file(path: str) -> bool:
     """Whether `path` is a subagent transcript of a Claude Code session that exists:
     `<dir>/<session>/subagents/agent-*.jsonl` with `<dir>/<session>.jsonl` beside."""
+    return transcript_of(path) is not None
+
+
+def transcript_of(path: str) -> str | None:
+    """The Claude Code transcript a subagent file belongs to (`<dir>/<session>.jsonl` for
+    `<dir>/<session>/subagents/agent-*.jsonl`), when that file exists; else None."""
     folder, name = os.path.split(path)
-    if os.path.basename(folder) != SUBAGENTS or not name.startswith("agent-"):
-        return False
-    session_dir = os.path.dirname(folder)
-    return os.path.isfile(session_dir + ".jsonl")
+    if os.path.basename(folder) != SUBAGENTS or not name.startswith("agent-") \
+            or not name.endswith(".jsonl"):
+        return None
+    transcript = os.path.dirname(folder) + ".jsonl"
+    return transcript if os.path.isfile(transcript) else None
 
 
 def lineage_of(path: str) -> list[str]:
