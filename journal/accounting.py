@@ -9,8 +9,13 @@ its `input_tokens`, `output_tokens`, `cache_read_input_tokens` and
 from the table. Each one is counted once per logical session, on every branch (an abandoned branch
 was paid for too): a rotated session is read as its whole lineage, oldest file first, and an
 entry whose id was already counted (a successor repeats the kept entries of its predecessor)
-is skipped. The cost of a message is the one it recorded; a message that recorded none (or a
-zero cost for tokens the price table can price) is priced from the table, and counted as
+is skipped. A fork copies the history it grows from into a file of its own (pi's fork, a
+Claude Code transcript forked or resumed into a new one, keeping each response's
+`message.id` and `requestId`): the fork's row counts it (it is the fork's history), and
+`UsageReport`'s totals and its rows by model and day count each response once however many
+sessions hold it (`_Ledger`: the copy with the most tokens counts, the others are
+`repeated`). The cost of a message is the one it recorded; a message that recorded none (or
+a zero cost for tokens the price table can price) is priced from the table, and counted as
 computed. A message neither recorded nor priceable is counted as unpriced, at no cost.
 
 Database sessions are counted as files are: a database URL or a session URL among the paths
@@ -38,6 +43,9 @@ from .snapshot import load, stored_size
 
 By = Literal["session", "model", "day"]
 BY: tuple[By, ...] = ("session", "model", "day")
+
+RECORDED, COMPUTED, UNPRICED = 0, 1, 2
+"""How a message's cost was found (`Tally.charge`)."""
 
 
 @dataclass
@@ -71,10 +79,28 @@ class Tally:
             return "computed"
         return "recorded" if recorded else "none"
 
-    def add(self, other: Tally) -> None:
+    def add(self, other: Tally, sign: int = 1) -> None:
+        """Add `other` in (`sign` -1: take it out)."""
         for name in ("messages", "input", "output", "cache_read", "cache_write", "cost",
                      "recorded_cost", "computed_cost", "computed", "unpriced"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            setattr(self, name, getattr(self, name) + sign * getattr(other, name))
+
+    def charge(self, counts: tuple[int, int, int, int], cost: float, how: int) -> None:
+        """Count one message: its (input, output, cache read, cache write) tokens and its
+        cost, `how` it was priced (`RECORDED`, `COMPUTED` or `UNPRICED`)."""
+        self.messages += 1
+        self.input += counts[0]
+        self.output += counts[1]
+        self.cache_read += counts[2]
+        self.cache_write += counts[3]
+        self.cost += cost
+        if how == RECORDED:
+            self.recorded_cost += cost
+        elif how == COMPUTED:
+            self.computed_cost += cost
+            self.computed += 1
+        else:
+            self.unpriced += 1
 
     def to_json(self) -> dict[str, Any]:
         return {"messages": self.messages, "input": self.input, "output": self.output,
@@ -109,6 +135,9 @@ class SessionUsage:
     name: str | None = None
     cells: dict[tuple[str, str], Tally] = field(default_factory=dict)
     unpriced_models: set[str] = field(default_factory=set)
+    repeated: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    """Of `cells`, the responses another session of the same report counts too (a fork's
+    copied history; see `_Ledger`): counted in this row, left out of the report's totals."""
 
     @property
     def total(self) -> Tally:
@@ -132,10 +161,23 @@ class UsageReport:
 
     @property
     def total(self) -> Tally:
+        """Every response once, however many sessions hold it (a fork's copied history
+        counts in both rows, once here)."""
         total = Tally()
         for session in self.sessions:
             total.add(session.total)
+        total.add(self.repeated, -1)
         return total
+
+    @property
+    def repeated(self) -> Tally:
+        """What the session rows hold more than once (the further copies of responses that
+        several sessions hold), left out of `total` and of the rows by model and day."""
+        repeated = Tally()
+        for session in self.sessions:
+            for tally in session.repeated.values():
+                repeated.add(tally)
+        return repeated
 
     @property
     def unpriced_models(self) -> list[str]:
@@ -150,8 +192,10 @@ class UsageReport:
             raise ValueError(f"by must be one of {BY}, not {by!r}")
         groups: dict[str, Tally] = {}
         for session in self.sessions:
-            for (model, day), tally in session.cells.items():
-                groups.setdefault(model if by == "model" else day, Tally()).add(tally)
+            for sign, cells in ((1, session.cells), (-1, session.repeated)):
+                for (model, day), tally in cells.items():
+                    groups.setdefault(model if by == "model" else day, Tally()).add(tally,
+                                                                                   sign)
         if by == "model":
             return sorted(groups.items(), key=lambda kv: (-kv[1].cost, kv[0]))
         return sorted(groups.items())
@@ -167,7 +211,7 @@ class UsageReport:
                            models=session.models)
             rows.append({**row, **tally.to_json()})
         return {"by": by, "rows": rows, "total": self.total.to_json(),
-                "sessions": len(self.sessions),
+                "repeated": self.repeated.to_json(), "sessions": len(self.sessions),
                 "files": sum(len(s.files) for s in self.sessions),
                 "unpricedModels": self.unpriced_models,
                 "prices": {"path": self.prices.path, "asOf": self.prices.as_of,
@@ -201,13 +245,14 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
     total = sum(_size(f) for chain in chains for f in chain)
     done = 0
     sessions = []
+    ledger = _Ledger()
     for chain in chains:
         def step(path: str) -> None:
             nonlocal done
             done += _size(path)
             if progress is not None:
                 progress(done, total)
-        session = lineage_usage(chain, table, warnings, after_file=step)
+        session = lineage_usage(chain, table, warnings, after_file=step, ledger=ledger)
         if session is not None:
             session.path, session.files = shown(session.path), [shown(f) for f in session.files]
             sessions.append(session)
@@ -217,16 +262,19 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
 
 def lineage_usage(files: Sequence[str], prices: PriceTable,
                   warnings: list[UsageWarning] | None = None, *,
-                  after_file: Callable[[str], None] | None = None) -> SessionUsage | None:
+                  after_file: Callable[[str], None] | None = None,
+                  ledger: _Ledger | None = None) -> SessionUsage | None:
     """The usage of one logical session, `files` its lineage oldest first (as
     `journal.discovery.find_lineages` gives it): each entry counted once. None when no file
-    of it could be read as a session (the reasons are added to `warnings`)."""
+    of it could be read as a session (the reasons are added to `warnings`). `ledger`, shared
+    by the sessions of one report, notes in the session's `repeated` the responses another
+    session counted too."""
     warned = warnings if warnings is not None else []
     session = SessionUsage(files[-1], list(files))
     seen: set[str] = set()
     counted = False
     for path in files:
-        counted = _count_file(path, session, seen, prices, warned) or counted
+        counted = _count_file(path, session, seen, prices, warned, ledger) or counted
         if after_file is not None:
             after_file(path)
     return session if counted else None
@@ -282,15 +330,53 @@ def _day(message: dict[str, Any], entry: dict[str, Any]) -> str:
 class _Responses:
     skipped: set[str]
     """Entries that repeat an API response another entry counts."""
+    keys: dict[str, tuple[str, object]]
+    """The API response (`message.id`, `requestId`) of each assistant entry that names one."""
+
+
+class _Ledger:
+    """The responses one report counted, across its sessions, so that a response several
+    sessions hold (a fork's or a resumed transcript's copied history) is in the totals once.
+
+    A response is known by a key: a Claude Code response by its `message.id` and
+    `requestId` (a copy keeps both), a pi message by its entry's id and times (pi's fork
+    copies entries as they are). The copy with the most tokens counts (a copy cut in the
+    middle of a response has its first lines' counts); the others go to the `repeated`
+    cells of the session that holds them. Memory: one 64-bit hash and one small tuple per
+    response counted (the message itself is not kept); two responses share a hash with a
+    chance of about n**2 / 2**65 for n responses."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[int, tuple[str, str], tuple[int, int, int, int], float,
+                                    int]] = {}
+
+    def note(self, key: object, cell: tuple[str, str], counts: tuple[int, int, int, int],
+             cost: float, how: int, session: SessionUsage) -> None:
+        """Note a response `session` counts; a copy of one noted before is `repeated`."""
+        digest = hash(key)
+        tokens = sum(counts)
+        held = self._held.get(digest)
+        if held is None:
+            self._held[digest] = (tokens, cell, counts, cost, how)
+            return
+        if tokens > held[0]:  # this copy counts; the one counted before is the repeat
+            self._held[digest] = (tokens, cell, counts, cost, how)
+            _, cell, counts, cost, how = held
+        tally = session.repeated.get(cell)
+        if tally is None:
+            tally = session.repeated[cell] = Tally()
+        tally.charge(counts, cost, how)
 
 
 def _claude_responses(read: ClaudeRead) -> _Responses:
     """Which entries of a Claude Code transcript stand for the same API response (one
     `message.id`): the translator merges a response's lines into one entry, but may show a
     response twice in the tree (a compaction's preserved segment is copied under its anchor,
-    its usage zeroed). The entry with the most tokens counts; the others are skipped."""
+    its usage zeroed). The entry with the most tokens counts; the others are skipped. Also
+    the response each names, by which other transcripts' copies of it are known."""
     best: dict[str, tuple[int, str]] = {}
     others: list[str] = []
+    keys: dict[str, tuple[str, object]] = {}
     for entry in read.entries:
         message = entry.get("message")
         if entry.get("type") != "message" or not isinstance(message, dict) \
@@ -301,6 +387,7 @@ def _claude_responses(read: ClaudeRead) -> _Responses:
         key = api.get("id") if isinstance(api, dict) else None
         if not isinstance(key, str):
             continue
+        keys[entry["id"]] = (key, records[0].get("requestId"))
         recorded = message.get("usage")
         tokens = sum(_tokens(recorded.get(k)) for k in ("input", "output", "cacheRead",
                                                          "cacheWrite")
@@ -312,11 +399,11 @@ def _claude_responses(read: ClaudeRead) -> _Responses:
             best[key] = (tokens, entry["id"])
         else:
             others.append(entry["id"])
-    return _Responses(set(others))
+    return _Responses(set(others), keys)
 
 
 def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceTable,
-                warnings: list[UsageWarning]) -> bool:
+                warnings: list[UsageWarning], ledger: _Ledger | None = None) -> bool:
     """Add the replies of `path` to `session`; False (and a warning) when it is no session."""
     try:
         snap = load(path)
@@ -367,23 +454,20 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
             tally = cells[key] = Tally()
         counts = (_tokens(recorded.get("input")), _tokens(recorded.get("output")),
                   _tokens(recorded.get("cacheRead")), _tokens(recorded.get("cacheWrite")))
-        tally.messages += 1
-        tally.input += counts[0]
-        tally.output += counts[1]
-        tally.cache_read += counts[2]
-        tally.cache_write += counts[3]
         cost = _recorded_cost(recorded)
-        if cost is not None and (cost > 0 or not any(counts)):
-            tally.cost += cost
-            tally.recorded_cost += cost
-            continue
-        price = prices.price_for(model)
-        if price is None:  # no cost recorded (or a zero one), and no price to compute it
-            tally.unpriced += 1
-            session.unpriced_models.add(model)
-            continue
-        computed = price.cost(*counts)
-        tally.cost += computed
-        tally.computed_cost += computed
-        tally.computed += 1
+        how = RECORDED
+        if cost is None or (cost <= 0 and any(counts)):
+            price = prices.price_for(model)
+            if price is None:  # no cost recorded (or a zero one), and no price to compute it
+                cost, how = 0.0, UNPRICED
+                session.unpriced_models.add(model)
+            else:
+                cost, how = price.cost(*counts), COMPUTED
+        tally.charge(counts, cost, how)
+        if ledger is not None and isinstance(entry_id, str):
+            response = (responses.keys.get(entry_id) if responses is not None  # pi: a fork
+                        else ("pi", entry_id, entry.get("timestamp"),  # copies the entry
+                              message.get("timestamp")))
+            if response is not None:
+                ledger.note(response, key, counts, cost, how, session)
     return True

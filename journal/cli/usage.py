@@ -59,6 +59,13 @@ def _print_table(report: UsageReport, by: By) -> None:
     console.print(f"{len(report.sessions)} session(s) in {files} file(s); prices from "
                   f"{report.prices.path} (as of {report.prices.as_of}) for messages that "
                   "recorded no cost", highlight=False)
+    repeated = report.repeated
+    if repeated.messages:
+        console.print(f"{repeated.messages:,} message(s) ({repeated.total_tokens:,} tokens, "
+                      f"${repeated.cost:,.4f}) are in more than one session (history a fork "
+                      "or a resumed transcript copied): counted in each session's row, once "
+                      "in the total" + (" and in these rows" if by != "session" else ""),
+                      highlight=False)
     if report.unpriced_models:
         console.print("no cost recorded and no price for: " + ", ".join(report.unpriced_models)
                       + f" (add them to a price file: --prices FILE or ${PRICES_ENV})",
@@ -90,7 +97,9 @@ def add_usage_parser(sub: Any) -> None:
         "usage", help="tokens and cost per session, model or day",
         description="Count the tokens (input, output, cache read, cache write) and cost "
         "recorded on assistant messages, each rotated session once (its archives included, "
-        "kept entries not counted twice). A message that recorded no cost is priced from "
+        "kept entries not counted twice); a response several sessions hold (a fork's or a "
+        "resumed Claude Code transcript's copied history) counts in each one's row and once "
+        "in the total. A message that recorded no cost is priced from "
         f"the price table (bundled; --prices FILE or ${PRICES_ENV} replace it).")
     p.add_argument("paths", nargs="*", metavar="PATH|DIR",
                    help="session files or folders, searched at any depth, or a database "
