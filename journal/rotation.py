@@ -770,6 +770,7 @@ def apply_retention(live: str, keep: int, *, busy: list[str] | None = None) -> l
     check_keep(keep)
     archives: list[str] = []
     for path in reversed(lineage(live)[:-1]):
+        path = _now_named(path)
         # only files rotation sealed are archives; a fork's parent is a live session
         if not os.path.exists(path) or seal_of(path) is None:
             break
@@ -779,6 +780,9 @@ def apply_retention(live: str, keep: int, *, busy: list[str] | None = None) -> l
     removed: list[str] = []
     for path in doomed:
         outcome = remove_if_unheld(path)
+        if outcome is None and _now_named(path) != path:
+            path = _now_named(path)
+            outcome = remove_if_unheld(path)
         if outcome is False:
             if busy is not None:
                 busy.append(path)
@@ -792,6 +796,15 @@ def apply_retention(live: str, keep: int, *, busy: list[str] | None = None) -> l
         for suffix in (".bak", ".quarantine"):
             remove_if_regular(uncompressed_name(path) + suffix)
     return removed
+
+
+def _now_named(path: str) -> str:
+    """`path`, or its compressed copy where another process compressed it since it was
+    found (the plain file gone, the `.gz` in its place)."""
+    if is_compressed(path) or os.path.lexists(path):
+        return path
+    copy = compressed_name(path)
+    return copy if os.path.lexists(copy) else path
 
 
 __all__ = ["Rotation", "RotationAborted", "RotationPolicy", "RotationResult", "RotationSource",

@@ -536,3 +536,33 @@ def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
     assert again.returncode == 0, again.stderr
     assert orjson.loads(again.stdout)["removedArchives"] == [archive]
     assert os.listdir(tmp_path / "archive") == []
+
+
+def test_retention_removes_the_copy_of_an_archive_compressed_since_it_was_listed(
+        tmp_path, monkeypatch):
+    """Another process finished compressing an archive between retention's listing of the
+    lineage and its removal: the plain file was gone, and retention took it for removed by
+    someone else, leaving the `.gz` (not removed, not said busy)."""
+    import journal.rotation as rotation_module
+
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    result = rotate(path, compress=False)
+    assert result.rotated and result.archive and not result.archive.endswith(".gz")
+    plain = result.archive
+    listed = rotation_module.lineage
+
+    def listed_then_compressed(live: str) -> list[str]:
+        files = listed(live)
+        if os.path.exists(plain):  # the other process's compression ends now
+            with open(plain, "rb") as f, gzip.open(plain + ".gz", "wb") as out:
+                out.write(f.read())
+            os.unlink(plain)
+        return files
+
+    monkeypatch.setattr(rotation_module, "lineage", listed_then_compressed)
+    busy: list[str] = []
+    removed = rotation_module.apply_retention(path, 0, busy=busy)
+    assert removed == [plain + ".gz"] and busy == []
+    assert not os.path.exists(plain + ".gz") and os.listdir(tmp_path / "archive") == []
