@@ -305,3 +305,20 @@ def test_a_line_another_writer_appends_while_the_push_waits_refuses_it_whole(
     monkeypatch.undo()
     data = stream_state(pg_url, session_id)[0]
     assert data.endswith(b'"customType":"other"}\n') and b'"two"' not in data
+
+
+def test_a_grown_file_whose_new_line_cannot_be_stored_is_refused_before_any_lease(
+        pg_url: str, tmp_path: Path) -> None:
+    """A new line that is not UTF-8 (or holds a NUL) was found only when it was stored, with
+    the session's lease taken: the refused session's epoch had moved on."""
+    path, session = session_in(tmp_path / "s", ["one"])
+    push(path, pg_url)
+    before = stream_state(pg_url, session)
+    with open(path, "ab") as f:  # a complete line a text column cannot hold
+        f.write(b'{"type":"custom","customType":"x","data":"\xff","id":"zz","parentId":null,'
+                b'"timestamp":"2025-01-01T00:00:00.000Z"}\n')
+    with pytest.raises(PushRefused) as raised:
+        push(path, pg_url)
+    [row] = raised.value.result.refused
+    assert "not valid UTF-8" in row["reason"], row
+    assert stream_state(pg_url, session) == before  # the epoch too

@@ -66,7 +66,7 @@ from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease
 from .rotation import file_name, seal_in
-from .storage import PostgresStorage
+from .storage import PostgresStorage, split_batch
 from .url import (
     DATABASE_ENV,
     is_database_url,
@@ -394,6 +394,14 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         plan.refuse(f"the database holds other bytes: line {at + 1:,} (at byte "
                     f"{stored.common:,}) differs from the file's; nothing of its lineage was "
                     "pushed")
+    if plan.action in (NEW, APPENDED):
+        # what could not be stored is refused here, before any lease moves the epoch on
+        start = 0 if stored is None else stored.size
+        try:
+            split_batch(path, start, data[start:])
+        except WriteFailed as e:
+            plan.refuse(f"cannot be stored ({e.reason}); nothing of its lineage was pushed, "
+                        "and the file is as it was")
     row["action"] = plan.action
     return plan
 
