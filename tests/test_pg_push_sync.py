@@ -322,3 +322,41 @@ def test_a_grown_file_whose_new_line_cannot_be_stored_is_refused_before_any_leas
     [row] = raised.value.result.refused
     assert "not valid UTF-8" in row["reason"], row
     assert stream_state(pg_url, session) == before  # the epoch too
+
+
+def test_a_session_to_be_sealed_as_it_is_that_changed_meanwhile_is_not_sealed(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database holds a sealed file's bytes but not its successor (pushed before it);
+    a later push seals it as it is. A line appended to it in the database after the push
+    compared it was sealed in with it, unchecked."""
+    folder = tmp_path / "src"
+    path, session_id = session_in(folder, ["turn " + "x" * 200] * 30)
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate()
+    assert result.rotated and result.archive is not None
+    lone = tmp_path / "lone"  # the sealed file without its successor
+    lone.mkdir()
+    copy = lone / Path(result.archive).name
+    copy.write_bytes(Path(result.archive).read_bytes())
+    [row] = push(str(copy), pg_url).sessions
+    assert row["action"] == "new" and "sealed" not in row
+    real = PostgresStorage.lock
+
+    def lock(self: PostgresStorage, timeout: float) -> Any:
+        lease = real(self, timeout)
+        appender = PostgresStorage(self.conninfo, self.session).open_appender()  # no lease
+        appender.commit(b'{"type":"custom","id":"0000beef","parentId":null,"timestamp":"t",'
+                        b'"customType":"other"}\n')
+        appender.close()
+        return lease
+
+    monkeypatch.setattr(PostgresStorage, "lock", lock)
+    with pytest.raises(PushRefused, match="changed while it was being appended to"):
+        push(str(folder), pg_url)
+    monkeypatch.undo()
+    with connect(pg_url) as conn:
+        sealed = conn.execute("SELECT successor FROM journal.streams WHERE session = %s",
+                              (session_id,)).fetchone()
+    assert sealed == (None,)

@@ -542,7 +542,15 @@ def _refuse_lineage(plans: list[_Plan], culprit: _Plan, reason: str) -> None:
 def _store(conn: psycopg.Connection[Any], conninfo: str, plan: _Plan,
            lease: Lease | None) -> None:
     """The plan's new session or new lines, from the file read again: its first `used`
-    bytes must be those compared (a file that grew since is pushed as far as it was then)."""
+    bytes must be those compared (a file that grew since is pushed as far as it was then);
+    for a session sealed as it is, a check that it still is what was compared."""
+    if plan.action == UNCHANGED and plan.seal is not None:
+        # to be sealed as it is: checked, under its row lock, to be still what was compared
+        assert plan.stored is not None and lease is not None
+        PostgresStorage(conninfo, plan.file.session).extend_in(
+            conn, b"", epoch=lease.epoch, generation=plan.stored.generation,
+            end=plan.stored.size)
+        return
     if plan.action not in (NEW, APPENDED):
         return
     path = plan.file.path
