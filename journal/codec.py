@@ -7,6 +7,7 @@ used becomes a `Diagnostic`; nothing is skipped silently and nothing here raises
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gc
 import math
 import re
@@ -125,6 +126,9 @@ def _refuse_non_finite(value: Any) -> None:
                          for k, v in reversed(item.items()))
         elif isinstance(item, (list, tuple)):
             stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):  # orjson writes them
+            stack.extend((f"{where}.{f.name}" if where else f.name, getattr(item, f.name))
+                         for f in reversed(dataclasses.fields(item)))
 
 
 # Lone surrogates. JavaScript strings are UTF-16, so a writer that cuts a string in the middle

@@ -92,3 +92,19 @@ def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(where: str, val
                                             "be written as JSON (")
         assert stored(session.path) == before and session.leaf_id == first
         session.append_message({"role": "user", "content": "on", "timestamp": 2})
+
+
+def test_a_non_finite_number_in_a_dataclass_is_refused(where: str):
+    """orjson writes a dataclass as an object: a NaN in one was written as null unchecked."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Usage:
+        cost: float
+
+    with Session.create(where, cwd="/") as session:
+        before = stored(session.path)
+        with pytest.raises(NonFiniteNumber) as raised:
+            session.append_custom_entry("x", {"usage": Usage(math.nan)})
+        assert raised.value.where == "data.usage.cost"
+        assert stored(session.path) == before
