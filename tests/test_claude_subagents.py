@@ -144,3 +144,29 @@ def test_file_and_byte_counts_include_subagent_files(
     # a subagent file is a file of the session: the export will not write over it
     proc = journal(env, "export", path, "-o", files[-1])
     assert proc.returncode == 2 and "is a file of the session" in proc.stderr
+
+
+def test_a_subagent_file_torn_in_its_first_record_is_repaired_with_its_transcript(
+        damaged: tuple[Any, dict[str, str]]) -> None:
+    """A subagent file killed in its first write holds no whole record: its bytes told no
+    dialect, so repair took it for a pi file and failed ("not a session file") where `info`
+    said `journal repair` of the transcript would fix it."""
+    made, env = damaged
+    sub = made.subagents[0]
+    first = sub.read_bytes().split(b"\n")[0]
+    torn = first[: len(first) // 2] + b"\n" + first[:40]  # a cut line, then a torn tail
+    sub.write_bytes(torn)
+    path = str(made.path)
+    info = journal(env, "info", "--json", path)
+    problems = [p for p in json.loads(info.stdout)["problems"] if p.get("file") == str(sub)]
+    assert {p["kind"] for p in problems} >= {"torn_tail"}, info.stdout
+    done = journal(env, "repair", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sub.read_bytes() == b""
+    from journal import read_quarantine
+
+    kept = b"".join(q["data"] for q in read_quarantine(str(sub) + ".quarantine"))
+    assert first[:40] in kept and first[: len(first) // 2] in kept
+    assert journal(env, "repair", "--check", path).returncode == 0
+    again = json.loads(journal(env, "info", "--json", path).stdout)
+    assert again["problems"] == []

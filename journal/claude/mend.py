@@ -24,7 +24,7 @@ from ..publish import link_as
 from ..quarantine import quarantine, quarantine_path_for
 from ..repair_report import BACKUP_SUFFIX, Problem, RepairReport
 from ..storage import as_storage
-from .mendplan import MendPlan, plan_bytes, plan_claude
+from .mendplan import NOT_A_RECORD, MendPlan, plan_bytes, plan_claude
 
 DIALECT = "claude"
 REPAIR_TAG = "repair"
@@ -77,7 +77,9 @@ def repair_claude(path: str | os.PathLike[str], *, dry_run: bool = False,
 
 
 def _report(p: MendPlan, path: str, *, dry_run: bool) -> RepairReport:
-    if not p.records:
+    # JSON values and not one record: no transcript. Bytes no reader can parse alone (a
+    # first record torn by a crash) are quarantined, as anywhere else; an empty file is clean
+    if not p.records and any(q.kind == NOT_A_RECORD for q in p.problems):
         raise NotASession(path, "not a transcript: nothing in it is a Claude Code record")
     rewritten = [Problem(r.reason or "rewritten", "rewritten; original bytes quarantined",
                          r.line, r.offset, r.uuid)

@@ -12,6 +12,7 @@ import orjson
 
 from ..anywhere import repair
 from ..claude import CLAUDE, PI, dialect_of, subagent_files
+from ..discovery import is_subagent_file
 from ..errors import JournalError, describe_os_error
 from ..pg.url import is_database_url
 from ..repair import RepairReport, session_files
@@ -96,8 +97,11 @@ def _subagents_of(path: str, dialect: str | None) -> list[str]:
 
 def _repair_one(path: str, args: argparse.Namespace, dry: bool,
                 bar: ByteProgress) -> RepairReport:
+    # a subagent file is a Claude Code transcript by where it is, whatever its bytes say
+    # (one killed in its first write holds no whole record to tell it by)
+    dialect = args.dialect or (CLAUDE if is_subagent_file(path) else None)
     return repair(path, dry_run=dry, migrate=args.migrate, strict=args.strict,
-                  lock_timeout=args.lock_timeout, progress=bar, dialect=args.dialect)
+                  lock_timeout=args.lock_timeout, progress=bar, dialect=dialect)
 
 
 def run_repair(args: argparse.Namespace) -> int:
