@@ -38,6 +38,7 @@ from .accounting import Tally, UsageWarning, lineage_usage
 from .claude import CLAUDE, PI, subagent_files
 from .discovery import find_lineages, session_paths
 from .errors import ArchiveElsewhere, JournalError, LockTimeout, describe_os_error
+from .files import hold_unless_busy, remove_if_unheld
 from .header import HEADER_LIMIT, read_header, stream_first_line
 from .idscan import entry_ids
 from .info import current_holder
@@ -646,10 +647,14 @@ def _prune_one(item: PruneItem, cutoff: datetime) -> None:
             try:
                 if item.moved_to:
                     _move(f, item.moved_to[i])
-                else:
-                    os.unlink(f)
+                elif remove_if_unheld(f) is None and os.path.lexists(f):
+                    os.unlink(f)  # not a file it can lock (no compression can read it either)
             except OSError as e:
                 item.error = describe_os_error(e)
+                return
+            if os.path.lexists(f):  # held: a rotation is compressing this archive
+                item.error = (f"{f}: another process is compressing it; the rest of its "
+                              "lineage is kept: prune again once it is done")
                 return
         for folder in _inbox_entries(item.row.files)[0]:
             try:
@@ -662,7 +667,19 @@ def _prune_one(item: PruneItem, cutoff: datetime) -> None:
 
 
 def _move(src: str, dst: str) -> None:
+    """Move `src` to `dst` (never replacing a file there), unless another process holds
+    `src`'s flock (a rotation compressing it): then it is left where it is."""
     if os.path.lexists(dst):
         raise FileExistsError(17, "already exists; not replaced", dst)
-    os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)
-    shutil.move(src, dst)
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = None  # a link, or a file it cannot open: moved as it is
+    try:
+        if fd is not None and not hold_unless_busy(fd, src):
+            return
+        os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)
+        shutil.move(src, dst)
+    finally:
+        if fd is not None:
+            os.close(fd)

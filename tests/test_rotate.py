@@ -566,3 +566,35 @@ def test_retention_removes_the_copy_of_an_archive_compressed_since_it_was_listed
     removed = rotation_module.apply_retention(path, 0, busy=busy)
     assert removed == [plain + ".gz"] and busy == []
     assert not os.path.exists(plain + ".gz") and os.listdir(tmp_path / "archive") == []
+
+
+@pytest.mark.parametrize("archive_to", [False, True], ids=["remove", "archive-to"])
+def test_prune_leaves_an_archive_a_rotation_is_compressing(tmp_path, archive_to):
+    """`journal prune --older-than 0s` while a rotation compresses its archive (the writer
+    lock already let go) removed the archive under it: the compression then published a `.gz`
+    of an archive said pruned."""
+    import subprocess
+    import sys
+
+    from paused_cli import resume, start
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    s, _ = build_session(folder)
+    path = s.path
+    s.close()
+    first, temp = start(["rotate", path, "--json"], pause_at=4, resumable=True)
+    try:
+        assert temp.endswith(".compress.tmp"), temp
+        plain = os.path.join(folder, "archive", os.path.basename(path))
+        moved = ["--archive-to", str(tmp_path / "old")] if archive_to else []
+        pruned = subprocess.run([sys.executable, "-m", "journal.cli", "prune", str(folder),
+                                 "--older-than", "0s", "--json", *moved],
+                                capture_output=True, text=True, timeout=60)
+        assert pruned.returncode == 2, pruned.stdout + pruned.stderr
+        assert "another process is compressing it" in pruned.stdout + pruned.stderr
+        assert os.path.exists(plain)
+    finally:
+        status, out, err = resume(first)
+    assert status == 0, err
+    assert orjson.loads(out)["archive"] == plain + ".gz" and os.path.exists(plain + ".gz")
