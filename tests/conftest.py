@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pg_server
 import pytest
+from either_backend import file_or_database  # noqa: F401  (the fixture)
 from pg_server import pg_url  # noqa: F401  (the fixture, for every test module)
 from third_party import pi_path
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from either_backend import stored
 
 from journal import BadKeptEntry, Session, UnknownEntry, load
 from journal import repair as repair_session
@@ -30,16 +31,6 @@ def journal(*args: str, stdin: bytes = b"",
                           timeout=60)
 
 
-@pytest.fixture(params=["file", "database"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A place to create a session in: a folder, or a database session URL."""
-    if request.param == "file":
-        return str(tmp_path / "s.jsonl")
-    pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
-    from journal.pg.url import session_url
-
-    url: str = request.getfixturevalue("pg_url")
-    return session_url(url, "kept")
 
 
 def call_turn(session: Session) -> dict[str, str]:
@@ -64,11 +55,6 @@ def compaction(kept: str | None) -> dict[str, Any]:
             "tokensBefore": 10}
 
 
-def stored(where: str) -> bytes:
-    from journal.storage import as_storage
-
-    with as_storage(where).open_reader() as reader:
-        return reader.stream.read()
 
 
 def made(where: str) -> tuple[str, dict[str, str]]:
@@ -83,8 +69,8 @@ APPENDS: dict[str, Callable[[Session, str], object]] = {
 
 
 @pytest.mark.parametrize("how", APPENDS)
-def test_keeping_a_tool_result_whose_call_is_summarised_is_refused(where: str, how: str):
-    path, ids = made(where)
+def test_keeping_a_tool_result_whose_call_is_summarised_is_refused(file_or_database: str, how: str):
+    path, ids = made(file_or_database)
     before = stored(path)
     with Session.open(path) as session, pytest.raises(BadKeptEntry) as raised:
         APPENDS[how](session, ids["result"])
@@ -96,8 +82,8 @@ def test_keeping_a_tool_result_whose_call_is_summarised_is_refused(where: str, h
 
 
 @pytest.mark.parametrize("how", APPENDS)
-def test_keeping_an_entry_off_the_branch_or_unknown_is_refused(where: str, how: str):
-    path, ids = made(where)
+def test_keeping_an_entry_off_the_branch_or_unknown_is_refused(file_or_database: str, how: str):
+    path, ids = made(file_or_database)
     with Session.open(path) as session:
         session.branch(ids["user"])
         session.append_message({"role": "user", "content": "other way", "timestamp": 6})
@@ -109,8 +95,9 @@ def test_keeping_an_entry_off_the_branch_or_unknown_is_refused(where: str, how: 
 
 
 @pytest.mark.parametrize("kept", ["call", "answer", "next", None])
-def test_a_valid_kept_entry_is_appended_and_repair_leaves_it(where: str, kept: str | None):
-    path, ids = made(where)
+def test_a_valid_kept_entry_is_appended_and_repair_leaves_it(file_or_database: str,
+        kept: str | None):
+    path, ids = made(file_or_database)
     with Session.open(path) as session:
         session.append_entry(compaction(None if kept is None else ids[kept]))
         roles = [m["role"] for m in session.context().messages]
@@ -118,8 +105,8 @@ def test_a_valid_kept_entry_is_appended_and_repair_leaves_it(where: str, kept: s
     assert repair_session(path, dry_run=True).problems == []
 
 
-def test_an_orphan_older_than_the_compaction_does_not_block_it(where: str):
-    with Session.create(where, cwd="/") as session:
+def test_an_orphan_older_than_the_compaction_does_not_block_it(file_or_database: str):
+    with Session.create(file_or_database, cwd="/") as session:
         session.append_message({"role": "user", "content": "go", "timestamp": 1})
         stray = session.append_message({
             "role": "toolResult", "toolCallId": "toolu_gone", "toolName": "ls",
@@ -128,8 +115,8 @@ def test_an_orphan_older_than_the_compaction_does_not_block_it(where: str):
         session.append_compaction("went", stray, 10)  # its damage was there before
 
 
-def test_a_compaction_in_a_batch_keeps_from_an_entry_of_the_same_batch(where: str):
-    with Session.create(where, cwd="/") as session:
+def test_a_compaction_in_a_batch_keeps_from_an_entry_of_the_same_batch(file_or_database: str):
+    with Session.create(file_or_database, cwd="/") as session:
         ids = call_turn(session)
         made_ids = session.append_many([
             {"type": "message", "message": {"role": "user", "content": "x", "timestamp": 7}},
@@ -158,8 +145,9 @@ def test_a_resumed_session_finds_a_kept_entry_before_its_tail(tmp_path: Path):
 
 
 @pytest.mark.parametrize("kind", ["result", "elsewhere"])
-def test_journal_append_refuses_it_with_one_error_line(where: str, kind: str, tmp_path: Path):
-    path, ids = made(where)
+def test_journal_append_refuses_it_with_one_error_line(file_or_database: str,
+        kind: str, tmp_path: Path):
+    path, ids = made(file_or_database)
     env = {"HOME": str(tmp_path)}
     if kind == "elsewhere":
         with Session.open(path) as session:

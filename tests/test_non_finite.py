@@ -7,29 +7,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from either_backend import stored
 
 from journal import NonFiniteNumber, Session, resume
-
-
-@pytest.fixture(params=["file", "database"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "file":
-        return str(tmp_path / "s.jsonl")
-    pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
-    from journal.pg.url import session_url
-
-    url: str = request.getfixturevalue("pg_url")
-    return session_url(url, "finite")
-
-
-def stored(where: str) -> bytes:
-    from journal.storage import as_storage
-
-    with as_storage(where).open_reader() as reader:
-        return reader.stream.read()
 
 
 def assistant(cost: float) -> dict[str, object]:
@@ -51,9 +33,9 @@ APPENDS: dict[str, tuple[Callable[[Session], object], str]] = {
 
 
 @pytest.mark.parametrize("how", APPENDS)
-def test_a_non_finite_number_is_refused_and_nothing_changes(where: str, how: str):
+def test_a_non_finite_number_is_refused_and_nothing_changes(file_or_database: str, how: str):
     append, field = APPENDS[how]
-    with Session.create(where, cwd="/") as session:
+    with Session.create(file_or_database, cwd="/") as session:
         first = session.append_message({"role": "user", "content": "a", "timestamp": 1})
         before, context = stored(session.path), session.context()
         with pytest.raises(NonFiniteNumber) as raised:
@@ -69,8 +51,8 @@ def test_a_non_finite_number_is_refused_and_nothing_changes(where: str, how: str
     assert again.entries[-1]["message"] == live.messages[-1]
 
 
-def test_null_and_finite_numbers_pass(where: str):
-    with Session.create(where, cwd="/") as session:
+def test_null_and_finite_numbers_pass(file_or_database: str):
+    with Session.create(file_or_database, cwd="/") as session:
         session.append_custom_entry("x", {"none": None, "big": 1e308, "small": -5e-324})
         data = session.entries[-1]["data"]
         path = session.path
@@ -78,11 +60,12 @@ def test_null_and_finite_numbers_pass(where: str):
 
 
 @pytest.mark.parametrize("value", [2**70, {1, 2}, object()], ids=["int>64bit", "set", "object"])
-def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(where: str, value: object):
+def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(file_or_database: str,
+        value: object):
     """orjson's TypeError reached the caller as it was, no JournalError naming the session."""
     from journal import JournalError, NotJson
 
-    with Session.create(where, cwd="/") as session:
+    with Session.create(file_or_database, cwd="/") as session:
         first = session.append_message({"role": "user", "content": "a", "timestamp": 1})
         before = stored(session.path)
         with pytest.raises(NotJson) as raised:
@@ -94,7 +77,7 @@ def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(where: str, val
         session.append_message({"role": "user", "content": "on", "timestamp": 2})
 
 
-def test_a_non_finite_number_in_a_dataclass_is_refused(where: str):
+def test_a_non_finite_number_in_a_dataclass_is_refused(file_or_database: str):
     """orjson writes a dataclass as an object: a NaN in one was written as null unchecked."""
     from dataclasses import dataclass
 
@@ -102,7 +85,7 @@ def test_a_non_finite_number_in_a_dataclass_is_refused(where: str):
     class Usage:
         cost: float
 
-    with Session.create(where, cwd="/") as session:
+    with Session.create(file_or_database, cwd="/") as session:
         before = stored(session.path)
         with pytest.raises(NonFiniteNumber) as raised:
             session.append_custom_entry("x", {"usage": Usage(math.nan)})

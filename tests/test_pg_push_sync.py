@@ -63,6 +63,22 @@ def by_name(result: Any) -> dict[str, dict[str, Any]]:
     return {Path(row["file"]).name: row for row in result.sessions}
 
 
+def another_writer_appends_once_leased(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, taking a session's lease is followed by another writer's line appended
+    to it without the lease (as a writer that does not take it appends)."""
+    real = PostgresStorage.lock
+
+    def lock(self: PostgresStorage, timeout: float) -> Any:
+        lease = real(self, timeout)
+        appender = PostgresStorage(self.conninfo, self.session).open_appender()  # no lease
+        appender.commit(b'{"type":"custom","id":"0000beef","parentId":null,"timestamp":"t",'
+                        b'"customType":"other"}\n')
+        appender.close()
+        return lease
+
+    monkeypatch.setattr(PostgresStorage, "lock", lock)
+
+
 def test_a_session_that_grew_is_appended_and_pulls_byte_for_byte(
         pg_url: str, tmp_path: Path) -> None:
     path, session_id = session_in(tmp_path / "src", ["one", "two"])
@@ -289,17 +305,7 @@ def test_a_line_another_writer_appends_while_the_push_waits_refuses_it_whole(
     path, session_id = session_in(tmp_path / "src", ["one"])
     push(path, pg_url)
     grow(path, ["two"])
-    real = PostgresStorage.lock
-
-    def lock(self: PostgresStorage, timeout: float) -> Any:
-        lease = real(self, timeout)
-        appender = PostgresStorage(self.conninfo, self.session).open_appender()  # no lease
-        appender.commit(b'{"type":"custom","id":"0000beef","parentId":null,"timestamp":"t",'
-                        b'"customType":"other"}\n')
-        appender.close()
-        return lease
-
-    monkeypatch.setattr(PostgresStorage, "lock", lock)
+    another_writer_appends_once_leased(monkeypatch)
     with pytest.raises(PushRefused, match="changed while it was being appended to"):
         push(path, pg_url)
     monkeypatch.undo()
@@ -342,17 +348,7 @@ def test_a_session_to_be_sealed_as_it_is_that_changed_meanwhile_is_not_sealed(
     copy.write_bytes(Path(result.archive).read_bytes())
     [row] = push(str(copy), pg_url).sessions
     assert row["action"] == "new" and "sealed" not in row
-    real = PostgresStorage.lock
-
-    def lock(self: PostgresStorage, timeout: float) -> Any:
-        lease = real(self, timeout)
-        appender = PostgresStorage(self.conninfo, self.session).open_appender()  # no lease
-        appender.commit(b'{"type":"custom","id":"0000beef","parentId":null,"timestamp":"t",'
-                        b'"customType":"other"}\n')
-        appender.close()
-        return lease
-
-    monkeypatch.setattr(PostgresStorage, "lock", lock)
+    another_writer_appends_once_leased(monkeypatch)
     with pytest.raises(PushRefused, match="changed while it was being appended to"):
         push(str(folder), pg_url)
     monkeypatch.undo()
