@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import resource
 import statistics
 import sys
 import time
@@ -62,6 +63,8 @@ class Result:
     seconds: float
     latencies_ns: list[int] = field(default_factory=list)
     busy: float | None = None  # share of the machine's CPU time in use meanwhile (0..1)
+    client_cpu: tuple[float, float] | None = None  # the writers' user and system seconds
+    probed: tuple[Any, Any] | None = None  # `concurrent`'s probe, before and after
 
     @property
     def rate(self) -> float:
@@ -172,8 +175,11 @@ def _worker(kind: str, url: str, n: int, start: Any, out: Any) -> None:
     loop = raw_loop if kind == "raw" else journal_loop
     loop(url, 20)  # warm: imports, connections, prepared statements
     start.wait()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     result = loop(url, n)
-    out.put((result.n, result.seconds, result.latencies_ns))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    out.put((result.n, result.seconds, result.latencies_ns, after.ru_utime - before.ru_utime,
+             after.ru_stime - before.ru_stime))
 
 
 def cpu_times() -> list[int] | None:
@@ -195,10 +201,13 @@ def busy_share(before: list[int] | None, after: list[int] | None) -> float | Non
     return (total - spent[3] - spent[4]) / total if total else None
 
 
-def concurrent(kind: str, url: str, n: int, procs: int) -> Result:
+def concurrent(kind: str, url: str, n: int, procs: int,
+               probe: Callable[[], Any] | None = None) -> Result:
     """`procs` processes, each writing its own session, started together; how busy the
     machine's CPUs were meanwhile (a run that keeps them all busy is bound by CPU, not by
-    waiting on the disk or the network, and more sessions cannot make it faster)."""
+    waiting on the disk or the network, and more sessions cannot make it faster), and the
+    writers' own CPU time. `probe()`, if given, is taken as they start and once they have
+    ended (and their connections with them), in `probed`."""
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     workers = [ctx.Process(target=_worker, args=(kind, url, n, start, out))
@@ -206,6 +215,7 @@ def concurrent(kind: str, url: str, n: int, procs: int) -> Result:
     for w in workers:
         w.start()
     time.sleep(3.0)  # every worker imported and connected
+    first = probe() if probe is not None else None
     ticks = cpu_times()
     began = time.perf_counter()
     start.set()
@@ -214,9 +224,14 @@ def concurrent(kind: str, url: str, n: int, procs: int) -> Result:
     busy = busy_share(ticks, cpu_times())
     for w in workers:
         w.join()
+    probed = None
+    if probe is not None:
+        time.sleep(0.5)  # a closed connection's backend exits and is reaped
+        probed = (first, probe())
     lat = [x for r in results for x in r[2]]
     label = "raw" if kind == "raw" else "journal"
-    return Result(f"{label} x{procs} sessions", sum(r[0] for r in results), wall, lat, busy)
+    return Result(f"{label} x{procs} sessions", sum(r[0] for r in results), wall, lat, busy,
+                  (sum(r[3] for r in results), sum(r[4] for r in results)), probed)
 
 
 # tail
