@@ -356,3 +356,27 @@ def test_a_session_to_be_sealed_as_it_is_that_changed_meanwhile_is_not_sealed(
         sealed = conn.execute("SELECT successor FROM journal.streams WHERE session = %s",
                               (session_id,)).fetchone()
     assert sealed == (None,)
+
+
+def test_a_folder_push_takes_an_archive_rotation_numbered(pg_url: str, tmp_path: Path) -> None:
+    """Rotation numbers an archive whose name is taken (`archive/<name>.2.gz`); `journal ls`
+    counts such a file, and a folder push skipped it without a word, storing the live
+    session without what it continues."""
+    folder = tmp_path / "src"
+    path, old_id = session_in(folder, ["turn " + "x" * 200] * 30)
+    other, _ = session_in(tmp_path / "other", ["another session"])
+    (folder / "archive").mkdir()
+    os.rename(other, folder / "archive" / Path(path).name)  # the archive's name is taken
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate()
+    assert result.rotated and result.archive is not None
+    assert result.archive.endswith(f"{Path(path).name}.2.gz")
+    rows = push(str(folder), pg_url).sessions
+    names = {row["name"]: row["action"] for row in rows}
+    assert names.get(f"archive/{Path(path).name}.2.gz") == "new", names
+    with Session.open(session_url(pg_url, old_id)) as session:  # leads to the live one
+        assert session.session_id != old_id
+    pull(pg_url, tmp_path / "out")
+    assert files_under(tmp_path / "out") == files_under(folder)

@@ -48,6 +48,7 @@ import psycopg
 
 from .. import archivegz, codec
 from ..archivegz import is_compressed
+from ..discovery import is_session_name
 from ..errors import (
     ArchiveElsewhere,
     JournalError,
@@ -85,7 +86,6 @@ log = logging.getLogger(__name__)
 PULL_TAG = "pull"
 # times in all a pull writes its sessions when, each time, one of them was rotated meanwhile
 PULL_TRIES = 3
-_SIDE = (".quarantine", ".lock", ".bak", ".tmp", ".rotating", "~")
 
 
 # what a push did with a session (a row's `action`)
@@ -182,11 +182,6 @@ class _File:
     successor: str | None
 
 
-def _is_session_file(name: str) -> bool:
-    return ((name.endswith(".jsonl") or name.endswith(".jsonl.gz"))
-            and not name.startswith(".") and not any(p in name for p in _SIDE))
-
-
 def _files_to_push(source: str) -> list[tuple[str, str]]:
     """(path, name relative to the session folder) of every file `source` stands for."""
     if os.path.isdir(source):
@@ -195,7 +190,9 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
             dirs.sort()
             for name in sorted(names):
                 path = os.path.join(root, name)
-                if _is_session_file(name) and not os.path.islink(path):
+                # as `journal ls` finds them: an archive rotation numbered too (`<name>.2.gz`)
+                if (is_session_name(name, in_archive=os.path.basename(root) == ARCHIVE_DIR)
+                        and not os.path.islink(path)):
                     found.append((path, os.path.relpath(path, source)))
         return found
     if not os.path.isfile(source):
