@@ -380,3 +380,47 @@ def test_a_folder_push_takes_an_archive_rotation_numbered(pg_url: str, tmp_path:
         assert session.session_id != old_id
     pull(pg_url, tmp_path / "out")
     assert files_under(tmp_path / "out") == files_under(folder)
+
+
+def test_a_sealed_file_whose_successor_is_refused_is_refused_with_it(
+        pg_url: str, tmp_path: Path) -> None:
+    """The live successor and a copy of it (one session id) are refused; the sealed file
+    was pushed alone, its seal line stored without the link to a successor: a session that
+    reads sealed but is live in the database, and a writer appended after its seal."""
+    folder = tmp_path / "src"
+    path, old_id = session_in(folder, ["turn " + "x" * 200] * 30)
+    push(str(folder), pg_url)
+    before = stream_state(pg_url, old_id)
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate()
+    assert result.rotated and result.successor is not None
+    copy = folder / "copy-of-live.jsonl"
+    copy.write_bytes(Path(result.successor).read_bytes())
+    with pytest.raises(PushRefused) as raised:
+        push(str(folder), pg_url)
+    actions = {Path(row["file"]).name: row["action"] for row in raised.value.result.sessions}
+    assert set(actions.values()) == {"refused"}, actions
+    assert stream_state(pg_url, old_id) == before
+
+
+def test_a_file_gone_between_listing_and_reading_says_to_push_again(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rotation that moves a file while the push lists the folder refused its lineage
+    with a bare "No such file or directory"."""
+    folder = tmp_path / "src"
+    path, _ = session_in(folder, ["one"])
+    walk = os.walk
+
+    def listed_then_moved(top: str, *args: Any, **kwargs: Any) -> Any:
+        found = list(walk(top, *args, **kwargs))
+        os.rename(path, str(tmp_path / "moved.jsonl"))
+        return iter(found)
+
+    monkeypatch.setattr(os, "walk", listed_then_moved)
+    with pytest.raises(PushRefused) as raised:
+        push(str(folder), pg_url)
+    [row] = raised.value.result.refused
+    assert "removed or renamed while it was pushed" in row["reason"]
+    assert "push again" in row["reason"]

@@ -357,7 +357,7 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
     except (TransferError, OSError) as e:
         reason = str(e).removeprefix(f"{path}: ")
         plan = _Plan(_File(path, name, "", None), row, REFUSED)
-        plan.refuse(reason if isinstance(e, TransferError) else describe_os_error(e))
+        plan.refuse(reason if isinstance(e, TransferError) else _os_reason(e))
         return plan
     row["session"] = PostgresStorage(conninfo, described.session).locator
     row["bytes"] = len(data)
@@ -462,8 +462,8 @@ def _lineages(plans: list[_Plan]) -> list[list[_Plan]]:
     parents = list(range(len(plans)))
     for plan in plans:
         after = plan.file.successor
-        if after and len(by_id.get(after, ())) == 1:
-            parents[root(group[id(plan)])] = root(group[id(by_id[after][0])])
+        for successor in by_id.get(after or "", ()):  # a refused copy's refusal is its too
+            parents[root(group[id(plan)])] = root(group[id(successor)])
     out: dict[int, list[_Plan]] = {}
     for i, plan in enumerate(plans):
         out.setdefault(root(i), []).append(plan)
@@ -516,7 +516,7 @@ def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Pla
     except (JournalError, OSError, psycopg.Error) as e:
         if isinstance(e, psycopg.Error) and (conn.broken or conn.closed):
             raise
-        reason = (describe_os_error(e) if isinstance(e, OSError)
+        reason = (_os_reason(e) if isinstance(e, OSError)
                   else describe(e) if isinstance(e, psycopg.Error) else str(e))
         _refuse_lineage(plans, culprit or plans[0], reason)
         return
@@ -525,6 +525,13 @@ def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Pla
             lease.release()
     for plan in plans:
         log.info("%s: %s", plan.file.path, plan.action)
+
+
+def _os_reason(e: OSError) -> str:
+    if isinstance(e, FileNotFoundError):  # listed, then gone: a rotation moved it meanwhile
+        return ("removed or renamed while it was pushed (a rotation meanwhile?): push again "
+                "to bring its lineage as it is now")
+    return describe_os_error(e)
 
 
 def _refuse_lineage(plans: list[_Plan], culprit: _Plan, reason: str) -> None:
