@@ -424,3 +424,31 @@ def test_a_file_gone_between_listing_and_reading_says_to_push_again(
     [row] = raised.value.result.refused
     assert "removed or renamed while it was pushed" in row["reason"]
     assert "push again" in row["reason"]
+
+
+def test_an_archive_compressed_after_it_was_pushed_is_named_anew(
+        pg_url: str, tmp_path: Path) -> None:
+    """Pushed between a rotation and its compression (the archive still `archive/X.jsonl`),
+    then compressed: the next push said `unchanged` and kept the old name, so a pull wrote
+    a plain archive where the folder has `X.jsonl.gz` (and the successor names the .gz)."""
+    import gzip
+
+    folder = tmp_path / "src"
+    path, old_id = session_in(folder, ["turn " + "x" * 200] * 30)
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate(compress=False)
+    assert result.rotated and result.archive is not None
+    plain = Path(result.archive)
+    push(str(folder), pg_url)
+    with open(plain, "rb") as f, gzip.open(str(plain) + ".gz", "wb") as out:  # compressed now
+        out.write(f.read())
+    plain.unlink()
+    rows = {row["name"]: row for row in push(str(folder), pg_url).sessions}
+    row = rows[f"archive/{plain.name}.gz"]
+    assert row["action"] == "unchanged" and row["renamed"] == f"archive/{plain.name}"
+    pull(pg_url, tmp_path / "out")
+    assert set(files_under(tmp_path / "out")) == set(files_under(folder))
+    again = push(str(folder), pg_url)
+    assert not again.changed

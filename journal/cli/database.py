@@ -57,7 +57,10 @@ def _print_push(rows: list[dict[str, Any]]) -> None:
             print(f"appended   {name}  ->  {row['session']}  ({row['lines']:,} line(s), "
                   f"now {row['bytes']:,} bytes{sealed})")
         elif action == "unchanged":
-            print(f"unchanged  {name}" + (f"  ({sealed[2:]})" if sealed else ""))
+            renamed = (f"file name was {row['renamed']}, now {name}" if "renamed" in row
+                       else "")
+            said = "; ".join(x for x in (sealed[2:], renamed) if x)
+            print(f"unchanged  {name}" + (f"  ({said})" if said else ""))
         else:
             print(f"refused    {name}  ({row['reason']})")
 

@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, cast
 import psycopg
 
 from .. import archivegz, codec
-from ..archivegz import is_compressed
+from ..archivegz import is_compressed, uncompressed_name
 from ..discovery import is_session_name
 from ..errors import (
     ArchiveElsewhere,
@@ -103,7 +103,8 @@ class PushResult:
     (`new`, `appended`, `unchanged`, `refused`), `bytes` (the session's bytes the file
     holds), `lines` (stored, for a new one; appended), `torn` (the bytes of an incomplete
     last line left out), `sealed` (the successor's URL, where this push pointed the session
-    at it), `reason` (why it was refused)."""
+    at it), `renamed` (the file name it was stored under, where this push named it anew:
+    its file was compressed since), `reason` (why it was refused)."""
 
     database: str
     sessions: list[dict[str, Any]] = field(default_factory=list)
@@ -125,7 +126,8 @@ class PushResult:
     @property
     def changed(self) -> bool:
         """Whether the push changed the database (stored, appended or sealed anything)."""
-        return bool(self.pushed) or any("sealed" in row for row in self.sessions)
+        return bool(self.pushed) or any("sealed" in row or "renamed" in row
+                                        for row in self.sessions)
 
     def to_json(self) -> dict[str, Any]:
         return {"database": self.database, "sessions": self.sessions, "pushed": self.pushed,
@@ -491,8 +493,11 @@ def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Pla
     leased = sorted((plan for plan in plans if plan.stored is not None
                      and (plan.action == APPENDED or plan.seal is not None)),
                     key=lambda plan: plan.file.session)
-    unnamed = [plan for plan in plans if plan.stored is not None
-               and plan.stored.file_name is None]
+    # named anew: a session stored without a file name, or whose file was compressed since
+    # (a push between a rotation and its compression): a pull writes what the folder holds
+    unnamed = {id(plan) for plan in plans if plan.stored is not None
+               and plan.stored.file_name in (None, uncompressed_name(plan.file.name))
+               and plan.stored.file_name != plan.file.name}
     if not leased and not unnamed and all(plan.action != NEW for plan in plans):
         return
     leases: dict[str, Lease] = {}
@@ -508,9 +513,13 @@ def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Pla
             for plan in plans:
                 if plan.seal is not None:
                     seal_in(conn, plan.file.session, plan.seal, plan.file.name)
-                elif plan.stored is None or plan.stored.file_name is None:
+                elif plan.stored is None or id(plan) in unnamed:
                     conn.execute("UPDATE journal.streams SET file_name = %s WHERE session = %s"
-                                 " AND file_name IS NULL", (plan.file.name, plan.file.session))
+                                 " AND file_name IS NOT DISTINCT FROM %s",
+                                 (plan.file.name, plan.file.session,
+                                  None if plan.stored is None else plan.stored.file_name))
+                    if plan.stored is not None and plan.stored.file_name:
+                        plan.row["renamed"] = plan.stored.file_name
     except DatabaseUnavailable:
         raise
     except (JournalError, OSError, psycopg.Error) as e:
