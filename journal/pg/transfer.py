@@ -399,8 +399,8 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         try:
             split_batch(path, start, data[start:])
         except WriteFailed as e:
-            plan.refuse(f"cannot be stored ({e.reason}); nothing of its lineage was pushed, "
-                        "and the file is as it was")
+            plan.refuse(f"cannot be stored ({e.reason}), and the file is as it was; nothing "
+                        "of its lineage was pushed")
     row["action"] = plan.action
     return plan
 
