@@ -405,25 +405,35 @@ def test_a_sealed_file_whose_successor_is_refused_is_refused_with_it(
     assert stream_state(pg_url, old_id) == before
 
 
-def test_a_file_gone_between_listing_and_reading_says_to_push_again(
+def test_a_file_a_rotation_moves_while_the_folder_is_read_is_found_again(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rotation that moves a file while the push lists the folder refused its lineage
-    with a bare "No such file or directory"."""
+    with a bare "No such file or directory" (exit 2 for a nightly push): the folder is read
+    again, and a file that keeps moving is refused saying to push again."""
     folder = tmp_path / "src"
     path, _ = session_in(folder, ["one"])
-    walk = os.walk
+    places = [path, str(folder / "archive" / Path(path).name)]
+    (folder / "archive").mkdir()
+    walk, moves = os.walk, [0]
 
     def listed_then_moved(top: str, *args: Any, **kwargs: Any) -> Any:
         found = list(walk(top, *args, **kwargs))
-        os.rename(path, str(tmp_path / "moved.jsonl"))
+        if moves[0] < limit:
+            os.rename(places[moves[0] % 2], places[(moves[0] + 1) % 2])
+            moves[0] += 1
         return iter(found)
 
     monkeypatch.setattr(os, "walk", listed_then_moved)
+    limit = 1  # moved once: found at its new place
+    [row] = push(str(folder), pg_url).sessions
+    assert row["action"] == "new" and row["name"] == f"archive/{Path(path).name}", row
+    limit = 10  # it keeps moving
     with pytest.raises(PushRefused) as raised:
         push(str(folder), pg_url)
     [row] = raised.value.result.refused
     assert "removed or renamed while it was pushed" in row["reason"]
     assert "push again" in row["reason"]
+
 
 
 def test_an_archive_compressed_after_it_was_pushed_is_named_anew(
@@ -452,3 +462,25 @@ def test_an_archive_compressed_after_it_was_pushed_is_named_anew(
     assert set(files_under(tmp_path / "out")) == set(files_under(folder))
     again = push(str(folder), pg_url)
     assert not again.changed
+
+
+def test_a_folder_push_takes_the_archives_rotation_put_outside_it(
+        pg_url: str, tmp_path: Path) -> None:
+    """`journal rotate DIR --archive-dir OUT` puts archives outside the folder; a push of the
+    folder stored the live successors alone (a single file's push took its archives): the
+    database lost the history, and a session pushed before its rotation stayed live there."""
+    folder, out = tmp_path / "q", tmp_path / "qa"
+    path, old_id = session_in(folder, ["turn " + "x" * 200] * 30)
+    push(str(folder), pg_url)  # pushed live, before its rotation
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate(archive_dir=str(out))
+    assert result.rotated and result.archive is not None
+    assert Path(result.archive).parent == out
+    rows = {row["name"]: row for row in push(str(folder), pg_url).sessions}
+    archived = rows[f"archive/{Path(result.archive).name}"]
+    assert archived["action"] == "appended" and "sealed" in archived, rows
+    with Session.open(session_url(pg_url, old_id)) as session:  # goes on in the live one
+        assert session.session_id != old_id
+    assert not push(str(folder), pg_url).changed

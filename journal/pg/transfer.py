@@ -57,7 +57,7 @@ from ..errors import (
     describe_os_error,
 )
 from ..files import TEMP_SUFFIX, remove_stale_temps
-from ..lineage import ARCHIVE_DIR, lineage
+from ..lineage import ARCHIVE_DIR, lineage, seal_of
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Meter, Progress
 from ..publish import NewFile
@@ -87,6 +87,9 @@ PULL_TAG = "pull"
 # times in all a pull writes its sessions when, each time, one of them was rotated meanwhile
 PULL_TRIES = 3
 
+
+# times a push reads a folder whose files a rotation moved while it was read
+PLAN_TRIES = 3
 
 # what a push did with a session (a row's `action`)
 NEW, APPENDED, UNCHANGED, REFUSED = "new", "appended", "unchanged", "refused"
@@ -196,12 +199,39 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
                 if (is_session_name(name, in_archive=os.path.basename(root) == ARCHIVE_DIR)
                         and not os.path.islink(path)):
                     found.append((path, os.path.relpath(path, source)))
-        return found
+        return found + _archived_elsewhere(source, found)
     if not os.path.isfile(source):
         raise NotASession(source, "no such file or directory")
     chain = lineage(os.path.realpath(source))
     folder = os.path.dirname(chain[-1])
     return [(path, _name_in(folder, path)) for path in chain]
+
+
+def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(path, name) of the archives the sessions `found` in the folder `source` continue
+    that rotation put outside it (`journal rotate --archive-dir`), each named as a single
+    file's push names it (`archive/<name>` beside its live file): without them, a folder's
+    lineages would be stored without their history."""
+    inside = {os.path.realpath(path) for path, _ in found}
+    top = os.path.realpath(source)
+    more: list[tuple[str, str]] = []
+    for path, _ in found:
+        real = os.path.realpath(path)
+        try:
+            chain = lineage(real)
+        except (JournalError, OSError):
+            continue  # its own push says what is wrong with it
+        folder = os.path.dirname(real)
+        for older in chain[:-1]:
+            where = os.path.realpath(older)
+            # a rotation's archive (sealed); not a fork's parent, a session of its own
+            if where in inside or seal_of(where) is None:
+                continue
+            inside.add(where)
+            name = posixpath.normpath(posixpath.join(os.path.relpath(folder, top),
+                                                     _name_in(folder, where)))
+            more.append((where, name))
+    return more
 
 
 def _name_in(folder: str, path: str) -> str:
@@ -276,6 +306,7 @@ class _Plan:
     digest: str = ""  # their SHA-256, checked when they are read again to be stored
     stored: _Stored | None = None
     seal: str | None = None  # the successor this push points it at (it seals it)
+    vanished: bool = False  # listed, then gone before it was read (a rotation moved it)
 
     def refuse(self, reason: str) -> None:
         self.action, self.row["action"], self.row["reason"] = REFUSED, REFUSED, reason
@@ -313,17 +344,21 @@ def push(source: str | os.PathLike[str], url: str | None = None, *,
         raise TransferError(f"{shown(url)}: push takes a database URL (no session=, no "
                             "pg:<id>): each file becomes the session its header names")
     conninfo = database_of(url)
-    found = _files_to_push(os.fspath(source))
-    meter = Meter(progress, sum(_size(path) for path, _ in found))
-    done = 0
     result = PushResult(_safe(conninfo))
     conn = connect(conninfo)
     try:
-        plans = []
-        for path, name in found:
-            plans.append(_planned(conn, conninfo, path, name))
-            done += _size(path)
-            meter.advance_to(done)
+        for attempt in range(1, PLAN_TRIES + 1):
+            found = _files_to_push(os.fspath(source))
+            meter = Meter(progress, sum(_size(path) for path, _ in found))
+            done = 0
+            plans = []
+            for path, name in found:
+                plans.append(_planned(conn, conninfo, path, name))
+                done += _size(path)
+                meter.advance_to(done)
+            # a file a rotation moved while the folder was read: read the folder again
+            if attempt == PLAN_TRIES or not any(plan.vanished for plan in plans):
+                break
         result.sessions = [plan.row for plan in plans]
         for lineage_plans in _lineages(plans):
             _push_lineage(conn, conninfo, lineage_plans, lock_timeout)
@@ -358,7 +393,8 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         described = _described(path, name, data)
     except (TransferError, OSError) as e:
         reason = str(e).removeprefix(f"{path}: ")
-        plan = _Plan(_File(path, name, "", None), row, REFUSED)
+        plan = _Plan(_File(path, name, "", None), row, REFUSED,
+                     vanished=isinstance(e, FileNotFoundError))
         plan.refuse(reason if isinstance(e, TransferError) else _os_reason(e))
         return plan
     row["session"] = PostgresStorage(conninfo, described.session).locator
