@@ -484,3 +484,40 @@ def test_a_folder_push_takes_the_archives_rotation_put_outside_it(
     with Session.open(session_url(pg_url, old_id)) as session:  # goes on in the live one
         assert session.session_id != old_id
     assert not push(str(folder), pg_url).changed
+
+
+TERMINATED_WHILE_STORING = """
+import os, signal, sys
+from journal.pg.storage import PostgresStorage
+from journal.cli import main
+
+real, calls = PostgresStorage.create_in, [0]
+
+def create_in(self, conn, data):
+    calls[0] += 1
+    if calls[0] == 2:  # the second lineage: a service manager stops the push now
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(self, conn, data)
+
+PostgresStorage.create_in = create_in
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_push_stopped_by_sigterm_says_what_is_stored_and_to_run_it_again(
+        pg_url: str, tmp_path: Path) -> None:
+    """A push stopped mid-way exited 143 without a word: a nightly job's log did not say
+    that some lineages were stored and the rest wanted the same push again."""
+    folder = tmp_path / "src"
+    for i in range(3):
+        session_in(folder, [f"session {i}"])
+    done = subprocess.run([sys.executable, "-c", TERMINATED_WHILE_STORING, "push",
+                           str(folder), pg_url], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 143, done.stderr
+    assert "push interrupted" in done.stderr and "run the same push again" in done.stderr
+    with connect(pg_url) as conn:
+        stored = conn.execute("SELECT count(*) FROM journal.streams").fetchone()
+    assert stored == (1,)  # the first lineage; the second was rolled back
+    again = push(str(folder), pg_url)
+    assert [row["action"] for row in again.sessions].count("new") == 2

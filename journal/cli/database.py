@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from .. import codec
+from ..interrupt import Terminated
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from .app import EXIT_ERROR, EXIT_OK, ByteProgress, seconds
 
@@ -26,6 +27,11 @@ def cmd_push(args: argparse.Namespace) -> int:
             result = push(args.path, args.url, lock_timeout=args.lock_timeout, progress=bar)
         except PushRefused as e:
             result = e.result
+        except (KeyboardInterrupt, Terminated):
+            # each lineage is its own transaction: those stored stay, the one under way not
+            print("journal: push interrupted: the lineages it stored stay stored, the one it "
+                  "was storing is not; run the same push again to finish", file=sys.stderr)
+            raise
     for row in result.sessions:
         if row.get("torn"):
             print(f"Warning: {row['file']}: its last line is incomplete (being written, or "
