@@ -654,6 +654,16 @@ def pending_rotations(path: str) -> list[str]:
     return found
 
 
+def pending_note(path: str) -> str | None:
+    """An interrupted rotation that concerns `path` (`pending_rotations`: its own, or that
+    of the file it continues), said as what is pending and what finishes it; None if none."""
+    found = pending_rotations(path)
+    if not found:
+        return None
+    return (f"an interrupted rotation is pending ({intent_path(found[0])}): 'journal repair' "
+            "or 'journal rotate' finishes it")
+
+
 def move_into_archive(path: str, archive: str) -> None:
     """Move a sealed file (the caller holds its lock) and its side files into the archive.
 
@@ -741,18 +751,23 @@ def _copy_across(path: str, archive: str, folder: int) -> None:
         new.publish(replace=False)
 
 
-def recover_pending(path: str, lock_timeout: float) -> None:
-    """Recover every interrupted rotation on the way from `path` to the live file."""
+def recover_pending(path: str, lock_timeout: float) -> list[str]:
+    """Recover every interrupted rotation on the way from `path` to the live file; what was
+    done with each (`PATH: finished: ...`, see `recover_rotation`)."""
     current = real_path(path)
+    done: list[str] = []
     for _ in range(MAX_HOPS):
         for pending in pending_rotations(current):
             lock = WriterLock(pending, lock_timeout)
             lock.acquire()
             try:
-                recover_rotation(pending)
+                action = recover_rotation(pending)
             finally:
                 release_after_move(lock, pending)
+            if action is not None:
+                done.append(f"{pending}: an interrupted rotation was {action}")
         live, hops = resolve_live(current)
         if live == current:
-            return
+            return done
         current = live
+    return done

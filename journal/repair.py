@@ -45,7 +45,15 @@ from .fieldfix import repair_fields
 from .files import remove_leftovers, require_space
 from .header import is_header
 from .identity import real_path
-from .lineage import MAX_HOPS, intent_path, recover_rotation, resolve_live
+from .lineage import (
+    MAX_HOPS,
+    intent_path,
+    pending_note,
+    pending_rotations,
+    recover_pending,
+    recover_rotation,
+    resolve_live,
+)
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry
@@ -739,10 +747,19 @@ def repair(
                              progress=progress)
     refuse_foreign(path)  # a Claude Code transcript forced as pi is not repaired as a pi file
     if dry_run:
-        return assess(path, migrate=migrate, strict=strict, progress=progress, dialect="pi")
+        report = assess(path, migrate=migrate, strict=strict, progress=progress, dialect="pi")
+        pending = pending_note(path)
+        if pending is not None:  # what `repair` does first: a finding of --check too
+            report.problems.append(Problem("pending_rotation", pending))
+            report.changed = True
+        return report
     if is_compressed(path):
         raise NotASession(path, "a compressed archive is read-only; repair its live successor "
                           "(or check this one with --check)")
+    if pending_rotations(path):  # its own interrupted rotation, or the file's it continues
+        recover_pending(path, lock_timeout)
+        if not os.path.exists(path):  # finished: the file is archived; its successor is live
+            path = resolve_live(path)[0]
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
         if os.path.lexists(intent_path(path)):  # a left-over rotation: finish or clear it

@@ -60,6 +60,7 @@ from .lineage import (
     is_default_archive,
     lineage,
     move_into_archive,
+    pending_rotations,
     recover_pending,
     release_after_move,
     remove_intent,
@@ -84,6 +85,8 @@ log = logging.getLogger(__name__)
 step_hook: Callable[[str], None] | None = None
 MIN_GAIN_BYTES = 1024
 ROTATE_TAG = "rotate"
+PENDING = "an interrupted rotation is pending; the next rotate or open will finish it"
+"""Why a dry run does not rotate a session an interrupted rotation concerns."""
 STEPS = ("intent", "temp", "verified", "published", "sealed", "archived", "done")
 
 
@@ -126,6 +129,9 @@ class RotationResult:
     """Temps an export stopped by a crash left in the archive folder, removed."""
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    """Interrupted rotations of the lineage finished (or undone) before this one looked at
+    it, each `PATH: an interrupted rotation was ...` (`lineage.recover_pending`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,7 +143,7 @@ class RotationResult:
             "removedArchives": self.removed_archives, "movedOut": self.moved_out,
             "exported": self.exported, "removedTemps": self.removed_temps,
             "dryRun": self.dry_run,
-            "warnings": self.warnings,
+            "warnings": self.warnings, "recovered": self.recovered,
         }
 
 
@@ -473,8 +479,7 @@ def rotate(
     refuse_foreign(path)  # a Claude Code transcript is never rotated
     if os.path.isfile(path):
         check_destination(path, archive_dir, compress)  # before anything is changed
-    if not dry_run:
-        recover_pending(path, lock_timeout)
+    recovered = [] if dry_run else recover_pending(path, lock_timeout)
     path, _ = resolve_live(path)
     refuse_writing(path)  # a compressed file no live session continues
     searched = file_key(path)
@@ -491,10 +496,8 @@ def rotate(
             remove_leftovers(path, os.path.join(os.path.dirname(path), ARCHIVE_DIR))
             check_single_name(path)
             cut_torn_tail(path)
-        if dry_run and os.path.exists(intent_path(path)):
-            reason = ("an interrupted rotation is pending; the next rotate or open will "
-                      "finish it")
-            rotation = Rotation(RotationResult(False, path, reason, dry_run=True))
+        if dry_run and pending_rotations(path):
+            rotation = Rotation(RotationResult(False, path, PENDING, dry_run=True))
         else:
             rotation = rotate_held(_file_source(path, early_info), archive_dir=archive_dir,
                                    compress=compress, dry_run=dry_run)
@@ -502,6 +505,7 @@ def rotate(
         if lock is not None:
             release_after_move(lock, path)
     rotation.started = started
+    rotation.result.recovered = recovered
     rotation.result.lock_held_ms = (time.perf_counter() - locked_at) * 1000
     return finish_rotation(rotation, keep=keep, progress=progress)
 

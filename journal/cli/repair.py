@@ -122,6 +122,8 @@ def run_repair(args: argparse.Namespace) -> int:
             errors.append((path, message))
             print_error(message)
             continue
+        if any(r.path == report.path for r in reports):
+            continue  # a file followed to its successor (a rotation it finished), done already
         reports.append(report)
         if args.json:
             sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")

@@ -1,0 +1,69 @@
+"""A rotation SIGKILLed half way, as the nightly jobs meet it: `repair --check`, `ls` and
+`prune` agree that it is pending (a finding, `needs-repair`, kept whole: the old file, a
+successor already published, the intent), and `journal rotate DIR` or `journal repair DIR`
+finishes it, after which the session is clean and prunes whole, leaving no side file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from test_rotate_crash import crash_by_sigkill, make_session
+
+from journal.lineage import INTENT_SUFFIX, resolve_live
+
+ROOT = Path(__file__).resolve().parents[1]
+PENDING = "an interrupted rotation is pending: run journal repair or journal rotate first"
+
+
+def journal(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "journal.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def everything(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+# the steps after which a killed rotation leaves an intent: not yet published, published
+# (the old file not sealed), sealed (not archived), archived (the intent not yet removed)
+STEPS = ["intent", "published", "sealed", "archived"]
+
+
+def killed(folder: Path, step: str) -> str:
+    """A session whose rotation was SIGKILLed just after `step`: its old file's path."""
+    old = make_session(folder)
+    crash_by_sigkill(old, step)
+    assert os.path.lexists(old + INTENT_SUFFIX)
+    return old
+
+
+def rows_of(folder: Path) -> list[dict]:
+    return orjson.loads(journal("ls", str(folder), "--json", "--no-cache").stdout)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_repair_check_reports_a_pending_rotation_that_repair_finishes(
+        tmp_path: Path, step: str) -> None:
+    old = killed(tmp_path, step)
+    check = journal("repair", str(tmp_path), "--check")
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "needs repair (pending_rotation 1)" in check.stdout
+    shown = journal("repair", str(tmp_path), "--check", "--json")
+    problems = [p for line in shown.stdout.splitlines()
+                for p in orjson.loads(line)["problems"]]
+    assert problems and all(p["kind"] == "pending_rotation" for p in problems)
+    assert "'journal repair' or 'journal rotate' finishes it" in problems[0]["action"]
+
+    done = journal("repair", str(tmp_path))  # what a job runs when --check exits 1
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "an interrupted rotation was" in done.stderr
+    assert not list(tmp_path.glob("*" + INTENT_SUFFIX)) and not list(tmp_path.glob(".*.tmp"))
+    assert os.path.exists(resolve_live(old)[0])
+    again = journal("repair", str(tmp_path), "--check")
+    assert again.returncode == 0, again.stdout + again.stderr
