@@ -42,7 +42,7 @@ from .files import hold_unless_busy, remove_if_unheld
 from .header import HEADER_LIMIT, read_header, stream_first_line
 from .idscan import entry_ids
 from .info import current_holder
-from .lineage import inbox_path, intent_path
+from .lineage import inbox_path, intent_path, pending_rotations
 from .lock import WriterLock
 from .model import Entry
 from .pg.url import is_database_url, shown
@@ -63,6 +63,9 @@ STATES = ("live", "locked", "sealed", "needs-repair")
 """`live`: nobody writes it now and it can be continued; `locked`: a writer holds it;
 `sealed`: its last file is sealed and no successor was found; `needs-repair`: the header or
 tail is damaged, or a rotation was left half done (`journal repair` fixes it)."""
+
+PENDING_ROTATION = "an interrupted rotation is pending"
+"""The problem of a lineage an interrupted rotation concerns (`_pending_rotation`)."""
 
 SIDE_SUFFIXES = (".quarantine", ".bak")
 """Side files that belong to a session file and go with it when it is pruned."""
@@ -368,15 +371,26 @@ def _claude_facts(live: str, extra: list[str]) -> dict[str, Any]:
     return facts
 
 
+def _pending_rotation(files: list[str]) -> bool:
+    """Whether an interrupted rotation concerns the lineage: an intent beside any of its
+    files (an old file sealed but not yet archived is still one of them), or beside the file
+    its live one continues (an old file not yet sealed is a lineage of its own, or was
+    archived already). A database rotation is one transaction: it leaves no intent behind."""
+    live = files[-1]
+    if is_database_url(live):
+        return False
+    return bool(pending_rotations(live)) or any(os.path.lexists(intent_path(f))
+                                                for f in files[:-1])
+
+
 def _finish(files: list[str], facts: dict[str, Any], tally: Tally | None,
             extra: list[str] | None = None) -> SessionRow:
     """The row of a lineage from what its files say; `extra`: a Claude Code transcript's
     subagent files (`journal.claude.subagent_files`)."""
     live = files[-1]
     problems = list(facts["problems"])
-    # a database rotation is one transaction: it leaves no intent behind
-    if not is_database_url(live) and os.path.lexists(intent_path(live)):
-        problems.append("an interrupted rotation is pending")
+    if _pending_rotation(files):
+        problems.append(PENDING_ROTATION)
     holder = current_holder(live)
     if holder is not None:
         state = "locked"
@@ -572,6 +586,10 @@ def _why_kept(row: SessionRow, cutoff: datetime) -> str | None:
                 f"{os.path.dirname(waiting[0])}")
     if row.state == "locked":
         return f"locked by pid {row.holder_pid}" if row.holder_pid else "locked by a writer"
+    if PENDING_ROTATION in row.problems:
+        # its files (the old one, a successor already published, the intent) are one unit
+        # until the rotation is finished or undone: none of them is removed before
+        return f"{PENDING_ROTATION}: run journal repair or journal rotate first"
     if row.state == "sealed":
         # e.g. an archive moved out of a database (`journal rotate --keep`): its lines are
         # nowhere else, and its live session is in the database

@@ -67,3 +67,23 @@ def test_repair_check_reports_a_pending_rotation_that_repair_finishes(
     assert os.path.exists(resolve_live(old)[0])
     again = journal("repair", str(tmp_path), "--check")
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_prune_keeps_the_whole_lineage_until_the_rotation_is_finished(
+        tmp_path: Path, step: str) -> None:
+    killed(tmp_path, step)
+    before = everything(tmp_path)
+    rows = rows_of(tmp_path)
+    assert rows and {row["state"] for row in rows} == {"needs-repair"}, rows
+    pruned = journal("prune", str(tmp_path), "--older-than", "0s", "--json")
+    assert pruned.returncode == 0, pruned.stderr
+    items = orjson.loads(pruned.stdout)["items"]
+    assert items and all(i["action"] == "skip" and i["reason"] == PENDING for i in items)
+    assert everything(tmp_path) == before  # nothing of the lineage went, side files included
+
+    assert journal("repair", str(tmp_path)).returncode == 0
+    assert [row["state"] for row in rows_of(tmp_path)] == ["live"]
+    gone = journal("prune", str(tmp_path), "--older-than", "0s")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert everything(tmp_path) == [], everything(tmp_path)  # no .lock, no .rotating left
