@@ -5,12 +5,15 @@ writer waited for and reported, one failure not stopping the rest."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
+import paused_cli
 from test_rotate import build_session, user
 
 from journal import Session
@@ -77,7 +80,13 @@ def test_a_session_its_writer_holds_is_waited_for_then_reported_busy(tmp_path: P
                        str(archive), "--no-compress", "--json")
     assert done.returncode == 1, done.stderr  # busy, and nothing failed
     rows = by_path(orjson.loads(done.stdout))
-    assert rows[held]["status"] == "busy" and "waited 0.5s" in rows[held]["reason"]
+    assert rows[held]["status"] == "busy"
+    reason = rows[held]["reason"]
+    assert reason.startswith(f"pid {os.getpid()} on {socket.gethostname()} since "), reason
+    assert reason.endswith(" is writing it; left for a later run"), reason
+    # a note, not an error: the writer is at work, and telling to close it is wrong advice
+    assert "Error:" not in done.stderr and "Close the other writer" not in done.stderr
+    assert f"{held}: busy (pid {os.getpid()} on " in done.stderr
     assert rows[free]["status"] == "rotated"
     assert rows[free]["result"]["archive"] == str(archive / os.path.basename(free))
     assert os.path.exists(held) and resolve_live(held)[0] == held
@@ -90,3 +99,56 @@ def test_a_session_its_writer_holds_is_waited_for_then_reported_busy(tmp_path: P
     rows = by_path(orjson.loads(dry.stdout))
     assert rows[held]["status"] == "rotated" and rows[held]["result"]["dryRun"]
     assert resolve_live(held)[0] == held  # a dry run changes nothing
+
+
+def test_busy_sessions_share_one_lock_timeout_and_a_brief_writer_is_waited_for(
+        tmp_path: Path) -> None:
+    held = [rotatable(tmp_path) for _ in range(3)]
+    brief = rotatable(tmp_path)
+    # a writer that lets go soon (an append, say): held when its turn comes, free later
+    script = ("import sys, time; from journal import Session\n"
+              "with Session.open(sys.argv[1]):\n"
+              "    print('held', flush=True); time.sleep(1.5)\n")
+    child = subprocess.Popen([sys.executable, "-c", script, brief], stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert child.stdout is not None and child.stdout.readline() == "held\n"
+    try:
+        with Session.open(held[0]), Session.open(held[1]), Session.open(held[2]):
+            started = time.monotonic()
+            done = journal("rotate", str(tmp_path), "--lock-timeout", "3", "--json")
+            took = time.monotonic() - started
+    finally:
+        child.wait(timeout=30)
+    assert done.returncode == 1, done.stderr
+    rows = by_path(orjson.loads(done.stdout))
+    assert [rows[p]["status"] for p in held] == ["busy"] * 3
+    assert rows[brief]["status"] == "rotated"  # tried again once the others were done
+    # one wait of 3 s for all of them, not 3 s for each (and the command's own start-up)
+    assert took < 3 * 3, took
+
+
+def test_a_session_its_writer_rotated_meanwhile_is_followed_not_failed(
+        tmp_path: Path) -> None:
+    first = rotatable(tmp_path)
+    zz = tmp_path / "zz.jsonl"  # after `first` in the listing
+    os.rename(rotatable(tmp_path), zz)
+    # the folder run is held still while it publishes the first session's successor...
+    child, _ = paused_cli.start(["rotate", str(tmp_path), "--keep", "2", "--json"],
+                                pause_at=2, resumable=True)
+    # ...and meanwhile zz's own writer rotates it, into an archive folder of its own
+    own = journal("rotate", str(zz), "--archive-dir", str(tmp_path / "elsewhere"))
+    assert own.returncode == 0, own.stderr
+    successor = resolve_live(str(zz))[0]
+    assert successor != str(zz) and not zz.exists()
+    status, out, err = paused_cli.resume(child)
+    assert status == 0, err  # a cron job must not take this for a failure
+    assert "Error:" not in err
+    report = orjson.loads(out)
+    assert report["counts"] == {"rotated": 1, "skipped": 1, "busy": 0, "failed": 0}
+    rows = by_path(report)
+    assert rows[first]["status"] == "rotated"
+    row = rows[str(zz)]
+    assert row["status"] == "skipped"
+    assert row["reason"].startswith(f"rotated meanwhile by its writer into {successor}; ")
+    assert row["result"]["path"] == successor  # followed, as `rotate PATH` follows it
+    assert f"[2/2] {zz}: skipped (rotated meanwhile by its writer" in err

@@ -87,3 +87,26 @@ def test_prune_keeps_the_whole_lineage_until_the_rotation_is_finished(
     gone = journal("prune", str(tmp_path), "--older-than", "0s")
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert everything(tmp_path) == [], everything(tmp_path)  # no .lock, no .rotating left
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_rotate_dir_finishes_an_interrupted_rotation(tmp_path: Path, step: str) -> None:
+    old = killed(tmp_path, step)
+    dry = journal("rotate", str(tmp_path), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert os.path.lexists(old + INTENT_SUFFIX)  # a dry run changes nothing
+    done = journal("rotate", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "Error:" not in done.stderr
+    report = orjson.loads(done.stdout)
+    assert report["counts"]["failed"] == 0
+    recovered = [r for row in report["sessions"] if row["result"]
+                 for r in row["result"]["recovered"]]
+    assert len(recovered) == 1 and "an interrupted rotation was" in recovered[0]
+    assert not list(tmp_path.glob("*" + INTENT_SUFFIX)) and not list(tmp_path.glob(".*.tmp"))
+    assert os.path.exists(resolve_live(old)[0])
+    assert journal("repair", str(tmp_path), "--check").returncode == 0
+    again = journal("rotate", str(tmp_path), "--json")  # nothing left to do
+    assert again.returncode == 0 and not any(
+        row["result"] and row["result"]["recovered"]
+        for row in orjson.loads(again.stdout)["sessions"])

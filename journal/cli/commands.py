@@ -353,10 +353,13 @@ def _rotate_folder(args: argparse.Namespace) -> int:
         done.append(outcome)
         state = ("would rotate" if args.dry_run and outcome.status == "rotated"
                  else outcome.status)
-        why = f" ({outcome.reason})" if outcome.status == "skipped" else ""
+        # a busy session is a note (its writer is at work: a later run takes it), not an error
+        why = f" ({outcome.reason})" if outcome.reason and outcome.status != "failed" else ""
         print(f"journal: [{n}/{len(sessions)}] {outcome.path}: {state}{why}", file=sys.stderr)
-        if outcome.status in ("busy", "failed"):
+        if outcome.status == "failed":
             print_error(hide_passwords(outcome.reason))
+        elif outcome.status == "busy":
+            continue
         elif args.json:
             continue
         elif outcome.result is not None:
