@@ -126,9 +126,12 @@ def _refuse_non_finite(value: Any) -> None:
                          for k, v in reversed(item.items()))
         elif isinstance(item, (list, tuple)):
             stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):  # orjson writes them
-            stack.extend((f"{where}.{f.name}" if where else f.name, getattr(item, f.name))
-                         for f in reversed(dataclasses.fields(item)))
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            # what orjson writes of one: its attributes (its slots), but for `_`-names
+            names = (list(vars(item)) if hasattr(item, "__dict__")
+                     else [f.name for f in dataclasses.fields(item)])
+            stack.extend((f"{where}.{name}" if where else name, getattr(item, name))
+                         for name in reversed(names) if not name.startswith("_"))
 
 
 # Lone surrogates. JavaScript strings are UTF-16, so a writer that cuts a string in the middle

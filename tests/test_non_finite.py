@@ -85,9 +85,21 @@ def test_a_non_finite_number_in_a_dataclass_is_refused(file_or_database: str):
     class Usage:
         cost: float
 
+    @dataclass
+    class Hidden:
+        cost: float
+        _cache: float
+
     with Session.create(file_or_database, cwd="/") as session:
         before = stored(session.path)
         with pytest.raises(NonFiniteNumber) as raised:
             session.append_custom_entry("x", {"usage": Usage(math.nan)})
         assert raised.value.where == "data.usage.cost"
+        set_later = Usage(1.0)
+        set_later.extra = math.inf  # type: ignore[attr-defined]  # written by orjson too
+        with pytest.raises(NonFiniteNumber) as raised:
+            session.append_custom_entry("x", {"usage": set_later})
+        assert raised.value.where == "data.usage.extra"
         assert stored(session.path) == before
+        hidden = Hidden(1.0, math.nan)  # orjson writes no `_`-name: nothing non-finite written
+        session.append_custom_entry("x", {"usage": hidden, "none": None})
