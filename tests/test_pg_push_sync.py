@@ -521,3 +521,24 @@ def test_a_push_stopped_by_sigterm_says_what_is_stored_and_to_run_it_again(
     assert stored == (1,)  # the first lineage; the second was rolled back
     again = push(str(folder), pg_url)
     assert [row["action"] for row in again.sessions].count("new") == 2
+
+
+def test_an_archive_elsewhere_with_a_copy_in_the_folder_is_pushed_once(
+        pg_url: str, tmp_path: Path) -> None:
+    """An archive `rotate --archive-dir` put elsewhere, copied back into the folder's own
+    `archive/`: the folder push took both, under one name, and refused the whole lineage as
+    two files of one session."""
+    import shutil
+
+    folder, out = tmp_path / "q", tmp_path / "qa"
+    path, _ = session_in(folder, ["turn " + "x" * 200] * 30)
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate(archive_dir=str(out))
+    assert result.archive is not None
+    (folder / "archive").mkdir()
+    shutil.copy2(result.archive, folder / "archive" / Path(result.archive).name)
+    rows = push(str(folder), pg_url).sessions
+    assert sorted(row["action"] for row in rows) == ["new", "new"], rows
+    assert {row["file"] for row in rows} >= {str(folder / "archive" / Path(result.archive).name)}

@@ -213,6 +213,8 @@ def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple
     file's push names it (`archive/<name>` beside its live file): without them, a folder's
     lineages would be stored without their history."""
     inside = {os.path.realpath(path) for path, _ in found}
+    # a file the folder holds a copy of (by its file name, compressed or not) is the folder's
+    taken = {uncompressed_name(posixpath.basename(name)) for _, name in found}
     top = os.path.realpath(source)
     more: list[tuple[str, str]] = []
     for path, _ in found:
@@ -227,9 +229,12 @@ def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple
             # a rotation's archive (sealed); not a fork's parent, a session of its own
             if where in inside or seal_of(where) is None:
                 continue
-            inside.add(where)
             name = posixpath.normpath(posixpath.join(os.path.relpath(folder, top),
                                                      _name_in(folder, where)))
+            if uncompressed_name(posixpath.basename(name)) in taken:
+                continue  # a copy of it is in the folder (brought back): that one is pushed
+            inside.add(where)
+            taken.add(uncompressed_name(posixpath.basename(name)))
             more.append((where, name))
     return more
 
