@@ -658,6 +658,9 @@ def _prune_one(item: PruneItem, cutoff: datetime) -> None:
         if reason is None and (again.size, again.mtime, again.entries) != (
                 item.row.size, item.row.mtime, item.row.entries):
             reason = "changed while being pruned"
+        busy = next((f for f in item.files if _being_compressed(f)), None)
+        if busy is not None:  # kept whole: a rotation compressing an archive of it is not done
+            reason = f"{busy}: a rotation is compressing it; prune again once it is done"
         if reason is not None:
             item.action, item.reason = "skip", reason
             return
@@ -682,6 +685,18 @@ def _prune_one(item: PruneItem, cutoff: datetime) -> None:
         item.done = True
     finally:
         lock.release()
+
+
+def _being_compressed(path: str) -> bool:
+    """Whether another process holds `path`'s flock (a rotation compressing the archive)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return not hold_unless_busy(fd, path) and os.path.lexists(path)
+    finally:
+        os.close(fd)
 
 
 def _move(src: str, dst: str) -> None:

@@ -591,10 +591,46 @@ def test_prune_leaves_an_archive_a_rotation_is_compressing(tmp_path, archive_to)
         pruned = subprocess.run([sys.executable, "-m", "journal.cli", "prune", str(folder),
                                  "--older-than", "0s", "--json", *moved],
                                 capture_output=True, text=True, timeout=60)
-        assert pruned.returncode == 2, pruned.stdout + pruned.stderr
-        assert "another process is compressing it" in pruned.stdout + pruned.stderr
-        assert os.path.exists(plain)
+        assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+        [item] = orjson.loads(pruned.stdout)["items"]
+        assert item["action"] == "skip" and "a rotation is compressing it" in item["reason"]
+        assert os.path.exists(plain) and os.path.exists(item["path"])  # kept whole
     finally:
         status, out, err = resume(first)
     assert status == 0, err
     assert orjson.loads(out)["archive"] == plain + ".gz" and os.path.exists(plain + ".gz")
+
+
+def test_prune_keeps_the_whole_lineage_while_a_later_archive_is_being_compressed(tmp_path):
+    """The oldest archive was removed first, then prune stopped at the one a rotation held:
+    a lineage half removed."""
+    import fcntl
+    import subprocess
+    import sys
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    s, _ = build_session(folder)
+    first = s.path
+    s.close()
+    assert rotate(first, compress=False).rotated
+    live = resolve_live(first)[0]
+    with Session.open(live) as session:
+        ids = [session.append_message(user(f"again {i} " + "z" * 3000)) for i in range(6)]
+        session.append_message(assistant("a"))
+        session.append_compaction("again", ids[3], 5000)
+    assert rotate(live, compress=False).rotated
+    chain = lineage(resolve_live(live)[0])
+    assert len(chain) == 3
+    fd = os.open(chain[-2], os.O_RDONLY)  # the newest archive, as its compression holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        pruned = subprocess.run([sys.executable, "-m", "journal.cli", "prune", str(folder),
+                                 "--older-than", "0s", "--json"], capture_output=True,
+                                text=True, timeout=60)
+    finally:
+        os.close(fd)
+    assert pruned.returncode == 0, pruned.stderr
+    [item] = orjson.loads(pruned.stdout)["items"]
+    assert item["action"] == "skip" and "a rotation is compressing it" in item["reason"]
+    assert all(os.path.exists(p) for p in chain)
