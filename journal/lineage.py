@@ -649,9 +649,20 @@ def pending_rotations(path: str) -> list[str]:
     if isinstance(parent, str):
         name = uncompressed_name(os.path.basename(parent))
         beside = os.path.join(os.path.dirname(path), name)
-        if os.path.lexists(intent_path(beside)):
+        if os.path.lexists(intent_path(beside)) and _publishes(beside, path):
             found.insert(0, beside)
     return found
+
+
+def _publishes(parent: str, path: str) -> bool:
+    """Whether the interrupted rotation of `parent` is the one that published `path` (a fork
+    of `parent` names it too, but its rotation is not this file's); a damaged intent is
+    taken to be, so that it is said rather than passed over."""
+    try:
+        intent = read_intent(real_path(parent))
+    except BadIntent:
+        return True
+    return intent is not None and os.path.basename(intent.successor) == os.path.basename(path)
 
 
 def pending_note(path: str) -> str | None:

@@ -110,3 +110,22 @@ def test_rotate_dir_finishes_an_interrupted_rotation(tmp_path: Path, step: str) 
     assert again.returncode == 0 and not any(
         row["result"] and row["result"]["recovered"]
         for row in orjson.loads(again.stdout)["sessions"])
+
+
+def test_a_fork_is_not_held_by_its_parents_interrupted_rotation(tmp_path: Path) -> None:
+    """A fork names its parent as the successor of a rotation does: the parent's pending
+    rotation made the fork needs-repair, kept by prune, and a repair of it finished the
+    parent's rotation."""
+    from journal import Session
+
+    old = make_session(str(tmp_path))
+    with Session.create(str(tmp_path), cwd="/w", parent_session=old) as fork:
+        fork.append_message({"role": "user", "content": "a fork of it", "timestamp": 1})
+        forked = fork.path
+    crash_by_sigkill(old, "intent")
+    assert os.path.lexists(old + INTENT_SUFFIX)
+    check = journal("repair", forked, "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    rows = {row["path"]: row["state"] for row in rows_of(tmp_path)}
+    assert rows[forked] == "live", rows
+    assert os.path.lexists(old + INTENT_SUFFIX)  # the parent's, left for its own repair
