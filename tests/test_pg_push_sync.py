@@ -542,3 +542,25 @@ def test_an_archive_elsewhere_with_a_copy_in_the_folder_is_pushed_once(
     rows = push(str(folder), pg_url).sessions
     assert sorted(row["action"] for row in rows) == ["new", "new"], rows
     assert {row["file"] for row in rows} >= {str(folder / "archive" / Path(result.archive).name)}
+
+
+def test_a_push_while_a_compression_has_both_files_takes_the_gz(
+        pg_url: str, tmp_path: Path) -> None:
+    """Between a compression's publish of `X.gz` and its removal of `X`, a push saw both, two
+    files of one session, and refused the whole lineage."""
+    import gzip
+
+    folder = tmp_path / "src"
+    path, _ = session_in(folder, ["turn " + "x" * 200] * 30)
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        result = session.rotate(compress=False)
+    assert result.archive is not None
+    plain = Path(result.archive)
+    with open(plain, "rb") as f, gzip.open(str(plain) + ".gz", "wb") as out:
+        out.write(f.read())  # published; the plain file not removed yet
+    rows = push(str(folder), pg_url).sessions
+    assert sorted(row["name"] for row in rows) == sorted(
+        [Path(result.successor or "").name, f"archive/{plain.name}.gz"]), rows
+    assert {row["action"] for row in rows} == {"new"}

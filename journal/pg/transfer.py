@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, cast
 import psycopg
 
 from .. import archivegz, codec
-from ..archivegz import is_compressed, uncompressed_name
+from ..archivegz import compressed_name, is_compressed, uncompressed_name
 from ..discovery import is_session_name
 from ..errors import (
     ArchiveElsewhere,
@@ -199,6 +199,11 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
                 if (is_session_name(name, in_archive=os.path.basename(root) == ARCHIVE_DIR)
                         and not os.path.islink(path)):
                     found.append((path, os.path.relpath(path, source)))
+        # an archive and its `.gz` both there: a compression between its publish and its
+        # removal of the plain file (the same bytes): the `.gz` is the one that stays
+        names = {name for _, name in found}
+        found = [(path, name) for path, name in found
+                 if is_compressed(name) or compressed_name(name) not in names]
         return found + _archived_elsewhere(source, found)
     if not os.path.isfile(source):
         raise NotASession(source, "no such file or directory")
