@@ -201,9 +201,9 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
                     found.append((path, os.path.relpath(path, source)))
         # an archive and its `.gz` both there: a compression between its publish and its
         # removal of the plain file (the same bytes): the `.gz` is the one that stays
-        names = {name for _, name in found}
+        listed = {name for _, name in found}
         found = [(path, name) for path, name in found
-                 if is_compressed(name) or compressed_name(name) not in names]
+                 if is_compressed(name) or compressed_name(name) not in listed]
         return found + _archived_elsewhere(source, found)
     if not os.path.isfile(source):
         raise NotASession(source, "no such file or directory")
