@@ -214,7 +214,7 @@ def concurrent(kind: str, url: str, n: int, procs: int,
                for _ in range(procs)]
     for w in workers:
         w.start()
-    time.sleep(3.0)  # every worker imported and connected
+    time.sleep(3.0)  # every worker imported and warmed (each run opens its own connection)
     first = probe() if probe is not None else None
     ticks = cpu_times()
     began = time.perf_counter()

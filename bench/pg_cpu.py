@@ -49,6 +49,7 @@ class Run:
     server_user: float = 0.0
     server_sys: float = 0.0
     busy: float = 0.0  # the machine's CPU seconds not idle
+    share: float = 0.0  # the share of the CPUs in use while the writers wrote
 
     def per_commit(self, seconds: float) -> float:
         return seconds * 1e6 / self.commits
@@ -91,14 +92,19 @@ def server_ticks(data: Path) -> tuple[int, int]:
 
 
 def concurrent(kind: str, url: str, data: Path, n: int, procs: int) -> Run:
-    result = pg_bench.concurrent(kind, url, n, procs, probe=lambda: server_ticks(data))
+    """The concurrent run, the server's CPU time and the machine's busy time taken over one
+    window (from the writers' start to once they and their backends have ended)."""
+    result = pg_bench.concurrent(kind, url, n, procs,
+                                 probe=lambda: (server_ticks(data), pg_bench.cpu_times()))
     assert result.client_cpu is not None and result.probed is not None
-    assert result.busy is not None
-    (user0, sys0), (user1, sys1) = result.probed
+    ((user0, sys0), machine0), ((user1, sys1), machine1) = result.probed
+    if machine0 is None or machine1 is None:
+        raise SystemExit("pg_cpu needs /proc (Linux)")
+    spent = [b - a for a, b in zip(machine0, machine1, strict=True)]
     return Run(result.n, result.seconds, client_user=result.client_cpu[0],
                client_sys=result.client_cpu[1], server_user=(user1 - user0) / TICK,
-               server_sys=(sys1 - sys0) / TICK,
-               busy=result.busy * result.seconds * (os.cpu_count() or 1))
+               server_sys=(sys1 - sys0) / TICK, busy=(sum(spent) - spent[3] - spent[4]) / TICK,
+               share=result.busy or 0.0)
 
 
 def alone(kind: str, url: str, n: int) -> Run:
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         cost = med(many[kind], "busy")
         latency = 1e6 / rate1
         bound = cpus * latency / cost
-        busy = statistics.median(r.busy / (r.seconds * cpus) for r in many[kind])
+        busy = statistics.median(r.share for r in many[kind])
         print(f"  {kind:9}one session {rate1:,.0f}/s ({latency:.0f} us a commit); "
               f"{args.procs} sessions {rate_n:,.0f}/s = {rate_n / rate1:.2f}x one "
               f"(CPUs {busy:.0%} busy); at most {bound:.2f}x with every CPU busy "
