@@ -43,6 +43,16 @@ def session_in(folder: Path, texts: list[str]) -> tuple[str, str]:
         return session.path, session.session_id
 
 
+def rotated_in(folder: Path, **rotation: Any) -> tuple[str, str, Any]:
+    """A new session in `folder` long enough to rotate, compacted and rotated with the
+    `rotation` options: (its first file, its id, the rotation's result)."""
+    path, session_id = session_in(folder, ["turn " + "x" * 200] * 30)
+    with Session.open(path) as session:
+        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
+        session.append_compaction("summary", kept, 500)
+        return path, session_id, session.rotate(**rotation)
+
+
 def grow(path: str, texts: list[str]) -> list[str]:
     """Append `texts` to the session file as user messages; their entry ids."""
     with Session.open(path) as session:
@@ -336,11 +346,7 @@ def test_a_session_to_be_sealed_as_it_is_that_changed_meanwhile_is_not_sealed(
     a later push seals it as it is. A line appended to it in the database after the push
     compared it was sealed in with it, unchecked."""
     folder = tmp_path / "src"
-    path, session_id = session_in(folder, ["turn " + "x" * 200] * 30)
-    with Session.open(path) as session:
-        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
-        session.append_compaction("summary", kept, 500)
-        result = session.rotate()
+    path, session_id, result = rotated_in(folder)
     assert result.rotated and result.archive is not None
     lone = tmp_path / "lone"  # the sealed file without its successor
     lone.mkdir()
@@ -444,11 +450,7 @@ def test_an_archive_compressed_after_it_was_pushed_is_named_anew(
     import gzip
 
     folder = tmp_path / "src"
-    path, old_id = session_in(folder, ["turn " + "x" * 200] * 30)
-    with Session.open(path) as session:
-        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
-        session.append_compaction("summary", kept, 500)
-        result = session.rotate(compress=False)
+    path, old_id, result = rotated_in(folder, compress=False)
     assert result.rotated and result.archive is not None
     plain = Path(result.archive)
     push(str(folder), pg_url)
@@ -531,11 +533,7 @@ def test_an_archive_elsewhere_with_a_copy_in_the_folder_is_pushed_once(
     import shutil
 
     folder, out = tmp_path / "q", tmp_path / "qa"
-    path, _ = session_in(folder, ["turn " + "x" * 200] * 30)
-    with Session.open(path) as session:
-        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
-        session.append_compaction("summary", kept, 500)
-        result = session.rotate(archive_dir=str(out))
+    path, _, result = rotated_in(folder, archive_dir=str(out))
     assert result.archive is not None
     (folder / "archive").mkdir()
     shutil.copy2(result.archive, folder / "archive" / Path(result.archive).name)
@@ -551,11 +549,7 @@ def test_a_push_while_a_compression_has_both_files_takes_the_gz(
     import gzip
 
     folder = tmp_path / "src"
-    path, _ = session_in(folder, ["turn " + "x" * 200] * 30)
-    with Session.open(path) as session:
-        kept = session.append_message({"role": "user", "content": "kept", "timestamp": 1})
-        session.append_compaction("summary", kept, 500)
-        result = session.rotate(compress=False)
+    path, _, result = rotated_in(folder, compress=False)
     assert result.archive is not None
     plain = Path(result.archive)
     with open(plain, "rb") as f, gzip.open(str(plain) + ".gz", "wb") as out:
