@@ -496,6 +496,21 @@ def test_a_fork_of_an_archive_elsewhere_is_not_taken_for_its_successor(tmp_path)
     assert resolve_live(first)[0] == live != fork_live
 
 
+def rotation_paused_compressing(folder):
+    """A session in `folder` whose `journal rotate` (a child process) is held still while it
+    compresses its archive, its writer lock let go: (the session's path, the child, the
+    plain archive it compresses); `paused_cli.resume(child)` lets it finish."""
+    from paused_cli import start
+
+    s, _ = build_session(folder)
+    path = s.path
+    s.close()
+    # the 4th file rotate publishes (intent, successor, its sync, compressed archive)
+    first, temp = start(["rotate", path, "--json"], pause_at=4, resumable=True)
+    assert temp.endswith(".compress.tmp"), temp
+    return path, first, os.path.join(folder, "archive", os.path.basename(path))
+
+
 def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
     """Two processes: one `journal rotate` paused while it compresses its archive (its writer
     lock already let go), another `rotate --keep 0` of the same lineage meanwhile. The second
@@ -505,16 +520,10 @@ def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
     import subprocess
     import sys
 
-    from paused_cli import resume, start
+    from paused_cli import resume
 
-    s, _ = build_session(tmp_path)
-    path = s.path
-    s.close()
-    # the 4th file rotate publishes (intent, successor, its sync, compressed archive)
-    first, temp = start(["rotate", path, "--json"], pause_at=4, resumable=True)
+    path, first, plain = rotation_paused_compressing(tmp_path)
     try:
-        assert temp.endswith(".compress.tmp"), temp
-        plain = os.path.join(tmp_path, "archive", os.path.basename(path))
         assert os.path.exists(plain)
         second = subprocess.run([sys.executable, "-m", "journal.cli", "rotate", path,
                                  "--keep", "0", "--json"], capture_output=True, text=True,
@@ -576,17 +585,12 @@ def test_prune_leaves_an_archive_a_rotation_is_compressing(tmp_path, archive_to)
     import subprocess
     import sys
 
-    from paused_cli import resume, start
+    from paused_cli import resume
 
     folder = tmp_path / "s"
     folder.mkdir()
-    s, _ = build_session(folder)
-    path = s.path
-    s.close()
-    first, temp = start(["rotate", path, "--json"], pause_at=4, resumable=True)
+    path, first, plain = rotation_paused_compressing(folder)
     try:
-        assert temp.endswith(".compress.tmp"), temp
-        plain = os.path.join(folder, "archive", os.path.basename(path))
         moved = ["--archive-to", str(tmp_path / "old")] if archive_to else []
         pruned = subprocess.run([sys.executable, "-m", "journal.cli", "prune", str(folder),
                                  "--older-than", "0s", "--json", *moved],
