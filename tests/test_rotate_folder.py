@@ -152,3 +152,39 @@ def test_a_session_its_writer_rotated_meanwhile_is_followed_not_failed(
     assert row["reason"].startswith(f"rotated meanwhile by its writer into {successor}; ")
     assert row["result"]["path"] == successor  # followed, as `rotate PATH` follows it
     assert f"[2/2] {zz}: skipped (rotated meanwhile by its writer" in err
+
+
+TERMINATED_AFTER_ONE = """
+import os, signal, sys
+from journal import folder_rotation
+from journal.cli import main
+
+real, calls = folder_rotation.rotate, [0]
+
+def rotate(*args, **kwargs):
+    if not kwargs.get("dry_run"):
+        calls[0] += 1
+        if calls[0] == 2:  # the second session's rotation: a service manager stops the job
+            os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+
+folder_rotation.rotate = rotate
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_rotate_dir_stopped_by_sigterm_says_how_far_it_got(tmp_path: Path) -> None:
+    """Stopped mid-way, `rotate DIR` exited 143 with its last progress line only: a nightly
+    job's log did not say that it stopped, nor that running it again finishes."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    for _ in range(3):
+        rotatable(folder)
+    done = subprocess.run([sys.executable, "-c", TERMINATED_AFTER_ONE, "rotate", str(folder)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 143, done.stderr
+    assert "rotate interrupted after 1 of 3 session(s)" in done.stderr, done.stderr
+    assert "run it again to finish" in done.stderr
+    again = journal("rotate", str(folder))
+    assert again.returncode == 0, again.stderr

@@ -18,7 +18,9 @@ from .. import codec
 from ..claude import DIALECTS
 from ..context import Context
 from ..errors import JournalError, NotASession, UnknownEntry
+from ..folder_rotation import STATUSES, SessionRotation, live_sessions, rotate_folder
 from ..info import inspect, require_session
+from ..interrupt import Terminated
 from ..pg.url import hide_passwords, is_database_url, shown
 from ..render import describe_entry, describe_message
 from ..rotation import RotationResult
@@ -340,12 +342,34 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 def _rotate_folder(args: argparse.Namespace) -> int:
     """`journal rotate DIR`: every live session under it, one line of progress each on
     stderr; exit 2 if any failed, else 1 if any was busy, else 0."""
-    from ..folder_rotation import STATUSES, live_sessions, rotate_folder
-
     sessions = live_sessions(args.path)
     if not sessions:  # as `repair DIR`: a folder named by mistake is said, not passed over
         raise JournalError(f"{args.path}: no sessions (*.jsonl) under this folder")
-    done = []
+    done: list[SessionRotation] = []
+    try:
+        _rotate_each(args, sessions, done)
+    except (KeyboardInterrupt, Terminated):
+        # each session's rotation is whole or finished by the next rotate: say where it stood
+        print(f"journal: rotate interrupted after {len(done)} of {len(sessions)} session(s); "
+              "run it again to finish (a rotation cut short is finished by the next one)",
+              file=sys.stderr)
+        raise
+    counts = {status: sum(o.status == status for o in done) for status in STATUSES}
+    if args.json:
+        _emit_json({"folder": args.path, "dryRun": args.dry_run, "counts": counts,
+                    "sessions": [o.to_json() for o in done]})
+    else:
+        verb = "would rotate" if args.dry_run else "rotated"
+        print(f"{args.path}: {len(done)} session(s): {verb} {counts['rotated']}, skipped "
+              f"{counts['skipped']}, busy {counts['busy']}, failed {counts['failed']}")
+    if counts["failed"]:
+        return 2
+    return 1 if counts["busy"] else 0
+
+
+def _rotate_each(args: argparse.Namespace, sessions: list[tuple[str, int]],
+                 done: list[SessionRotation]) -> None:
+    """`journal rotate DIR`'s sessions one by one, each said as it is done (into `done`)."""
     for n, outcome in enumerate(rotate_folder(
             args.path, archive_dir=args.archive_dir, keep=args.keep,
             compress=not args.no_compress, dry_run=args.dry_run,
@@ -366,17 +390,6 @@ def _rotate_folder(args: argparse.Namespace) -> int:
             _print_rotation(outcome.result, args)
         else:
             print(f"{outcome.path}: not rotated: {outcome.reason}")
-    counts = {status: sum(o.status == status for o in done) for status in STATUSES}
-    if args.json:
-        _emit_json({"folder": args.path, "dryRun": args.dry_run, "counts": counts,
-                    "sessions": [o.to_json() for o in done]})
-    else:
-        verb = "would rotate" if args.dry_run else "rotated"
-        print(f"{args.path}: {len(done)} session(s): {verb} {counts['rotated']}, skipped "
-              f"{counts['skipped']}, busy {counts['busy']}, failed {counts['failed']}")
-    if counts["failed"]:
-        return 2
-    return 1 if counts["busy"] else 0
 
 
 def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
