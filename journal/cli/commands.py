@@ -621,7 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compress", action="store_true", help="archive without gzip")
     p.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
     p.add_argument("--lock-timeout", type=seconds, default=10.0, metavar="S",
-                   help="seconds to wait for another writer (default 10)")
+                   help="seconds to wait for another writer (default 10; with a folder, one "
+                   "wait shared by every session found busy, tried again at the end)")
     _add_json(p)
     p.set_defaults(func=cmd_rotate)
 
