@@ -218,12 +218,22 @@ class Batch:
         return found[-1] if found else None
 
 
-def split_batch(locator: str, at: int, data: bytes) -> Batch:
-    """`data` (complete lines) as rows; WriteFailed for bytes a text column cannot hold."""
+def check_storable(locator: str, at: int, data: bytes) -> None:
+    """WriteFailed (at offset `at` of the session `locator`) unless `data` is whole lines a
+    text column can hold: no NUL byte, valid UTF-8."""
     if data and not data.endswith(b"\n"):
         raise WriteFailed(locator, at, "a commit must be whole lines (no newline at its end)")
     if b"\x00" in data:
         raise WriteFailed(locator, at, "a NUL byte cannot be stored in a text column")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WriteFailed(locator, at, f"not valid UTF-8 at byte {e.start}") from e
+
+
+def split_batch(locator: str, at: int, data: bytes) -> Batch:
+    """`data` (complete lines) as rows; WriteFailed for bytes a text column cannot hold."""
+    check_storable(locator, at, data)
     lines: list[str] = []
     ids: list[str | None] = []
     parents: list[str | None] = []
@@ -232,10 +242,7 @@ def split_batch(locator: str, at: int, data: bytes) -> Batch:
     offset = 0
     kept: str | None = None
     for raw in data.split(b"\n")[:-1]:
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise WriteFailed(locator, at, f"not valid UTF-8 at byte {offset + e.start}") from e
+        lines.append(raw.decode("utf-8"))
         offsets.append(offset)
         offset += len(raw) + 1
         try:

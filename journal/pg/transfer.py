@@ -67,7 +67,7 @@ from . import schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease
 from .rotation import file_name, seal_in
-from .storage import PostgresStorage, split_batch
+from .storage import PostgresStorage, check_storable
 from .url import (
     DATABASE_ENV,
     is_database_url,
@@ -443,7 +443,7 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         # what could not be stored is refused here, before any lease moves the epoch on
         start = 0 if stored is None else stored.size
         try:
-            split_batch(path, start, data[start:])
+            check_storable(path, start, data[start:])
         except WriteFailed as e:
             plan.refuse(f"cannot be stored ({e.reason}), and the file is as it was; nothing "
                         "of its lineage was pushed")
