@@ -6,6 +6,7 @@ or refuses. A database made at version 4 goes on where it was."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import psycopg  # noqa: E402
 from pg_server import made_at, statement_counts  # noqa: E402
 
 from journal import Durability, Session, load  # noqa: E402
-from journal.errors import LeaseLost  # noqa: E402
+from journal.errors import LeaseLost, LockTimeout  # noqa: E402
 from journal.pg import schema  # noqa: E402
 from journal.pg.rotation import rotate_session  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
@@ -151,8 +152,9 @@ def test_a_line_written_without_the_lease_sends_the_writer_to_the_true_end(
 def test_a_replacement_under_the_lease_sends_the_next_commit_to_the_new_generation(
         pg_url: str) -> None:
     """The writer's end is of a generation that a replacement (`publish`, as repair makes
-    under the lease) made old: the next one-entry commit is refused by the statement's check
-    and appended to the current generation instead, at its end."""
+    under the lease) made old: the writer reads the end again (the lease's transaction
+    moved `Lease.turns` on), and the next one-entry commit goes to the current generation,
+    at its end, never to the old one."""
     storage = created(pg_url, "replaced")
     lease = storage.lock(5)
     appender = storage.open_appender(Durability.always())
@@ -164,7 +166,7 @@ def test_a_replacement_under_the_lease_sends_the_next_commit_to_the_new_generati
     finally:
         appender.close()
         lease.release()
-    assert fast_commits(pg_url) == (3, 2)  # the third refused by the check
+    assert fast_commits(pg_url) == (3, 3)  # the third at the new generation's end
     assert at == len(HEADER) + len(line("r0000001"))
     assert [r[2] for r in ids_in_table(storage)] == ["h", "r0000001", "r0000003"]
 
@@ -172,8 +174,8 @@ def test_a_replacement_under_the_lease_sends_the_next_commit_to_the_new_generati
 def test_a_session_sealed_under_the_writers_own_lease_takes_no_more_lines(
         pg_url: str, tmp_path: Any) -> None:
     """A rotation under the writer's lease seals the session (and moves its epoch on) while
-    an appender of it is open: that appender's next one-entry commit is refused, saying so,
-    and nothing is stored."""
+    an appender of it is open: that appender's next commit is refused, saying so, and
+    nothing is stored."""
     url = compacted(pg_url, "sealed-open")
     storage = PostgresStorage(pg_url, "sealed-open")
     lease = storage.lock(5)
@@ -188,7 +190,9 @@ def test_a_session_sealed_under_the_writers_own_lease_takes_no_more_lines(
         with pytest.raises(LeaseLost, match="sealed by a rotation"):
             appender.commit(line("e0000002"))
         assert ids_in_table(storage) == before
-        assert fast_commits(pg_url) == (calls + 1, stored)  # refused by the check
+        # not even sent: after the rotation (a transaction of the lease's) the end read
+        # again finds the session sealed, and journal.append says so
+        assert fast_commits(pg_url) == (calls, stored)
     finally:
         appender.close()
         if successor_lease is not None:
@@ -237,43 +241,42 @@ def test_a_database_at_version_4_goes_on_where_its_sessions_end(pg_url: str) -> 
     assert storage.size() == len(HEADER) + 6 * len(line("o0000001"))
 
 
-def test_a_one_entry_commit_during_a_replacement_goes_to_the_new_generation(
+def test_a_replacement_without_the_lease_is_refused_while_a_writer_holds_it(
         pg_url: str) -> None:
-    """A one-entry commit sent while a replacement (`publish` of a storage without the lease)
-    holds the stream row waits for it in the server, and is then appended to the new
-    generation at its end: not stored in the generation the replacement made old, where no
-    reader of the session would see it."""
-    import threading
-    import time
-
+    """A replacement (`publish` of a storage without the lease) while a writer holds the
+    lease is refused, naming the holder, and changes nothing: the writer's one-entry commits
+    go to the generation it knows, which must stay the session's. Once the lease is let go
+    it goes through, holding the lease's lock while it does (no writer takes the lease
+    meanwhile)."""
     storage = created(pg_url, "during-publish")
     lease = storage.lock(5)
     appender = storage.open_appender(Durability.always())
-    offsets: list[int] = []
+    other = PostgresStorage(pg_url, "during-publish")
     try:
         appender.commit(line("p0000001"))
-        committing = threading.Thread(
-            target=lambda: offsets.append(appender.commit(line("p0000002"))), daemon=True)
-
-        def meanwhile() -> None:
-            committing.start()
-            with psycopg.connect(storage.conninfo, autocommit=True) as admin:
-                deadline = time.monotonic() + 10
-                while not admin.execute("SELECT count(*) FROM pg_stat_activity WHERE "
-                                        "wait_event_type = 'Lock'").fetchone() == (1,):
-                    # the commit is sent while the replacement holds the row, and waits
-                    assert time.monotonic() < deadline, "the commit never waited"
-                    time.sleep(0.02)
-            assert offsets == []
-
-        PostgresStorage(pg_url, "during-publish").publish(
-            HEADER + line("p0000001"), "repair", before_swap=meanwhile)
-        committing.join(timeout=30)
+        generation = storage.current_generation()
+        with pytest.raises(LockTimeout, match=f"pid {os.getpid()}"):
+            other.publish(HEADER + line("p0000001"), "repair")
+        assert storage.current_generation() == generation
+        at = appender.commit(line("p0000002"))
     finally:
         appender.close()
         lease.release()
-    assert offsets == [len(HEADER) + len(line("p0000001"))]
+    assert at == len(HEADER) + len(line("p0000001"))
     assert [r[2] for r in ids_in_table(storage)] == ["h", "p0000001", "p0000002"]
+    assert fast_commits(pg_url) == (2, 2)
+
+    refused: list[BaseException] = []
+
+    def meanwhile() -> None:
+        with pytest.raises(LockTimeout) as taken:
+            PostgresStorage(pg_url, "during-publish").lock(0)
+        refused.append(taken.value)
+
+    other.publish(HEADER + line("p0000001"), "repair", before_swap=meanwhile)
+    assert len(refused) == 1
+    assert [r[2] for r in ids_in_table(storage)] == ["h", "p0000001"]
+    storage.lock(0).release()  # let go with the replacement's transaction
 
 
 def test_a_replacement_under_the_lease_runs_on_its_connection_and_commits_wait(
@@ -435,3 +438,62 @@ def test_a_commit_waits_while_the_lease_connection_runs_a_transaction(pg_url: st
         lease.release()
     assert offsets == [first + len(line("t0000001"))]
     assert [r[2] for r in ids_in_table(storage)] == ["h", "t0000001", "t0000002"]
+
+
+def test_one_entry_commits_are_announced_while_the_session_is_followed(pg_url: str) -> None:
+    """The writer's one-entry commits look in journal.followers at most every ANNOUNCE_LAG
+    seconds, not in each commit: none is announced while nobody follows the session; once a
+    follower registers, every commit from the writer's next look on is (within ANNOUNCE_LAG
+    of the registration); once it is gone, none is after the look that finds it gone."""
+    import time
+
+    from journal.pg.watch import ANNOUNCE_LAG, CHANNEL, parse
+
+    storage = created(pg_url, "announced")
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    listener = psycopg.connect(pg_url, autocommit=True)
+    listener.execute(f"LISTEN {CHANNEL}")
+    admin = psycopg.connect(pg_url, autocommit=True)
+    made: list[tuple[float, int]] = []  # (when, the session's entries after the commit)
+
+    def commit_for(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            appender.commit(line(f"a{len(made):07d}"))
+            made.append((time.monotonic(), len(made) + 2))
+            time.sleep(0.01)
+
+    def announced() -> list[int]:
+        return [position for note in listener.notifies(timeout=0.5)
+                if (position := parse(note.payload)[1]) is not None
+                and parse(note.payload)[0] == "announced"]
+
+    started = time.monotonic()
+    try:
+        commit_for(3 * ANNOUNCE_LAG)
+        assert announced() == []
+        registered = time.monotonic()
+        admin.execute("INSERT INTO journal.followers (session, backend, until) VALUES "
+                      "('announced', 1, now() + interval '60 seconds')")
+        first = len(made)
+        commit_for(3 * ANNOUNCE_LAG)
+        heard = announced()
+        after = [entries for _, entries in made[first:]]
+        assert heard and heard == after[after.index(heard[0]):]  # every one from the first
+        when = dict((entries, at) for at, entries in made)
+        assert when[heard[0]] - registered < ANNOUNCE_LAG + 0.05
+        admin.execute("DELETE FROM journal.followers WHERE session = 'announced'")
+        commit_for(ANNOUNCE_LAG + 0.05)  # the next look finds nobody
+        announced()
+        commit_for(3 * ANNOUNCE_LAG)
+        assert announced() == []
+        took = time.monotonic() - started
+    finally:
+        appender.close()
+        lease.release()
+        listener.close()
+        admin.close()
+    assert fast_commits(pg_url)[1] == len(made)  # every commit a one-entry statement
+    looked, _ = statement_counts(pg_url, "%INSERT INTO journal.entries%journal.followers%")
+    assert 4 <= looked <= took / ANNOUNCE_LAG + 2 and looked < len(made) / 3

@@ -1455,9 +1455,10 @@ def test_a_retry_fenced_after_a_lost_connection_does_not_say_nothing_was_appende
     """The first attempt is cut off while it waits in the server; the epoch moves on
     meanwhile (as a takeover moves it), so the retry, on a connection of its own, is fenced.
     What the first attempt did is not known to the writer: LeaseLost says the batch may have
-    been committed, not that nothing was. (Here it was fenced too: it waited for the table
-    before its snapshot was taken, so it saw the new epoch. A real takeover waits for the
-    lease's advisory lock, which that attempt's server process holds until it ends.)"""
+    been committed, not that nothing was. (Here it was: on the lease's connection the
+    one-entry statement is fenced by the advisory lock, not the epoch, and a real takeover
+    waits for that lock, which the attempt's server process holds until it ends: the epoch
+    moved by hand cannot stop it, and no takeover could have come before it.)"""
     errors: list[Any] = []
     with row_held_and_cut_armed(pg_url, "fenced-retry", refuse=False) as held:
         held.holder.execute("UPDATE journal.streams SET epoch = epoch + 1 "
@@ -1470,7 +1471,7 @@ def test_a_retry_fenced_after_a_lost_connection_does_not_say_nothing_was_appende
     assert len(errors) == 1 and isinstance(errors[0], LeaseLost)
     assert "may have been committed" in str(errors[0])
     assert "nothing was appended" not in str(errors[0])
-    assert stored_ids(held.url) == ["u1"]  # the first attempt was fenced too, here
+    assert stored_ids(held.url) == ["u1", "u2"]  # the first attempt, committed
 
 
 def test_another_thread_waits_for_a_commit_on_the_same_appender(pg_url: str) -> None:

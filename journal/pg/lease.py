@@ -7,17 +7,20 @@ backend is terminated), so a dead writer's lease frees itself without cleanup.
 
 Having the lock, the writer increments the session's fencing epoch in its `journal.streams`
 row and records who holds it (host, pid, since; the row is made if the session does not exist
-yet). Every append transaction locks the same row and is refused (`LeaseLost`) unless the
-epoch is still the writer's own, so a writer that lost its connection (and with it the lock)
-and comes back after another one took over can never interleave: the newcomer's increment
-waited for any append in flight (the row lock) and every later one sees the new epoch.
+yet). Every commit made without that lock (off the lease's connection) goes through
+`journal.append`, which locks the same row and refuses it (`LeaseLost`) unless the epoch is
+still the writer's own, so a writer that lost its connection (and with it the lock) and comes
+back after another one took over can never interleave: the newcomer's increment waited for
+any append in flight (the row lock) and every later one sees the new epoch.
 
 A writer that waits gives up after its timeout with `LockTimeout`, naming the holder.
 
 The writer's appender commits on the lease's connection while it lives (`journal.pg.storage`):
-there the advisory lock alone keeps every other writer out, and every commit carries the
-epoch. A batch goes through `journal.append`, which also locks the stream row; a takeover's
-epoch update waits for that lock. When the lease's connection is lost, `renew` takes the lock
+there the advisory lock alone keeps every other writer out (no takeover can happen while the
+connection lives, so nothing committed on it can come after one), and nothing else changes
+the session's generation, epoch or seal without that lock. A batch goes through
+`journal.append`, which also locks the stream row and checks the epoch; a takeover's epoch
+update waits for that lock. When the lease's connection is lost, `renew` takes the lock
 again on a new connection if it comes free and the epoch is still the lease's (nobody took the
 session over meanwhile); `connection()` is the lease's connection, taken back if need be, for
 the writer's own transactions (rotation, repair).
@@ -39,7 +42,8 @@ from ..errors import LeaseLost, LockTimeout
 from ..lock import check_lock_timeout
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe
 
-__all__ = ["RENEW_WAIT", "Lease", "LeaseLost", "acquire", "advisory_key", "current_holder"]
+__all__ = ["RENEW_WAIT", "Lease", "LeaseLost", "acquire", "advisory_key", "current_holder",
+           "gate_key"]
 
 # seconds a writer whose lease connection was lost waits for the lease's advisory lock to come
 # free (the old backend lets go once its last statement ends) when it takes the lease back
@@ -48,7 +52,19 @@ RENEW_WAIT = 1.0
 
 def advisory_key(session: str) -> int:
     """The advisory lock key of a session: 64 bits of a hash of its id, as a signed bigint."""
-    digest = hashlib.blake2b(b"journal.session:" + session.encode(), digest_size=8).digest()
+    return _key(b"journal.session:", session)
+
+
+def gate_key(session: str) -> int:
+    """The key of a session's append gate, a second advisory lock: the lease holder's
+    one-entry commits take it shared for their transaction, and a writer without the lease
+    that lost the race for the session's end to them takes it exclusive around its next
+    call (`journal.pg.storage`), which holds them off until it committed."""
+    return _key(b"journal.gate:", session)
+
+
+def _key(kind: bytes, session: str) -> int:
+    digest = hashlib.blake2b(kind + session.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
@@ -69,6 +85,10 @@ class Lease:
         # statement only, and a commit sent from another thread inside an open transaction
         # would be acknowledged before it is committed, and lost if that transaction is not
         self.busy = threading.RLock()
+        # how often the holder's own transactions took the connection (`connection()`): a
+        # replacement or a rotation there may change the stream, so an appender reads the
+        # session's end again once this moved on since it last did
+        self.turns = 0
         self._released = False
 
     @property
@@ -115,6 +135,7 @@ class Lease:
         (a network drop, a terminated backend) is found out only by using it, and then
         taken back (`renew`). LeaseLost if it cannot be (the lock held by another backend,
         or the epoch moved on). The caller holds `busy`."""
+        self.turns += 1
         if self.held:
             try:
                 self.conn.execute("SELECT 1")

@@ -83,6 +83,14 @@ class Prepared:
             return None
         return [result.get_value(0, column) for column in range(result.nfields)]
 
+    def prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Prepare the statement on `conn` (an idle autocommit connection) unless it is:
+        `first_row` does on first use, which for an insert waits for any lock on its table
+        (a writer that sends two statements prepares both at once)."""
+        if self._on is not conn:
+            with conn.lock:
+                self._prepare(conn)
+
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         pgconn = conn.pgconn
 

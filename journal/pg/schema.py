@@ -31,9 +31,9 @@ from ..errors import JournalError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["APPEND_ONE", "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES",
-           "STREAMS_WITH_END", "STREAM_END", "VERSION", "SchemaError", "current_version",
-           "ensure"]
+__all__ = ["APPEND_LOOKING", "APPEND_LOOKING_TYPES", "APPEND_ONE", "APPEND_ONE_TYPES",
+           "MIGRATIONS", "RESUME_TYPES", "STREAMS_WITH_END", "STREAM_END", "VERSION",
+           "SchemaError", "current_version", "ensure"]
 
 # pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
 MIGRATION_LOCK = 0x6A6F75726E616C21
@@ -266,36 +266,43 @@ RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"}
 
 # The one-entry commit of the writer that holds the session's lease, sent on the lease's own
 # connection (`journal.pg.storage`): one entry, not of RESUME_TYPES, at the position and byte
-# offset the writer knows to be the session's end. No update of the stream row, and only its
-# weakest lock (FOR KEY SHARE: it waits for a replacement's or a rotation's FOR UPDATE, and
-# then sees their change, but not for journal.append's lock or another's key share): while
-# that connection lives it holds the advisory lock, so no other writer can take the session
-# over, and one that did before finds this connection's commits ended (the lock is let go
-# only when the backend ends). No row when the generation was replaced, the session sealed
-# or the epoch moved on since the writer read its end (journal.append then says which, or
-# appends at the true end). A unique violation of the
-# primary key: a line is already at that offset (written without the lease); the writer then
-# goes through journal.append too. The followers probe, as journal.append's, sees the
-# followers registered when the statement began (a notification is only a hint).
-# Parameters ($1 to $10, of APPEND_ONE_TYPES; sent through `journal.pg.prepared`): stream id,
+# offset the writer knows to be the session's end. It reads no other row and locks none: the
+# connection holds the session's advisory lock, so while it lives no other writer can take
+# the session over, and a takeover before finds this connection's commits ended (the lock
+# is let go only when the backend ends); nothing else changes a live session's generation,
+# epoch or seal without that lock (a replacement without the lease takes it for its
+# transaction; a rotation and `journal push` hold the lease), and what the holder's own
+# process changes under the lease the writer learns from the lease (`Lease.turns`). A
+# unique violation of the primary key: a line is already at that offset (written without
+# the lease, or a rotation's seal); the writer then goes through journal.append, which
+# says what happened or appends at the true end. The statement takes the session's append
+# gate shared (`lease.gate_key`; an advisory lock, which no table is read for): a writer
+# without the lease that lost the race for the end to these commits takes it exclusive
+# around its next call, which they then wait for.
+# APPEND_ONE announces the commit when the writer says someone follows the session ($10);
+# APPEND_LOOKING, which the writer sends instead at most every `watch.ANNOUNCE_LAG` seconds,
+# looks in journal.followers (as journal.append does) and announces if anyone follows: its
+# second column is not NULL then. A notification is only a hint (the followers re-read).
+# Parameters (of APPEND_ONE_TYPES; sent through `journal.pg.prepared`): stream id,
 # generation, position, byte offset, the line, its id, parentId and type, the session id,
-# the epoch.
-APPEND_ONE = """
+# the gate's key, and for APPEND_ONE whether to announce.
+_APPEND_ONE_INSERT = """
 INSERT INTO journal.entries (stream, generation, position, byte_offset, line, id, parent_id,
                              type)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8
-    WHERE EXISTS (SELECT 1 FROM journal.streams s
-                  WHERE s.id = $1 AND s.generation = $2 AND s.epoch = $10
-                    AND s.successor IS NULL
-                  FOR KEY SHARE)
-    RETURNING byte_offset,
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8 FROM (SELECT pg_advisory_xact_lock_shared($10)) gate
+"""
+APPEND_ONE = _APPEND_ONE_INSERT + """    RETURNING byte_offset,
+        CASE WHEN $11 THEN pg_notify('journal_changes', $9 || ' ' || ($3 + 1)) END
+"""
+APPEND_LOOKING = _APPEND_ONE_INSERT + """    RETURNING byte_offset,
         CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
                           WHERE f.session = $9 AND f.until > now())
              THEN pg_notify('journal_changes', $9 || ' ' || ($3 + 1))
         END
 """
-# APPEND_ONE's parameters' types (oids): bigint x4, text x5, bigint
-APPEND_ONE_TYPES = (20, 20, 20, 20, 25, 25, 25, 25, 25, 20)
+# the parameters' types (oids): bigint x4, text x5, bigint, and APPEND_ONE's boolean
+APPEND_LOOKING_TYPES = (20, 20, 20, 20, 25, 25, 25, 25, 25, 20)
+APPEND_ONE_TYPES = (*APPEND_LOOKING_TYPES, 16)
 
 # Where a live session's current generation ends, from its last line (one backward probe of
 # the primary key): its size in bytes, its number of entries, the id of its last line. A

@@ -16,8 +16,10 @@ planning, the tail) works unchanged.
   acknowledged at the offset it has, never stored twice. The writer holding the lease commits
   on the lease's own connection, where its advisory lock keeps every other writer out: a
   single plain entry goes there as `schema.APPEND_ONE` (sent through psycopg's libpq layer by
-  `journal.pg.prepared`), an insert at the end the appender keeps track of that does not
-  update the stream row (it waits only for a replacement's or a rotation's lock on it). If the
+  `journal.pg.prepared`), an insert at the end the appender keeps track of that reads and
+  locks no other row (nothing else changes the session's generation, epoch or seal without
+  the lease's lock; what the holder's own transactions change, the appender learns from
+  `Lease.turns`). If the
   connection is lost during a commit, the appender takes the lease back on a new connection
   (`Lease.renew`; failing that, it goes on on one of its own, fenced by the epoch through
   `journal.append`) and sends the same batch once more: it looks the batch up by its lines
@@ -36,9 +38,10 @@ planning, the tail) works unchanged.
   server flushes within a few hundred milliseconds; under `batch` the appender also forces a
   flush after N commits or MS milliseconds, and `sync()` forces one at any time).
 - `lock` takes the session's lease (`journal.pg.lease`); an appender opened from the storage
-  that holds it commits on the lease's connection and carries its epoch, and its commits are
-  refused with `LeaseLost` once another writer took over. (An appender opened without the
-  lease is not fenced, and always calls `journal.append`.)
+  that holds it commits on the lease's connection (its advisory lock fencing them: no
+  takeover while it lives) and, off it, through `journal.append` with its epoch, refused
+  with `LeaseLost` once another writer took over. (An appender opened without the lease is
+  not fenced, and always calls `journal.append`.)
 - `publish` writes the replacement as a new generation (COPY), runs `before_swap`, and makes
   it current in one transaction; the generation before stays readable for readers that still
   read it, older ones are removed. Under the storage's lease it runs on the lease's
@@ -82,6 +85,7 @@ from ..errors import (
     GenerationGone,
     JournalError,
     LeaseLost,
+    LockTimeout,
     NoSpace,
     NotASession,
     SessionChanged,
@@ -100,10 +104,10 @@ from .connect import (
     describe,
     with_shared,
 )
-from .lease import RENEW_WAIT, Lease, acquire, current_holder
+from .lease import RENEW_WAIT, Lease, acquire, advisory_key, current_holder, gate_key
 from .prepared import Prepared
 from .url import SessionUrl, parse_url, session_url
-from .watch import PgWatch
+from .watch import ANNOUNCE_LAG, PgWatch
 
 __all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch",
            "current_end"]
@@ -125,13 +129,16 @@ COMMIT_ATTEMPTS = 2
 # `PostgresStorage.extend_in` sends a grown file's new lines in batches of about this many
 # bytes (the arrays of one call are built whole in the server's memory)
 EXTEND_BATCH = 4 << 20
-# journal.append called once the stream row is locked against the lease holder's one-entry
-# statement (its FOR KEY SHARE waits for this), in one statement: for a call that lost the race
-# for the end (`_append`). No row: no such session (the plain call then says so).
-LOCKED_APPEND = APPEND + (" FROM (SELECT 1 FROM journal.streams WHERE session = %s "
-                          "FOR UPDATE) AS locked")
-# The stream row locked for a re-sent batch's second look-up and call (`_resend`).
-LOCK_STREAM = "SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE"
+# journal.append called once the session's append gate is held against the lease holder's
+# one-entry statement (`lease.gate_key`: it takes the gate shared, so it waits for this) and
+# the stream row locked, in one statement: for a call that lost the race for the end
+# (`_append`). No row: no such session (the plain call then says so).
+LOCKED_APPEND = APPEND + (" FROM (SELECT pg_advisory_xact_lock(%s)) AS gate, (SELECT 1 FROM "
+                          "journal.streams WHERE session = %s FOR UPDATE) AS locked")
+# The append gate taken and the stream row locked for a re-sent batch's second look-up and
+# call (`_resend`).
+LOCK_STREAM = ("SELECT pg_advisory_xact_lock(%s) FROM journal.streams WHERE session = %s "
+               "FOR UPDATE")
 # Where a batch sent before without a known outcome is, in a live session's current
 # generation: (the generation; the offset from which every line of it is stored in order;
 # the offset of an entry with its first id and line, whatever follows it; the offset of the
@@ -575,8 +582,9 @@ class Lookup:
 
 class PostgresAppender:
     """The writer's handle. With the session's lease it commits on the lease's connection
-    (its epoch fencing every commit), one plain entry as `schema.APPEND_ONE` at the end it
-    keeps track of; without it, on a connection of its own, unfenced."""
+    (its advisory lock fencing every commit there, the epoch every batch), one plain entry as
+    `schema.APPEND_ONE` at the end it keeps track of; without it, on a connection of its
+    own, unfenced."""
 
     def __init__(self, storage: PostgresStorage, durability: Durability | None,
                  lease: Lease | None) -> None:
@@ -589,11 +597,20 @@ class PostgresAppender:
         self._synchronous = "on" if self.durability.every == 1 else "off"
         self._cursor: psycopg.Cursor[Any] | None = None
         self._one = Prepared(b"journal_append_one", schema.APPEND_ONE, schema.APPEND_ONE_TYPES)
+        self._looking = Prepared(b"journal_append_looking", schema.APPEND_LOOKING,
+                                 schema.APPEND_LOOKING_TYPES)
+        # whether the session was followed when a one-entry commit last looked, and when the
+        # next one looks again (monotonic): until then the commits announce themselves or not
+        # as that one found (`schema.APPEND_ONE`)
+        self._followed = False
+        self._look_at = 0.0
+        self._gate = gate_key(storage.session)
         self._reconnecting = threading.Lock()
         # without a lease, the appender's own connection does one piece of work at a time
         # (a re-send's transaction spans statements: another thread's would run inside it)
         self._busy = threading.RLock()
         self._end: End | None = None  # known on the lease's connection only
+        self._end_turn = 0  # the lease's `turns` when the end was read
         # where this appender's last acknowledged batch ended, and in which generation: no
         # later batch starts before it (while the session is in that generation)
         self._floor: tuple[int | None, int] = (None, 0)
@@ -614,6 +631,7 @@ class PostgresAppender:
         """The lease's connection (taken again if it was lost, `Lease.renew`), else one of
         the appender's own: where the lease's cannot be had back, the epoch alone fences."""
         self._end = None
+        self._look_at = 0.0  # its first one-entry commit looks (and prepares both statements)
         lease = self.lease
         if lease is not None and (lease.held or lease.renew(RENEW_WAIT)):
             conn = lease.conn
@@ -791,9 +809,10 @@ class PostgresAppender:
         it read taken by a line of the holder's committed meanwhile (a unique violation:
         nothing stored), and, while the holder commits back to back, again on every try (its
         next line is in flight whenever the end is read). The call is then made once more in
-        one statement that first locks the stream row FOR UPDATE (LOCKED_APPEND; no round
-        trip while the lock is held): that waits for the holder's statement in flight and
-        holds its next ones off until the call committed."""
+        one statement that first takes the session's append gate exclusive and locks the
+        stream row FOR UPDATE (LOCKED_APPEND; no round trip while they are held): that waits
+        for the holder's statement in flight (which holds the gate shared) and holds its next
+        ones off until the call committed."""
         params = (*self._params(batch), self.storage.session)
 
         def call() -> tuple[int, int | None]:
@@ -805,7 +824,8 @@ class PostgresAppender:
             return call()
         except psycopg.errors.UniqueViolation:
             pass
-        row = cursor.execute(LOCKED_APPEND, (*params, self.storage.session)).fetchone()
+        row = cursor.execute(LOCKED_APPEND, (*params, self._gate,
+                                             self.storage.session)).fetchone()
         return (int(row[0]), row[1]) if row is not None else call()
 
     def _resend(self, conn: psycopg.Connection[Any], batch: Batch) -> tuple[int, int | None]:
@@ -819,9 +839,10 @@ class PostgresAppender:
         appender that has acknowledged nothing yet, holds no writer up). Not there, it is
         looked for again after what was the session's last line, and else appended, in one
         transaction that locks the stream row first: the lock waits for every commit that
-        was waiting for the row, the first attempt's included, and holds off the lease
-        holder's one-entry statement until the call committed. A batch whose first entry is
-        stored but not the rest of it is another batch: refused."""
+        was waiting for the row, the first attempt's included, and the append gate it takes
+        with it holds off the lease holder's one-entry statement until the call committed.
+        A batch whose first entry is stored but not the rest of it is another batch:
+        refused."""
         generation, floor = self._floor
         found = self._find(conn, batch, generation, floor)
         if found is None:  # no live session: the function says why
@@ -831,7 +852,7 @@ class PostgresAppender:
         with conn.transaction():
             conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
                          (RESEND_IDLE_LIMIT,))
-            conn.execute(LOCK_STREAM, (self.storage.session,))
+            conn.execute(LOCK_STREAM, (self._gate, self.storage.session))
             again = self._find(conn, batch, found.generation, found.last + 1)
             if again is not None and again.at is not None:
                 return again.at, again.generation
@@ -876,26 +897,39 @@ class PostgresAppender:
     def _commit_one(self, conn: psycopg.Connection[Any], batch: Batch) -> int | None:
         """One entry as APPEND_ONE at the known end, on the lease's connection; None where
         journal.append must take it (no lease connection, the end not known or moved, the
-        entry perhaps already the session's last, a parameter libpq cannot pass)."""
+        entry perhaps already the session's last, a parameter libpq cannot pass). The end is
+        read again after a transaction of the lease holder's own (a replacement, a rotation)
+        and after any refusal: nobody else changes the session while the connection lives."""
         lease = self.lease
         if lease is None or conn is not lease.conn:
             return None
-        end = self._end if self._end is not None else self._read_end(conn)
+        end = self._end
+        if end is None or self._end_turn != lease.turns:
+            end = self._read_end(conn)
         if end is None or end.last_id == batch.ids[0]:
             return None  # journal.append compares the bytes, and acknowledges a retry
+        params = [str(end.stream), str(end.generation), str(end.entries), str(end.size),
+                  batch.lines[0], batch.ids[0], batch.parents[0], batch.types[0],
+                  self.storage.session, str(self._gate)]
+        now = time.monotonic()
+        looking = now >= self._look_at
+        if not looking:
+            params.append("t" if self._followed else "f")
         try:
-            row = self._one.first_row(conn, (
-                str(end.stream), str(end.generation), str(end.entries), str(end.size),
-                batch.lines[0], batch.ids[0], batch.parents[0], batch.types[0],
-                self.storage.session, str(lease.epoch)))
+            if looking:  # the first commit looks: both prepared then (and after a reconnection)
+                self._one.prepare(conn)
+            row = (self._looking if looking else self._one).first_row(conn, params)
         except psycopg.errors.UniqueViolation:
             row = None  # a line is at that offset already: written without the lease
         if row is None:
             self._end = None
             return None
+        if looking:
+            self._followed = row[1] is not None
+            self._look_at = now + ANNOUNCE_LAG
         self._end = end.after(batch)
         self._moved = True
-        if time.monotonic() >= self._settle_at:
+        if now >= self._settle_at:
             self._settle(conn)
         return end.size
 
@@ -918,6 +952,8 @@ class PostgresAppender:
         if row is None:
             return None
         self._end = End(int(row[0]), int(row[1]), int(row[2]), int(row[3]), row[4])
+        if self.lease is not None:
+            self._end_turn = self.lease.turns
         return self._end
 
     def _params(self, batch: Batch) -> tuple[Any, ...]:
@@ -1298,7 +1334,10 @@ class PostgresStorage:
                 *, based_on: int | None = None) -> None:
         """Replace the session with `data` as a new generation, atomically (see module doc).
         `based_on`: the session's size the replacement was made from, checked under the row
-        lock (an appender without the lease may have appended since: `SessionChanged`)."""
+        lock (an appender without the lease may have appended since: `SessionChanged`).
+        Without the session's lease, the replacement takes the lease's lock for its
+        transaction: `LockTimeout`, nothing changed, while a writer holds the lease (its
+        one-entry commits go to the generation it knows)."""
         batch = split_batch(self._name, 0, data)
         lease = self._lease
         conn: psycopg.Connection[Any] | None = None
@@ -1328,6 +1367,13 @@ class PostgresStorage:
         with conn.transaction():
             # durable whatever an appender set on the lease's connection
             conn.execute("SET LOCAL synchronous_commit = on")
+            if lease is None or lease.released:
+                # the lease's lock, for this transaction: the lease holder's one-entry
+                # commits count on nobody else changing the generation under them
+                got = conn.execute("SELECT pg_try_advisory_xact_lock(%s)",
+                                   (advisory_key(self.session),)).fetchone()
+                if not (got and got[0]):
+                    raise LockTimeout(self._name, 0, current_holder(conn, self.session))
             row = conn.execute(
                 "SELECT id, generation, epoch, moved_out_at, exported_to FROM journal.streams "
                 "WHERE session = %s AND generation IS NOT NULL FOR UPDATE",

@@ -9,8 +9,11 @@ the watch was reconnecting, loses nothing; at worst the change is seen at the ne
 Announcing costs writers something (NOTIFY takes a lock at commit), so only streams someone
 follows are announced: the watch registers the streams it waits on in `journal.followers`
 (renewed while it waits, expiring `FOLLOW_TTL` seconds after the last renewal, removed when it
-closes), and the `journal.streams` trigger notifies only for those. A wait that registers a
-stream for the first time returns at once, so the caller reads what was committed before.
+closes), and the `journal.streams` trigger and the writers notify only for those. A wait that
+registers a stream for the first time returns once the writers have seen it registered, so
+the caller reads what was committed before: a writer committing one entry at a time looks in
+`journal.followers` at most every `ANNOUNCE_LAG` seconds (not in every commit:
+`journal.pg.schema.APPEND_ONE`), so that wait returns after `ANNOUNCE_LAG`.
 
 `PgWatch` keeps one connection listening from the moment it is opened (before the follower's
 first read, so nothing committed after that read is slept through). `wait(storages, places)`
@@ -36,7 +39,8 @@ from ..storage.mark import StopFlag
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["CHANNEL", "POLL_INTERVAL", "STEP", "PgWatch", "Streamed", "notify_sql", "parse"]
+__all__ = ["ANNOUNCE_LAG", "CHANNEL", "POLL_INTERVAL", "STEP", "PgWatch", "Streamed",
+           "notify_sql", "parse"]
 
 log = logging.getLogger("journal.tail")
 
@@ -51,6 +55,9 @@ RETRY_AFTER = 2.0
 FOLLOW_TTL = 60
 """Seconds a registration in `journal.followers` lasts; the watch renews it well before."""
 RENEW_EVERY = 20.0
+ANNOUNCE_LAG = 0.1
+"""The longest a writer committing one entry at a time goes on without looking whether its
+session is followed (while it commits): a stream registered that long ago is announced."""
 
 
 class Streamed(Protocol):
@@ -224,7 +231,10 @@ class PgWatch:
             woken = False
             try:
                 if self._register(conn, wanted):
-                    return True
+                    # after the writers' next look (ANNOUNCE_LAG), which finds the stream
+                    # registered: what they commit from then on is announced
+                    self._sleep(ANNOUNCE_LAG)
+                    return not (self.stop.is_set() or self._closed)
                 # closed before anything else is asked of the connection: a suspended
                 # `notifies` generator holds the connection's lock
                 with closing(conn.notifies(
