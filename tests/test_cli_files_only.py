@@ -15,7 +15,6 @@ from journal.cli import main, repair_main, tail_main
 URL = "postgresql://nobody@127.0.0.1:1/nodb?session=abc"
 
 COMMANDS = [
-    ["lineage", URL],
     ["prune", "pg:abc", "--older-than", "1d"],
     ["import", "pg:abc"],
 ]
@@ -32,6 +31,7 @@ DATABASE_COMMANDS = [
     ["export", "pg:abc", "--format", "md"],
     ["usage", "pg:abc"],
     ["search", "hello", URL],
+    ["lineage", URL],
 ]
 
 

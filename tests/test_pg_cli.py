@@ -355,3 +355,30 @@ def test_a_url_libpq_cannot_use_is_no_unreachable_server(pg_url: str, query: str
     with pytest.raises(DatabaseError) as raised:
         connect(f"{pg_url}?{query}")
     assert not isinstance(raised.value, Unreachable)
+
+
+def test_lineage_lists_a_database_sessions_lineage(env: dict[str, str], pg_url: str) -> None:
+    """`journal lineage` on any session of a rotated database lineage lists its sessions'
+    URLs, oldest first, the live one last; a URL naming no session is one error line."""
+    url = session_url(pg_url, "lined")
+    with Session.create(url, cwd="/") as session:
+        for _ in range(2):
+            for n in range(4):
+                kept = session.append_message({"role": "user", "content": f"m{n}" * 300,
+                                               "timestamp": 1})
+            session.append_compaction("summary", kept, tokens_before=1)
+            assert session.rotate().rotated
+        live = session.path
+    first = journal("lineage", "pg:lined", env=env)
+    assert first.returncode == 0, first.stderr.decode()
+    lines = first.stdout.decode().splitlines()
+    rows = [line.split() for line in lines]
+    assert len(rows) == 3 and rows[0] == ["archived", url] and rows[-1] == ["live", live]
+    assert rows[1][0] == "archived" and "session=" in rows[1][1]
+    as_json = journal("lineage", live, "--json", env=env)
+    assert as_json.returncode == 0, as_json.stderr.decode()
+    assert json.loads(as_json.stdout) == {"lineage": [row[1] for row in rows], "live": live}
+    database = journal("lineage", pg_url, env=env)
+    assert database.returncode == 2
+    err = database.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error:") and "?session=" in err[0]

@@ -33,7 +33,6 @@ from .catalog import add_catalog_parsers
 from .claude import add_import_parser
 from .database import add_database_parsers
 from .export import add_export_parser
-from .filesonly import files_only
 from .repair import add_repair_parser
 from .search import add_search_parser
 from .tail import add_tail_parser
@@ -425,18 +424,25 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from ..lineage import lineage
+    from ..anywhere import is_sealed, lineage
 
     chain = lineage(args.path)
+    if is_database_url(args.path):
+        # the last may be sealed too: its successor's row deleted (a broken lineage)
+        live_one = None if is_sealed(chain[-1]) else shown(chain[-1])
+        chain = [shown(url) for url in chain]
+        return _print_lineage(args, chain, live_one)
     try:
         os.stat(chain[-1])  # a folder on the way that cannot be entered is said as such
     except FileNotFoundError:
         raise NotASession(args.path, "no such file, and no successor of it was found") from None
     check_session(chain[-1])
-    from ..anywhere import is_sealed
-
     # the last found may be sealed too: archives copied (or exported) without the live file
     live_one = None if is_sealed(chain[-1]) else chain[-1]
+    return _print_lineage(args, chain, live_one)
+
+
+def _print_lineage(args: argparse.Namespace, chain: list[str], live_one: str | None) -> int:
     if args.json:
         _emit_json({"lineage": chain, "live": live_one})
         return 0
@@ -628,10 +634,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lineage", help="list a session's files from first archive to live",
                        description="Follow parentSession links and successor markers to list "
-                       "every file of a rotated session, oldest first, the live one last.")
-    p.add_argument("path", help="any file of the lineage (an archived or moved path works)")
+                       "every file of a rotated session, oldest first, the live one last; "
+                       "for a database session, its sessions' URLs (the sealed ones it "
+                       "continues, then those continuing it).")
+    p.add_argument("path", help="any file of the lineage (an archived or moved path works), "
+                   "or any database session of it (URL or pg:<id>)")
     _add_json(p)
-    p.set_defaults(func=files_only(cmd_lineage, "journal lineage"))
+    p.set_defaults(func=cmd_lineage)
 
     p = sub.add_parser("quarantine", help="list, print or restore bytes repair set aside",
                        description="The byte ranges taken out of a session (torn tails, bad "
