@@ -756,22 +756,29 @@ def repair(
     if is_compressed(path):
         raise NotASession(path, "a compressed archive is read-only; repair its live successor "
                           "(or check this one with --check)")
+    finished: list[str] = []  # the interrupted rotations finished first: findings too
     if pending_rotations(path):  # its own interrupted rotation, or the file's it continues
-        recover_pending(path, lock_timeout)
+        finished = recover_pending(path, lock_timeout)
         if not os.path.exists(path):  # finished: the file is archived; its successor is live
             path = resolve_live(path)[0]
     path, lock, _ = lock_live(path, lock_timeout, recover=False, follow_seals=False)
     try:
         if os.path.lexists(intent_path(path)):  # a left-over rotation: finish or clear it
-            recover_rotation(path)
+            action = recover_rotation(path)
             if not os.path.exists(path):
                 raise NotASession(path, "an interrupted rotation was finished and this file "
                                   "archived; repair its live successor instead")
+            if action is not None:
+                finished.append(f"{path}: an interrupted rotation was {action}")
         remove_leftovers(path)
         check_single_name(path)
-        return _apply(plan(path, migrate=migrate, strict=strict, progress=progress), path)
+        report = _apply(plan(path, migrate=migrate, strict=strict, progress=progress), path)
     finally:
         lock.release()
+    if finished:
+        report.problems[:0] = [Problem("pending_rotation", done) for done in finished]
+        report.changed = True
+    return report
 
 
 def _apply(p: _Plan, path: str) -> RepairReport:

@@ -60,9 +60,15 @@ def test_repair_check_reports_a_pending_rotation_that_repair_finishes(
     assert problems and all(p["kind"] == "pending_rotation" for p in problems)
     assert "'journal repair' or 'journal rotate' finishes it" in problems[0]["action"]
 
-    done = journal("repair", str(tmp_path))  # what a job runs when --check exits 1
+    done = journal("repair", str(tmp_path), "--json")  # what a job runs when --check exits 1
     assert done.returncode == 0, done.stdout + done.stderr
     assert "an interrupted rotation was" in done.stderr
+    # and in its report, as the finding --check gave
+    finished = [p for line in done.stdout.splitlines()
+                for p in orjson.loads(line)["problems"]]
+    assert [p["kind"] for p in finished] == ["pending_rotation"], done.stdout
+    assert "an interrupted rotation was " + ("undone" if step == "intent" else "finished") in (
+        finished[0]["action"])
     assert not list(tmp_path.glob("*" + INTENT_SUFFIX)) and not list(tmp_path.glob(".*.tmp"))
     assert os.path.exists(resolve_live(old)[0])
     again = journal("repair", str(tmp_path), "--check")
