@@ -1379,3 +1379,21 @@ def test_opening_the_first_of_a_twice_rotated_session_names_every_hop(pg_url: st
             fill(file_session)
     with Session.open(paths[0]) as file_session:
         assert file_session.followed == paths[:-1]
+
+
+def test_a_sealed_session_is_not_replaced(pg_url: str) -> None:
+    """A replacement of a session a rotation sealed (its lease is free, so the lease's lock
+    does not stop it) would put lines after its seal, or drop the seal while the row names a
+    successor: refused, nothing changed."""
+    from journal import SessionSealed
+
+    url = new_session(pg_url)
+    assert rotate_database(url).rotated
+    sealed = PostgresStorage.from_url(url)
+    before = bytes_of(sealed)
+    extra = b'{"type":"custom","id":"late0001","customType":"x"}\n'
+    with pytest.raises(SessionSealed, match="nor is it replaced"):
+        sealed.publish(before + extra, "repair", based_on=len(before))
+    with pytest.raises(SessionSealed):
+        sealed.publish(before[:before.index(b"\n") + 1], "repair")
+    assert bytes_of(sealed) == before and is_seal(load(url).entries[-1])

@@ -390,7 +390,7 @@ def test_the_one_entry_statement_reads_no_entry_and_no_stream_row(pg_url: str) -
     assert "Sort" not in end_plan, end_plan
 
 
-def test_an_appender_prepares_its_statement_at_once() -> None:
+def test_an_appender_prepares_its_statement_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new appender's first commits pay less for planning (about a quarter of a millisecond
     each, on the 2-core machine): the one-entry statement is prepared on first use, so the
     server plans it for its first five executions and then keeps a generic plan (6 plans for
@@ -399,8 +399,11 @@ def test_an_appender_prepares_its_statement_at_once() -> None:
     import psycopg
 
     from journal import Durability
+    from journal.pg import storage as pg_storage
     from journal.pg.server import EmbeddedServer
 
+    # one look for followers in the first commit only, however slowly the machine commits
+    monkeypatch.setattr(pg_storage, "ANNOUNCE_LAG", 3600.0)
     with EmbeddedServer(settings={
             "shared_preload_libraries": "pg_stat_statements",
             "pg_stat_statements.track_planning": "on"}) as server:

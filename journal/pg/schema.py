@@ -31,9 +31,9 @@ from ..errors import JournalError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["APPEND_LOOKING", "APPEND_LOOKING_TYPES", "APPEND_ONE", "APPEND_ONE_TYPES",
-           "MIGRATIONS", "RESUME_TYPES", "STREAMS_WITH_END", "STREAM_END", "VERSION",
-           "SchemaError", "current_version", "ensure"]
+__all__ = ["ANNOUNCE_IF_FOLLOWED", "APPEND_LOOKING", "APPEND_LOOKING_TYPES", "APPEND_ONE",
+           "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES", "STREAMS_WITH_END", "STREAM_END",
+           "VERSION", "SchemaError", "current_version", "ensure"]
 
 # pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
 MIGRATION_LOCK = 0x6A6F75726E616C21
@@ -299,6 +299,15 @@ APPEND_LOOKING = _APPEND_ONE_INSERT + """    RETURNING byte_offset,
                           WHERE f.session = $9 AND f.until > now())
              THEN pg_notify('journal_changes', $9 || ' ' || ($3 + 1))
         END
+"""
+# A look for followers on its own, made by a writer after a one-entry commit sent
+# unannounced that ended only once its next look was due (`PostgresAppender._look_after`):
+# announces the session's `entries` if anyone follows it (the row is then not NULL).
+ANNOUNCE_IF_FOLLOWED = """
+SELECT CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
+                         WHERE f.session = %(session)s::text AND f.until > now())
+            THEN pg_notify('journal_changes', %(session)s::text || ' ' || %(entries)s::bigint)
+       END
 """
 # the parameters' types (oids): bigint x4, text x5, bigint, and APPEND_ONE's boolean
 APPEND_LOOKING_TYPES = (20, 20, 20, 20, 25, 25, 25, 25, 25, 20)
@@ -589,12 +598,23 @@ END
 $$;
 """
 
+# Version 6 changes no table: the lease holder's one-entry commits of this release read no
+# stream row (APPEND_ONE), which is safe only while every replacement takes the lease's lock
+# and every writer without the lease takes the append gate, as this release's do. The new
+# version makes an older release refuse the database (newer than it knows) rather than
+# replace a session under such a writer.
+_V6 = """
+COMMENT ON TABLE journal.entries IS 'one row per line; the lease holder''s one-entry commits
+are fenced by the lease''s advisory lock, not by a probe of journal.streams (version 6)';
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "streams, entries, append()", _V1),
     (2, "successors, file names, quarantine, followers and change notifications", _V2),
     (3, "archives moved out of the database", _V3),
     (4, "a sealed session takes no more lines", _V4),
     (5, "one-entry commits leave the stream row as it is", _V5),
+    (6, "one-entry commits fenced by the lease's lock alone", _V6),
 ]
 VERSION = MIGRATIONS[-1][0]
 

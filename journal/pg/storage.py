@@ -133,8 +133,10 @@ EXTEND_BATCH = 4 << 20
 # one-entry statement (`lease.gate_key`: it takes the gate shared, so it waits for this) and
 # the stream row locked, in one statement: for a call that lost the race for the end
 # (`_append`). No row: no such session (the plain call then says so).
-LOCKED_APPEND = APPEND + (" FROM (SELECT pg_advisory_xact_lock(%s)) AS gate, (SELECT 1 FROM "
-                          "journal.streams WHERE session = %s FOR UPDATE) AS locked")
+# (The row's subquery refers to the gate's, so the gate is taken first whatever the plan.)
+LOCKED_APPEND = APPEND + (" FROM (SELECT pg_advisory_xact_lock(%s) IS NULL AS taken) AS gate "
+                          "CROSS JOIN LATERAL (SELECT 1 FROM journal.streams WHERE session = %s "
+                          "AND gate.taken IS NOT NULL FOR UPDATE) AS locked")
 # The append gate taken and the stream row locked for a re-sent batch's second look-up and
 # call (`_resend`).
 LOCK_STREAM = ("SELECT pg_advisory_xact_lock(%s) FROM journal.streams WHERE session = %s "
@@ -927,11 +929,30 @@ class PostgresAppender:
         if looking:
             self._followed = row[1] is not None
             self._look_at = now + ANNOUNCE_LAG
+        elif not self._followed and time.monotonic() >= self._look_at:
+            self._look_after(conn, end.entries + 1)
         self._end = end.after(batch)
         self._moved = True
         if now >= self._settle_at:
             self._settle(conn)
         return end.size
+
+    def _look_after(self, conn: psycopg.Connection[Any], entries: int) -> None:
+        """Look for followers after a commit sent unannounced that ended only once the next
+        look was due (it waited, for the append gate say): a follower that registered
+        meanwhile read the session before the commit ended, counting on the writers' looks
+        (`watch.ANNOUNCE_LAG`), so it is announced now. A failure leaves the next commit to
+        look; the commit is made either way."""
+        try:
+            row = conn.execute(schema.ANNOUNCE_IF_FOLLOWED, {
+                "session": self.storage.session, "entries": entries}).fetchone()
+        except psycopg.Error as e:
+            log.debug("%s: followers not looked for (%s)", self.storage.locator,
+                      _first_line(e))
+            self._look_at = 0.0
+            return
+        self._followed = row is not None and row[0] is not None
+        self._look_at = time.monotonic() + ANNOUNCE_LAG
 
     def _read_end(self, conn: psycopg.Connection[Any]) -> End | None:
         """The end of the session's current generation, read on the lease's connection (so
@@ -1133,7 +1154,8 @@ class PostgresAppender:
 
 def current_end(conn: psycopg.Connection[Any], session: str) -> int:
     """The size of a live session as `conn` sees it now: under the stream row's lock
-    (`FOR UPDATE`, which every appender's statement waits for), every line committed."""
+    (`FOR UPDATE`, which every journal.append call waits for), every line committed, the
+    lease holder's one-entry commits included while the caller holds the lease."""
     row = conn.execute(f"SELECT coalesce(e.size, s.size) FROM {schema.STREAMS_WITH_END} "
                        "WHERE s.session = %s", (session,)).fetchone()
     return int(row[0]) if row is not None else -1
@@ -1286,7 +1308,8 @@ class PostgresStorage:
         transaction on `conn`, through journal.append fenced by `epoch` (the caller holds the
         lease), provided the session is still what the caller compared it with: live, at
         `epoch`, in `generation` and ending at `end`, checked under the stream row's lock
-        (which every appender's statement waits for), so no other writer's line lands
+        (which every journal.append call waits for; the lease's holder, the caller, makes
+        no one-entry commit meanwhile), so no other writer's line lands
         between what was compared and what is appended. SessionChanged if it changed
         (another generation, another end), LeaseLost if the epoch moved on, SessionSealed if
         it was sealed, WriteFailed for bytes a text column cannot hold. `journal push`
@@ -1375,14 +1398,17 @@ class PostgresStorage:
                 if not (got and got[0]):
                     raise LockTimeout(self._name, 0, current_holder(conn, self.session))
             row = conn.execute(
-                "SELECT id, generation, epoch, moved_out_at, exported_to FROM journal.streams "
-                "WHERE session = %s AND generation IS NOT NULL FOR UPDATE",
-                (self.session,)).fetchone()
+                "SELECT id, generation, epoch, moved_out_at, exported_to, successor "
+                "FROM journal.streams WHERE session = %s AND generation IS NOT NULL "
+                "FOR UPDATE", (self.session,)).fetchone()
             if row is None:
                 raise NotASession(self._name, "no such session in the database")
             if row[3] is not None:
                 raise JournalError(f"{self._name}: an archive moved out of the database (to "
                                    f"{row[4]}): it is not replaced")
+            if row[5] is not None:  # its lines end with its seal, as journal.append keeps them
+                raise SessionSealed(self._name, session_url(self.conninfo, str(row[5])),
+                                    "nor is it replaced")
             stream, old, epoch = int(row[0]), int(row[1]), int(row[2])
             if lease is not None and not lease.released and epoch != lease.epoch:
                 raise LeaseLost(self._name, lease.epoch, f"the session is at epoch {epoch}")

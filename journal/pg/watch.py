@@ -232,7 +232,8 @@ class PgWatch:
             try:
                 if self._register(conn, wanted):
                     # after the writers' next look (ANNOUNCE_LAG), which finds the stream
-                    # registered: what they commit from then on is announced
+                    # registered: what they commit from then on is announced (a commit that
+                    # ends only after its writer's look was due looks itself)
                     self._sleep(ANNOUNCE_LAG)
                     return not (self.stop.is_set() or self._closed)
                 # closed before anything else is asked of the connection: a suspended
