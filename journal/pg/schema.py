@@ -264,6 +264,15 @@ CREATE TRIGGER streams_changed AFTER INSERT OR UPDATE OF generation, successor O
 # The entry types whose offsets journal.append records on the stream row for a resume.
 RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"})
 
+
+def _announced_if_followed(session: str, entries: str) -> str:
+    """The expression that announces a session's new number of entries if anyone follows it
+    (not NULL then), as journal.append does: `session` and `entries` are SQL expressions."""
+    return (f"CASE WHEN EXISTS (SELECT 1 FROM journal.followers f WHERE f.session = {session} "
+            f"AND f.until > now()) THEN pg_notify('journal_changes', {session} || ' ' || "
+            f"{entries}) END")
+
+
 # The one-entry commit of the writer that holds the session's lease, sent on the lease's own
 # connection (`journal.pg.storage`): one entry, not of RESUME_TYPES, at the position and byte
 # offset the writer knows to be the session's end. It reads no other row and locks none: the
@@ -286,6 +295,7 @@ RESUME_TYPES = frozenset({"compaction", "model_change", "thinking_level_change"}
 # Parameters (of APPEND_ONE_TYPES; sent through `journal.pg.prepared`): stream id,
 # generation, position, byte offset, the line, its id, parentId and type, the session id,
 # the gate's key, and for APPEND_ONE whether to announce.
+
 _APPEND_ONE_INSERT = """
 INSERT INTO journal.entries (stream, generation, position, byte_offset, line, id, parent_id,
                              type)
@@ -294,21 +304,13 @@ INSERT INTO journal.entries (stream, generation, position, byte_offset, line, id
 APPEND_ONE = _APPEND_ONE_INSERT + """    RETURNING byte_offset,
         CASE WHEN $11 THEN pg_notify('journal_changes', $9 || ' ' || ($3 + 1)) END
 """
-APPEND_LOOKING = _APPEND_ONE_INSERT + """    RETURNING byte_offset,
-        CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
-                          WHERE f.session = $9 AND f.until > now())
-             THEN pg_notify('journal_changes', $9 || ' ' || ($3 + 1))
-        END
-"""
+APPEND_LOOKING = (_APPEND_ONE_INSERT
+                  + f"    RETURNING byte_offset, {_announced_if_followed('$9', '($3 + 1)')}\n")
 # A look for followers on its own, made by a writer after a one-entry commit sent
 # unannounced that ended only once its next look was due (`PostgresAppender._look_after`):
 # announces the session's `entries` if anyone follows it (the row is then not NULL).
-ANNOUNCE_IF_FOLLOWED = """
-SELECT CASE WHEN EXISTS (SELECT 1 FROM journal.followers f
-                         WHERE f.session = %(session)s::text AND f.until > now())
-            THEN pg_notify('journal_changes', %(session)s::text || ' ' || %(entries)s::bigint)
-       END
-"""
+ANNOUNCE_IF_FOLLOWED = "SELECT " + _announced_if_followed("%(session)s::text",
+                                                          "%(entries)s::bigint")
 # the parameters' types (oids): bigint x4, text x5, bigint, and APPEND_ONE's boolean
 APPEND_LOOKING_TYPES = (20, 20, 20, 20, 25, 25, 25, 25, 25, 20)
 APPEND_ONE_TYPES = (*APPEND_LOOKING_TYPES, 16)
