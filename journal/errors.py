@@ -224,12 +224,15 @@ class Unreachable(JournalError):
 
 class GenerationGone(JournalError):
     """The generation of a database session a reader was reading was replaced (a repair)
-    and its rows are gone since: read the session again."""
+    and its rows are gone since (the session replaced again, or moved out of the
+    database): read the session again."""
 
-    def __init__(self, locator: str) -> None:
+    def __init__(self, locator: str, moved_out: bool) -> None:
         self.locator = locator
-        super().__init__(f"{locator}: the generation this reader read was replaced, and the "
-                         "session has since been moved out of the database: read it again")
+        self.why = ("replaced, then moved out of the database" if moved_out
+                    else "replaced, and replaced again since")
+        super().__init__(f"{locator}: the generation this reader read was {self.why}: "
+                         "read it again")
 
 
 class UnknownEntry(JournalError):

@@ -1147,6 +1147,27 @@ def test_a_follower_of_a_replaced_generation_reads_on_after_the_move(
     assert "truncated" not in kinds  # a replacement, not a truncation
 
 
+def test_a_follower_of_a_generation_replaced_twice_reports_a_replacement(
+        pg_url: str) -> None:
+    """Two replacements in a row delete the rows of the generation a follower was still on:
+    that is a replacement to read on from, not a truncation to 0 bytes (fuzz 44)."""
+    from journal.tail.follow import Follower
+
+    url = new_session(pg_url)
+    storage = PostgresStorage.from_url(url)
+    follower = Follower(url, last=0)
+    follower.open()
+    list(follower.poll())
+    storage.publish(bytes_of(storage), "repair")
+    storage.publish(bytes_of(storage), "repair")
+    with Session.open(url) as session:
+        session.append_custom_entry("after", {"n": 1})
+    kinds: list[str] = []
+    assert entries_seen(follower, kinds=kinds) == ["after"]
+    assert "truncated" not in kinds
+    assert "replaced" in kinds
+
+
 def test_a_switch_interrupted_while_closing_the_old_appender_frees_the_successor(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from journal.pg.storage import PostgresAppender

@@ -401,16 +401,18 @@ class PostgresReader:
                 (stream, generation)).fetchone()
             if last is not None:
                 return int(last[0])
-            # no rows: moved out (the row keeps its size), or a replaced generation's are gone
-            row = conn.execute("SELECT size FROM journal.streams WHERE id = %s AND "
-                               "generation = %s", (stream, generation)).fetchone()
-            return int(row[0]) if row is not None else -1
+            # no rows: moved out (the row keeps its size), a replaced generation's rows gone
+            # (-1), or the session itself gone (0: nothing more to read)
+            row = conn.execute("SELECT generation, size FROM journal.streams WHERE id = %s",
+                               (stream,)).fetchone()
+            if row is None:
+                return 0
+            return int(row[1]) if int(row[0]) == generation else -1
 
         found = with_shared(self._storage.conninfo, query)
-        if found < 0:  # this replaced generation's rows are gone
-            if self._storage.moved_out() is not None:
-                raise GenerationGone(self._storage.locator)
-            found = 0
+        if found < 0:
+            raise GenerationGone(self._storage.locator,
+                                 moved_out=self._storage.moved_out() is not None)
         fresh = self._storage.current_generation()
         if fresh != generation:
             self._final_extent = found  # a replaced generation grows no more
@@ -500,7 +502,7 @@ class PostgresReader:
         does not hold the session's bytes."""
         locator, path = self._storage.locator, moved.path
         if moved.generation != self._generation:
-            raise GenerationGone(locator)
+            raise GenerationGone(locator, moved_out=True)
         try:
             f = open(path, "rb")
         except FileNotFoundError:

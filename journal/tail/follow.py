@@ -172,10 +172,10 @@ class Follower(SourceReader):
         except ArchiveElsewhere as e:
             yield from self._elsewhere(src, e)
             return
-        except GenerationGone:
-            # a database session replaced, then moved out of the database: read the
-            # current generation, as after any replacement
-            yield from self._replaced(src, "replaced, then moved out of the database")
+        except GenerationGone as e:
+            # the rows of the generation read are gone: read the current one, as after any
+            # replacement
+            yield from self._replaced(src, e.why)
             return
         if src.marker is not None:
             yield from self._follow_seals(src)
