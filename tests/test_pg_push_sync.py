@@ -558,3 +558,76 @@ def test_a_push_while_a_compression_has_both_files_takes_the_gz(
     assert sorted(row["name"] for row in rows) == sorted(
         [Path(result.successor or "").name, f"archive/{plain.name}.gz"]), rows
     assert {row["action"] for row in rows} == {"new"}
+
+
+def alike_row(pg_url: str, session: str) -> tuple[Any, ...]:
+    """What the last push recorded as alike: (its generation, size, SHA-256), and the
+    session's current generation."""
+    with connect(pg_url) as conn:
+        row = conn.execute("SELECT alike_generation, alike_size, alike_sha256, generation "
+                           "FROM journal.streams WHERE session = %s", (session,)).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def tamper_with_line(pg_url: str, session: str, position: int) -> None:
+    """Change a stored line's bytes behind the journal's back (same length), as nothing the
+    journal does ever changes a generation's stored lines: only a comparison that reads that
+    row can see it."""
+    with connect(pg_url) as conn:
+        changed = conn.execute(
+            "UPDATE journal.entries e SET line = replace(e.line, '\"one\"', '\"ONE\"') "
+            "FROM journal.streams s WHERE e.stream = s.id AND e.generation = s.generation "
+            "AND s.session = %s AND e.position = %s", (session, position)).rowcount
+    assert changed == 1
+
+
+def test_a_push_again_compares_only_the_lines_after_what_the_last_push_found_alike(
+        pg_url: str, tmp_path: Path) -> None:
+    """A push records the SHA-256 of what it stored or found alike (schema version 7); the
+    next one checks the file's bytes up to there against it and reads only the rows after
+    them: a grown 100 MB session is not read back whole every run."""
+    import hashlib
+
+    path, session_id = session_in(tmp_path / "src", ["one", "two"])
+    push(path, pg_url)
+    data = Path(path).read_bytes()
+    generation = alike_row(pg_url, session_id)[3]
+    assert alike_row(pg_url, session_id) == (generation, len(data),
+                                             hashlib.sha256(data).hexdigest(), generation)
+    tamper_with_line(pg_url, session_id, 1)  # before what was found alike: not read again
+    grow(path, ["three"])
+    [row] = push(path, pg_url).sessions
+    assert (row["action"], row["lines"]) == ("appended", 1)
+    grown = Path(path).read_bytes()
+    assert alike_row(pg_url, session_id)[1:3] == (len(grown), hashlib.sha256(grown).hexdigest())
+    with connect(pg_url) as conn:  # without the record, the whole session is compared
+        conn.execute("UPDATE journal.streams SET alike_generation = NULL WHERE session = %s",
+                     (session_id,))
+    with pytest.raises(PushRefused) as refused:
+        push(path, pg_url)
+    [row] = refused.value.result.sessions
+    assert row["reason"].startswith("the database holds other bytes: line 2 (at byte ")
+
+
+def test_what_an_earlier_push_found_alike_counts_only_for_the_same_bytes_and_generation(
+        pg_url: str, tmp_path: Path) -> None:
+    """A file rewritten before the recorded end (same length), or a session replaced in the
+    database since (a new generation), is compared whole again: the first refused, the
+    second found alike and recorded for its new generation."""
+    path, session_id = session_in(tmp_path / "src", ["one", "two"])
+    push(path, pg_url)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data.replace(b'"one"', b'"ONE"'))
+    with pytest.raises(PushRefused) as refused:
+        push(path, pg_url)
+    [row] = refused.value.result.sessions
+    assert row["reason"].startswith("the database holds other bytes: line 2 (at byte ")
+    Path(path).write_bytes(data)
+    storage = PostgresStorage.from_url(session_url(pg_url, session_id))
+    storage.publish(data, "repair")  # the same bytes as a new generation
+    before = alike_row(pg_url, session_id)
+    assert before[0] != before[3]
+    [row] = push(path, pg_url).sessions
+    assert row["action"] == "unchanged"
+    assert alike_row(pg_url, session_id)[0] == before[3]

@@ -610,6 +610,16 @@ COMMENT ON TABLE journal.entries IS 'one row per line; the lease holder''s one-e
 are fenced by the lease''s advisory lock, not by a probe of journal.streams (version 6)';
 """
 
+# Version 7: what a push found alike, so that the next push of a grown or unchanged file
+# reads only the rows after it (`journal.pg.transfer`). A generation's lines are only ever
+# appended to (a replacement makes a new generation, a move out a new state), so the SHA-256
+# of the first `alike_size` bytes of generation `alike_generation` stays true for as long as
+# that generation is the session's.
+_V7 = """
+ALTER TABLE journal.streams ADD COLUMN alike_generation bigint,
+    ADD COLUMN alike_size bigint, ADD COLUMN alike_sha256 text;
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "streams, entries, append()", _V1),
     (2, "successors, file names, quarantine, followers and change notifications", _V2),
@@ -617,6 +627,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (4, "a sealed session takes no more lines", _V4),
     (5, "one-entry commits leave the stream row as it is", _V5),
     (6, "one-entry commits fenced by the lease's lock alone", _V6),
+    (7, "what a push found alike, for the next push", _V7),
 ]
 VERSION = MIGRATIONS[-1][0]
 

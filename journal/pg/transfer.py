@@ -271,7 +271,8 @@ def _read(path: str) -> tuple[bytes, int]:
 
 def _described(path: str, name: str, data: bytes) -> _File:
     """The file's session id (its header's) and the successor its seal names, if any."""
-    first = data.split(b"\n", 1)[0]
+    cut = data.find(b"\n")  # not split(): that would copy the rest of the file
+    first = data if cut < 0 else data[:cut]
     try:
         header = codec.loads(first) if first else None
     except ValueError:
@@ -412,9 +413,9 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
     if torn:
         row["torn"] = torn
     plan = _Plan(described, row, UNCHANGED, len(data), hashlib.sha256(data).hexdigest())
-    stored = _compared(conn, described.session, data)
-    plan.stored = stored
     lines = data.count(b"\n")
+    stored = _compared(conn, described.session, data, plan.digest, lines)
+    plan.stored = stored
     if stored is None:
         plan.action, row["lines"] = NEW, lines
     elif stored.moved_out is not None:
@@ -451,13 +452,17 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
     return plan
 
 
-def _compared(conn: psycopg.Connection[Any], session: str, data: bytes) -> _Stored | None:
+def _compared(conn: psycopg.Connection[Any], session: str, data: bytes, digest: str,
+              lines_in_data: int) -> _Stored | None:
     """The session `session` as the database holds it (None: not there), compared with
-    `data` line for line, a batch of rows at a time. An archive moved out of the database
-    has no rows: it is alike when `data` has the SHA-256 recorded as it moved out (its own
-    file may be on another machine)."""
+    `data` (whose SHA-256 is `digest`, its lines `lines_in_data`) line for line, a batch of
+    rows at a time, from the end of what an earlier push found alike (`_alike_before`). What
+    is found alike is recorded for the next push. An archive moved out of the database has
+    no rows: it is alike when `data` has the SHA-256 recorded as it moved out (its own file
+    may be on another machine)."""
     row = conn.execute("SELECT id, generation, moved_out_at, moved_out_sha256, exported_to, "
-                       "successor, file_name, size, entries FROM journal.streams "
+                       "successor, file_name, size, entries, alike_generation, alike_size, "
+                       "alike_sha256 FROM journal.streams "
                        "WHERE session = %s AND generation IS NOT NULL", (session,)).fetchone()
     if row is None:
         return None
@@ -465,25 +470,57 @@ def _compared(conn: psycopg.Connection[Any], session: str, data: bytes) -> _Stor
     successor = None if row[5] is None else str(row[5])
     name = None if row[6] is None else str(row[6])
     if row[2] is not None:
-        alike = hashlib.sha256(data).hexdigest() == row[3]
+        alike = digest == row[3]
         size = int(row[7]) if not alike else len(data)
         return _Stored(generation, size, int(row[8]), len(data) if alike else 0, successor,
                        name, str(row[4]))
-    size = lines = 0
+    known = _alike_before(data, digest, generation, row[9:12])
+    size = known
+    lines = lines_in_data if known == len(data) else data.count(b"\n", 0, known)
     common: int | None = None
     view = memoryview(data)
-    with conn.transaction(), conn.cursor(name="journal_push_compare") as cursor:
-        cursor.itersize = 2000
-        cursor.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
-                       "generation = %s ORDER BY position", (stream, generation))
-        for (line,) in cursor:
-            raw = str(line).encode("utf-8") + b"\n"
-            if common is None and view[size:size + len(raw)] != raw:
-                common = size
-            size += len(raw)
-            lines += 1
-    return _Stored(generation, size, lines, size if common is None else common, successor,
-                   name, None)
+    with conn.transaction():
+        with conn.cursor(name="journal_push_compare") as cursor:
+            cursor.itersize = 2000
+            cursor.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
+                           "generation = %s AND byte_offset >= %s ORDER BY byte_offset",
+                           (stream, generation, known))
+            for (line,) in cursor:
+                raw = str(line).encode("utf-8") + b"\n"
+                if common is None and view[size:size + len(raw)] != raw:
+                    common = size
+                size += len(raw)
+                lines += 1
+        alike = size if common is None else common
+        if alike > known:
+            _remember_alike(conn, session, generation, alike, digest if alike == len(data)
+                            else hashlib.sha256(view[:alike]).hexdigest())
+    return _Stored(generation, size, lines, alike, successor, name, None)
+
+
+def _alike_before(data: bytes, digest: str, generation: int,
+                  recorded: tuple[Any, ...]) -> int:
+    """How many of `data`'s first bytes an earlier push found alike in the session's current
+    `generation` (0: none): the recorded (generation, size, SHA-256), if they are the
+    current generation's and the SHA-256 of the file's bytes up to that size. A generation's
+    lines are only appended to, so what was alike then still is."""
+    at, size, sha = recorded
+    if at is None or int(at) != generation or size is None or not 0 < int(size) <= len(data):
+        return 0
+    size = int(size)
+    found = digest if size == len(data) else hashlib.sha256(memoryview(data)[:size]).hexdigest()
+    return size if found == sha else 0
+
+
+def _remember_alike(conn: psycopg.Connection[Any], session: str, generation: int | None,
+                    size: int, sha256: str) -> None:
+    """Record, inside the caller's transaction, that the first `size` bytes of the session's
+    current generation (if it is still `generation`, when given) have the SHA-256 `sha256`,
+    as a file pushed has them: the next push compares only what comes after (schema
+    version 7)."""
+    conn.execute("UPDATE journal.streams SET alike_generation = generation, alike_size = %s, "
+                 "alike_sha256 = %s WHERE session = %s AND generation = coalesce(%s, "
+                 "generation)", (size, sha256, session, generation))
 
 
 def _lineages(plans: list[_Plan]) -> list[list[_Plan]]:
@@ -630,6 +667,7 @@ def _store(conn: psycopg.Connection[Any], conninfo: str, plan: _Plan,
             assert plan.stored is not None and lease is not None
             storage.extend_in(conn, data[plan.stored.size:], epoch=lease.epoch,
                               generation=plan.stored.generation, end=plan.stored.size)
+        _remember_alike(conn, plan.file.session, None, plan.used, plan.digest)
     except WriteFailed as e:
         raise TransferError(f"cannot be stored ({e.reason}), and the file is as it "
                             "was") from e
