@@ -25,7 +25,6 @@ from journal import (  # noqa: E402
     Durability,
     LockTimeout,
     Session,
-    SessionChanged,
     codec,
     load,
     model,
@@ -254,12 +253,23 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
     assert len(json.loads(capsys.readouterr().out)) == len(kept)
 
 
-def unleased_appends(url: str, times: int) -> tuple[list[bytes], Any]:
-    """The lines an appender without the lease commits, and a repair progress callback that
-    commits one (a sound entry, on the branch) as each reading of the session is checked,
-    for the first `times` readings."""
+def unleased_appends(url: str, times: int) -> tuple[list[bytes], Any, list[Any]]:
+    """The lines an appender without the lease commits, from another thread, and a repair
+    progress callback that has it commit one (a sound entry, on the branch) as each reading
+    of the session is checked, for the first `times` readings; and the threads of the lines
+    that still waited after 2 s (the repair went on meanwhile)."""
+    import threading
+
     appended: list[bytes] = []
     totals: list[int] = []  # each reading's (twice the bytes read), the same all through it
+    waited: list[threading.Thread] = []
+
+    def commit(line: bytes) -> None:
+        appender = as_storage(url).open_appender(Durability.always())
+        try:
+            appender.commit(line)
+        finally:
+            appender.close()
 
     def progress(so_far: int, total: int) -> None:
         if totals and total == totals[-1] or len(appended) == times:
@@ -267,14 +277,14 @@ def unleased_appends(url: str, times: int) -> tuple[list[bytes], Any]:
         totals.append(total)
         leaf = Tree(load(url).entries).leaf_id
         line = codec.encode(model.custom_entry(f"unleased{len(appended)}", leaf, "x"))
-        appender = as_storage(url).open_appender(Durability.always())
-        try:
-            appender.commit(line)
-        finally:
-            appender.close()
+        thread = threading.Thread(target=commit, args=(line,), daemon=True)
+        thread.start()
+        thread.join(2)
+        if thread.is_alive():
+            waited.append(thread)
         appended.append(line)
 
-    return appended, progress
+    return appended, progress, waited
 
 
 def test_a_line_appended_without_the_lease_while_repair_checks_makes_it_read_again(
@@ -285,29 +295,32 @@ def test_a_line_appended_without_the_lease_while_repair_checks_makes_it_read_aga
     monkeypatch.setattr("journal.progress.STEP", 4096)
     data = damaged(tmp_path)
     url = stored(pg_url, data)
-    appended, progress = unleased_appends(url, 1)
+    appended, progress, waited = unleased_appends(url, 1)
     report = in_time(lambda: repair_database(url, progress=progress))
-    assert len(appended) == 1 and report.changed
+    assert len(appended) == 1 and waited == [] and report.changed
     assert db_bytes(url).endswith(appended[0])  # committed meanwhile, kept by the replacement
     assert all(r["offset"] < len(data) for r in quarantined(url))
 
 
-def test_a_repair_outrun_by_an_appender_without_the_lease_every_time_changes_nothing(
+def test_a_repair_outrun_by_an_appender_without_the_lease_holds_it_off_the_last_time(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An appender without the lease commits while each of repair's readings is checked:
-    after CHANGED_TRIES readings repair gives up with SessionChanged saying so, and the
-    session, with every line, and the quarantine stay as they were."""
+    """An appender without the lease commits while each of repair's readings is checked: the
+    last reading holds the session's row until the replacement committed, so the line sent
+    then waits for it and is appended after the repaired session; every line is kept."""
     from journal.pg.rotation import CHANGED_TRIES
 
     monkeypatch.setattr("journal.progress.STEP", 4096)
     data = damaged(tmp_path)
     url = stored(pg_url, data)
-    appended, progress = unleased_appends(url, CHANGED_TRIES)
-    with pytest.raises(SessionChanged, match=f"each of the {CHANGED_TRIES} times it was read"):
-        in_time(lambda: repair_database(url, progress=progress))
-    assert len(appended) == CHANGED_TRIES
-    assert db_bytes(url) == data + b"".join(appended) and quarantined(url) == []
-    assert repair_database(url).changed  # from the session as it is now
+    appended, progress, waited = unleased_appends(url, CHANGED_TRIES)
+    report = in_time(lambda: repair_database(url, progress=progress))
+    assert len(appended) == CHANGED_TRIES and len(waited) == 1 and report.changed
+    waited[0].join(10)
+    assert not waited[0].is_alive()
+    after = db_bytes(url)
+    assert after.endswith(appended[-2] + appended[-1])  # the last one after the repair's
+    assert all(after.count(line) == 1 for line in appended)
+    assert not repair_database(url).changed  # repaired, every line there once
 
 
 def pushed_v1(pg_url: str) -> str:

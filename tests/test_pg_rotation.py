@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -1314,28 +1315,45 @@ def test_a_pull_can_leave_out_an_archive_whose_file_is_not_here(
         assert written[0].read_bytes() == reader.stream.read()
 
 
-def rotation_outrun(url: str, times: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ids of the lines an appender without the lease (not fenced) commits after each of
-    the first `times` readings of the session by a rotation (as it plans the successor)."""
+def rotation_outrun(url: str, times: int, monkeypatch: pytest.MonkeyPatch
+                    ) -> tuple[list[str], list[tuple[threading.Thread, list[BaseException]]]]:
+    """The ids of the lines an appender without the lease (not fenced) commits, from another
+    thread, after each of the first `times` readings of the session by a rotation (as it
+    plans the successor); and, for each line that still waited after 2 s (the rotation went
+    on meanwhile), its thread and what its commit raised once it ended."""
     from journal import Durability, codec, model
     from journal.pg import rotation as pg_rotation
 
     real = pg_rotation.plan_successor
     ids: list[str] = []
+    waited: list[tuple[threading.Thread, list[BaseException]]] = []
+
+    def commit(line: bytes, raised: list[BaseException]) -> None:
+        appender = as_storage(url).open_appender(Durability.always())
+        try:
+            appender.commit(line)
+        except BaseException as e:  # handed to the test
+            raised.append(e)
+        finally:
+            appender.close()
 
     def meanwhile(*args: object, **kw: object) -> object:
         if len(ids) < times:
             ids.append(f"unleased{len(ids)}")
             leaf = Tree(load(url).entries).leaf_id
-            appender = as_storage(url).open_appender(Durability.always())
-            try:
-                appender.commit(codec.encode(model.custom_entry(ids[-1], leaf, "x")))
-            finally:
-                appender.close()
+            raised: list[BaseException] = []
+            thread = threading.Thread(target=commit, daemon=True, args=(
+                codec.encode(model.custom_entry(ids[-1], leaf, "x")), raised))
+            thread.start()
+            thread.join(2)
+            if thread.is_alive():
+                waited.append((thread, raised))
+            else:
+                assert raised == []
         return real(*args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pg_rotation, "plan_successor", meanwhile)
-    return ids
+    return ids, waited
 
 
 def test_a_line_appended_without_the_lease_during_a_rotation_makes_it_read_again(
@@ -1344,32 +1362,39 @@ def test_a_line_appended_without_the_lease_during_a_rotation_makes_it_read_again
     successor would leave that acknowledged line out, so the rotation reads the session again
     and carries the line over."""
     url = new_session(pg_url)
-    ids = rotation_outrun(url, 1, monkeypatch)
+    ids, waited = rotation_outrun(url, 1, monkeypatch)
     result = rotate_database(url)
-    assert ids == ["unleased0"] and result.rotated and result.successor is not None
+    assert ids == ["unleased0"] and waited == []
+    assert result.rotated and result.successor is not None
     assert load(result.successor).entries[-1]["id"] == "unleased0"
     with as_storage(url).open_reader() as reader:  # sealed after the line
         assert b'"unleased0"' in reader.stream.read()
 
 
-def test_a_rotation_outrun_by_an_appender_without_the_lease_every_time_changes_nothing(
+def test_a_rotation_outrun_by_an_appender_without_the_lease_holds_it_off_the_last_time(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A line committed without the lease after each of the rotation's readings: after
-    CHANGED_TRIES of them nothing is rotated (SessionChanged says so) and every line stays."""
-    from journal import SessionChanged
+    """A line committed without the lease after each of the rotation's readings: the last
+    reading holds the session's row until the rotation committed, so the line sent then waits
+    for it, and is refused as one for a sealed session (naming its successor); the lines
+    before it are carried over."""
+    from journal import SessionSealed
     from journal.pg.rotation import CHANGED_TRIES
 
     url = new_session(pg_url)
-    ids = rotation_outrun(url, CHANGED_TRIES, monkeypatch)
-    with pytest.raises(SessionChanged, match=f"rotated .*each of the {CHANGED_TRIES} times"):
-        rotate_database(url)
+    ids, waited = rotation_outrun(url, CHANGED_TRIES, monkeypatch)
+    result = rotate_database(url)
     monkeypatch.undo()
-    assert len(ids) == CHANGED_TRIES
-    assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
-    assert [e["id"] for e in load(url).entries[-CHANGED_TRIES:]] == ids
-    again = rotate_database(url)  # from the session as it is now: the lines carried over
-    assert again.rotated and again.successor is not None
-    assert [e["id"] for e in load(again.successor).entries[-CHANGED_TRIES:]] == ids
+    assert result.rotated and result.successor is not None and len(ids) == CHANGED_TRIES
+    [(thread, raised)] = waited
+    thread.join(10)
+    assert not thread.is_alive()
+    [refused] = raised
+    assert isinstance(refused, SessionSealed) and result.successor_id in str(refused)
+    carried = [e["id"] for e in load(result.successor).entries]
+    assert carried[-(CHANGED_TRIES - 1):] == ids[:-1] and ids[-1] not in carried
+    with as_storage(url).open_reader() as reader:  # sealed before it, without it
+        sealed = reader.stream.read()
+    assert f'"{ids[-2]}"'.encode() in sealed and f'"{ids[-1]}"'.encode() not in sealed
 
 
 def test_opening_the_first_of_a_twice_rotated_session_names_every_hop(pg_url: str,

@@ -148,6 +148,31 @@ class Lease:
         raise LeaseLost(self.locator, self.epoch, "its connection was lost and the session's "
                         "lock is held by another connection")
 
+    @contextmanager
+    def row_locked(self) -> Iterator[None]:
+        """The block as one transaction on the lease's connection that first locks the
+        session's stream row (FOR UPDATE), committed when the block ends: every commit of a
+        writer without the lease (`journal.append` locks that row) waits until then. The
+        holder's own transactions in the block (a rotation's, a replacement's) become part
+        of this one. For the last try of work that such a writer outran every time before
+        (`journal.pg.rotation.again_while_changed`). DatabaseError if the connection is lost
+        as the block's work is committed (it may have been)."""
+        with self.busy:
+            conn = self.connection()
+            ended = False
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                                 (self.session,))
+                    yield
+                    ended = True
+            except psycopg.Error as e:
+                if not ended:
+                    raise
+                raise DatabaseError(f"{self.locator}: the connection was lost as the work "
+                                    "was committed, which may have been committed: open the "
+                                    f"session again to know: {describe(e)}") from e
+
     def release(self) -> None:
         with self.busy:  # after a transaction running on the connection (a replacement's)
             self._release()

@@ -60,8 +60,8 @@ def repair_database(
     naming the holder) and, if anything is damaged, the repaired session replaces it
     atomically, its removed and rewritten lines kept in `journal.quarantine` in the same
     transaction. An appender without the lease that commits after the session was read
-    makes it read the session again (`again_while_changed`); SessionChanged, with nothing
-    changed, if that happens every time.
+    makes it read the session again (`again_while_changed`: the last time, such an appender
+    waits for the repair).
 
     Example:
         >>> report = repair_database("pg:4f1c...")  # doctest: +SKIP
@@ -76,7 +76,7 @@ def repair_database(
         whole = migrate and _older_version(live)
         keep = partial(_keep, live, lease, whole=whole)
         report = again_while_changed(partial(repair_held, live, keep, migrate=migrate,
-                                             strict=strict, progress=progress))
+                                             strict=strict, progress=progress), lease)
     finally:
         lease.release()
     return _kept_whole(report, live) if whole else report
@@ -95,7 +95,7 @@ def migrate_database_held(storage: PostgresStorage, lease: Lease) -> RepairRepor
     its quarantine as one record; a damaged one raises UnsupportedVersion naming
     `journal repair --migrate`."""
     return _kept_whole(again_while_changed(partial(
-        migrate_held_in, storage, partial(_keep, storage, lease, whole=True))), storage)
+        migrate_held_in, storage, partial(_keep, storage, lease, whole=True)), lease), storage)
 
 
 def _older_version(storage: PostgresStorage) -> bool:

@@ -166,13 +166,20 @@ def lock_live(storage: PostgresStorage, timeout: float
     raise JournalError(f"{storage.locator}: kept moving on while it was opened; try again")
 
 
-def again_while_changed(work: Callable[[], T], tries: int = CHANGED_TRIES) -> T:
-    """`work()`, a repair or a rotation under the session's lease, done again from the
+def again_while_changed(work: Callable[[], T], lease: Lease | None,
+                        tries: int = CHANGED_TRIES) -> T:
+    """`work()`, a repair or a rotation under the session's `lease`, done again from the
     session as it is now when it raised SessionChanged (it changed nothing: an appender
     without the lease, which the lease does not hold back, committed after it read the
-    session), up to `tries` times in all; the last SessionChanged says how many."""
+    session). The last of `tries` holds the session's row from before its reading to its
+    commit (`Lease.row_locked`), so that such an appender waits for it rather than outrun
+    it again; without a lease (a dry run, which changes nothing), the last SessionChanged
+    says how many times it was read."""
     for attempt in range(1, tries + 1):
         try:
+            if attempt == tries and lease is not None:
+                with lease.row_locked():
+                    return work()
             return work()
         except SessionChanged as e:
             if attempt == tries:
@@ -202,9 +209,10 @@ def rotate_database(
     interruption after the commit is raised with a note saying what was done and what is
     left. A dry run takes no lease and writes nothing. Raises ValueError for a
     `keep` below 0 (a `keep` without `archive_dir` is a warning), LockTimeout (naming the
-    holder), LeaseLost if another writer took the session over meanwhile, SessionChanged
-    (nothing changed) if an appender without the lease appended after the session was read
-    each time it was read (`again_while_changed`), DatabaseError.
+    holder), LeaseLost if another writer took the session over meanwhile, DatabaseError. An
+    appender without the lease that appends after the session was read makes it read the
+    session again (`again_while_changed`: the last time, such an appender waits for the
+    rotation).
 
     Example:
         >>> result = rotate_database("pg:4f1c...")  # doctest: +SKIP
@@ -227,7 +235,8 @@ def rotate_database(
     left = _steps_after(archive_dir, keep)
     try:
         try:
-            result = again_while_changed(partial(_rotate_held, storage, lease, dry_run))
+            result = again_while_changed(partial(_rotate_held, storage, lease, dry_run),
+                                         lease)
         finally:
             if lease is not None:
                 lease.release()
@@ -273,7 +282,13 @@ def rotate_session(storage: PostgresStorage, lease: Lease, *, dry_run: bool = Fa
     a file session's rotation plans from it; by default, the session as a resume reads it."""
     started = time.perf_counter()
     held: list[tuple[PostgresStorage, Lease]] = []
-    result = again_while_changed(partial(_rotate_held, storage, lease, dry_run, held, tree))
+    try:
+        result = again_while_changed(partial(_rotate_held, storage, lease, dry_run, held, tree),
+                                     None if dry_run else lease)
+    except BaseException:  # the last try's commit failed after the successor's lease was taken
+        for _, taken in held:
+            taken.release()
+        raise
     result.lock_held_ms = result.total_ms = (time.perf_counter() - started) * 1000
     if not result.rotated or dry_run or not held:
         return result, None, None
