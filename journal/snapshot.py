@@ -19,7 +19,7 @@ from .tree import Tree
 
 __all__ = ["Snapshot", "last_newline_end", "load", "resume", "read_stream", "open_for_reading",
            "stored_size", "find_last_of_type", "dialect_of_storage",
-           "refuse_foreign"]
+           "refuse_foreign", "refuse_pi_session"]
 
 
 @dataclass
@@ -123,6 +123,21 @@ def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
         raise
     if dialect != claude.PI:
         raise ForeignSession(storage.locator, "Claude Code")
+
+
+def refuse_pi_session(path: str | os.PathLike[str]) -> None:
+    """Refuse to take a pi session for a Claude Code transcript (`dialect="claude"` forced on
+    a file whose records are pi's: raises `NotASession`), before anything is locked or
+    written: the counterpart of `refuse_foreign`. A file whose records state no dialect
+    passes (empty, or cut in its first write): a subagent file is a transcript by where it
+    is, whatever such bytes say."""
+    storage = FileStorage(os.fspath(path))
+    with storage.open_reader() as reader:
+        stated = claude.stated_dialect(reader.stream)
+    if stated == claude.PI:
+        raise NotASession(storage.locator, "a pi session, not a Claude Code transcript (its "
+                          "records are pi's); nothing was changed: repair it as a pi session "
+                          f"('journal repair --dialect pi {storage.locator}')")
 
 
 def from_claude(read: claude.ClaudeRead) -> Snapshot:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from test_claude_projection import gc
 
+import journal
 from journal.cli import main
 from journal.tail import follow_events
 
@@ -188,3 +189,22 @@ def test_writers_refuse_and_leave_nothing(tmp_path: Path, capsys: Any) -> None:
     code, _, err = run(capsys, "repair", "--dialect", "pi", str(stats.path))
     assert code == 2 and "Claude Code transcript" in err
     assert listing(tmp_path) == before
+
+
+def test_repair_refuses_a_pi_session_forced_as_claude(tmp_path: Path, capsys: Any) -> None:
+    """The counterpart of --dialect pi on a transcript: a pi session (a header, entries) is
+    not repaired as a transcript, clean or damaged, and nothing is written beside it."""
+    with journal.Session.create(tmp_path / "clean.jsonl", cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes((tmp_path / "clean.jsonl").read_bytes() + b'{"type":"message","id":"ab')
+    before = listing(tmp_path)
+    for path in (tmp_path / "clean.jsonl", torn):
+        for mode in ([], ["--check"], ["--dry-run"], ["--json"]):
+            code, out, err = run(capsys, "repair", "--dialect", "claude", *mode, str(path))
+            assert code == 2, (path, mode, out)
+            assert err.startswith("Error: ") and "a pi session, not a Claude Code" in err
+            assert "journal repair --dialect pi" in err and out == ""
+            assert listing(tmp_path) == before
+    code, out, _ = run(capsys, "repair", "--dialect", "pi", str(torn))
+    assert code == 0 and "torn_tail" in out

@@ -29,7 +29,16 @@ Example:
     >>> len(view.context().messages)  # doctest: +SKIP
 """
 
-from .detect import CLAUDE, DIALECTS, PI, check_dialect, detect_bytes, detect_stream, dialect_of
+from .detect import (
+    CLAUDE,
+    DIALECTS,
+    PI,
+    check_dialect,
+    detect_bytes,
+    detect_stream,
+    dialect_of,
+    stated_dialect,
+)
 from .messages import assistant_message, user_messages
 from .reading import ClaudeRead, feed_lines, read, resume, subagent_files
 from .records import RECORD_TYPES, Record
@@ -53,6 +62,7 @@ __all__ = [
     "feed_lines",
     "read",
     "resume",
+    "stated_dialect",
     "subagent_files",
     "user_messages",
 ]

@@ -66,7 +66,14 @@ def detect_bytes(data: bytes) -> str:
 
 def detect_stream(f: IO[bytes]) -> str:
     """The dialect of an open file (read from its start, a block at a time, until a line
-    tells; the position is put back). A pi file is told by its first line."""
+    tells; the position is put back). A pi file is told by its first line; a file whose
+    lines tell nothing is pi's."""
+    return stated_dialect(f) or PI
+
+
+def stated_dialect(f: IO[bytes]) -> str | None:
+    """The dialect the records of an open file state, as `detect_stream` reads them; None
+    when no line tells (an empty file, or one holding only damaged lines)."""
     where = f.tell()
     try:
         f.seek(0)
@@ -76,14 +83,14 @@ def detect_stream(f: IO[bytes]) -> str:
             block = f.read(_BLOCK)
             read += len(block)
             if not block:
-                return _decide([pending]) or PI
+                return _decide([pending])
             *lines, pending = (pending + block).split(b"\n")
             lines = lines[:_SCAN_LINES - seen]
             seen += len(lines)
             found = _decide(lines)
             if found is not None:
                 return found
-        return PI
+        return None
     finally:
         f.seek(where)
 
