@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from .claude import ClaudeRead
+from .claude import ClaudeRead, subagent_files
 from .discovery import find_lineages
 from .errors import JournalError
 from .pg.url import is_database_url, shown, shown_in
@@ -226,7 +226,8 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
     not exist is a warning.
 
     `prices` defaults to `load_prices()` (the bundled table, or `$JOURNAL_PRICES`).
-    `progress` is called with (bytes read, bytes in all) after each file.
+    `progress` is called with (bytes read, bytes in all) after each file, a Claude Code
+    transcript's subagent files included (they are read with it).
 
     Example:
         >>> report = usage(["sessions/"])  # doctest: +SKIP
@@ -242,7 +243,7 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
         else:
             warnings.append(UsageWarning(path, "no such file or folder"))
     chains = find_lineages(present) if present else []
-    total = sum(_size(f) for chain in chains for f in chain)
+    total = sum(_size(f) for chain in chains for f in [*chain, *_subagents_of(chain)])
     done = 0
     sessions = []
     ledger = _Ledger()
@@ -268,15 +269,18 @@ def lineage_usage(files: Sequence[str], prices: PriceTable,
     `journal.discovery.find_lineages` gives it): each entry counted once. None when no file
     of it could be read as a session (the reasons are added to `warnings`). `ledger`, shared
     by the sessions of one report, notes in the session's `repeated` the responses another
-    session counted too."""
+    session counted too. `after_file` is called with each file once it is read: a Claude
+    Code transcript's subagent files, read with it, follow it."""
     warned = warnings if warnings is not None else []
     session = SessionUsage(files[-1], list(files))
     seen: set[str] = set()
     counted = False
     for path in files:
+        known = len(session.files)
         counted = _count_file(path, session, seen, prices, warned, ledger) or counted
         if after_file is not None:
-            after_file(path)
+            for read in [path, *session.files[known:]]:
+                after_file(read)
     return session if counted else None
 
 
@@ -285,6 +289,12 @@ def lineage_usage(files: Sequence[str], prices: PriceTable,
 
 def _size(path: str) -> int:
     return stored_size(path)
+
+
+def _subagents_of(chain: list[str]) -> list[str]:
+    """The subagent files read with a lineage's live file when it is a Claude Code
+    transcript (a transcript is never rotated: its lineage is itself)."""
+    return [] if is_database_url(chain[-1]) else subagent_files(chain[-1])
 
 
 def _tokens(value: object) -> int:

@@ -111,6 +111,19 @@ def test_ls_and_usage_count_each_api_response_once(tmp_path):
         assert by_path[os.path.realpath(m.path)].session_id == m.session_id
 
 
+def test_usage_progress_counts_the_subagent_files_it_reads(tmp_path):
+    """The progress total is every byte `usage` reads, each transcript with its subagent
+    files: called after each file read, it grows to that total and ends there."""
+    root, made = projects(tmp_path)
+    calls: list[tuple[int, int]] = []
+    usage([root], progress=lambda done, total: calls.append((done, total)))
+    read = sum(os.path.getsize(p) for m in made for p in [m.path, *m.subagents])
+    assert {total for _, total in calls} == {read}
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and done[-1] == read
+    assert len(calls) == sum(1 + len(m.subagents) for m in made)
+
+
 def test_search_and_export_read_transcripts_and_their_subagents(tmp_path):
     root, made = projects(tmp_path)
     m = made[0]
