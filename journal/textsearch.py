@@ -71,8 +71,9 @@ class Hit:
     """One matching entry.
 
     `session` is the live file of the entry's lineage (what names the logical session),
-    `file` the file the entry was read from (an archive for an older entry) and `offset`
-    where its line starts in that file (uncompressed bytes for a `.gz` archive). `field` says
+    `file` the file the entry was read from (an archive for an older entry, a subagent file
+    for a Claude Code subagent's) and `offset` where its line starts in that file
+    (uncompressed bytes for a `.gz` archive; -1 for a file read whole). `field` says
     which text matched (`text`, `thinking`, `toolCall`, `toolResult`, `bash`, `summary`,
     `name`, `label`), `snippet` is one line around the first match and `spans` the
     (start, end) of every match inside it; `matches` counts the matches in the whole entry.
@@ -436,8 +437,11 @@ def _search_loaded(path: str, live: str, q: _Query, seen: set[str],
         result.problems.append(SearchProblem(
             path, f"{len(snap.diagnostics)} damaged line(s) not searched "
             f"(first: {snap.diagnostics[0].describe()}); 'journal info' says more"))
-    for entry in snap.entries:
-        hit = _match(entry, q, path, live, -1, seen)
+    read = snap.claude
+    for at, entry in enumerate(snap.entries):
+        # a transcript's entry names the file it is in: the transcript, or a subagent file
+        where = read.file_of(snap.lines[at]) if read is not None else path
+        hit = _match(entry, q, where, live, -1, seen)
         if hit is not None:
             yield hit
 

@@ -146,6 +146,27 @@ def test_search_and_export_read_transcripts_and_their_subagents(tmp_path):
     assert md.count("\n## Turn ") >= 2 and "session: \"" + m.session_id in md
 
 
+def test_a_hit_names_the_file_it_is_in(tmp_path):
+    """A hit in a subagent file names the transcript as its session (docs/cli.md) and the
+    subagent file as the file it was read from (`Hit.file`), with --json too; a hit in the
+    transcript names the transcript as both."""
+    root, made = projects(tmp_path)
+    m = made[0]
+    transcript, sub = os.path.realpath(m.path), os.path.realpath(m.subagents[0])
+    in_sub = {r["uuid"] for r in records(Path(sub)) if "uuid" in r}
+    prompt = next(r for r in records(Path(sub)) if r.get("type") == "user")["message"]["content"]
+    words = " ".join((prompt if isinstance(prompt, str) else prompt[0]["text"]).split()[:4])
+    found = search(words, [root])
+    files = {h.file for h in found.hits}
+    assert files == {transcript, sub}  # the Task call's prompt, and the subagent's own
+    for hit in found.hits:
+        assert hit.session == transcript
+        assert hit.file == (sub if hit.entry_id in in_sub else transcript), hit
+    out = subprocess.run([sys.executable, "-m", "journal.cli", "search", words, str(root),
+                          "--json"], capture_output=True, check=True)
+    assert {h["file"] for h in json.loads(out.stdout)["hits"]} == {transcript, sub}
+
+
 def test_the_cache_sees_a_subagent_file_change(tmp_path, monkeypatch):
     root, made = projects(tmp_path)
     for p in root.rglob("*"):

@@ -56,6 +56,16 @@ class ClaudeRead:
     def leaf_id(self) -> str | None:
         return self.translator.leaf_id
 
+    def file_of(self, line: int) -> str:
+        """The file an entry numbered `line` in `lines` was read from: the subagent file
+        whose numbering it falls in, else the transcript."""
+        found = self.path
+        for sub, base in self.line_base.items():
+            if line <= base:
+                break
+            found = sub
+        return found
+
     @property
     def metadata(self) -> list[Record]:
         return self.translator.metadata
