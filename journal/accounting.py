@@ -9,9 +9,11 @@ its `input_tokens`, `output_tokens`, `cache_read_input_tokens` and
 from the table. Each one is counted once per logical session, on every branch (an abandoned branch
 was paid for too): a rotated session is read as its whole lineage, oldest file first, and an
 entry whose id was already counted (a successor repeats the kept entries of its predecessor)
-is skipped. A fork copies the history it grows from into a file of its own (pi's fork, a
-Claude Code transcript forked or resumed into a new one, keeping each response's
-`message.id` and `requestId`): the fork's row counts it (it is the fork's history), and
+is skipped, and so is an imported transcript's copy of a kept segment (`<id>@<anchor>`,
+`journal.claude.kept_copy_of`), as the transcript's own is. A fork copies the history it
+grows from into a file of its own (pi's fork, a Claude Code transcript forked or resumed
+into a new one, keeping each response's `message.id` and `requestId`, `journal import`
+keeping the entries' ids and times): the fork's row counts it (it is the fork's history), and
 `UsageReport`'s totals and its rows by model and day count each response once however many
 sessions hold it (`_Ledger`: the copy with the most tokens counts, the others are
 `repeated`). The cost of a message is the one it recorded; a message that recorded none (or
@@ -31,9 +33,9 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from .claude import ClaudeRead, subagent_files
+from .claude import ClaudeRead, kept_copy_of, subagent_files
 from .discovery import find_lineages
 from .errors import JournalError
 from .pg.url import is_database_url, shown, shown_in
@@ -344,38 +346,58 @@ class _Responses:
     """The API response (`message.id`, `requestId`) of each assistant entry that names one."""
 
 
+class _Copy(NamedTuple):
+    """One copy of a response: its tokens in all, its (model, day) cell, its counts, cost
+    and how the cost was found."""
+
+    tokens: int
+    cell: tuple[str, str]
+    counts: tuple[int, int, int, int]
+    cost: float
+    how: int
+
+
 class _Ledger:
     """The responses one report counted, across its sessions, so that a response several
-    sessions hold (a fork's or a resumed transcript's copied history) is in the totals once.
+    sessions hold (a fork's or a resumed transcript's copied history, a transcript's
+    imported session) is in the totals once.
 
-    A response is known by a key: a Claude Code response by its `message.id` and
-    `requestId` (a copy keeps both), a pi message by its entry's id and times (pi's fork
-    copies entries as they are). The copy with the most tokens counts (a copy cut in the
-    middle of a response has its first lines' counts); the others go to the `repeated`
-    cells of the session that holds them. Memory: one 64-bit hash and one small tuple per
-    response counted (the message itself is not kept); two responses share a hash with a
-    chance of about n**2 / 2**65 for n responses."""
+    A response is known by keys: a pi message by its entry's id and times (pi's fork copies
+    entries as they are); a Claude Code response by its `message.id` and `requestId` (a
+    copy keeps both) and by its entry's id and times as well, which are those of the
+    session `journal import` makes of the transcript. The copy with the most tokens counts
+    (a copy cut in the middle of a response has its first lines' counts); the others go to
+    the `repeated` cells of the session that holds them. Memory: one or two 64-bit hashes
+    and one small tuple per response counted (the message itself is not kept); two keys
+    share a hash with a chance of about k**2 / 2**65 for k keys."""
 
     def __init__(self) -> None:
-        self._held: dict[int, tuple[int, tuple[str, str], tuple[int, int, int, int], float,
-                                    int]] = {}
+        self._held: dict[int, list[_Copy]] = {}
+        """A key's hash -> a box holding the copy that counts, one box for all the keys of
+        a response (so a copy known by only one of them finds it)."""
 
-    def note(self, key: object, cell: tuple[str, str], counts: tuple[int, int, int, int],
-             cost: float, how: int, session: SessionUsage) -> None:
-        """Note a response `session` counts; a copy of one noted before is `repeated`."""
-        digest = hash(key)
-        tokens = sum(counts)
-        held = self._held.get(digest)
-        if held is None:
-            self._held[digest] = (tokens, cell, counts, cost, how)
+    def note(self, keys: Sequence[object], cell: tuple[str, str],
+             counts: tuple[int, int, int, int], cost: float, how: int,
+             session: SessionUsage) -> None:
+        """Note a response `session` counts, known by `keys`; a copy of one noted before
+        (under any of its keys) is `repeated`."""
+        digests = [hash(key) for key in keys]
+        this = _Copy(sum(counts), cell, counts, cost, how)
+        box = next((self._held[d] for d in digests if d in self._held), None)
+        first = box is None
+        if box is None:
+            box = [this]
+        for digest in digests:
+            self._held.setdefault(digest, box)
+        if first:
             return
-        if tokens > held[0]:  # this copy counts; the one counted before is the repeat
-            self._held[digest] = (tokens, cell, counts, cost, how)
-            _, cell, counts, cost, how = held
-        tally = session.repeated.get(cell)
+        repeat = this
+        if this.tokens > box[0].tokens:  # this copy counts; the one before is the repeat
+            box[0], repeat = this, box[0]
+        tally = session.repeated.get(repeat.cell)
         if tally is None:
-            tally = session.repeated[cell] = Tally()
-        tally.charge(counts, cost, how)
+            tally = session.repeated[repeat.cell] = Tally()
+        tally.charge(repeat.counts, repeat.cost, repeat.how)
 
 
 def _claude_responses(read: ClaudeRead) -> _Responses:
@@ -445,6 +467,8 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
             seen.add(entry_id)
             if responses is not None and entry_id in responses.skipped:
                 continue
+            if kept_copy_of(entry_id) in seen:  # an imported transcript's kept segment,
+                continue                        # shown again: skipped as the transcript's
         kind = entry.get("type")
         if kind == "session_info":
             name = entry.get("name")
@@ -475,9 +499,11 @@ def _count_file(path: str, session: SessionUsage, seen: set[str], prices: PriceT
                 cost, how = price.cost(*counts), COMPUTED
         tally.charge(counts, cost, how)
         if ledger is not None and isinstance(entry_id, str):
-            response = (responses.keys.get(entry_id) if responses is not None  # pi: a fork
-                        else ("pi", entry_id, entry.get("timestamp"),  # copies the entry
-                              message.get("timestamp")))
+            # pi's fork and `journal import` copy the entry with its id and times
+            keys: list[object] = [("pi", entry_id, entry.get("timestamp"),
+                                   message.get("timestamp"))]
+            response = responses.keys.get(entry_id) if responses is not None else None
             if response is not None:
-                ledger.note(response, key, counts, cost, how, session)
+                keys.append(response)
+            ledger.note(keys, key, counts, cost, how, session)
     return True

@@ -128,6 +128,33 @@ def test_export_of_a_pi_session(tmp_path: Path) -> None:
     assert essentials(projection(report.path)) == essentials(projection(tmp_path / "a.jsonl"))
 
 
+def counted(tally: Any) -> tuple[Any, ...]:
+    return (tally.messages, tally.input, tally.output, tally.cache_read, tally.cache_write,
+            pytest.approx(tally.cost))
+
+
+def test_usage_counts_an_imported_session_as_its_transcript_once(tmp_path: Path) -> None:
+    """The imported session is a copy of the transcript's history: its row counts what the
+    transcript's does (a kept segment, written twice, once), and a report reading both
+    counts each response once in its total, the other copy under `repeated`."""
+    source = generated(tmp_path / "claude", 1, mb=0.3)
+    report = import_claude(source, tmp_path / "sessions")
+    ids = [orjson.loads(x).get("id") for x in Path(report.path).read_bytes().splitlines()]
+    assert any("@" in str(i) for i in ids)  # the import holds a kept segment's copies
+    alone = journal.usage([source])
+    transcript = alone.total
+    assert transcript.messages > 0
+    assert counted(journal.usage([report.path]).total) == counted(transcript)
+    both = journal.usage([source, report.path])
+    rows = [tally for _, tally in both.rows()]
+    assert len(rows) == 2 and all(counted(t) == counted(transcript) for t in rows)
+    assert counted(both.total) == counted(transcript)
+    assert counted(both.repeated) == counted(transcript)
+    for by in ("model", "day"):
+        assert [(k, counted(t)) for k, t in both.rows(by)] == [
+            (k, counted(t)) for k, t in alone.rows(by)]
+
+
 def test_import_refuses_what_is_not_a_transcript(tmp_path: Path) -> None:
     with journal.Session.create(tmp_path / "p.jsonl", cwd="/w"):
         pass

@@ -42,7 +42,7 @@ from .detect import (
 from .messages import assistant_message, user_messages
 from .reading import ClaudeRead, feed_lines, read, resume, subagent_files
 from .records import RECORD_TYPES, Record
-from .translate import COMPACT_SUMMARY, CUSTOM_PREFIX, Translator
+from .translate import COMPACT_SUMMARY, CUSTOM_PREFIX, Translator, kept_copy_of
 
 __all__ = [
     "CLAUDE",
@@ -60,6 +60,7 @@ __all__ = [
     "detect_stream",
     "dialect_of",
     "feed_lines",
+    "kept_copy_of",
     "read",
     "resume",
     "stated_dialect",

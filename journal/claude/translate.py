@@ -51,6 +51,15 @@ from .records import (
 
 CUSTOM_PREFIX = "claude."
 COMPACT_SUMMARY = "claude.compact_summary"
+_COPY_MARK = "@"
+
+
+def kept_copy_of(entry_id: str) -> str | None:
+    """The entry that `entry_id` copies when it names a copy of a kept segment's entry
+    (`<id>@<anchor>`, format.md § 12.4; `journal import` writes them as they are), else
+    None. The copy shows the same message again: it is not another one."""
+    original, mark, anchor = entry_id.partition(_COPY_MARK)
+    return original if mark and original and anchor else None
 
 
 def custom_type(record: Record) -> str:
@@ -284,7 +293,7 @@ class Translator:
         parent = self._alias[anchor]
         for entry_id in path:
             copy = dict(self._entries[entry_id])
-            copy["id"] = f"{entry_id}@{anchor}"
+            copy["id"] = f"{entry_id}{_COPY_MARK}{anchor}"
             copy["parentId"] = parent
             message = copy.get("message")
             if isinstance(message, dict):

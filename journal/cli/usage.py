@@ -62,9 +62,10 @@ def _print_table(report: UsageReport, by: By) -> None:
     repeated = report.repeated
     if repeated.messages:
         console.print(f"{repeated.messages:,} message(s) ({repeated.total_tokens:,} tokens, "
-                      f"${repeated.cost:,.4f}) are in more than one session (history a fork "
-                      "or a resumed transcript copied): counted in each session's row, once "
-                      "in the total" + (" and in these rows" if by != "session" else ""),
+                      f"${repeated.cost:,.4f}) are in more than one session (history a fork, "
+                      "a resumed transcript or an import copied): counted in each session's "
+                      "row, once in the total"
+                      + (" and in these rows" if by != "session" else ""),
                       highlight=False)
     if report.unpriced_models:
         console.print("no cost recorded and no price for: " + ", ".join(report.unpriced_models)
