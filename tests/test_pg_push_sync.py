@@ -631,3 +631,35 @@ def test_what_an_earlier_push_found_alike_counts_only_for_the_same_bytes_and_gen
     [row] = push(path, pg_url).sessions
     assert row["action"] == "unchanged"
     assert alike_row(pg_url, session_id)[0] == before[3]
+
+
+def test_a_push_reads_the_session_it_compares_in_one_snapshot(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replacements committed between the push's reading of the session's row and of its
+    lines delete the rows of the generation it read (review 46): the comparison still sees
+    them, so a file the database holds more than is refused, not taken for unchanged."""
+    from journal.pg import transfer
+
+    path, session_id = session_in(tmp_path / "src", ["one", "two"])
+    push(path, pg_url)
+    url = session_url(pg_url, session_id)
+    with Session.open(url) as session:
+        session.append_message({"role": "user", "content": "db", "timestamp": 1})
+    storage = PostgresStorage.from_url(url)
+    with storage.open_reader() as reader:
+        stored = reader.stream.read()
+    real = transfer._alike_before
+    replaced: list[int] = []
+
+    def replaced_meanwhile(*args: Any) -> int:
+        if not replaced:
+            storage.publish(stored, "repair")
+            storage.publish(stored, "repair")
+            replaced.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(transfer, "_alike_before", replaced_meanwhile)
+    with pytest.raises(PushRefused) as refused:
+        push(path, pg_url)
+    [row] = refused.value.result.sessions
+    assert replaced and row["reason"].startswith("the database holds 1 line(s) more")

@@ -37,7 +37,8 @@ def as_role(url: str, role: str) -> str:
     return url.replace("postgresql://postgres@", f"postgresql://{role}@")
 
 
-def test_the_documented_roles_and_grants_are_enough_and_no_more(pg_url: str) -> None:
+def test_the_documented_roles_and_grants_are_enough_and_no_more(pg_url: str,
+                                                               tmp_path: Path) -> None:
     database = pg_url.rsplit("/", 1)[1]
     statements = documented_grants(database)
     setup = [s for s in statements if s.startswith(("CREATE ROLE", "GRANT CREATE"))]
@@ -72,6 +73,18 @@ def test_the_documented_roles_and_grants_are_enough_and_no_more(pg_url: str) -> 
         finally:
             appender.close()
     assert [e["id"] for e in load(reader).entries] == [first, second]
+
+    # a push finds a file up to date with a reader's grants too: what it found alike is
+    # recorded only where the role may (the writer's push did)
+    from journal.pg.transfer import push
+
+    with Session.create(str(tmp_path), cwd="/") as session:
+        session.append_message({"role": "user", "content": "pushed", "timestamp": 1})
+    assert push(session.path, as_role(pg_url, "journal_writer")).changed
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("UPDATE journal.streams SET alike_generation = NULL")
+    assert [r["action"] for r in push(session.path, as_role(pg_url, "journal_reader")).sessions
+            ] == ["unchanged"]
 
 
 def test_a_reader_that_may_not_register_as_a_follower_polls_and_says_why(

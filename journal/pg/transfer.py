@@ -456,45 +456,51 @@ def _compared(conn: psycopg.Connection[Any], session: str, data: bytes, digest: 
               lines_in_data: int) -> _Stored | None:
     """The session `session` as the database holds it (None: not there), compared with
     `data` (whose SHA-256 is `digest`, its lines `lines_in_data`) line for line, a batch of
-    rows at a time, from the end of what an earlier push found alike (`_alike_before`). What
-    is found alike is recorded for the next push. An archive moved out of the database has
-    no rows: it is alike when `data` has the SHA-256 recorded as it moved out (its own file
-    may be on another machine)."""
-    row = conn.execute("SELECT id, generation, moved_out_at, moved_out_sha256, exported_to, "
-                       "successor, file_name, size, entries, alike_generation, alike_size, "
-                       "alike_sha256 FROM journal.streams "
-                       "WHERE session = %s AND generation IS NOT NULL", (session,)).fetchone()
-    if row is None:
-        return None
-    stream, generation = int(row[0]), int(row[1])
-    successor = None if row[5] is None else str(row[5])
-    name = None if row[6] is None else str(row[6])
-    if row[2] is not None:
-        alike = digest == row[3]
-        size = int(row[7]) if not alike else len(data)
-        return _Stored(generation, size, int(row[8]), len(data) if alike else 0, successor,
-                       name, str(row[4]))
-    known = _alike_before(data, digest, generation, row[9:12])
-    size = known
-    lines = lines_in_data if known == len(data) else data.count(b"\n", 0, known)
-    common: int | None = None
-    view = memoryview(data)
+    rows at a time, from the end of what an earlier push found alike (`_alike_before`), all
+    in one snapshot (a replacement committed meanwhile deletes rows of the generation
+    read). What is found alike is recorded for the next push. An archive moved out of the
+    database has no rows: it is alike when `data` has the SHA-256 recorded as it moved out
+    (its own file may be on another machine)."""
     with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        row = conn.execute(
+            "SELECT id, generation, moved_out_at, moved_out_sha256, exported_to, successor, "
+            "file_name, size, entries, alike_generation, alike_size, alike_sha256 "
+            "FROM journal.streams WHERE session = %s AND generation IS NOT NULL",
+            (session,)).fetchone()
+        if row is None:
+            return None
+        generation = int(row[1])
+        successor = None if row[5] is None else str(row[5])
+        name = None if row[6] is None else str(row[6])
+        if row[2] is not None:
+            alike = digest == row[3]
+            size = int(row[7]) if not alike else len(data)
+            return _Stored(generation, size, int(row[8]), len(data) if alike else 0,
+                           successor, name, str(row[4]))
+        known = _alike_before(data, digest, generation, row[9:12])
+        size = known
+        lines = lines_in_data if known == len(data) else data.count(b"\n", 0, known)
+        common: int | None = None
+        view = memoryview(data)
         with conn.cursor(name="journal_push_compare") as cursor:
             cursor.itersize = 2000
             cursor.execute("SELECT line FROM journal.entries WHERE stream = %s AND "
                            "generation = %s AND byte_offset >= %s ORDER BY byte_offset",
-                           (stream, generation, known))
+                           (int(row[0]), generation, known))
             for (line,) in cursor:
                 raw = str(line).encode("utf-8") + b"\n"
                 if common is None and view[size:size + len(raw)] != raw:
                     common = size
                 size += len(raw)
                 lines += 1
-        alike = size if common is None else common
-        if alike > known:
+    alike = size if common is None else common
+    if alike > known:
+        try:
             _remember_alike(conn, session, generation, alike, digest if alike == len(data)
                             else hashlib.sha256(view[:alike]).hexdigest())
+        except psycopg.errors.InsufficientPrivilege:
+            pass  # a role that may only read: the next push compares the whole session again
     return _Stored(generation, size, lines, alike, successor, name, None)
 
 
@@ -517,10 +523,12 @@ def _remember_alike(conn: psycopg.Connection[Any], session: str, generation: int
     """Record, inside the caller's transaction, that the first `size` bytes of the session's
     current generation (if it is still `generation`, when given) have the SHA-256 `sha256`,
     as a file pushed has them: the next push compares only what comes after (schema
-    version 7)."""
+    version 7). Not recorded while another transaction holds the row (a record is only a
+    shortcut: a push does not wait for one)."""
     conn.execute("UPDATE journal.streams SET alike_generation = generation, alike_size = %s, "
-                 "alike_sha256 = %s WHERE session = %s AND generation = coalesce(%s, "
-                 "generation)", (size, sha256, session, generation))
+                 "alike_sha256 = %s WHERE id = (SELECT id FROM journal.streams WHERE "
+                 "session = %s AND generation = coalesce(%s, generation) "
+                 "FOR NO KEY UPDATE SKIP LOCKED)", (size, sha256, session, generation))
 
 
 def _lineages(plans: list[_Plan]) -> list[list[_Plan]]:
