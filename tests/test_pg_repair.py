@@ -32,7 +32,7 @@ from journal import (  # noqa: E402
 )
 from journal.cli import main  # noqa: E402
 from journal.context import build_context  # noqa: E402
-from journal.errors import LeaseLost  # noqa: E402
+from journal.errors import JournalError, LeaseLost  # noqa: E402
 from journal.pg.connect import connect  # noqa: E402
 from journal.pg.repair import quarantined, quarantined_record, repair_database  # noqa: E402
 from journal.pg.url import session_url  # noqa: E402
@@ -366,3 +366,110 @@ def test_opening_a_version_1_database_session_migrates_it_and_appends(
     [record] = quarantined(url)
     assert record["reason"] == "migrated" and record["length"] == Path(
         pi_path("before-compaction.jsonl")).stat().st_size
+
+
+@pytest.fixture
+def every_try_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repair and rotation make one try only, the one that holds the session's row."""
+    from journal.pg.rotation import again_while_changed
+
+    monkeypatch.setattr(again_while_changed, "__defaults__", (1,))
+
+
+def test_the_last_try_outlives_a_server_idle_limit_shorter_than_its_read(
+        pg_url: str, tmp_path: Path, every_try_the_last: None) -> None:
+    """The last try's transaction sits idle on the lease's connection while the session is
+    read on others: a server's `idle_in_transaction_session_timeout` shorter than the read
+    would end it (and the lease's connection); it sets its own (review 46)."""
+    import time
+
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    with connect(pg_url) as conn:
+        database = conn.info.dbname
+        conn.execute(f'ALTER DATABASE "{database}" SET idle_in_transaction_session_timeout '
+                     "= '500ms'")
+    slow: list[int] = []
+
+    def progress(so_far: int, total: int) -> None:
+        if not slow:
+            slow.append(1)
+            time.sleep(1.5)
+
+    report = in_time(lambda: repair_database(url, progress=progress))
+    assert slow and report.changed and quarantined(url)
+
+
+def test_a_last_try_whose_commit_is_refused_says_nothing_changed(
+        pg_url: str, tmp_path: Path, every_try_the_last: None) -> None:
+    """A failure at the last try's COMMIT on a connection that is still there (here a
+    deferred constraint) committed nothing, and says so: not "may have been committed"."""
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    with connect(pg_url) as conn:
+        conn.execute("CREATE FUNCTION pg_temp_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$")
+        conn.execute("CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON journal.quarantine "
+                     "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+                     "pg_temp_refuse()")
+    with pytest.raises(JournalError, match=r"not committed \(nothing changed\): refused at "
+                                           "commit"):
+        repair_database(url)
+    assert db_bytes(url) == data and quarantined(url) == []
+
+
+def test_a_last_try_that_cannot_lock_the_row_says_so(
+        pg_url: str, tmp_path: Path, every_try_the_last: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row held elsewhere (from once the lease is taken) past the server's lock_timeout:
+    one error naming the session, nothing changed (not the driver's own exception)."""
+    from journal.pg import repair as pg_repair
+
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    with connect(pg_url) as conn:
+        conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET lock_timeout = \'200ms\'')
+    holder = connect(pg_url)
+    real = pg_repair.lock_live
+
+    def then_held(*args: Any, **kw: Any) -> Any:
+        taken = real(*args, **kw)
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
+                       (url.rsplit("=", 1)[1],))
+        return taken
+
+    monkeypatch.setattr(pg_repair, "lock_live", then_held)
+    try:
+        with pytest.raises(JournalError, match="could not lock the session's row "
+                                               r"\(nothing changed\)"):
+            repair_database(url)
+    finally:
+        holder.close()
+    assert db_bytes(url) == data and quarantined(url) == []
+
+
+def test_a_connection_lost_inside_the_last_try_says_nothing_was_committed(
+        pg_url: str, tmp_path: Path, every_try_the_last: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease's backend ends while the last try's replacement is written (its quarantine
+    kept, the swap not yet made): the replacement's transaction is a savepoint of the try's,
+    which the server rolled back, so it says the session is as it was rather than that the
+    replacement may have been committed."""
+    from journal.pg import repair as pg_repair
+
+    data = damaged(tmp_path)
+    url = stored(pg_url, data)
+    real = pg_repair._keep
+
+    def then_cut_off(storage: Any, lease: Any, *args: Any, **kw: Any) -> None:
+        real(storage, lease, *args, **kw)
+        with connect(pg_url) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (lease.conn.info.backend_pid,))
+
+    monkeypatch.setattr(pg_repair, "_keep", then_cut_off)
+    with pytest.raises(JournalError, match=r"lost before the replacement was committed \(the "
+                                           "session is as it was\\)"):
+        repair_database(url)
+    monkeypatch.undo()
+    assert db_bytes(url) == data and quarantined(url) == []

@@ -20,7 +20,7 @@ from . import schema
 from .url import shown
 
 __all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "connect", "describe",
-           "refused_for_good", "shared", "with_shared", "LONG_READS", "READS"]
+           "in_transaction", "refused_for_good", "shared", "with_shared", "LONG_READS", "READS"]
 
 CONNECT_TIMEOUT = 10
 # How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
@@ -205,6 +205,12 @@ def database_identity(conninfo: str) -> str:
 
 
 _identities: dict[str, str] = {}
+
+
+def in_transaction(conn: psycopg.Connection[Any]) -> bool:
+    """Whether `conn` is inside a transaction: one opened on it now is a savepoint, which a
+    lost connection cannot have committed."""
+    return conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
 def describe(e: BaseException) -> str:

@@ -42,8 +42,13 @@ from ..errors import LeaseLost, LockTimeout
 from ..lock import check_lock_timeout
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe
 
-__all__ = ["RENEW_WAIT", "Lease", "LeaseLost", "acquire", "advisory_key", "current_holder",
-           "gate_key"]
+__all__ = ["RENEW_WAIT", "ROW_LOCK_IDLE_LIMIT", "Lease", "LeaseLost", "acquire", "advisory_key",
+           "current_holder", "gate_key"]
+
+# how long the transaction of `Lease.row_locked` may sit idle (the work reads the session on
+# other connections meanwhile) before the server ends it: it holds up writers without the
+# lease, and a server's own shorter limit would end it in the middle of a long read
+ROW_LOCK_IDLE_LIMIT = "5min"
 
 # seconds a writer whose lease connection was lost waits for the lease's advisory lock to come
 # free (the old backend lets go once its last statement ends) when it takes the lease back
@@ -152,26 +157,38 @@ class Lease:
     def row_locked(self) -> Iterator[None]:
         """The block as one transaction on the lease's connection that first locks the
         session's stream row (FOR UPDATE), committed when the block ends: every commit of a
-        writer without the lease (`journal.append` locks that row) waits until then. The
-        holder's own transactions in the block (a rotation's, a replacement's) become part
-        of this one. For the last try of work that such a writer outran every time before
-        (`journal.pg.rotation.again_while_changed`). DatabaseError if the connection is lost
-        as the block's work is committed (it may have been)."""
+        writer without the lease (`journal.append` locks that row) waits until then, unless
+        the lease's connection is lost and taken back meanwhile (the lock goes with the old
+        one). The holder's own transactions in the block (a rotation's, a replacement's)
+        become part of this one. For the last try of work that such a writer outran every
+        time before (`journal.pg.rotation.again_while_changed`). The transaction ends
+        itself if left idle for ROW_LOCK_IDLE_LIMIT (a stopped holder holds such writers
+        up no longer than that). DatabaseError if the row cannot be locked, or the commit
+        fails (a lost connection: it may have been committed)."""
         with self.busy:
             conn = self.connection()
-            ended = False
+            locked = ended = False
             try:
                 with conn.transaction():
-                    conn.execute("SELECT 1 FROM journal.streams WHERE session = %s FOR UPDATE",
-                                 (self.session,))
+                    conn.execute("SELECT set_config('idle_in_transaction_session_timeout', "
+                                 "%s, true)", (ROW_LOCK_IDLE_LIMIT,))
+                    conn.execute("SELECT 1 FROM journal.streams WHERE session = %s "
+                                 "FOR UPDATE", (self.session,))
+                    locked = True
                     yield
                     ended = True
             except psycopg.Error as e:
+                if not locked:
+                    raise DatabaseError(f"{self.locator}: could not lock the session's row "
+                                        f"(nothing changed): {describe(e)}") from e
                 if not ended:
                     raise
-                raise DatabaseError(f"{self.locator}: the connection was lost as the work "
-                                    "was committed, which may have been committed: open the "
-                                    f"session again to know: {describe(e)}") from e
+                if conn.broken or conn.closed:
+                    raise DatabaseError(f"{self.locator}: the connection was lost as the work "
+                                        "was committed, which may have been committed: open "
+                                        f"the session again to know: {describe(e)}") from e
+                raise DatabaseError(f"{self.locator}: the work was not committed (nothing "
+                                    f"changed): {describe(e)}") from e
 
     def release(self) -> None:
         with self.busy:  # after a transaction running on the connection (a replacement's)

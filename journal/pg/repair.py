@@ -61,7 +61,8 @@ def repair_database(
     atomically, its removed and rewritten lines kept in `journal.quarantine` in the same
     transaction. An appender without the lease that commits after the session was read
     makes it read the session again (`again_while_changed`: the last time, such an appender
-    waits for the repair).
+    waits for the repair; SessionChanged, nothing changed, if the lease's connection was lost
+    meanwhile and it did not).
 
     Example:
         >>> report = repair_database("pg:4f1c...")  # doctest: +SKIP

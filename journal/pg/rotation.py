@@ -72,7 +72,7 @@ from ..seal import make_seal
 from ..snapshot import find_last_of_type, last_newline_end, resume
 from ..tree import Tree
 from . import schema
-from .connect import DatabaseError, connect, describe, with_shared
+from .connect import DatabaseError, connect, describe, in_transaction, with_shared
 from .lease import Lease
 from .storage import PostgresReader, PostgresStorage, current_end, split_batch
 
@@ -173,8 +173,8 @@ def again_while_changed(work: Callable[[], T], lease: Lease | None,
     without the lease, which the lease does not hold back, committed after it read the
     session). The last of `tries` holds the session's row from before its reading to its
     commit (`Lease.row_locked`), so that such an appender waits for it rather than outrun
-    it again; without a lease (a dry run, which changes nothing), the last SessionChanged
-    says how many times it was read."""
+    it again (but for a lease connection lost and taken back meanwhile: the row's lock goes
+    with it). The last SessionChanged says how many times it was read."""
     for attempt in range(1, tries + 1):
         try:
             if attempt == tries and lease is not None:
@@ -212,7 +212,8 @@ def rotate_database(
     holder), LeaseLost if another writer took the session over meanwhile, DatabaseError. An
     appender without the lease that appends after the session was read makes it read the
     session again (`again_while_changed`: the last time, such an appender waits for the
-    rotation).
+    rotation; SessionChanged, nothing changed, if the lease's connection was lost meanwhile
+    and it did not).
 
     Example:
         >>> result = rotate_database("pg:4f1c...")  # doctest: +SKIP
@@ -615,6 +616,7 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
     # a new id, named nowhere yet: its lease is free (the row it makes has no generation,
     # which the creation below takes over)
     successor_lease = successor.lock(0) if held is not None else None
+    inside = in_transaction(lease.conn)  # the last try's (`Lease.row_locked`): it commits
     try:
         # file names stay in the folder the old file was in (a pushed folder's subfolder)
         folder = posixpath.dirname(old_name)
@@ -627,7 +629,7 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
             raise
         if getattr(e, "sqlstate", None) == schema.SQLSTATE_FENCED:
             raise LeaseLost(locator, lease.epoch, describe(e)) from e
-        if lease.conn.broken or lease.conn.closed:  # its end is not known
+        if (lease.conn.broken or lease.conn.closed) and not inside:  # its end is not known
             raise DatabaseError(f"{locator}: the connection was lost during the rotation, "
                                 "which may have been committed: open the session again (it "
                                 f"follows to the live one): {describe(e)}") from e

@@ -102,6 +102,7 @@ from .connect import (
     DatabaseUnavailable,
     connect,
     describe,
+    in_transaction,
     with_shared,
 )
 from .lease import RENEW_WAIT, Lease, acquire, advisory_key, current_holder, gate_key
@@ -1366,10 +1367,12 @@ class PostgresStorage:
         batch = split_batch(self._name, 0, data)
         lease = self._lease
         conn: psycopg.Connection[Any] | None = None
+        inside = False  # in a transaction of the caller's (`Lease.row_locked`): it commits
         try:
             if lease is not None and not lease.released:
                 with lease.busy:  # the lease's appenders wait meanwhile
                     conn = lease.connection()
+                    inside = in_transaction(conn)
                     self._publish(conn, batch, before_swap, based_on)
                 return
             conn = connect(self.conninfo)
@@ -1379,6 +1382,10 @@ class PostgresStorage:
                 conn.close()
         except psycopg.Error as e:
             if isinstance(e, psycopg.OperationalError) and conn is not None and conn.broken:
+                if inside:  # the server rolled the caller's transaction back
+                    raise DatabaseError(f"{self._name}: the connection was lost before the "
+                                        "replacement was committed (the session is as it "
+                                        f"was): {describe(e)}") from e
                 raise DatabaseError(f"{self._name}: the connection was lost while the "
                                     "replacement was made, which may have been committed: "
                                     "read the session again to know (a repair can be run "
