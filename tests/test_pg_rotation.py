@@ -1169,6 +1169,35 @@ def test_a_follower_of_a_generation_replaced_twice_reports_a_replacement(
     assert "replaced" in kinds
 
 
+def test_a_follower_opened_as_its_session_is_replaced_twice_opens_it_again(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replacements between a follower's opening of the session and its placing of the
+    start delete the generation it opened (review 46): it opens the session again."""
+    import importlib
+
+    tail_follow = importlib.import_module("journal.tail.follow")  # not journal.tail's follow()
+    url = new_session(pg_url)
+    storage = PostgresStorage.from_url(url)
+    real = tail_follow.open_regular
+    replaced: list[int] = []
+
+    def replaced_as_opened(*args: object) -> object:
+        opened = real(*args)  # type: ignore[arg-type]
+        if not replaced:
+            replaced.append(1)
+            storage.publish(bytes_of(storage), "repair")
+            storage.publish(bytes_of(storage), "repair")
+        return opened
+
+    monkeypatch.setattr(tail_follow, "open_regular", replaced_as_opened)
+    follower = tail_follow.Follower(url, last=0)
+    follower.open()
+    assert replaced
+    with Session.open(url) as session:
+        session.append_custom_entry("after", {"n": 1})
+    assert entries_seen(follower) == ["after"]
+
+
 def test_a_switch_interrupted_while_closing_the_old_appender_frees_the_successor(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from journal.pg.storage import PostgresAppender

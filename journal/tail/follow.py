@@ -46,6 +46,8 @@ __all__ = ["Follower", "is_session_name"]
 
 # logged under the public module's name, which is what callers configure
 log = logging.getLogger("journal.tail")
+# how many times a follower opens a session that keeps being replaced under it as it starts
+OPEN_TRIES = 3
 
 
 def catalog_for(path: str | os.PathLike[str],
@@ -105,22 +107,39 @@ class Follower(SourceReader):
                 if self.root is None:
                     raise NotASession(path, "no such file")
                 continue
-            if self.since_id is not None and not found:
-                found = self.seek_since(src)
-            elif self.since_id is not None:
-                self.seek_end(src)
-            elif self.from_start:
-                self.seek_start(src)
-            elif self.last:
-                self.seek_last(src, self.last)
-            else:
-                self.seek_end(src)
+            for attempt in range(1, OPEN_TRIES + 1):
+                try:
+                    found = self._placed(src, found)
+                    break
+                except GenerationGone:
+                    # replaced twice as it was opened (a database session): open it again
+                    reopened = open_regular(src.storage)
+                    if attempt == OPEN_TRIES or reopened is None:
+                        raise
+                    src.close()
+                    src.reader = reopened
+                    self.restart(src)
         if self.since_id is not None and not found:
             error = UnknownEntry(self.since_id)
             error.args = (f"{self.path}: no entry with id {self.since_id!r}",)
             raise error
         if self.root is None and not self.sources:
             self.done = True
+
+    def _placed(self, src: Source, found: bool) -> bool:
+        """Place a newly opened source's offset where the start mode says; whether the
+        entry `since_id` was found in it or in one placed before (`found`)."""
+        if self.since_id is not None and not found:
+            return self.seek_since(src)
+        if self.since_id is not None:
+            self.seek_end(src)
+        elif self.from_start:
+            self.seek_start(src)
+        elif self.last:
+            self.seek_last(src, self.last)
+        else:
+            self.seek_end(src)
+        return found
 
     def _open_source(self, path: str, delivered: Delivered | None) -> Source | None:
         storage = self.catalog.storage(path)
