@@ -125,19 +125,38 @@ def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
         raise ForeignSession(storage.locator, "Claude Code")
 
 
-def refuse_pi_session(path: str | os.PathLike[str]) -> None:
+def refuse_pi_session(path: str | os.PathLike[str], *, reading: bool = False) -> None:
     """Refuse to take a pi session for a Claude Code transcript (`dialect="claude"` forced on
     a file whose records are pi's: raises `NotASession`), before anything is locked or
     written: the counterpart of `refuse_foreign`. A file whose records state no dialect
     passes (empty, or cut in its first write): a subagent file is a transcript by where it
-    is, whatever such bytes say."""
+    is, whatever such bytes say.
+
+    The message says what to do instead: a repair (the default) names `journal repair
+    --dialect pi`; a reader (`reading`: `load` and `resume`, so every read command) names
+    `--dialect pi`, where reading on would only find "not a session" (no record of it is
+    Claude Code's).
+    """
     storage = FileStorage(os.fspath(path))
     with storage.open_reader() as reader:
         stated = claude.stated_dialect(reader.stream)
-    if stated == claude.PI:
-        raise NotASession(storage.locator, "a pi session, not a Claude Code transcript (its "
-                          "records are pi's); nothing was changed: repair it as a pi session "
-                          f"('journal repair --dialect pi {storage.locator}')")
+    if stated != claude.PI:
+        return
+    remedy = ("read it as a pi session (--dialect pi, or no --dialect)" if reading else
+              "nothing was changed: repair it as a pi session "
+              f"('journal repair --dialect pi {storage.locator}')")
+    raise NotASession(storage.locator, "a pi session, not a Claude Code transcript (its "
+                      f"records are pi's); {remedy}")
+
+
+def _read_as_claude(storage: Storage, dialect: str | None) -> bool:
+    """Whether `load`/`resume` read `storage` as a Claude Code transcript; a pi session file
+    forced as one is refused (`refuse_pi_session`)."""
+    if dialect_of_storage(storage, dialect) != claude.CLAUDE:
+        return False
+    if dialect is not None and isinstance(storage, FileStorage):
+        refuse_pi_session(storage.locator, reading=True)
+    return True
 
 
 def from_claude(read: claude.ClaudeRead) -> Snapshot:
@@ -151,7 +170,8 @@ def load(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None) 
     """Read a whole session (a file path, or any `Storage`) without locking it.
 
     A Claude Code transcript is detected from its records (or forced with
-    `dialect="claude"`) and read by `journal.claude`, its subagent files included.
+    `dialect="claude"`) and read by `journal.claude`, its subagent files included. A file
+    whose records are pi's is not taken for one: forcing it raises `NotASession` saying so.
 
     Version 1 and 2 files are migrated in memory; the file is never rewritten. Bad lines are
     reported in `diagnostics`, never raised. A `.gz` file (a compressed archive) is read
@@ -164,7 +184,7 @@ def load(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None) 
     """
     storage = as_storage(path)
     locator = storage.locator
-    if dialect_of_storage(storage, dialect) == claude.CLAUDE:
+    if _read_as_claude(storage, dialect):
         return from_claude(claude.read(storage))
     with storage.open_reader() as reader, codec.bulk_parsing():
         if not is_compressed(locator):
@@ -282,7 +302,8 @@ def resume(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None
     """Read only the tail a live context needs, scanning backwards from the end.
 
     A Claude Code transcript is resumed by `journal.claude.resume` (back to the latest
-    `compact_boundary` on the leaf's chain).
+    `compact_boundary` on the leaf's chain); forcing `dialect="claude"` on a pi session
+    raises `NotASession`, as for `load`.
 
     Walks the branch of the last entry back until it has the latest compaction's kept boundary
     plus the latest model and thinking-level settings, or reaches the root. Files written by
@@ -295,7 +316,7 @@ def resume(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None
     path = storage.locator
     if is_compressed(path):
         return load(storage)
-    if dialect_of_storage(storage, dialect) == claude.CLAUDE:
+    if _read_as_claude(storage, dialect):
         return from_claude(claude.resume(storage))
     with storage.open_reader() as reader:
         f = reader.stream

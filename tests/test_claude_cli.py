@@ -208,3 +208,31 @@ def test_repair_refuses_a_pi_session_forced_as_claude(tmp_path: Path, capsys: An
             assert listing(tmp_path) == before
     code, out, _ = run(capsys, "repair", "--dialect", "pi", str(torn))
     assert code == 0 and "torn_tail" in out
+
+
+def test_read_commands_refuse_a_pi_session_forced_as_claude(tmp_path: Path,
+                                                            capsys: Any) -> None:
+    """show, info, context, tree and tail given --dialect claude on a pi session say what the
+    file is and which --dialect reads it (the rule repair applies: refuse_pi_session), not
+    that it holds no session; the library readers refuse it the same way."""
+    path = tmp_path / "pi.jsonl"
+    with journal.Session.create(path, cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    before = listing(tmp_path)
+    for command in ("show", "info", "context", "tree", "tail"):
+        for mode in ([], ["--json"]):
+            code, out, err = run(capsys, command, "--dialect", "claude", *mode, str(path))
+            assert code == 2 and out == "", (command, mode, err)
+            assert err.startswith("Error: ") and err.count("\n") == 1, err
+            assert "a pi session, not a Claude Code transcript" in err
+            assert "--dialect pi" in err and "not a session file" not in err
+    for read in (journal.load, journal.resume):
+        try:
+            read(path, dialect="claude")
+        except journal.NotASession as e:
+            assert "a pi session" in str(e)
+        else:
+            raise AssertionError(f"{read.__name__} took a pi session for a transcript")
+    assert listing(tmp_path) == before
+    code, out, _ = run(capsys, "info", "--dialect", "pi", "--json", str(path))
+    assert code == 0 and orjson.loads(out)["dialect"] == "pi"
