@@ -170,3 +170,42 @@ def test_a_subagent_file_torn_in_its_first_record_is_repaired_with_its_transcrip
     assert journal(env, "repair", "--check", path).returncode == 0
     again = json.loads(journal(env, "info", "--json", path).stdout)
     assert again["problems"] == []
+
+
+def test_a_subagent_file_under_two_names_counts_once(
+        damaged: tuple[Any, dict[str, str]]) -> None:
+    """A subagent file reachable under a second name in `subagents/` (a symbolic link, a
+    hard link) is one file: listed, counted and its damage said once, under the first of its
+    names in sorted order (`journal.claude.subagent_files` knows a file by device and inode)."""
+    made, env = damaged
+    damage(made)
+    path = str(made.path)
+    before = json.loads(journal(env, "info", path, "--json").stdout)["problems"]
+    [row] = json.loads(journal(env, "ls", path, "--json", "--no-cache").stdout)
+    said = len(row["problems"])
+    first, last = made.subagents[0], made.subagents[-1]
+    folder = first.parent
+    hard = folder / "agent-0000.jsonl"  # sorts first: the name kept for `first`
+    os.link(first, hard)
+    (folder / "agent-zzzz.jsonl").symlink_to(last.name)  # sorts last: not read again
+    subs = sorted([str(hard), *(str(s) for s in made.subagents if s != first)])
+    size = sum(os.path.getsize(f) for f in [path, *subs])
+
+    info = json.loads(journal(env, "info", path, "--json").stdout)
+    assert info["subagentFiles"] == subs
+    renamed = [{**p, "file": str(hard) if p.get("file") == str(first) else p.get("file")}
+               for p in before]
+    assert len(info["problems"]) == len(before) and all(p in info["problems"] for p in renamed)
+
+    [row] = json.loads(journal(env, "ls", path, "--json", "--no-cache").stdout)
+    assert row["files"] == [path, *subs] and row["size"] == size
+    assert len(row["problems"]) == said
+
+    data = json.loads(journal(env, "usage", path, "--json").stdout)
+    assert data["files"] == 1 + len(subs) and data["rows"][0]["files"] == [path, *subs]
+
+    out = made.path.parent.parent / "imported.jsonl"
+    proc = journal(env, "import", path, str(out), "--json")
+    report = json.loads(proc.stdout)
+    assert report["subagentFiles"] == subs and len(report["problems"]) == said
+    assert proc.stderr.count("Warning:") == said

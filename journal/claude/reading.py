@@ -7,6 +7,7 @@ skipped, the way the pi readers report them.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,27 @@ class ClaudeRead:
 
 
 def subagent_files(path: str | os.PathLike[str]) -> list[str]:
-    """The subagent transcripts of a session: `<dir>/<session>/subagents/agent-*.jsonl`."""
+    """The subagent transcripts of a session: `<dir>/<session>/subagents/agent-*.jsonl`.
+
+    Each file once: one reached there under two names (a symbolic or hard link to another)
+    is listed under the first name in sorted order, known by the file a name leads to
+    (device and inode), so its records, bytes and damage are not counted twice.
+    """
     p = Path(path)
     folder = p.parent / p.name.removesuffix(".jsonl") / SUBAGENTS
     if not folder.is_dir():
         return []
-    return sorted(str(f) for f in folder.glob("agent-*.jsonl") if f.is_file())
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for name in sorted(str(f) for f in folder.glob("agent-*.jsonl")):
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue  # gone since it was listed, or a link leading nowhere
+        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(name)
+    return out
 
 
 def feed_lines(translator: Translator, items: Any, entries: list[Entry], lines: list[int],
