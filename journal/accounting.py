@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
-from .claude import ClaudeRead, kept_copy_of, subagent_files
-from .discovery import find_lineages
+from .claude import ClaudeRead, kept_copy_of
+from .discovery import find_lineages, subagents_of
 from .errors import JournalError
 from .pg.url import is_database_url, shown, shown_in
 from .prices import PriceTable, load_prices
@@ -245,7 +245,7 @@ def usage(paths: Iterable[str | os.PathLike[str]], *, prices: PriceTable | None 
         else:
             warnings.append(UsageWarning(path, "no such file or folder"))
     chains = find_lineages(present) if present else []
-    total = sum(_size(f) for chain in chains for f in [*chain, *_subagents_of(chain)])
+    total = sum(_size(f) for chain in chains for f in [*chain, *subagents_of(chain)])
     done = 0
     sessions = []
     ledger = _Ledger()
@@ -291,12 +291,6 @@ def lineage_usage(files: Sequence[str], prices: PriceTable,
 
 def _size(path: str) -> int:
     return stored_size(path)
-
-
-def _subagents_of(chain: list[str]) -> list[str]:
-    """The subagent files read with a lineage's live file when it is a Claude Code
-    transcript (a transcript is never rotated: its lineage is itself)."""
-    return [] if is_database_url(chain[-1]) else subagent_files(chain[-1])
 
 
 def _tokens(value: object) -> int:

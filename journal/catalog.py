@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from .accounting import Tally, UsageWarning, lineage_usage
 from .claude import CLAUDE, PI, subagent_files
-from .discovery import find_lineages, session_paths
+from .discovery import find_lineages, session_paths, subagents_of
 from .errors import ArchiveElsewhere, JournalError, LockTimeout, describe_os_error
 from .files import hold_unless_busy, remove_if_unheld
 from .header import HEADER_LIMIT, read_header, stream_first_line
@@ -161,7 +161,8 @@ def sessions(dirs: Iterable[str], *, progress: Progress | None = None,
     A rotated session is one row however many files it has. A file that cannot be read is a
     row in state `needs-repair` with its problem; nothing raises for one bad file. A folder
     given that does not exist or cannot be entered raises `JournalError`. `progress`, if
-    given, is called with (bytes done, bytes in all) as the files are read.
+    given, is called with (bytes done, bytes in all) as the files are read, a Claude Code
+    transcript's subagent files included (they are read with it).
 
     With `prices`, each row also has its `usage` (tokens and cost, as `journal usage` counts
     them: every file of the lineage is read whole, each entry once). With `cache` (a
@@ -175,13 +176,14 @@ def sessions(dirs: Iterable[str], *, progress: Progress | None = None,
                            "(journal.catalog.database_rows) lists its sessions")
     known = cache.files_of if cache is not None else None
     chains = find_lineages(dirs, known=known)
-    total = sum(_size_of(f) for chain in chains for f in chain)
+    to_read = [[*chain, *subagents_of(chain)] for chain in chains]
+    total = sum(_size_of(f) for files in to_read for f in files)
     done = 0
     key = prices_key(prices.to_json()) if prices is not None else None
     rows: list[SessionRow] = []
-    for files in chains:
+    for files, with_subagents in zip(chains, to_read, strict=True):
         rows.append(_row(files, prices, key, cache))
-        done += sum(_size_of(f) for f in files)
+        done += sum(_size_of(f) for f in with_subagents)
         if progress is not None:
             progress(done, total)
     if progress is not None:

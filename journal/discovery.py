@@ -31,13 +31,13 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from .claude.reading import SUBAGENTS
+from .claude.reading import SUBAGENTS, subagent_files
 from .errors import JournalError
 from .lineage import ARCHIVE_DIR, lineage, seal_of
 from .pg.url import is_database_url
 
 __all__ = ["check_paths", "find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
-           "session_paths", "transcript_of"]
+           "session_paths", "subagents_of", "transcript_of"]
 
 _IGNORED_PARTS = (".quarantine", ".lock", ".bak", ".orig", ".tmp", ".swp", "~", ".rotating")
 _ARCHIVED_NAME = re.compile(r".+\.jsonl(\.[0-9]+)?(\.gz)?")
@@ -102,6 +102,13 @@ def transcript_of(path: str) -> str | None:
         return None
     transcript = os.path.dirname(folder) + ".jsonl"
     return transcript if os.path.isfile(transcript) else None
+
+
+def subagents_of(chain: list[str]) -> list[str]:
+    """The subagent files read with a lineage's live file when it is a Claude Code
+    transcript (a transcript is never rotated: its lineage is itself): with `chain`, every
+    file a reader of the lineage reads, so `usage` and `ls` count their bytes in progress."""
+    return [] if is_database_url(chain[-1]) else subagent_files(chain[-1])
 
 
 def lineage_of(path: str) -> list[str]:

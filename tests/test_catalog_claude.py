@@ -124,6 +124,19 @@ def test_usage_progress_counts_the_subagent_files_it_reads(tmp_path):
     assert len(calls) == sum(1 + len(m.subagents) for m in made)
 
 
+def test_ls_progress_counts_the_subagent_files_it_reads(tmp_path):
+    """`sessions` (`journal ls`) reads each transcript with its subagent files, as `usage`
+    does: its progress total holds their bytes, and each row's step adds them."""
+    root, made = projects(tmp_path)
+    calls: list[tuple[int, int]] = []
+    sessions([root], progress=lambda done, total: calls.append((done, total)))
+    read = sum(os.path.getsize(p) for m in made for p in [m.path, *m.subagents])
+    assert {total for _, total in calls} == {read}
+    done = [d for d, _ in calls]
+    assert len(calls) == len(made) + 1 and done == sorted(done)
+    assert done[-2] == read  # the last row's step, not only the closing call, reaches it
+
+
 def test_search_and_export_read_transcripts_and_their_subagents(tmp_path):
     root, made = projects(tmp_path)
     m = made[0]
