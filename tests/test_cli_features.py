@@ -285,3 +285,22 @@ def test_one_large_file_draws_a_byte_bar_on_a_terminal_stderr_only(tmp_path, mon
         assert "rotated into" in out.getvalue() and "compressing" not in out.getvalue()
         assert ("compressing the archive" in stderr.getvalue()) == isinstance(stderr, Terminal)
         monkeypatch.setattr(journal.progress, "STEP", 64 << 10)
+
+
+@pytest.mark.parametrize("argv", [["ls"], ["search", "message"], ["usage"]])
+def test_a_command_asked_for_json_draws_no_bar_even_on_a_terminal(tmp_path, monkeypatch, argv):
+    """docs/cli.md: bars are drawn only on a terminal, and never with `--json` (a script
+    reading the JSON may show stderr on its terminal too); without it, they are."""
+    import journal.progress
+
+    monkeypatch.setattr(journal.progress, "STEP", 1 << 10)
+    monkeypatch.setenv("NO_COLOR", "1")
+    _big_damaged_session(tmp_path)
+    for json_asked in (True, False):
+        stderr, out = Terminal(), io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", stderr)
+        no_cache = ["--no-cache"] if argv == ["ls"] else []  # the row cache is in $HOME
+        main([*argv, str(tmp_path), *(["--json"] if json_asked else []), *no_cache])
+        drawn = stderr.getvalue()
+        assert ("sessions" in drawn or "searching" in drawn) != json_asked, drawn

@@ -100,7 +100,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     else:
         prices = load_prices(args.prices)
         cache = None if args.no_cache else RowCache(default_cache_path())
-        with ByteProgress("reading sessions") as bar:
+        with ByteProgress("reading sessions", enabled=not args.json) as bar:
             found = sessions(dirs, progress=bar, prices=prices, cache=cache)
         if cache is not None:
             cache.save()

@@ -69,7 +69,7 @@ def add_search_parser(sub: Any) -> None:
 
 def cmd_search(args: argparse.Namespace) -> int:
     paths = paths_or_default(args.paths)
-    with ByteProgress("searching", enabled=True) as bar:
+    with ByteProgress("searching", enabled=not args.json) as bar:
         result = search(args.query, paths, role=args.role, tool=args.tool, since=args.since,
                         until=args.until, regex=args.regex, ignore_case=args.ignore_case,
                         limit=args.limit, progress=bar)
