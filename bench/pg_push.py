@@ -13,7 +13,6 @@ push stored or found alike (its SHA-256 recorded), rather than reading every row
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -25,17 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pg_common import database, generator  # noqa: E402
+
 from journal import Session  # noqa: E402
 from journal.pg.transfer import push  # noqa: E402
-
-
-def _gen() -> object:
-    spec = importlib.util.spec_from_file_location("bench_gen", ROOT / "bench" / "gen_session.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_gen"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def timed(work: Callable[[], object]) -> tuple[float, object]:
@@ -50,39 +42,29 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--url")
     args = parser.parse_args()
-    gen = _gen()
-    size = gen.parse_size(args.size)  # type: ignore[attr-defined]
-    close: Callable[[], None] = lambda: None  # noqa: E731
-    url = args.url
-    if url is None:
-        from journal.pg.server import EmbeddedServer
-
-        server = EmbeddedServer().start()
-        url, close = server.url(), server.close
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = str(Path(tmp) / "session.jsonl")
-            gen.generate(path, target_bytes=size, seed=1,  # type: ignore[attr-defined]
-                         compaction_every_bytes=size // 4, branch_every=40)
-            took, _ = timed(lambda: push(path, url))
-            print(f"one session of {os.path.getsize(path):,} bytes: first push {took:.2f} s")
-            rows: list[tuple[str, list[float]]] = [("unchanged", []), ("appended", [])]
-            for _ in range(args.repeat):
-                took, result = timed(lambda: push(path, url))
-                assert [r["action"] for r in result.sessions] == ["unchanged"]  # type: ignore
-                rows[0][1].append(took)
-                with Session.open(path) as session:
-                    for n in range(5):
-                        session.append_message({"role": "user", "content": f"more {n}",
-                                                "timestamp": 1})
-                took, result = timed(lambda: push(path, url))
-                assert [r["action"] for r in result.sessions] == ["appended"]  # type: ignore
-                rows[1][1].append(took)
-            print(f"push again ({args.repeat} times)   median     best")
-            for name, times in rows:
-                print(f"  {name:<22}{statistics.median(times):>7.3f} s{min(times):>7.3f} s")
-    finally:
-        close()
+    gen = generator()
+    size = gen.parse_size(args.size)
+    with database(args.url) as url, tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "session.jsonl")
+        gen.generate(path, target_bytes=size, seed=1, compaction_every_bytes=size // 4,
+                     branch_every=40)
+        took, _ = timed(lambda: push(path, url))
+        print(f"one session of {os.path.getsize(path):,} bytes: first push {took:.2f} s")
+        rows: list[tuple[str, list[float]]] = [("unchanged", []), ("appended", [])]
+        for _ in range(args.repeat):
+            took, result = timed(lambda: push(path, url))
+            assert [r["action"] for r in result.sessions] == ["unchanged"]  # type: ignore
+            rows[0][1].append(took)
+            with Session.open(path) as session:
+                for n in range(5):
+                    session.append_message({"role": "user", "content": f"more {n}",
+                                            "timestamp": 1})
+            took, result = timed(lambda: push(path, url))
+            assert [r["action"] for r in result.sessions] == ["appended"]  # type: ignore
+            rows[1][1].append(took)
+        print(f"push again ({args.repeat} times)   median     best")
+        for name, times in rows:
+            print(f"  {name:<22}{statistics.median(times):>7.3f} s{min(times):>7.3f} s")
     return 0
 
 

@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -1119,6 +1120,16 @@ def entries_seen(follower: object, wakes: int = 4,
     return seen
 
 
+def following_from_its_end(url: str) -> Any:
+    """A follower of the session `url`, opened at its end and woken once."""
+    from journal.tail.follow import Follower
+
+    follower = Follower(url, last=0)
+    follower.open()
+    list(follower.poll())
+    return follower
+
+
 @pytest.mark.parametrize(("rows_gone", "file_here"), [(True, True), (False, False),
                                                       (True, False)])
 def test_a_follower_of_a_replaced_generation_reads_on_after_the_move(
@@ -1126,13 +1137,9 @@ def test_a_follower_of_a_replaced_generation_reads_on_after_the_move(
     """A follower still on the generation a repair replaced, the session moved out since:
     it reads the current generation (from the file) once the rows it read are gone, or goes
     on in the successor where the file is not here."""
-    from journal.tail.follow import Follower
-
     url = new_session(pg_url)
     first = PostgresStorage.from_url(url)
-    follower = Follower(url, last=0)
-    follower.open()
-    list(follower.poll())
+    follower = following_from_its_end(url)
     first.publish(bytes_of(first), "repair")
     result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
     assert result.archive is not None
@@ -1152,13 +1159,9 @@ def test_a_follower_of_a_generation_replaced_twice_reports_a_replacement(
         pg_url: str) -> None:
     """Two replacements in a row delete the rows of the generation a follower was still on:
     that is a replacement to read on from, not a truncation to 0 bytes (fuzz 44)."""
-    from journal.tail.follow import Follower
-
     url = new_session(pg_url)
     storage = PostgresStorage.from_url(url)
-    follower = Follower(url, last=0)
-    follower.open()
-    list(follower.poll())
+    follower = following_from_its_end(url)
     storage.publish(bytes_of(storage), "repair")
     storage.publish(bytes_of(storage), "repair")
     with Session.open(url) as session:
