@@ -17,7 +17,7 @@ from .claude import CLAUDE, PI
 from .claude.reading import UNREADABLE
 from .codec import Diagnostic, bulk_parsing
 from .errors import BrokenLineage, JournalError, NotASession, describe_os_error
-from .lineage import intent_path
+from .lineage import pending_note
 from .lock import current_holder as file_holder
 from .lock import lock_state
 from .model import Entry
@@ -182,7 +182,7 @@ def _summary(path: str | os.PathLike[str], dialect: str | None = None) -> Sessio
         lock_holder=holder,
         lock_file=(("held" if holder else "none") if is_database_url(snap.path)
                    else lock_state(snap.path)),
-        pending_rotation=_pending(snap.path),
+        pending_rotation=pending_note(snap.path),
         sealed=bool(snap.entries) and is_seal(snap.entries[-1]),
         dialect=snap.dialect,
         subagent_files=list(snap.claude.subagent_files) if snap.claude is not None else [],
@@ -200,8 +200,3 @@ def current_holder(path: str) -> dict[str, Any] | None:
     return file_holder(path)
 
 
-def _pending(path: str) -> str | None:
-    if not os.path.lexists(intent_path(path)):
-        return None
-    return (f"an interrupted rotation is pending ({intent_path(path)}); the next writer, "
-            "'journal rotate' or 'journal repair' finishes or clears it")

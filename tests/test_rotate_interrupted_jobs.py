@@ -135,3 +135,17 @@ def test_a_fork_is_not_held_by_its_parents_interrupted_rotation(tmp_path: Path) 
     rows = {row["path"]: row["state"] for row in rows_of(tmp_path)}
     assert rows[forked] == "live", rows
     assert os.path.lexists(old + INTENT_SUFFIX)  # the parent's, left for its own repair
+
+
+def test_info_of_the_successor_a_killed_rotation_published_says_the_rotation_is_pending(
+        tmp_path: Path) -> None:
+    """`info` of either file, the old one (the intent beside it) or the successor it already
+    published, says what `repair --check` and `ls` say of the lineage: a rotation is pending
+    (the successor's own `info` said nothing)."""
+    folder = tmp_path / "s"
+    old = killed(folder, "published")
+    [successor] = [str(p) for p in folder.glob("*.jsonl") if str(p) != old]
+    for path in (old, successor):
+        info = orjson.loads(journal("info", path, "--json").stdout)
+        assert "an interrupted rotation is pending" in (info["pendingRotation"] or ""), path
+        assert old + INTENT_SUFFIX in info["pendingRotation"]
