@@ -439,9 +439,10 @@ def _search_loaded(path: str, live: str, q: _Query, seen: set[str],
             f"(first: {snap.diagnostics[0].describe()}); 'journal info' says more"))
     read = snap.claude
     for at, entry in enumerate(snap.entries):
-        # a transcript's entry names the file it is in: the transcript, or a subagent file
-        where = read.file_of(snap.lines[at]) if read is not None else path
-        hit = _match(entry, q, where, live, -1, seen)
+        hit = _match(entry, q, path, live, -1, seen)
+        if hit is not None and read is not None:
+            # a transcript's entry names the file it is in: the transcript, or a subagent file
+            hit = replace(hit, file=read.file_of(snap.lines[at]))
         if hit is not None:
             yield hit
 
