@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import tempfile
 import time
 import uuid
@@ -108,20 +109,23 @@ def _temp_in(folder: str) -> tuple[int, str]:
     """A new temp file in the inbox `folder`, made if needed. The agent removes the folder
     once it took the messages out (`remove_inbox`), which it can do only while the folder is
     empty: from the temp's creation on, the folder holds this message, so the agent cannot
-    remove it; before, a folder removed between its making and the temp's is made again."""
-    for _ in range(_INBOX_ATTEMPTS):
+    remove it; before, a folder removed between its making and the temp's is made again,
+    after a short random pause that grows with each try (an agent emptying its inbox in a
+    tight loop must not win the same race every time)."""
+    for attempt in range(_INBOX_ATTEMPTS):
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
             return tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
         except (FileNotFoundError, FileExistsError):
             # the agent removed it, emptied, just now (FileExistsError: makedirs found it
             # made by another queuer, and then no longer there)
-            continue
+            time.sleep(random.uniform(0, _INBOX_PAUSE * attempt))
     raise OSError(f"{folder}: the inbox folder was removed {_INBOX_ATTEMPTS} times while a "
                   "message was queued into it; nothing was queued")
 
 
 _INBOX_ATTEMPTS = 100
+_INBOX_PAUSE = 0.0005  # seconds: the n-th retry waits up to n times this (2.5 s in all at most)
 
 
 def read_inbox(session_path: str) -> list[tuple[str, Queued]]:
