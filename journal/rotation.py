@@ -114,6 +114,12 @@ class RotationResult:
     successor: str | None = None
     successor_id: str | None = None
     archive: str | None = None
+    """The archived old file as it is named when the rotation returns: compressed, plain
+    (`--no-compress`, a failed compression, or `compressing_elsewhere`), or None where it
+    is not in the archive (a warning says why)."""
+    compressing_elsewhere: bool = False
+    """Another process (a rotation of the same lineage retrying it) was compressing the
+    archive: `archive` names the plain file, which that process replaces with `.gz`."""
     entries_copied: int = 0
     old_size: int = 0
     successor_size: int = 0
@@ -137,7 +143,8 @@ class RotationResult:
         return {
             "rotated": self.rotated, "path": self.path, "reason": self.reason,
             "successor": self.successor, "successorId": self.successor_id,
-            "archive": self.archive, "entriesCopied": self.entries_copied,
+            "archive": self.archive, "compressingElsewhere": self.compressing_elsewhere,
+            "entriesCopied": self.entries_copied,
             "oldSize": self.old_size, "successorSize": self.successor_size,
             "lockHeldMs": round(self.lock_held_ms, 2), "totalMs": round(self.total_ms, 2),
             "removedArchives": self.removed_archives, "movedOut": self.moved_out,
@@ -721,12 +728,33 @@ def _compress_or_warn(stored: str, final: str, result: RotationResult,
     as a warning; the next rotation of the lineage compresses the archive (see
     `finish_compression`)."""
     try:
-        _compress(stored, final, progress)
+        if _compress(stored, final, progress):
+            return
     except (OSError, JournalError) as e:
         reason = str(e) if isinstance(e, JournalError) else f"{stored}: {e.strerror or e}"
         result.warnings.append(f"compressing the archive failed ({reason}); it stays "
                                f"uncompressed at {stored} and the next rotation retries")
         result.archive = stored
+        log.info("%s", result.warnings[-1])
+        return
+    _name_archive_left(stored, final, result)
+
+
+def _name_archive_left(stored: str, final: str, result: RotationResult) -> None:
+    """Name in `result` the archive whose compression was left to another process (it held
+    the archive's `flock`) or made needless (it removed the archive), as it is now."""
+    # the plain file first: a compression publishes the whole `.gz` before removing it, so
+    # a plain file gone and no `.gz` means the archive was removed, not compressed
+    plain = os.path.lexists(stored)
+    if os.path.lexists(final):
+        result.archive = final
+    elif plain:
+        result.archive, result.compressing_elsewhere = stored, True
+        log.info("%s: left for another process to compress", stored)
+    else:
+        result.archive = None
+        result.warnings.append(f"the archive {stored} was removed by another process (its "
+                               "retention, or a prune) before it could be compressed")
         log.info("%s", result.warnings[-1])
 
 

@@ -547,6 +547,81 @@ def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
     assert os.listdir(tmp_path / "archive") == []
 
 
+def test_a_rotation_whose_archive_another_process_compresses_names_the_plain_file(
+        tmp_path, monkeypatch):
+    """A rotation let go of the lock and found its archive's `flock` held by another process
+    (a `journal rotate` of the successor, retrying the compression it takes for failed): it
+    left the compression to it, and its result named a `.gz` that did not exist yet."""
+    from paused_cli import resume, start
+
+    import journal.rotation as rotation_module
+
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+    other = []
+
+    def another_process_compresses(step: str) -> None:
+        if step == "done":  # the successor and the plain archive are in place
+            [successor] = [p for p in os.listdir(tmp_path)
+                           if p.endswith(".jsonl") and p != os.path.basename(path)]
+            other.append(start(["rotate", os.path.join(tmp_path, successor), "--json"],
+                               resumable=True))
+
+    monkeypatch.setattr(rotation_module, "step_hook", another_process_compresses)
+    try:
+        result = rotate(path)
+        [(child, temp)] = other
+        assert temp.endswith(".compress.tmp"), temp
+        assert result.rotated and result.archive == plain, result
+        assert os.path.exists(result.archive) and not os.path.exists(plain + ".gz")
+        assert result.compressing_elsewhere and not result.warnings, result
+        said = result.to_json()
+        assert said["archive"] == plain and said["compressingElsewhere"] is True
+    finally:
+        for child, _ in other:
+            status, out, err = resume(child)
+    assert status == 0, err
+    assert os.path.exists(plain + ".gz") and not os.path.exists(plain)
+    assert seal_of(plain + ".gz") is not None  # the sealed old file, compressed whole
+    assert orjson.loads(out)["rotated"] is False
+
+
+def test_a_rotation_whose_archive_another_process_removed_names_none(tmp_path, monkeypatch):
+    """Another process's `rotate --keep 0` removed the archive between this rotation's letting
+    go of the lock and its compression: the result named a `.gz` that never came to be."""
+    import subprocess
+    import sys
+
+    import journal.rotation as rotation_module
+
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+    other = []
+
+    def another_process_removes(step: str) -> None:
+        if step == "done":
+            [successor] = [p for p in os.listdir(tmp_path)
+                           if p.endswith(".jsonl") and p != os.path.basename(path)]
+            other.append(subprocess.run(
+                [sys.executable, "-m", "journal.cli", "rotate",
+                 os.path.join(tmp_path, successor), "--keep", "0", "--json"],
+                capture_output=True, text=True, timeout=60))
+
+    monkeypatch.setattr(rotation_module, "step_hook", another_process_removes)
+    result = rotate(path)
+    [done] = other
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["removedArchives"] == [plain + ".gz"]
+    assert result.rotated and result.archive is None and not result.compressing_elsewhere
+    assert any(f"the archive {plain} was removed by another process" in w
+               for w in result.warnings), result.warnings
+    assert os.listdir(tmp_path / "archive") == []
+
+
 def test_retention_removes_the_copy_of_an_archive_compressed_since_it_was_listed(
         tmp_path, monkeypatch):
     """Another process finished compressing an archive between retention's listing of the

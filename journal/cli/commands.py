@@ -403,7 +403,10 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
         kept = result.entries_copied
         print(f"  kept {kept:,} {'entry' if kept == 1 else 'entries'} "
               f"({result.successor_size:,} bytes of {result.old_size:,})")
-        print(f"  archive: {result.archive or 'none (the old file stays, sealed, in place)'}")
+        if result.compressing_elsewhere:
+            print(f"  archive: {result.archive} (left for another process to compress)")
+        else:
+            print(f"  archive: {result.archive or 'none (see the warning)'}")
         if not result.dry_run:
             print(f"  writer lock held {result.lock_held_ms:.1f} ms, "
                   f"total {result.total_ms:.1f} ms")
