@@ -17,9 +17,10 @@ The one rule every catalog command (`ls`, `prune`, `search`, `usage`) finds sess
   session (`...?session=<id>`, `pg:<id>`: its lineage) stands for its lineages of session
   URLs, linked by their rows' `successor` (`journal.pg.lineages`);
 * files are grouped into lineages (`journal.lineage`): the live file and the sealed files it
-  continues, oldest first. A predecessor belongs to the lineage only when it is sealed (a
-  fork's parent names no successor and is a session of its own). Each file is in one
-  lineage; plain files come before archives, so an archive is claimed by its live file.
+  continues, oldest first. A predecessor belongs to the lineage only when it is sealed, or
+  when its rotation, interrupted by a crash, published the file after it (a fork's parent
+  names no successor and is a session of its own). Each file is in one lineage; plain files
+  come before archives, so an archive is claimed by its live file.
 
 A folder given that does not exist or cannot be listed raises `JournalError`; a file whose
 lineage cannot be followed is a lineage of its own (its reader says what is wrong with it).
@@ -33,7 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from .claude.reading import SUBAGENTS, subagent_files
 from .errors import JournalError
-from .lineage import ARCHIVE_DIR, lineage, seal_of
+from .identity import same_file
+from .lineage import ARCHIVE_DIR, lineage, pending_successor, seal_of
 from .pg.url import is_database_url
 
 __all__ = ["check_paths", "find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
@@ -113,15 +115,23 @@ def subagents_of(chain: list[str]) -> list[str]:
 
 def lineage_of(path: str) -> list[str]:
     """The lineage of `path` (real paths, oldest first), cut to the files rotation links:
-    a predecessor counts only when it is sealed."""
+    a predecessor counts only when it is sealed, or when a rotation of it that a crash
+    interrupted has published the file after it (it is sealed by whoever finishes that
+    rotation: one session meanwhile too, with its rotation pending)."""
     files = lineage(path)
     kept = [files[-1]]
     for earlier in reversed(files[:-1]):
-        if seal_of(earlier) is None:
+        if seal_of(earlier) is None and not _published(earlier, kept[-1]):
             break
         kept.append(earlier)
     kept.reverse()
     return kept
+
+
+def _published(earlier: str, later: str) -> bool:
+    """Whether `later` is the successor an interrupted rotation of `earlier` published."""
+    successor = pending_successor(earlier)
+    return successor is not None and same_file(successor, later)
 
 
 def find_lineages(paths: Iterable[str | os.PathLike[str]], *,

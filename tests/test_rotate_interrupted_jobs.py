@@ -149,3 +149,22 @@ def test_info_of_the_successor_a_killed_rotation_published_says_the_rotation_is_
         info = orjson.loads(journal("info", path, "--json").stdout)
         assert "an interrupted rotation is pending" in (info["pendingRotation"] or ""), path
         assert old + INTENT_SUFFIX in info["pendingRotation"]
+
+
+def test_ls_shows_a_rotation_killed_after_publishing_its_successor_as_one_session(
+        tmp_path: Path) -> None:
+    """Killed after publishing its successor, before sealing the old file: the old file and
+    the successor were two rows (each `needs-repair`, the copied entries counted in both),
+    though the intent beside the old file says the successor continues it."""
+    folder = tmp_path / "s"
+    old = killed(folder, "published")
+    [successor] = [str(p) for p in folder.glob("*.jsonl") if str(p) != old]
+    ids = {orjson.loads(line).get("id") for f in (old, successor)
+           for line in Path(f).read_bytes().splitlines()[1:]}
+    [row] = rows_of(folder)
+    assert row["path"] == successor and row["files"] == [old, successor], row
+    assert row["state"] == "needs-repair" and row["entries"] == len(ids), row
+    assert "an interrupted rotation is pending" in row["problems"]
+    assert journal("repair", str(folder)).returncode == 0
+    [row] = rows_of(folder)
+    assert row["state"] == "live" and row["entries"] == len(ids) + 1, row  # and the seal
