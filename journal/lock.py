@@ -114,8 +114,8 @@ def read_holder(session_path: str) -> dict[str, Any] | None:
 
 def lock_state(session_path: str) -> str:
     """`"none"` (no lock file), `"held"` (a writer holds the lock) or `"stale"` (a lock file
-    nobody holds: left by a crash or an older version; harmless, the next writer reuses or
-    removes it). Probes without waiting and without creating anything."""
+    nobody holds: left by a crash or an older version; harmless, the next writer of the file
+    reuses and removes it). Probes without waiting and without creating anything."""
     path = lock_path_for(session_path)
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
