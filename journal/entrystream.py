@@ -24,7 +24,7 @@ from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
 from .pg.url import shown, shown_in
 from .seal import is_seal
-from .snapshot import load, open_for_reading
+from .snapshot import load, open_for_reading, require_session
 
 __all__ = ["LineageStream"]
 
@@ -112,8 +112,7 @@ class LineageStream:
 
     def _loaded(self, path: str, is_live: bool) -> Iterator[Entry]:
         snap = load(path)
-        if snap.header is None and not snap.entries:
-            raise NotASession(path, "not a session file (no session header, no entries)")
+        require_session(snap)
         if self.header is None and snap.claude is not None:  # a Claude Code transcript
             read = snap.claude
             self.header = {"type": "session", "id": read.first("sessionId"),

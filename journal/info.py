@@ -16,7 +16,7 @@ from .anywhere import is_sealed, live, successor
 from .claude import CLAUDE, PI
 from .claude.reading import UNREADABLE
 from .codec import Diagnostic, bulk_parsing
-from .errors import BrokenLineage, JournalError, NotASession, describe_os_error
+from .errors import BrokenLineage, JournalError, describe_os_error
 from .lineage import pending_note
 from .lock import current_holder as file_holder
 from .lock import lock_state
@@ -24,7 +24,7 @@ from .model import Entry
 from .pg.url import is_database_url
 from .repair import Problem, assess
 from .seal import is_seal
-from .snapshot import Snapshot, load
+from .snapshot import load, require_session
 from .tree import TreeIssue
 
 
@@ -108,12 +108,6 @@ class SessionInfo:
             "dialect": self.dialect,
             "subagentFiles": self.subagent_files,
         }
-
-
-def require_session(snap: Snapshot) -> None:
-    """Refuse a file in which nothing looks like a session."""
-    if snap.header is None and not snap.entries:
-        raise NotASession(snap.path, "not a session file (no session header, no entries)")
 
 
 def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> SessionInfo:

@@ -36,7 +36,7 @@ import orjson
 from . import archivegz, codec, model
 from .archivegz import is_compressed
 from .boundary import boundary
-from .claude.detect import CLAUDE
+from .claude.detect import CLAUDE, PI
 from .claude.mend import assess_claude, repair_claude
 from .codec import Line
 from .context import build_context, compaction_summary_message, entry_message
@@ -63,7 +63,7 @@ from .publish import link_as
 from .quarantine import Quarantined, quarantine, quarantine_path_for
 from .repair_report import BACKUP_SUFFIX, NOTE_LEFT, Problem, RepairReport
 from .salvage import Dropped, Piece, SalvagedLine, salvage_line
-from .snapshot import dialect_of_storage, refuse_foreign
+from .snapshot import dialect_of_storage, refuse_misread
 from .storage import Storage, as_storage
 from .tree import Tree
 
@@ -745,7 +745,7 @@ def repair(
     if dialect_of_storage(as_storage(path), dialect) == CLAUDE:
         return repair_claude(path, dry_run=dry_run, lock_timeout=lock_timeout,
                              progress=progress)
-    refuse_foreign(path)  # a Claude Code transcript forced as pi is not repaired as a pi file
+    refuse_misread(path, PI)  # a Claude Code transcript forced as pi is not repaired as one
     if dry_run:
         report = assess(path, migrate=migrate, strict=strict, progress=progress, dialect="pi")
         pending = pending_note(path)

@@ -19,7 +19,7 @@ from .tree import Tree
 
 __all__ = ["Snapshot", "last_newline_end", "load", "resume", "read_stream", "open_for_reading",
            "stored_size", "find_last_of_type", "dialect_of_storage",
-           "refuse_foreign", "refuse_pi_session"]
+           "refuse_foreign", "refuse_misread", "require_session"]
 
 
 @dataclass
@@ -125,37 +125,61 @@ def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
         raise ForeignSession(storage.locator, "Claude Code")
 
 
-def refuse_pi_session(path: str | os.PathLike[str], *, reading: bool = False) -> None:
-    """Refuse to take a pi session for a Claude Code transcript (`dialect="claude"` forced on
-    a file whose records are pi's: raises `NotASession`), before anything is locked or
-    written: the counterpart of `refuse_foreign`. A file whose records state no dialect
-    passes (empty, or cut in its first write): a subagent file is a transcript by where it
-    is, whatever such bytes say.
+_KINDS = {claude.PI: ("a pi session", "pi's"),
+          claude.CLAUDE: ("a Claude Code transcript", "Claude Code's")}
 
-    The message says what to do instead: a repair (the default) names `journal repair
-    --dialect pi`; a reader (`reading`: `load` and `resume`, so every read command) names
-    `--dialect pi`, where reading on would only find "not a session" (no record of it is
-    Claude Code's).
+
+def refuse_misread(target: str | os.PathLike[str] | Storage, dialect: str, *,
+                   reading: bool = False) -> None:
+    """Refuse to take a file for `dialect` when its records state the other one (a pi
+    session forced as `"claude"`, a Claude Code transcript forced as `"pi"`): raises
+    `NotASession` before anything is locked or written. The one rule of a forced dialect,
+    for repair and every reader; the counterpart of `refuse_foreign`. A file whose records
+    state no dialect passes (empty, or cut in its first write: a subagent file is a
+    transcript by where it is, whatever such bytes say), and so does what is no plain file
+    (a database session, a compressed archive: only this library writes them, in pi's).
+
+    The message says what the file is and what to do instead: a repair (the default)
+    names `journal repair --dialect D PATH`; a reader (`reading`: every read command)
+    names `--dialect D`, where reading on would only find "not a session".
     """
-    storage = FileStorage(os.fspath(path))
+    if is_database_url(target):
+        return
+    storage = as_storage(target)
+    if not isinstance(storage, FileStorage) or is_compressed(storage.locator):
+        return
     with storage.open_reader() as reader:
         stated = claude.stated_dialect(reader.stream)
-    if stated != claude.PI:
+    if stated is None or stated == dialect:
         return
-    remedy = ("read it as a pi session (--dialect pi, or no --dialect)" if reading else
-              "nothing was changed: repair it as a pi session "
-              f"('journal repair --dialect pi {storage.locator}')")
-    raise NotASession(storage.locator, "a pi session, not a Claude Code transcript (its "
-                      f"records are pi's); {remedy}")
+    kind, owner = _KINDS[stated]
+    flag = f"--dialect {stated}"
+    remedy = (f"read it as {kind} ({flag}, or no --dialect)" if reading else
+              f"nothing was changed: repair it as {kind} ('journal repair {flag} "
+              f"{storage.locator}', or no --dialect)")
+    raise NotASession(storage.locator, f"{kind}, not {_KINDS[dialect][0]} (its records are "
+                      f"{owner}); {remedy}")
+
+
+def require_session(snap: Snapshot) -> None:
+    """Refuse a reading in which nothing looks like a session (no header, no entry):
+    raises `NotASession`. A Claude Code transcript read as a pi session (`dialect="pi"`
+    forced) is what such a reading is too, and is said to be one (`refuse_misread`)."""
+    if snap.header is not None or snap.entries:
+        return
+    if snap.dialect == claude.PI:
+        refuse_misread(snap.path, claude.PI, reading=True)
+    what = "a session" if is_database_url(snap.path) else "a session file"
+    raise NotASession(snap.path, f"not {what} (no session header, no entries)")
 
 
 def _read_as_claude(storage: Storage, dialect: str | None) -> bool:
     """Whether `load`/`resume` read `storage` as a Claude Code transcript; a pi session file
-    forced as one is refused (`refuse_pi_session`)."""
+    forced as one is refused (`refuse_misread`)."""
     if dialect_of_storage(storage, dialect) != claude.CLAUDE:
         return False
     if dialect is not None and isinstance(storage, FileStorage):
-        refuse_pi_session(storage.locator, reading=True)
+        refuse_misread(storage, claude.CLAUDE, reading=True)
     return True
 
 

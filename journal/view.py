@@ -25,7 +25,7 @@ from .lineage import MAX_HOPS, resolve_live, successor_watch
 from .model import CURRENT_VERSION, Entry
 from .pg.url import is_database_url
 from .seal import is_seal
-from .snapshot import Snapshot, load, open_for_reading, read_stream, resume
+from .snapshot import Snapshot, load, open_for_reading, read_stream, require_session, resume
 from .storage import FileStorage, Storage, as_storage
 
 log = logging.getLogger(__name__)
@@ -290,8 +290,7 @@ def read_stored(storage: Storage, *, full: bool) -> tuple[Snapshot, Hashable]:
         after = storage.mark()
         if after is None or after.generation != before.generation:
             continue
-        if snap.header is None and not snap.entries:
-            raise NotASession(storage.locator, "not a session (no session header, no entries)")
+        require_session(snap)
         return snap, before.generation
     raise NotASession(storage.locator, "kept being replaced while it was read; try again")
 
@@ -321,8 +320,7 @@ def read_live(path: str | os.PathLike[str], *, full: bool, follow: bool = True,
             continue
         if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino):
             continue
-        if snap.header is None and not snap.entries:
-            raise NotASession(target, "not a session file (no session header, no entries)")
+        require_session(snap)
         return target, snap, after.st_ino
     raise NotASession(target, "kept moving while it was read; try again")
 
@@ -350,6 +348,5 @@ def check_session(path: str | os.PathLike[str], *, dialect: str | None = None) -
     an unreadable file, an empty one, or one with neither a header nor an entry raises
     `NotASession`. Returns what was read."""
     snap = resume(path) if dialect is None else resume(path, dialect=dialect)
-    if snap.header is None and not snap.entries:
-        raise NotASession(snap.path, "not a session file (no session header, no entries)")
+    require_session(snap)
     return snap

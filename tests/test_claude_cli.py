@@ -79,9 +79,9 @@ def test_read_commands(tmp_path: Path, capsys: Any) -> None:
 
 def test_dialect_can_be_forced(tmp_path: Path, capsys: Any) -> None:
     stats = gc.generate(tmp_path, mb=0.1, seed=22)
-    # read as a pi file it has no header and no entry: it is refused, as such a file is
+    # read as a pi file it has no header and no entry: it is refused, saying what it is
     code, _, err = run(capsys, "info", str(stats.path), "--json", "--dialect", "pi")
-    assert code == 2 and err.startswith("Error: ") and "not a session file" in err
+    assert code == 2 and err.startswith("Error: ") and "a Claude Code transcript" in err
     code, out, _ = run(capsys, "info", str(stats.path), "--json", "--dialect", "claude")
     assert orjson.loads(out)["dialect"] == "claude"
 
@@ -169,9 +169,9 @@ def test_tail_dialect_can_be_forced(tmp_path: Path, capsys: Any) -> None:
     code, out, _ = run(capsys, "tail", "-n", "2", "--json", "--dialect", "claude",
                        str(stats.path))
     assert code == 0 and len(out.splitlines()) >= 2
-    # read as pi, it holds no entry: refused as any file that is not a session
+    # read as pi, it holds no entry: refused, saying what it is
     code, _, err = run(capsys, "tail", "-n", "2", "--dialect", "pi", str(stats.path))
-    assert code == 2 and "not a session file" in err
+    assert code == 2 and "a Claude Code transcript" in err
 
 
 def test_writers_refuse_and_leave_nothing(tmp_path: Path, capsys: Any) -> None:
@@ -213,7 +213,7 @@ def test_repair_refuses_a_pi_session_forced_as_claude(tmp_path: Path, capsys: An
 def test_read_commands_refuse_a_pi_session_forced_as_claude(tmp_path: Path,
                                                             capsys: Any) -> None:
     """show, info, context, tree and tail given --dialect claude on a pi session say what the
-    file is and which --dialect reads it (the rule repair applies: refuse_pi_session), not
+    file is and which --dialect reads it (the rule repair applies: refuse_misread), not
     that it holds no session; the library readers refuse it the same way."""
     path = tmp_path / "pi.jsonl"
     with journal.Session.create(path, cwd="/w") as session:
@@ -236,3 +236,27 @@ def test_read_commands_refuse_a_pi_session_forced_as_claude(tmp_path: Path,
     assert listing(tmp_path) == before
     code, out, _ = run(capsys, "info", "--dialect", "pi", "--json", str(path))
     assert code == 0 and orjson.loads(out)["dialect"] == "pi"
+
+
+def test_commands_refuse_a_transcript_forced_as_pi(tmp_path: Path, capsys: Any) -> None:
+    """The mirror: show, info, context, tree, tail and repair given --dialect pi on a Claude
+    Code transcript say what the file is and which --dialect reads it (repair: which
+    repairs it), not that it holds no session, and write nothing."""
+    stats = gc.generate(tmp_path, mb=0.1, seed=28, subagents=False)
+    path = str(stats.path)
+    before = listing(tmp_path)
+    for command in ("show", "info", "context", "tree", "tail"):
+        for mode in ([], ["--json"]):
+            code, out, err = run(capsys, command, "--dialect", "pi", *mode, path)
+            assert code == 2 and out == "", (command, mode, err)
+            assert err.startswith("Error: ") and err.count("\n") == 1, err
+            assert "a Claude Code transcript, not a pi session" in err
+            assert "--dialect claude" in err and "not a session file" not in err
+    for mode in ([], ["--check"], ["--dry-run"], ["--json"]):
+        code, out, err = run(capsys, "repair", "--dialect", "pi", *mode, path)
+        assert code == 2 and out == "", (mode, err)
+        assert "a Claude Code transcript, not a pi session" in err
+        assert f"journal repair --dialect claude {path}" in err
+    assert listing(tmp_path) == before
+    code, out, _ = run(capsys, "info", "--dialect", "claude", "--json", path)
+    assert code == 0 and orjson.loads(out)["dialect"] == "claude"

@@ -23,8 +23,9 @@ from ..progress import Progress
 from ..publish import link_as
 from ..quarantine import quarantine, quarantine_path_for
 from ..repair_report import BACKUP_SUFFIX, Problem, RepairReport
-from ..snapshot import refuse_pi_session
+from ..snapshot import refuse_misread
 from ..storage import as_storage
+from .detect import CLAUDE
 from .mendplan import NOT_A_RECORD, MendPlan, plan_bytes, plan_claude
 
 DIALECT = "claude"
@@ -56,7 +57,7 @@ def repair_claude(path: str | os.PathLike[str], *, dry_run: bool = False,
     if os.path.isdir(path):
         raise NotASession(path, "is a directory; pass the transcript files it holds")
     as_storage(path).open_reader().close()  # missing or unreadable: said before any lock
-    refuse_pi_session(path)
+    refuse_misread(path, CLAUDE)
     if dry_run:
         return assess_claude(path, progress=progress)
     if is_compressed(path):

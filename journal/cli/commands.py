@@ -19,13 +19,13 @@ from ..claude import DIALECTS
 from ..context import Context
 from ..errors import JournalError, NotASession, UnknownEntry
 from ..folder_rotation import STATUSES, SessionRotation, live_sessions, rotate_folder
-from ..info import inspect, require_session
+from ..info import inspect
 from ..interrupt import Terminated
 from ..pg.url import hide_passwords, is_database_url, shown
 from ..render import describe_entry, describe_message
 from ..rotation import RotationResult
 from ..session import Session
-from ..snapshot import load, open_for_reading
+from ..snapshot import load, open_for_reading, require_session
 from ..tree import TreeNode
 from ..view import View, check_session, locate
 from .app import ByteProgress, default_sessions_dir, entry_parser, print_error, run, seconds
