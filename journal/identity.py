@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable, Iterator
 
 
 def real_path(path: str | os.PathLike[str]) -> str:
@@ -25,6 +26,24 @@ def file_key(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def first_names(paths: Iterable[str]) -> Iterator[str]:
+    """`paths`, each regular file once: a name of a file given already under an earlier
+    name (a hard link, or a symbolic link to it) is left out. A name of nothing regular
+    (missing, a FIFO) passes as it is, for its reader to say what is there."""
+    seen: set[tuple[int, int]] = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            yield path
+            continue
+        if stat.S_ISREG(st.st_mode):
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+        yield path
 
 
 def same_file(a: str, b: str) -> bool:

@@ -115,6 +115,33 @@ def test_repairing_a_transcript_repairs_its_subagent_files(
     assert len(named) == len(set(named))
 
 
+def test_repair_of_a_folder_takes_a_subagent_file_under_two_names_once(
+        damaged: tuple[Any, dict[str, str]]) -> None:
+    """A subagent file with a second name in `subagents/` (a hard link) is one file for
+    `repair DIR` as for `repair TRANSCRIPT`: checked once, and tried once (and refused,
+    as a file with two names is), under the name `subagent_files` keeps; the other files
+    are repaired."""
+    made, env = damaged
+    damage(made)
+    first, last = made.subagents[0], made.subagents[-1]
+    hard = first.parent / "agent-0000.jsonl"  # sorts first: the name kept for `first`
+    os.link(first, hard)
+    expected = [str(made.path), *sorted([str(hard), *(str(s) for s in made.subagents
+                                                      if s != first)])]
+    for named in (str(made.path), str(made.path.parent)):
+        proc = journal(env, "repair", "--check", "--json", named)
+        assert proc.returncode == 1, proc.stderr
+        assert [json.loads(line)["path"] for line in proc.stdout.splitlines()] == expected
+
+    proc = journal(env, "repair", "--json", str(made.path.parent))
+    assert proc.returncode == 2
+    refused = [line for line in proc.stderr.splitlines() if "other name(s)" in line]
+    assert len(refused) == 1 and refused[0].startswith(f"Error: {hard}:"), proc.stderr
+    repaired = [json.loads(line)["path"] for line in proc.stdout.splitlines()]
+    assert repaired == [p for p in expected if p != str(hard)]
+    assert os.path.exists(str(last) + ".bak")
+
+
 def test_file_and_byte_counts_include_subagent_files(
         damaged: tuple[Any, dict[str, str]]) -> None:
     made, env = damaged

@@ -598,6 +598,24 @@ def test_a_hard_linked_session_is_never_written_through_either_name(tmp_path: Pa
         k: v for k, v in before.items() if not k.endswith(".lock")}
 
 
+def test_repair_of_a_folder_takes_a_hard_linked_session_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`journal repair DIR` takes a file under two names once, under the first name met
+    (`journal.identity.first_names`): checked once, and refused once."""
+    path = compacted(tmp_path, "b.jsonl")
+    os.link(path, tmp_path / "a.jsonl")
+    before = snapshot_bytes(tmp_path)
+    assert main(["repair", "--check", "--json", str(tmp_path)]) == 0
+    reports = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["path"] for r in reports] == [str(tmp_path / "a.jsonl")]
+    assert main(["repair", str(tmp_path), str(tmp_path / "b.jsonl")]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 1 and "other name(s)" in errors[0], errors
+    assert errors[0].startswith(f"Error: {tmp_path / 'a.jsonl'}:")
+    after = snapshot_bytes(tmp_path)
+    assert {k: v for k, v in after.items() if not k.endswith(".lock")} == before
+
+
 def test_a_link_made_while_a_writer_holds_the_session_cannot_rotate_it_away(
         tmp_path: Path) -> None:
     """The reproduction: a writer holds the session, another process rotates it through a

@@ -7,7 +7,6 @@ skipped, the way the pi readers report them.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import orjson
 from .. import codec
 from ..codec import Diagnostic, Line, last_newline_end
 from ..errors import NotASession
+from ..identity import first_names
 from ..model import Entry
 from ..storage import FileStorage, Storage
 from .records import Record, is_compact_boundary, is_main_message, parent_of, uuid_of
@@ -100,23 +100,15 @@ def subagent_files(path: str | os.PathLike[str]) -> list[str]:
 
     Each file once: one reached there under two names (a symbolic or hard link to another)
     is listed under the first name in sorted order, known by the file a name leads to
-    (device and inode), so its records, bytes and damage are not counted twice.
+    (device and inode: `journal.identity.first_names`), so its records, bytes and damage are
+    not counted twice.
     """
     p = Path(path)
     folder = p.parent / p.name.removesuffix(".jsonl") / SUBAGENTS
     if not folder.is_dir():
         return []
-    out: list[str] = []
-    seen: set[tuple[int, int]] = set()
-    for name in sorted(str(f) for f in folder.glob("agent-*.jsonl")):
-        try:
-            st = os.stat(name)
-        except OSError:
-            continue  # gone since it was listed, or a link leading nowhere
-        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-            seen.add((st.st_dev, st.st_ino))
-            out.append(name)
-    return out
+    names = sorted(str(f) for f in folder.glob("agent-*.jsonl"))
+    return [name for name in first_names(names) if os.path.isfile(name)]
 
 
 def feed_lines(translator: Translator, items: Any, entries: list[Entry], lines: list[int],

@@ -14,6 +14,7 @@ from ..anywhere import repair
 from ..claude import CLAUDE, PI, dialect_of, subagent_files
 from ..discovery import is_subagent_file
 from ..errors import JournalError, describe_os_error
+from ..identity import first_names
 from ..pg.url import is_database_url
 from ..repair import RepairReport, session_files
 from .app import (
@@ -71,9 +72,11 @@ def add_repair_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _targets(paths: list[str], dialect: str | None) -> list[str]:
-    """The files to repair, each once: a folder's session files (a transcript's subagent
-    files among them), and a Claude Code transcript named by itself with its subagent files
-    after it (they are the session's: `journal info` counts their damage with its own)."""
+    """The files to repair, each once however it is named (`first_names`: a file under two
+    names, a hard link in a transcript's `subagents/` say, under the first): a folder's
+    session files (a transcript's subagent files among them), and a Claude Code transcript
+    named by itself with its subagent files after it (they are the session's: `journal
+    info` counts their damage with its own)."""
     out: dict[str, None] = {}
     for path in paths:
         if not is_database_url(path) and os.path.isdir(path):
@@ -81,7 +84,7 @@ def _targets(paths: list[str], dialect: str | None) -> list[str]:
         else:
             out[path] = None
             out.update(dict.fromkeys(_subagents_of(path, dialect)))
-    return list(out)
+    return list(first_names(out))
 
 
 def _subagents_of(path: str, dialect: str | None) -> list[str]:
