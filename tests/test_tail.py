@@ -4,6 +4,7 @@ against a real follower running in a thread, plus the `journal tail` command lin
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
 import logging
 import os
@@ -741,6 +742,72 @@ def test_cli_follow_then_ctrl_c_exits_0(session_file):
     warned = [line for line in err.splitlines() if "invalid_json" in line]
     assert len(warned) == 1 and warned[0].startswith(f"Warning: {path}: byte ")
     assert "WARNING" not in err
+
+
+def tail_process(*argv: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys; from journal.cli import tail_main; "
+         "sys.exit(tail_main())", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def interrupted(proc: subprocess.Popen[str]) -> str:
+    """Ctrl-C a following tail; what it wrote on stderr (it exits 0, as a follow ends)."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        return proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cli_follow_of_a_live_file_named_relatively_says_no_rotation(session_file):
+    """A live file named by a relative path is followed as it is: its real path is the
+    same file, not a successor, so nothing is said of a rotation."""
+    path, entries = session_file
+    proc = tail_process("-f", "-n", "1", path.name, cwd=path.parent)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().rstrip().endswith("e 4")
+    append(path, chain("n", 1, entries[-1]["id"]))
+    assert proc.stdout.readline().rstrip().endswith("n 0")
+    err = interrupted(proc)
+    assert "rotated" not in err and "following" not in err, err
+
+
+def test_cli_follow_of_an_archive_whose_successor_is_not_here(tmp_path, capsys):
+    """`-f` of a sealed file whose successor was moved away: a plain one is followed, said
+    so, and taken on into the successor when it comes back; a compressed one (which never
+    changes) prints its last entries and its seal, says there is nothing to follow, and
+    exits 1, rather than reading its gzip bytes as lines."""
+    archive, old_ids, after = rotated_plain(tmp_path / "s")
+    [successor] = [p for p in archive.parent.parent.glob("*.jsonl")]
+    away = tmp_path / "away"
+    away.mkdir()
+    successor.rename(away / successor.name)
+    proc = tail_process("-f", "-n", "1", str(archive))
+    assert proc.stdout is not None
+    assert proc.stdout.readline().split()[1] == "rotated"
+    (away / successor.name).rename(successor)
+    with Session.open(successor) as session:
+        session.append_message({"role": "user", "content": "back again", "timestamp": 1})
+    rows = [proc.stdout.readline().rstrip() for _ in range(len(after) + 1)]
+    assert [row.split()[-1] for row in rows] == ["0", "1", "2", "again"], rows
+    err = interrupted(proc)
+    assert f"rotated into {successor.name}, which is not here; following it" in err, err
+
+    compressed = archive.with_name(archive.name + ".gz")
+    compressed.write_bytes(gzip.compress(archive.read_bytes()))
+    archive.unlink()
+    successor.unlink()
+    code, out, err = run_cli(capsys, "-f", "-n", "2", str(compressed))
+    rows = out.splitlines()
+    assert code == 1 and len(rows) == 2, (code, out, err)
+    assert rows[1].split()[1:] == ["rotated", "continued", "in", successor.name]
+    assert "which is not here; a compressed archive never changes" in err
+    assert "Warning" not in err
 
 
 def test_human_lines_for_the_kinds_of_entries():

@@ -15,8 +15,8 @@ entries themselves as JSON lines, for jq; following a directory, each line is
 `{"path": <file>, "entry": <entry>}`.
 
 Exit status: 0 (also when Ctrl-C ends a follow, its normal end), 1 when a followed file went
-away for good, 2 on errors (`Error: ...` on stderr), 130 when Ctrl-C cuts short a tail without
-`-f`.
+away for good (or a compressed archive was given to follow whose successor is not here), 2
+on errors (`Error: ...` on stderr), 130 when Ctrl-C cuts short a tail without `-f`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
-from ..anywhere import live
+from ..anywhere import is_sealed, live
 from ..archivegz import is_compressed
 from ..claude import DIALECTS
 from ..errors import JournalError
+from ..identity import same_file
+from ..lineage import last_entry
 from ..model import Entry
 from ..pg.url import is_database_url, short_name, shown
 from ..render import (
@@ -55,6 +57,7 @@ from ..tail import (
     TailEvent,
     follow_events,
 )
+from ..tail.chain import marker_successor
 from ..view import check_session, locate
 from .app import EXIT_FINDINGS, EXIT_OK, entry_parser, run
 
@@ -111,10 +114,18 @@ def cmd_tail(args: argparse.Namespace) -> int:
             # a sealed session (an archive never changes): its live one's last entries, and
             # on from there, rather than every successor's entries since the seal
             live_one = live(path)
-            if live_one != path:
+            if live_one != path and not same_file(live_one, path):
                 print(f"journal: {shown(path)} was rotated; following {shown(live_one)}",
                       file=sys.stderr)
                 path = live_one
+            elif not is_database_url(path) and is_sealed(path):
+                return _follow_orphan(path, args)
+    return _follow(path, args)
+
+
+def _follow(path: str, args: argparse.Namespace) -> int:
+    """Print `path`'s events (a file, a folder or a database session) as the options say."""
+    since = args.since
     events = follow_events(
         path,
         last=None if since is not None else args.lines,
@@ -138,6 +149,22 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if printer.gone and not os.path.isdir(path) else EXIT_OK
 
 
+def _follow_orphan(path: str, args: argparse.Namespace) -> int:
+    """`-f` of a sealed file whose successor is not here (moved away, deleted, or a database
+    session's archive exported to a file). A plain file is followed as it is: its successor
+    is taken up if it appears. A compressed archive never changes and is not watched for
+    one: its last entries, then exit 1, as when a followed file went away for good."""
+    named = short_name(marker_successor(last_entry(path), path) or "its successor")
+    if not is_compressed(path):
+        print(f"journal: {shown(path)} was rotated into {named}, which is not here; "
+              "following it until its successor appears", file=sys.stderr)
+        return _follow(path, args)
+    _tail_archive(path, args)
+    print(f"journal: {shown(path)} was rotated into {named}, which is not here; a "
+          "compressed archive never changes, so there is nothing to follow", file=sys.stderr)
+    return EXIT_FINDINGS
+
+
 def _tail_archive(path: str, args: argparse.Namespace) -> int:
     """The last entries of a compressed archive (it never changes: there is nothing to
     follow), as a tail of a plain file prints them."""
@@ -152,6 +179,8 @@ def _tail_archive(path: str, args: argparse.Namespace) -> int:
     printer = TailPrinter(sys.stdout, sys.stderr, as_json=args.json)
     for entry in entries:
         printer.show(TailEvent(ENTRY, path, entry))
+        if is_seal(entry):  # said in words, as a follower says it
+            printer.show(TailEvent(ROTATED, path, entry, marker_successor(entry, path) or ""))
     return EXIT_OK
 
 
