@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 TEMP_SUFFIX = ".tmp"
 COMPRESS_TAG = "compress"
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+REMOVE_TRIES = 5  # times remove_if_unheld locks a name that keeps leading to another file
 
 
 def fsync_directory(path: str) -> None:
@@ -251,27 +252,33 @@ def remove_if_unheld(path: str) -> bool | None:
     """Unlink the regular file `path` unless a live process holds its `flock` (a temp being
     written, an archive being compressed: see `hold_unless_busy`). True: removed; False:
     held, left as it is; None: not removed for another reason (gone, not a regular file,
-    cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+    cannot be opened).
+
+    A name that leads to another file once locked (replaced meanwhile: a compression
+    publishing under a reused name) is tried again, so None never stands for a file that
+    was there, which a caller may then unlink without asking its holder."""
+    for _ in range(REMOVE_TRIES):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        if not os.path.samestat(os.lstat(path), st):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if not os.path.samestat(os.lstat(path), st):
+                continue
+            os.unlink(path)
+            return True
+        except OSError:
             return None
-        os.unlink(path)
-        return True
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
+    return False  # replaced each time it was locked: somebody is busy with it
 
 
 def hold_unless_busy(fd: int, name: str, *, dir_fd: int | None = None) -> bool:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
 
 import orjson
 import pytest
 
-from journal import Session, load
+from journal import Session, files, load
 from journal.context import build_context
 from journal.idscan import IdScan
 from journal.lineage import lineage, resolve_live, seal_of
@@ -509,6 +510,36 @@ def rotation_paused_compressing(folder):
     first, temp = start(["rotate", path, "--json"], pause_at=4, resumable=True)
     assert temp.endswith(".compress.tmp"), temp
     return path, first, os.path.join(folder, "archive", os.path.basename(path))
+
+
+def test_a_name_replaced_while_it_is_locked_is_not_taken_for_a_file_it_cannot_lock(
+        tmp_path, monkeypatch):
+    """`remove_if_unheld` locks the file a name leads to, then checks the name still leads
+    there. A file put in its place meanwhile (published under the name, and held by the
+    process that is busy with it) is neither removed nor reported as "not a file it can
+    lock" (None), which retention and prune answer by unlinking the name unasked."""
+    name, newer = tmp_path / "s.jsonl.gz", tmp_path / "newer"
+    name.write_bytes(b"old")
+    newer.write_bytes(b"new")
+    held = os.open(newer, os.O_RDONLY)  # its own open file: a lock of it conflicts
+    real_flock = fcntl.flock
+    swapped: list[bool] = []
+
+    def flock_then_replace(fd: int, op: int) -> None:
+        real_flock(fd, op)
+        if not swapped:  # between the open and the look at the name, as a race would
+            swapped.append(True)
+            os.replace(newer, name)
+
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        monkeypatch.setattr(files.fcntl, "flock", flock_then_replace)
+        assert files.remove_if_unheld(str(name)) is False
+        monkeypatch.undo()
+        assert name.read_bytes() == b"new"
+    finally:
+        os.close(held)
+    assert files.remove_if_unheld(str(name)) is True and not name.exists()
 
 
 def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
