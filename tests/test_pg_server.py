@@ -1,6 +1,6 @@
-"""The throwaway embedded server: on 127.0.0.1 only (a Unix socket only when asked), data in a temporary folder
-(never under $HOME), run as `nobody` when started as root; one that cannot start says why and
-leaves nothing behind."""
+"""The throwaway embedded server: on 127.0.0.1 only (a Unix socket when asked), data in a
+temporary folder (never under $HOME), run as `nobody` when started as root; one that cannot
+start says why and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -50,6 +50,22 @@ def test_a_server_asked_for_a_unix_socket_listens_there_in_its_own_folder_too() 
     assert not folder.exists()
     with pytest.raises(ServerError, match="no Unix socket"):
         pg_server.server().socket_url()
+
+
+def test_a_unix_socket_in_a_folder_named_with_a_space_or_too_long_a_one(tmp_path: Path) -> None:
+    pg_server.server()  # skips where no server can start at all
+    spaced = Path(tempfile.mkdtemp(prefix="journal pg "))
+    os.chmod(spaced, 0o755)  # run as root, the server (nobody) reaches its folder through it
+    try:
+        with EmbeddedServer(spaced / "s p", unix_socket=True) as server:
+            with psycopg.connect(server.socket_url()) as conn:
+                assert conn.pgconn.host.decode() == str(spaced / "s p" / "socket")
+    finally:
+        shutil.rmtree(spaced, ignore_errors=True)
+    deep = tmp_path / ("d" * 100)
+    with pytest.raises(ServerError, match="too long a path for a Unix socket"):
+        with EmbeddedServer(deep, unix_socket=True):
+            pass
 
 
 def test_a_server_that_cannot_start_says_why_and_leaves_nothing() -> None:

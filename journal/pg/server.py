@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -39,6 +40,7 @@ __all__ = ["EmbeddedServer", "ServerError", "install_dir"]
 
 NOBODY = 65534
 START_TIMEOUT = 60.0
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path, less its NUL)
 
 
 class ServerError(JournalError):
@@ -99,6 +101,12 @@ class EmbeddedServer:
     def start(self) -> EmbeddedServer:
         """Initialise the data folder (first time) and start the server; ServerError (with the
         end of the server's log) if it cannot."""
+        if self.socket_dir is not None:
+            longest = len(os.fsencode(self.socket_dir / ".s.PGSQL.65535"))
+            if longest > SOCKET_PATH_MAX:
+                raise ServerError(f"{self.socket_dir}: too long a path for a Unix socket in it "
+                                  f"({longest} bytes; at most {SOCKET_PATH_MAX}): give the "
+                                  "server a shorter folder, or no Unix socket")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.bin = self._binaries()
         if not (self.data / "PG_VERSION").exists():
@@ -110,7 +118,7 @@ class EmbeddedServer:
         last = ""
         for _ in range(3):  # a port picked free may be taken before the server binds it
             self.port = free_port(self.host)
-            sockets = "''" if self.socket_dir is None else str(self.socket_dir)
+            sockets = "''" if self.socket_dir is None else shlex.quote(str(self.socket_dir))
             options = [f"-h {self.host}", f"-p {self.port}", f"-k {sockets}",
                        f"-c fsync={'on' if self.fsync else 'off'}",
                        "-c max_connections=300"]
