@@ -19,6 +19,7 @@ from .pg.url import is_database_url, shown
 from .progress import Progress
 from .repair import RepairReport
 from .rotation import RotationResult
+from .snapshot import refuse_misread
 
 __all__ = ["is_sealed", "lineage", "live", "repair", "rotate", "successor"]
 
@@ -43,9 +44,8 @@ def repair(
         >>> report.changed, report.counts
     """
     if is_database_url(path):
-        if dialect not in (None, "pi"):
-            raise JournalError(f"{path}: a database session is a pi session; dialect "
-                               f"{dialect!r} is for files")
+        if dialect is not None:
+            refuse_misread(path, dialect)  # a database holds pi sessions only
         from .pg.repair import repair_database
 
         return repair_database(path, dry_run=dry_run, migrate=migrate, strict=strict,

@@ -13,7 +13,7 @@ from .codec import Diagnostic, Line, last_newline_end
 from .errors import ForeignSession, JournalError, NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
-from .pg.url import is_database_url
+from .pg.url import is_database_url, shown
 from .storage import FileStorage, Storage, as_storage
 from .tree import Tree
 
@@ -131,33 +131,37 @@ _KINDS = {claude.PI: ("a pi session", "pi's"),
 
 def refuse_misread(target: str | os.PathLike[str] | Storage, dialect: str, *,
                    reading: bool = False) -> None:
-    """Refuse to take a file for `dialect` when its records state the other one (a pi
-    session forced as `"claude"`, a Claude Code transcript forced as `"pi"`): raises
-    `NotASession` before anything is locked or written. The one rule of a forced dialect,
-    for repair and every reader; the counterpart of `refuse_foreign`. A file whose records
-    state no dialect passes (empty, or cut in its first write: a subagent file is a
-    transcript by where it is, whatever such bytes say), and so does what is no plain file
-    (a database session, a compressed archive: only this library writes them, in pi's).
+    """Refuse to take a session for `dialect` when it is of the other one (a pi session
+    forced as `"claude"`, a Claude Code transcript forced as `"pi"`): raises `NotASession`
+    before anything is locked or written. The one rule of a forced dialect, for repair and
+    every reader; the counterpart of `refuse_foreign`. A database session and a compressed
+    archive are pi's (only this library writes them); a file's own records say what it is,
+    and one whose records state no dialect passes (empty, or cut in its first write: a
+    subagent file is a transcript by where it is, whatever such bytes say).
 
-    The message says what the file is and what to do instead: a repair (the default)
-    names `journal repair --dialect D PATH`; a reader (`reading`: every read command)
-    names `--dialect D`, where reading on would only find "not a session".
+    The message says what the session is and what to do instead: a repair (the default)
+    names `journal repair --dialect D PATH`; a reader (`reading`: every read command) names
+    `--dialect D`, or none, where reading on would only find "not a session". (Repair does
+    not offer "none": it takes a subagent file for a transcript unless told otherwise.)
     """
+    stated: str | None = claude.PI
     if is_database_url(target):
-        return
-    storage = as_storage(target)
-    if not isinstance(storage, FileStorage) or is_compressed(storage.locator):
-        return
-    with storage.open_reader() as reader:
-        stated = claude.stated_dialect(reader.stream)
+        locator = shown(target)
+    else:
+        storage = as_storage(target)
+        locator = storage.locator
+        if isinstance(storage, FileStorage) and not is_compressed(locator):
+            with storage.open_reader() as reader:
+                stated = claude.stated_dialect(reader.stream)
+    claude.check_dialect(dialect)
     if stated is None or stated == dialect:
         return
     kind, owner = _KINDS[stated]
     flag = f"--dialect {stated}"
     remedy = (f"read it as {kind} ({flag}, or no --dialect)" if reading else
               f"nothing was changed: repair it as {kind} ('journal repair {flag} "
-              f"{storage.locator}', or no --dialect)")
-    raise NotASession(storage.locator, f"{kind}, not {_KINDS[dialect][0]} (its records are "
+              f"{locator}')")
+    raise NotASession(locator, f"{kind}, not {_KINDS[dialect][0]} (its records are "
                       f"{owner}); {remedy}")
 
 
@@ -178,7 +182,7 @@ def _read_as_claude(storage: Storage, dialect: str | None) -> bool:
     forced as one is refused (`refuse_misread`)."""
     if dialect_of_storage(storage, dialect) != claude.CLAUDE:
         return False
-    if dialect is not None and isinstance(storage, FileStorage):
+    if dialect is not None:
         refuse_misread(storage, claude.CLAUDE, reading=True)
     return True
 
@@ -339,7 +343,7 @@ def resume(path: str | os.PathLike[str] | Storage, *, dialect: str | None = None
     storage = as_storage(path)
     path = storage.locator
     if is_compressed(path):
-        return load(storage)
+        return load(storage, dialect=dialect)
     if _read_as_claude(storage, dialect):
         return from_claude(claude.resume(storage))
     with storage.open_reader() as reader:

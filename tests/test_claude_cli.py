@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import threading
@@ -236,6 +237,36 @@ def test_read_commands_refuse_a_pi_session_forced_as_claude(tmp_path: Path,
     assert listing(tmp_path) == before
     code, out, _ = run(capsys, "info", "--dialect", "pi", "--json", str(path))
     assert code == 0 and orjson.loads(out)["dialect"] == "pi"
+
+
+def test_a_compressed_archive_and_a_subagent_named_pi_session_are_refused_as_claude(
+        tmp_path: Path, capsys: Any) -> None:
+    """A compressed archive is pi's (only this library writes one): forced as a Claude Code
+    transcript it is refused as a plain pi file is, not read as damaged records. A pi
+    session in a transcript's subagents/ folder, which repair takes for a transcript
+    unless told otherwise, is told to repair with --dialect pi, not with no --dialect."""
+    plain = tmp_path / "pi.jsonl"
+    with journal.Session.create(plain, cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    archive = tmp_path / "pi.jsonl.gz"
+    archive.write_bytes(gzip.compress(plain.read_bytes()))
+    before = listing(tmp_path)
+    for command in ("show", "info", "tail"):
+        code, out, err = run(capsys, command, "--dialect", "claude", str(archive))
+        assert code == 2 and out == "", (command, err)
+        assert "a pi session, not a Claude Code transcript" in err, (command, err)
+    for mode in (["--check"], ["--dry-run"], []):
+        code, out, err = run(capsys, "repair", "--dialect", "claude", *mode, str(archive))
+        assert code == 2 and out == "", (mode, out, err)
+        assert f"journal repair --dialect pi {archive}" in err, (mode, err)
+    assert listing(tmp_path) == before
+    transcript = gc.generate(tmp_path / "claude", mb=0.05, seed=29, subagents=False).path
+    agent = transcript.parent / transcript.stem / "subagents" / "agent-1.jsonl"
+    agent.parent.mkdir(parents=True)
+    agent.write_bytes(plain.read_bytes())
+    code, out, err = run(capsys, "repair", "--check", str(agent))
+    assert code == 2 and f"'journal repair --dialect pi {agent}')" in err, err
+    assert "no --dialect" not in err
 
 
 def test_commands_refuse_a_transcript_forced_as_pi(tmp_path: Path, capsys: Any) -> None:

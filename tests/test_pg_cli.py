@@ -62,6 +62,23 @@ def test_append_show_and_context_work_on_a_database_session(
     assert data["entries"] == 2 and data["leafId"] == ids[-1]
 
 
+def test_a_database_session_forced_as_claude_is_refused_without_showing_a_password(
+        env: dict[str, str], pg_url: str) -> None:
+    """A database holds pi sessions only: `--dialect claude` on one is refused, as on a pi
+    file, by repair and the readers alike, and the URL is named without its password."""
+    url = session_url(pg_url.replace("postgres@", "postgres:s3cret@", 1), "forced")
+    with Session.create(url, cwd="/") as session:
+        session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    before = load(url).entries
+    for argv in (["repair"], ["repair", "--check"], ["info"], ["show"], ["tail"]):
+        result = journal(*argv, "--dialect", "claude", url, env=env)
+        err = result.stderr.decode()
+        assert result.returncode == 2 and result.stdout == b"", (argv, err)
+        assert "a pi session, not a Claude Code transcript" in err, (argv, err)
+        assert "s3cret" not in err and err.count("\n") == 1, (argv, err)
+    assert load(url).entries == before
+
+
 def test_a_short_name_without_a_default_database_is_one_error_line(
         env: dict[str, str]) -> None:
     del env["JOURNAL_DATABASE_URL"]
