@@ -7,7 +7,9 @@ cost under a given price table). An entry is used only while every file of its l
 the same file as when it was read: same device and inode, size, modification and change
 times (nanoseconds). An append, a rewrite (even of the same size with its time put back: the
 change time moves), a replacement by rename or a rotation each change one of these, and the
-lineage is read again.
+lineage is read again. So does a rotation's intent beside one of its files: a rotation killed
+after publishing its successor leaves the old file as it was, but joins it to the successor's
+lineage (`journal.discovery.lineage_of`).
 
 A file modified within `RACY_SECONDS` of the read is not cached: a file system with coarse
 times could see it change again within the same tick (git's "racy" rule). The lock state and
@@ -31,6 +33,7 @@ import orjson
 
 from .claude import subagent_files
 from .errors import JournalError
+from .lineage import intent_path
 from .publish import publish_bytes
 
 __all__ = ["RACY_SECONDS", "RowCache", "default_cache_path", "file_signature"]
@@ -97,7 +100,8 @@ class RowCache:
         count = entry.get("lineage") if entry is not None else None
         valid = isinstance(files, list) and bool(files) and isinstance(count, int) and all(
             isinstance(sig, list) and sig and file_signature(str(sig[0])) == sig
-            for sig in files) and [str(sig[0]) for sig in files[count:]] == subagent_files(live)
+            for sig in files) and [str(sig[0]) for sig in files[count:]] == subagent_files(live) \
+            and not any(os.path.lexists(intent_path(str(sig[0]))) for sig in files[:count])
         self.checked[live] = entry if valid else None
         if not valid:
             self.misses += 1

@@ -168,3 +168,33 @@ def test_ls_shows_a_rotation_killed_after_publishing_its_successor_as_one_sessio
     assert journal("repair", str(folder)).returncode == 0
     [row] = rows_of(folder)
     assert row["state"] == "live" and row["entries"] == len(ids) + 1, row  # and the seal
+
+
+def test_a_cached_listing_of_the_old_file_gives_way_to_its_interrupted_rotation(
+        tmp_path: Path) -> None:
+    """`ls` with its row cache (the default): the old file, listed and cached before a
+    rotation was killed after publishing its successor, is unchanged by it (the seal is not
+    written yet), but its cached one-file lineage is not used while the intent beside it
+    is there: one row, as without the cache."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    old = make_session(folder)
+    past = os.stat(old).st_mtime - 60  # older than the cache's racy window
+    os.utime(old, (past, past))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def listed() -> list[dict]:
+        result = subprocess.run([sys.executable, "-m", "journal.cli", "ls", str(folder),
+                                 "--json"], capture_output=True, text=True, env=env,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        return orjson.loads(result.stdout)
+
+    [before] = listed()
+    assert (tmp_path / "cache" / "journal" / "catalog.json").exists()
+    crash_by_sigkill(old, "published")
+    assert os.stat(old).st_mtime == past  # the old file as it was cached
+    [row] = listed()
+    assert row["files"][0] == old and len(row["files"]) == 2, row
+    assert row["state"] == "needs-repair" and row["entries"] >= before["entries"], row
+
