@@ -753,6 +753,16 @@ def tail_process(*argv: str, cwd: Path | None = None) -> subprocess.Popen[str]:
     )
 
 
+def line_of(proc: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """The next line the process prints, failing (not hanging) if none comes in time."""
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)  # a reader still waiting ends when the test kills the process
+    assert got, f"no line within {timeout:g}s"
+    return got[0]
+
+
 def interrupted(proc: subprocess.Popen[str]) -> str:
     """Ctrl-C a following tail; what it wrote on stderr (it exits 0, as a follow ends)."""
     try:
@@ -769,11 +779,12 @@ def test_cli_follow_of_a_live_file_named_relatively_says_no_rotation(session_fil
     same file, not a successor, so nothing is said of a rotation."""
     path, entries = session_file
     proc = tail_process("-f", "-n", "1", path.name, cwd=path.parent)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().rstrip().endswith("e 4")
-    append(path, chain("n", 1, entries[-1]["id"]))
-    assert proc.stdout.readline().rstrip().endswith("n 0")
-    err = interrupted(proc)
+    try:
+        assert line_of(proc).rstrip().endswith("e 4")
+        append(path, chain("n", 1, entries[-1]["id"]))
+        assert line_of(proc).rstrip().endswith("n 0")
+    finally:
+        err = interrupted(proc)
     assert "rotated" not in err and "following" not in err, err
 
 
@@ -788,14 +799,15 @@ def test_cli_follow_of_an_archive_whose_successor_is_not_here(tmp_path, capsys):
     away.mkdir()
     successor.rename(away / successor.name)
     proc = tail_process("-f", "-n", "1", str(archive))
-    assert proc.stdout is not None
-    assert proc.stdout.readline().split()[1] == "rotated"
-    (away / successor.name).rename(successor)
-    with Session.open(successor) as session:
-        session.append_message({"role": "user", "content": "back again", "timestamp": 1})
-    rows = [proc.stdout.readline().rstrip() for _ in range(len(after) + 1)]
-    assert [row.split()[-1] for row in rows] == ["0", "1", "2", "again"], rows
-    err = interrupted(proc)
+    try:
+        assert line_of(proc).split()[1] == "rotated"
+        (away / successor.name).rename(successor)
+        with Session.open(successor) as session:
+            session.append_message({"role": "user", "content": "back again", "timestamp": 1})
+        rows = [line_of(proc).rstrip() for _ in range(len(after) + 1)]
+        assert [row.split()[-1] for row in rows] == ["0", "1", "2", "again"], rows
+    finally:
+        err = interrupted(proc)
     assert f"rotated into {successor.name}, which is not here; following it" in err, err
 
     compressed = archive.with_name(archive.name + ".gz")
@@ -806,8 +818,32 @@ def test_cli_follow_of_an_archive_whose_successor_is_not_here(tmp_path, capsys):
     rows = out.splitlines()
     assert code == 1 and len(rows) == 2, (code, out, err)
     assert rows[1].split()[1:] == ["rotated", "continued", "in", successor.name]
-    assert "which is not here; a compressed archive never changes" in err
+    assert "which is not here; a compressed file never changes" in err
     assert "Warning" not in err
+    code, out, err = run_cli(capsys, "-f", "--since", old_ids[-3], "--json", str(compressed))
+    assert code == 1 and [orjson.loads(r)["id"] for r in out.splitlines()] == old_ids[-2:]
+
+
+def test_cli_follow_of_a_compressed_file_that_is_no_archive_or_from_an_entry(
+        tmp_path, session_file, capsys):
+    """A session gzipped by hand (no seal) is not followed as bytes (it never changes): its
+    last entries, said so, exit 1. An archive whose live session is here, given with
+    `--since`, is refused rather than searched for the entry in the live session."""
+    path, entries = session_file
+    gzipped = path.with_name(path.name + ".gz")
+    gzipped.write_bytes(gzip.compress(path.read_bytes()))
+    code, out, err = run_cli(capsys, "-f", "-n", "2", "--json", str(gzipped))
+    assert code == 1 and [orjson.loads(r) for r in out.splitlines()] == entries[-2:], err
+    assert "is not a rotation's archive; a compressed file never changes" in err
+    assert "Warning" not in err
+
+    archive, old_ids, after = rotated_plain(tmp_path / "s")
+    compressed = archive.with_name(archive.name + ".gz")
+    compressed.write_bytes(gzip.compress(archive.read_bytes()))
+    archive.unlink()
+    code, out, err = run_cli(capsys, "-f", "--since", old_ids[-2], str(compressed))
+    assert code == 2 and out == "", err
+    assert err.startswith("Error: ") and "is not followed from one of its entries" in err
 
 
 def test_human_lines_for_the_kinds_of_entries():

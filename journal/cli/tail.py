@@ -15,7 +15,7 @@ entries themselves as JSON lines, for jq; following a directory, each line is
 `{"path": <file>, "entry": <entry>}`.
 
 Exit status: 0 (also when Ctrl-C ends a follow, its normal end), 1 when a followed file went
-away for good (or a compressed archive was given to follow whose successor is not here), 2
+away for good (or was given a compressed file that leads to no live session), 2
 on errors (`Error: ...` on stderr), 130 when Ctrl-C cuts short a tail without `-f`.
 """
 
@@ -56,8 +56,8 @@ from ..tail import (
     ROTATED,
     TailEvent,
     follow_events,
+    marker_successor,
 )
-from ..tail.chain import marker_successor
 from ..view import check_session, locate
 from .app import EXIT_FINDINGS, EXIT_OK, entry_parser, run
 
@@ -110,15 +110,21 @@ def cmd_tail(args: argparse.Namespace) -> int:
         check_session(path, dialect=args.dialect)  # no session at the start: an error
         if is_compressed(path) and not args.follow:
             return _tail_archive(path, args)
-        if args.follow and since is None and (is_compressed(path) or not args.no_follow):
+        if args.follow and (is_compressed(path) or (since is None and not args.no_follow)):
             # a sealed session (an archive never changes): its live one's last entries, and
             # on from there, rather than every successor's entries since the seal
             live_one = live(path)
             if live_one != path and not same_file(live_one, path):
+                if since is not None:  # only for a compressed archive, which is not read on
+                    raise JournalError(
+                        f"{path}: a compressed archive is not followed from one of its "
+                        f"entries: 'journal tail --since {since} {path}' prints what follows "
+                        f"it there, and 'journal tail -f {shown(live_one)}' follows its live "
+                        "session")
                 print(f"journal: {shown(path)} was rotated; following {shown(live_one)}",
                       file=sys.stderr)
                 path = live_one
-            elif not is_database_url(path) and is_sealed(path):
+            elif is_compressed(path) or (not is_database_url(path) and is_sealed(path)):
                 return _follow_orphan(path, args)
     return _follow(path, args)
 
@@ -150,18 +156,22 @@ def _follow(path: str, args: argparse.Namespace) -> int:
 
 
 def _follow_orphan(path: str, args: argparse.Namespace) -> int:
-    """`-f` of a sealed file whose successor is not here (moved away, deleted, or a database
-    session's archive exported to a file). A plain file is followed as it is: its successor
-    is taken up if it appears. A compressed archive never changes and is not watched for
-    one: its last entries, then exit 1, as when a followed file went away for good."""
-    named = short_name(marker_successor(last_entry(path), path) or "its successor")
+    """`-f` of a file that leads to no live session: a sealed one whose successor is not
+    here (moved away, deleted, or a database session's archive exported to a file), or a
+    compressed one never sealed. A plain file is followed as it is: its successor is taken
+    up if it appears. A compressed file never changes and is not watched: its last entries,
+    then exit 1, as when a followed file went away for good."""
+    seal = last_entry(path)
+    named = short_name(marker_successor(seal, path) or "its successor")
     if not is_compressed(path):
         print(f"journal: {shown(path)} was rotated into {named}, which is not here; "
               "following it until its successor appears", file=sys.stderr)
         return _follow(path, args)
     _tail_archive(path, args)
-    print(f"journal: {shown(path)} was rotated into {named}, which is not here; a "
-          "compressed archive never changes, so there is nothing to follow", file=sys.stderr)
+    why = (f"was rotated into {named}, which is not here" if seal is not None and
+           is_seal(seal) else "is not a rotation's archive")
+    print(f"journal: {shown(path)} {why}; a compressed file never changes, so there is "
+          "nothing to follow", file=sys.stderr)
     return EXIT_FINDINGS
 
 

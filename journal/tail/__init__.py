@@ -47,6 +47,7 @@ from contextlib import closing
 
 from ..model import Entry
 from ..storage import Storage
+from .chain import marker_successor
 from .follow import Follower, is_session_name
 from .source import (
     DELETED,
@@ -90,6 +91,7 @@ __all__ = [
     "follow",
     "follow_events",
     "is_session_name",
+    "marker_successor",
 ]
 
 DEFAULT_GRACE = 10.0
