@@ -525,7 +525,7 @@ def test_repair_rotate_and_lineage_take_a_database_url_as_they_take_a_path(
     with Session.create(url, cwd="/") as session:
         compacted(session)
     assert not journal.repair(url).changed
-    with pytest.raises(journal.JournalError, match="is for files"):
+    with pytest.raises(journal.NotASession, match="a pi session, not a Claude Code"):
         journal.repair(url, dialect="claude")
     with pytest.raises(journal.JournalError, match="is for files"):
         journal.rotate(url, compress=False)
