@@ -355,6 +355,46 @@ def test_a_commit_whose_acknowledgement_was_lost_is_retried_and_stored_once(
     assert direct.size() == offset + len(batch)
 
 
+def test_a_commit_whose_socket_failed_without_libpq_calling_it_lost_is_retried(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A socket error libpq does not count as a lost connection (EINVAL, as a blackhole
+    route gives; EACCES, as a prohibited one does) leaves psycopg's `broken` false. A batch
+    committed before its reply failed that way was reported as "nothing of it was stored",
+    and the appender went on using the dead connection (fuzz 51). It is a lost connection:
+    the connection is made again and the batch found stored, acknowledged once."""
+    url = new_session(pg_url, "einval")
+    storage = as_storage(url)
+    assert isinstance(storage, PostgresStorage)
+    real_execute = psycopg.Cursor.execute
+    armed = threading.Event()
+
+    def execute_then_fail(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real_execute(cursor, query, *args, **kwargs)
+        if armed.is_set() and isinstance(query, str) and "journal.append(" in query:
+            armed.clear()  # committed; its reply is read as a failed socket would fail it
+            raise psycopg.OperationalError("consuming input failed: could not receive data "
+                                           "from server: Invalid argument")
+        return result
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute_then_fail)
+    lease = storage.lock(5)
+    appender = storage.open_appender(Durability.always())
+    try:
+        first = appender.commit(b'{"type":"custom","id":"e1","customType":"x"}\n')
+        armed.set()
+        batch = (b'{"type":"custom","id":"e2","customType":"x"}\n'
+                 b'{"type":"custom","id":"e3","customType":"x"}\n')
+        offset = appender.commit(batch)
+        assert not armed.is_set()  # it was failed as planned, and retried
+        assert offset == first + len(b'{"type":"custom","id":"e1","customType":"x"}\n')
+        after = appender.commit(b'{"type":"custom","id":"e4","customType":"x"}\n')
+        assert after == offset + len(batch)
+    finally:
+        appender.close()
+        lease.release()
+    assert stored_ids(url) == ["e1", "e2", "e3", "e4"]
+
+
 def test_one_entry_whose_acknowledgement_was_lost_is_stored_once_and_a_resend_too(
         pg_url: str) -> None:
     """The one-entry statement (schema.APPEND_ONE) loses its reply: the appender's retry and

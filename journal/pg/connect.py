@@ -19,8 +19,9 @@ from ..errors import JournalError, Unreachable
 from . import schema
 from .url import shown
 
-__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "connect", "describe",
-           "in_transaction", "refused_for_good", "shared", "with_shared", "LONG_READS", "READS"]
+__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "connect",
+           "connection_lost", "describe", "in_transaction", "refused_for_good", "shared",
+           "with_shared", "LONG_READS", "READS"]
 
 CONNECT_TIMEOUT = 10
 # How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
@@ -158,6 +159,23 @@ def _settle(conn: psycopg.Connection[Any], wanted: dict[str, tuple[str, bool]]) 
                      (names, values, forced))
 
 
+def connection_lost(conn: psycopg.Connection[Any] | None, error: BaseException) -> bool:
+    """Whether `error`, raised by work on `conn`, leaves `conn` lost: closed or broken, or
+    failed by a communication error that libpq did not mark as the connection's (an
+    `OperationalError` without a SQLSTATE, so not the server's refusal: a blackhole route's
+    EINVAL, a prohibited one's EACCES leave its status OK). Such a connection is closed
+    here, so that it is made again rather than used on, and what was sent on it counts as
+    of unknown outcome."""
+    if conn is None:
+        return False
+    if conn.closed or conn.broken:
+        return True
+    if isinstance(error, psycopg.OperationalError) and getattr(error, "sqlstate", None) is None:
+        conn.close()
+        return True
+    return False
+
+
 def shared(conninfo: str, lane: str = READS) -> psycopg.Connection[Any]:
     """This process's shared connection to `conninfo` for `lane` (made on first use, again if
     broken)."""
@@ -178,8 +196,8 @@ def with_shared(conninfo: str, work: Callable[[psycopg.Connection[Any]], T],
     try:
         try:
             return work(conn)
-        except psycopg.OperationalError:
-            if not (conn.broken or conn.closed):
+        except psycopg.OperationalError as e:
+            if not connection_lost(conn, e):
                 raise
         return work(shared(conninfo, lane))
     except psycopg.Error as e:

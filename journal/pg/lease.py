@@ -40,7 +40,7 @@ import psycopg
 
 from ..errors import LeaseLost, LockTimeout
 from ..lock import check_lock_timeout
-from .connect import DatabaseError, DatabaseUnavailable, connect, describe
+from .connect import DatabaseError, DatabaseUnavailable, connect, connection_lost, describe
 
 __all__ = ["RENEW_WAIT", "ROW_LOCK_IDLE_LIMIT", "Lease", "LeaseLost", "acquire", "advisory_key",
            "current_holder", "gate_key"]
@@ -183,7 +183,7 @@ class Lease:
                                         f"(nothing changed): {describe(e)}") from e
                 if not ended:
                     raise
-                if conn.broken or conn.closed:
+                if connection_lost(conn, e):
                     raise DatabaseError(f"{self.locator}: the connection was lost as the work "
                                         "was committed, which may have been committed: open "
                                         f"the session again to know: {describe(e)}") from e

@@ -101,6 +101,7 @@ from .connect import (
     DatabaseError,
     DatabaseUnavailable,
     connect,
+    connection_lost,
     describe,
     in_transaction,
     with_shared,
@@ -731,7 +732,7 @@ class PostgresAppender:
                 self._end = None
                 # a lost connection (whatever the error: the server's idle-in-transaction
                 # timeout ends it with an InternalError) is tried again; else a refusal
-                if self._conn is not None and not (self._conn.broken or self._conn.closed):
+                if self._conn is not None and not connection_lost(self._conn, e):
                     raise self._refused(e, resent=lost is not None, unsure=unsure) from e
                 lost = e
                 continue
@@ -969,7 +970,7 @@ class PostgresAppender:
                 f"AND s.generation IS NOT NULL AND s.successor IS NULL AND s.epoch = %s",
                 (self.storage.session, self.epoch)).fetchone()
         except psycopg.OperationalError as e:
-            if not (conn.broken or conn.closed):
+            if not connection_lost(conn, e):
                 raise
             raise DatabaseUnavailable(f"{self.storage.locator}: lost the database: "
                                       f"{describe(e)}") from e
@@ -1095,8 +1096,8 @@ class PostgresAppender:
             conn = self._live()
             try:
                 return work(conn)
-            except psycopg.OperationalError:
-                if not (conn.closed or conn.broken):
+            except psycopg.OperationalError as e:
+                if not connection_lost(conn, e):
                     raise
             return work(self._live())
 
@@ -1381,7 +1382,7 @@ class PostgresStorage:
             finally:
                 conn.close()
         except psycopg.Error as e:
-            if isinstance(e, psycopg.OperationalError) and conn is not None and conn.broken:
+            if isinstance(e, psycopg.OperationalError) and connection_lost(conn, e):
                 if inside:  # the server rolled the caller's transaction back
                     raise DatabaseError(f"{self._name}: the connection was lost before the "
                                         "replacement was committed (the session is as it "
