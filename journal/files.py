@@ -255,8 +255,10 @@ def remove_if_unheld(path: str) -> bool | None:
     cannot be opened).
 
     A name that leads to another file once locked (replaced meanwhile: a compression
-    publishing under a reused name) is tried again, so None never stands for a file that
-    was there, which a caller may then unlink without asking its holder."""
+    publishing under a reused name) is tried again: None never stands for a regular file
+    the name led to when it was locked, which a caller may then unlink without asking its
+    holder. (A file that cannot be opened, for its permissions say, is None: nobody could
+    have opened it to hold it either, but for its owner.)"""
     for _ in range(REMOVE_TRIES):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -541,6 +541,10 @@ def finish_rotation(rotation: Rotation, *, keep: int | None = None,
     live = result.successor if result.rotated and result.successor else result.path
     if not result.dry_run and not result.warnings:
         _retry_compression(live)
+        if result.compressing_elsewhere and rotation.compress is not None:
+            stored, final = rotation.compress  # the retry may have compressed it itself
+            if not os.path.lexists(stored) and os.path.lexists(final):
+                result.archive, result.compressing_elsewhere = final, False
     if keep is not None and not result.dry_run:
         busy: list[str] = []
         result.removed_archives = apply_retention(live, keep, busy=busy)

@@ -578,6 +578,40 @@ def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
     assert os.listdir(tmp_path / "archive") == []
 
 
+def test_a_rotation_whose_retry_compressed_the_archive_left_to_another_names_the_gz(
+        tmp_path, monkeypatch):
+    """The archive's `flock` held when the rotation came to compress it, and let go before
+    the rotation retried earlier compressions: the retry compresses it, and the result names
+    the `.gz` (not the plain file, which is gone), compressed here after all."""
+    import journal.rotation as rotation_module
+
+    s, _ = build_session(tmp_path)
+    path = s.path
+    s.close()
+    plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+    held: list[int] = []
+
+    def hold_the_archive(step: str) -> None:
+        if step == "done":  # as another process's probe of it would
+            held.append(os.open(plain, os.O_RDONLY))
+            fcntl.flock(held[-1], fcntl.LOCK_EX)
+
+    real_finish = rotation_module.finish_compression
+
+    def let_go_then_finish(live: str) -> list[str]:
+        for fd in held:
+            os.close(fd)
+        held.clear()
+        return real_finish(live)
+
+    monkeypatch.setattr(rotation_module, "step_hook", hold_the_archive)
+    monkeypatch.setattr(rotation_module, "finish_compression", let_go_then_finish)
+    result = rotate(path)
+    assert result.rotated and result.archive == plain + ".gz", result
+    assert not result.compressing_elsewhere and not result.warnings, result
+    assert os.path.exists(plain + ".gz") and not os.path.exists(plain)
+
+
 def test_a_rotation_whose_archive_another_process_compresses_names_the_plain_file(
         tmp_path, monkeypatch):
     """A rotation let go of the lock and found its archive's `flock` held by another process
