@@ -113,8 +113,13 @@ def stop() -> None:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A fresh database on the run's embedded server, as a URL without a session."""
+    """A fresh database on the run's embedded server, as a URL without a session. This
+    process's shared connections are closed after the test: each database would keep one
+    open for the rest of the run, and the server's connections would run out."""
     yield fresh_database()
+    from journal.pg.connect import close_shared
+
+    close_shared()
 
 
 def made_at(conn: Any, version: int, role: str) -> None:

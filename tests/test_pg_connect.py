@@ -107,3 +107,18 @@ def test_a_role_that_may_not_read_pg_settings_still_connects(pg_url: str) -> Non
     server, _ = seen(role_url, synchronous_commit="off")
     assert server["synchronous_commit"] == "off"
     assert server["tcp_keepalives_idle"] != "10"
+
+
+def test_close_shared_closes_this_processs_shared_connections(pg_url: str) -> None:
+    from journal import Session
+    from journal.pg.connect import close_shared, shared, with_shared
+    from journal.pg.url import session_url
+
+    Session.create(session_url(pg_url, "s"), cwd="/").close()  # the schema, made
+    first = shared(pg_url)
+    assert with_shared(pg_url, lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
+    close_shared()
+    assert first.closed
+    again = shared(pg_url)
+    assert again is not first and not again.closed
+    assert with_shared(pg_url, lambda conn: conn.execute("SELECT 2").fetchone()) == (2,)

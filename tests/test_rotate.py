@@ -578,6 +578,13 @@ def test_retention_leaves_an_archive_another_rotation_is_compressing(tmp_path):
     assert os.listdir(tmp_path / "archive") == []
 
 
+def closed_with_archive_name(folder) -> tuple[str, str]:
+    """A closed session ready to rotate, and the name its plain archive will have."""
+    s, _ = build_session(folder)
+    s.close()
+    return s.path, os.path.join(folder, "archive", os.path.basename(s.path))
+
+
 def test_a_rotation_whose_retry_compressed_the_archive_left_to_another_names_the_gz(
         tmp_path, monkeypatch):
     """The archive's `flock` held when the rotation came to compress it, and let go before
@@ -585,10 +592,7 @@ def test_a_rotation_whose_retry_compressed_the_archive_left_to_another_names_the
     the `.gz` (not the plain file, which is gone), compressed here after all."""
     import journal.rotation as rotation_module
 
-    s, _ = build_session(tmp_path)
-    path = s.path
-    s.close()
-    plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+    path, plain = closed_with_archive_name(tmp_path)
     held: list[int] = []
 
     def hold_the_archive(step: str) -> None:
@@ -621,10 +625,7 @@ def test_a_rotation_whose_archive_another_process_compresses_names_the_plain_fil
 
     import journal.rotation as rotation_module
 
-    s, _ = build_session(tmp_path)
-    path = s.path
-    s.close()
-    plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+    path, plain = closed_with_archive_name(tmp_path)
     other = []
 
     def another_process_compresses(step: str) -> None:
@@ -661,10 +662,7 @@ def test_a_rotation_whose_archive_another_process_removed_names_none(tmp_path, m
 
     import journal.rotation as rotation_module
 
-    s, _ = build_session(tmp_path)
-    path = s.path
-    s.close()
-    plain = os.path.join(tmp_path, "archive", os.path.basename(path))
+    path, plain = closed_with_archive_name(tmp_path)
     other = []
 
     def another_process_removes(step: str) -> None:

@@ -19,7 +19,7 @@ from ..errors import JournalError, Unreachable
 from . import schema
 from .url import shown
 
-__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "connect",
+__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "close_shared", "connect",
            "connection_lost", "describe", "in_transaction", "refused_for_good", "shared",
            "with_shared", "LONG_READS", "READS"]
 
@@ -185,6 +185,18 @@ def shared(conninfo: str, lane: str = READS) -> psycopg.Connection[Any]:
         if conn is None or conn.closed or conn.broken:
             conn = _shared[key] = connect(conninfo, create=False)
         return conn
+
+
+def close_shared() -> None:
+    """Close this process's shared connections (the next short read makes one again): for a
+    program done with a database, or one that worked on many (each keeps one a lane). A
+    forked child's copies of its parent's are forgotten, not closed: closing would end the
+    parent's own."""
+    with _lock:
+        for (pid, _, _), conn in list(_shared.items()):
+            if pid == os.getpid():
+                conn.close()
+        _shared.clear()
 
 
 def with_shared(conninfo: str, work: Callable[[psycopg.Connection[Any]], T],
