@@ -122,3 +122,29 @@ def test_close_shared_closes_this_processs_shared_connections(pg_url: str) -> No
     again = shared(pg_url)
     assert again is not first and not again.closed
     assert with_shared(pg_url, lambda conn: conn.execute("SELECT 2").fetchone()) == (2,)
+
+
+def test_what_counts_as_a_lost_connection(pg_url: str) -> None:
+    """An error the server sent (it has a SQLSTATE) says the connection was there, even once
+    the caller's cleanup closed it; an OperationalError of the client's own (no SQLSTATE:
+    a socket error libpq does not count as the connection's) makes it lost, and closed."""
+    from journal.pg.connect import connection_lost
+
+    assert psycopg.errors.LockNotAvailable.sqlstate == "55P03"
+    conn = connect(pg_url)
+    try:
+        assert not connection_lost(conn, psycopg.errors.UniqueViolation("dup"))
+        assert not conn.closed
+        conn.close()  # as a `finally` does before the caller looks at the error
+        assert not connection_lost(conn, psycopg.errors.LockNotAvailable("lock timeout"))
+        assert connection_lost(conn, psycopg.OperationalError("the connection is closed"))
+    finally:
+        conn.close()
+    conn = connect(pg_url)
+    try:
+        assert connection_lost(conn, psycopg.OperationalError(
+            "consuming input failed: could not receive data from server: Invalid argument"))
+        assert conn.closed
+    finally:
+        conn.close()
+    assert not connection_lost(None, psycopg.OperationalError("no connection"))

@@ -160,17 +160,22 @@ def _settle(conn: psycopg.Connection[Any], wanted: dict[str, tuple[str, bool]]) 
 
 
 def connection_lost(conn: psycopg.Connection[Any] | None, error: BaseException) -> bool:
-    """Whether `error`, raised by work on `conn`, leaves `conn` lost: closed or broken, or
-    failed by a communication error that libpq did not mark as the connection's (an
-    `OperationalError` without a SQLSTATE, so not the server's refusal: a blackhole route's
-    EINVAL, a prohibited one's EACCES leave its status OK). Such a connection is closed
-    here, so that it is made again rather than used on, and what was sent on it counts as
-    of unknown outcome."""
+    """Whether `error`, raised by work on `conn`, came of losing `conn`: it is broken, or
+    the error is not the server's (no SQLSTATE) and the connection is closed, or failed by
+    a communication error that libpq did not mark as the connection's (an `OperationalError`:
+    a blackhole route's EINVAL, a prohibited one's EACCES leave its status OK). Such a
+    connection is closed here, so that it is made again rather than used on, and what was
+    sent on it counts as of unknown outcome. An error the server sent says the connection
+    was there, even if it was closed since (by the caller's cleanup, say)."""
     if conn is None:
         return False
-    if conn.closed or conn.broken:
+    if conn.broken:
         return True
-    if isinstance(error, psycopg.OperationalError) and getattr(error, "sqlstate", None) is None:
+    if getattr(error, "sqlstate", None) is not None:
+        return False
+    if conn.closed:
+        return True
+    if isinstance(error, psycopg.OperationalError):
         conn.close()
         return True
     return False
