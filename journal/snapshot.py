@@ -90,15 +90,21 @@ def stored_size(path: str | os.PathLike[str]) -> int:
 def dialect_of_storage(storage: Storage, dialect: str | None = None) -> str:
     """The dialect of a session's bytes (`journal.claude.detect`), or `dialect` if given.
 
-    Compressed archives are pi's: this library writes them. So is every session of another
-    backend (a database holds only what this library wrote), which is not read twice to tell.
+    Compressed archives are pi's, and so is every session of another backend (`_pi_by_kind`),
+    which is not read twice to tell.
     """
     if claude.check_dialect(dialect) is not None:
         return dialect  # type: ignore[return-value]
-    if not isinstance(storage, FileStorage) or is_compressed(storage.locator):
+    if _pi_by_kind(storage):
         return claude.PI
     with storage.open_reader() as reader:
         return claude.detect_stream(reader.stream)
+
+
+def _pi_by_kind(storage: Storage) -> bool:
+    """Whether `storage` holds a pi session whatever its bytes say: a compressed archive, or
+    a session of another backend (only this library writes them)."""
+    return not isinstance(storage, FileStorage) or is_compressed(storage.locator)
 
 
 def refuse_foreign(target: str | os.PathLike[str] | Storage) -> None:
@@ -144,16 +150,16 @@ def refuse_misread(target: str | os.PathLike[str] | Storage, dialect: str, *,
     `--dialect D`, or none, where reading on would only find "not a session". (Repair does
     not offer "none": it takes a subagent file for a transcript unless told otherwise.)
     """
+    claude.check_dialect(dialect)
     stated: str | None = claude.PI
     if is_database_url(target):
         locator = shown(target)
     else:
         storage = as_storage(target)
         locator = storage.locator
-        if isinstance(storage, FileStorage) and not is_compressed(locator):
+        if not _pi_by_kind(storage):
             with storage.open_reader() as reader:
                 stated = claude.stated_dialect(reader.stream)
-    claude.check_dialect(dialect)
     if stated is None or stated == dialect:
         return
     kind, owner = _KINDS[stated]

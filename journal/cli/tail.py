@@ -46,7 +46,6 @@ from ..render import (
     summarize_arguments,
 )
 from ..seal import is_seal
-from ..snapshot import load
 from ..tail import (
     DELETED,
     ENDED,
@@ -107,9 +106,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
             from ..tail.dbchain import first_readable
 
             path = first_readable(path)  # not an archive moved out to a file not here
-        check_session(path, dialect=args.dialect)  # no session at the start: an error
+        snap = check_session(path, dialect=args.dialect)  # no session at the start: an error
         if is_compressed(path) and not args.follow:
-            return _tail_archive(path, args)
+            return _tail_archive(path, snap.entries, args)
         if args.follow and (is_compressed(path) or (since is None and not args.no_follow)):
             # a sealed session (an archive never changes): its live one's last entries, and
             # on from there, rather than every successor's entries since the seal
@@ -124,7 +123,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 print(f"journal: {shown(path)} was rotated; following {shown(live_one)}",
                       file=sys.stderr)
                 path = live_one
-            elif is_compressed(path) or (not is_database_url(path) and is_sealed(path)):
+            elif is_compressed(path):
+                return _follow_archive_only(path, snap.entries, args)
+            elif not is_database_url(path) and is_sealed(path):
                 return _follow_orphan(path, args)
     return _follow(path, args)
 
@@ -156,29 +157,32 @@ def _follow(path: str, args: argparse.Namespace) -> int:
 
 
 def _follow_orphan(path: str, args: argparse.Namespace) -> int:
-    """`-f` of a file that leads to no live session: a sealed one whose successor is not
-    here (moved away, deleted, or a database session's archive exported to a file), or a
-    compressed one never sealed. A plain file is followed as it is: its successor is taken
-    up if it appears. A compressed file never changes and is not watched: its last entries,
-    then exit 1, as when a followed file went away for good."""
-    seal = last_entry(path)
-    named = short_name(marker_successor(seal, path) or "its successor")
-    if not is_compressed(path):
-        print(f"journal: {shown(path)} was rotated into {named}, which is not here; "
-              "following it until its successor appears", file=sys.stderr)
-        return _follow(path, args)
-    _tail_archive(path, args)
-    why = (f"was rotated into {named}, which is not here" if seal is not None and
-           is_seal(seal) else "is not a rotation's archive")
+    """`-f` of a plain sealed file whose successor is not here (moved away, deleted): it is
+    followed as it is, and its successor taken up if it appears."""
+    named = short_name(marker_successor(last_entry(path), path) or "its successor")
+    print(f"journal: {shown(path)} was rotated into {named}, which is not here; following "
+          "it until its successor appears", file=sys.stderr)
+    return _follow(path, args)
+
+
+def _follow_archive_only(path: str, entries: list[Entry], args: argparse.Namespace) -> int:
+    """`-f` of a compressed file that leads to no live session: an archive whose successor
+    is not here (or a database session's archive exported to a file), or a file gzipped by
+    hand. It never changes and is not watched: its last entries, then exit 1, as when a
+    followed file went away for good."""
+    _tail_archive(path, entries, args)
+    seal = entries[-1] if entries else None
+    why = (f"was rotated into {short_name(marker_successor(seal, path) or 'its successor')}, "
+           "which is not here" if seal is not None and is_seal(seal)
+           else "is not a rotation's archive")
     print(f"journal: {shown(path)} {why}; a compressed file never changes, so there is "
           "nothing to follow", file=sys.stderr)
     return EXIT_FINDINGS
 
 
-def _tail_archive(path: str, args: argparse.Namespace) -> int:
-    """The last entries of a compressed archive (it never changes: there is nothing to
+def _tail_archive(path: str, entries: list[Entry], args: argparse.Namespace) -> int:
+    """The last of a compressed archive's `entries` (it never changes: there is nothing to
     follow), as a tail of a plain file prints them."""
-    entries = load(path).entries
     if args.since is not None:
         ids = [e.get("id") for e in entries]
         if args.since not in ids:
