@@ -76,11 +76,11 @@ def rotate(
     """
     if is_database_url(path):
         if not compress:
-            raise JournalError("compress=False (--no-compress) is for files: a database's "
-                               "archives are exported (archive_dir) as .jsonl.gz")
+            raise JournalError("compress=False is for files: a database's archives are "
+                               "exported (archive_dir) as .jsonl.gz")
         if keep is not None and archive_dir is None:
             raise JournalError("keep on a database moves the older archives out of it, to "
-                               "files: give archive_dir (--archive-dir DIR) too")
+                               "files: give archive_dir too")
         from .pg.rotation import rotate_database
 
         return rotate_database(path, archive_dir=archive_dir, keep=keep, dry_run=dry_run,
@@ -103,7 +103,7 @@ def lineage(path: str | os.PathLike[str]) -> list[str]:
 
         if not names_session(path):
             raise JournalError(f"{shown(path)}: names a database, not a session: give "
-                               "?session=<id> (journal.database_lineages lists them all)")
+                               "?session=<id> (`journal ls URL` lists its sessions)")
         chains = database_lineages(path)
         return chains[0] if chains else []
     return files_lineage.lineage(os.fspath(path))

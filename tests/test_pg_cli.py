@@ -399,3 +399,22 @@ def test_lineage_lists_a_database_sessions_lineage(env: dict[str, str], pg_url: 
     assert database.returncode == 2
     err = database.stderr.decode().strip().splitlines()
     assert len(err) == 1 and err[0].startswith("Error:") and "?session=" in err[0]
+    assert "`journal ls URL`" in err[0] and "database_lineages" not in err[0]
+
+
+def test_rotate_flags_a_database_session_cannot_take_are_named_as_flags(
+        env: dict[str, str], pg_url: str) -> None:
+    """`--no-compress`, and `--keep` without `--archive-dir`, on a database session: one
+    error line naming the flags (not the library's parameters), nothing rotated."""
+    url = session_url(pg_url, "flags")
+    with Session.create(url, cwd="/") as session:
+        kept = session.append_message({"role": "user", "content": "m" * 300, "timestamp": 1})
+        session.append_compaction("summary", kept, tokens_before=1)
+    before = load(url).entries
+    for argv, words in ((["--no-compress"], "--no-compress is for files"),
+                        (["--keep", "1"], "give --archive-dir DIR too")):
+        result = journal("rotate", "pg:flags", *argv, env=env)
+        err = result.stderr.decode().strip().splitlines()
+        assert result.returncode == 2 and len(err) == 1 and words in err[0], err
+        assert "compress=False" not in err[0] and "archive_dir" not in err[0], err
+    assert load(url).entries == before

@@ -351,6 +351,17 @@ def test_repair_migrate_writes_a_version_1_database_session_as_version_3(
         pi_path("before-compaction.jsonl")).read_bytes()  # as it was: a file's .bak
 
 
+def test_rotating_a_version_1_database_session_says_to_migrate_it_first(
+        pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """As for a file: the refusal names the command that makes it rotatable."""
+    url = pushed_v1(pg_url)
+    before = db_bytes(url)
+    assert main(["rotate", url]) == 2
+    err = capsys.readouterr().err
+    assert "only version 3 sessions rotate" in err and "journal repair --migrate " in err
+    assert db_bytes(url) == before
+
+
 def test_opening_a_version_1_database_session_migrates_it_and_appends(
         pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
     url = pushed_v1(pg_url)

@@ -318,6 +318,12 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
     if is_database_url(args.path):
+        if args.no_compress:
+            raise JournalError("--no-compress is for files: a database session's archives "
+                               "are exported (--archive-dir) as .jsonl.gz")
+        if args.keep is not None and args.archive_dir is None:
+            raise JournalError("--keep on a database session moves the older archives out "
+                               "of the database, to files: give --archive-dir DIR too")
         try:
             result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
                             compress=not args.no_compress, dry_run=args.dry_run,

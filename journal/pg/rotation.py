@@ -75,6 +75,7 @@ from . import schema
 from .connect import DatabaseError, connect, describe, in_transaction, with_shared
 from .lease import Lease
 from .storage import PostgresReader, PostgresStorage, current_end, split_batch
+from .url import short_name
 
 __all__ = ["CHANGED_TRIES", "again_while_changed", "archive_sealed", "export_archive",
            "file_name", "follow_successors", "keep_archives", "live_storage", "lock_live",
@@ -581,7 +582,8 @@ def _rotate_held(storage: PostgresStorage, lease: Lease | None, dry_run: bool,
     locator = storage.locator
     snap = resume(storage)
     if snap.version != model.CURRENT_VERSION:
-        raise UnsupportedVersion(locator, snap.version, "only version 3 sessions rotate")
+        raise UnsupportedVersion(locator, snap.version, "only version 3 sessions rotate; run "
+                                 f"'journal repair --migrate {short_name(locator)}' first")
     header = snap.header or {}
     with storage.open_reader() as reader:
         old_size = reader.size
