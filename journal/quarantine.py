@@ -211,7 +211,11 @@ def numbered_records(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def side_file_of(path: str) -> str:
-    """The quarantine file of session `path`, or `path` itself if it names one."""
+    """The quarantine file of session `path`, or `path` itself if it names one. JournalError
+    for a folder: each session of one has a quarantine file of its own."""
+    if os.path.isdir(path):
+        raise JournalError(f"{path}: a folder, not a session: name a session file (its "
+                           f"quarantine is <session file>{SUFFIX})")
     return path if path.endswith(SUFFIX) else quarantine_path_for(path)
 
 

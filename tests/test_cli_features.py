@@ -139,6 +139,18 @@ def test_append_to_an_unknown_parent_writes_nothing(tmp_path, capsys, monkeypatc
     assert listing(tmp_path) == before
 
 
+@pytest.mark.parametrize("action", [["list"], ["show", "1"]])
+def test_quarantine_of_a_folder_is_refused_as_a_folder(repaired, tmp_path, capsys, action):
+    """A folder holding a repaired session is not taken for a session whose quarantine file
+    is missing: the error says it is a folder."""
+    path, _ = repaired
+    code, out, err = run(capsys, "quarantine", action[0], str(Path(path).parent),
+                         *action[1:])
+    assert code == 2 and out == ""
+    one_error(err)
+    assert "a folder, not a session" in err and "nothing was quarantined" not in err
+
+
 # quarantine
 
 
