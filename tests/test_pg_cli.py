@@ -98,6 +98,16 @@ def test_a_missing_database_session_is_one_error_line(env: dict[str, str],
     assert result.returncode == 2
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and "no such session" in lines[0]
+    assert "`journal ls` of the database lists its sessions" in lines[0]
+
+
+def test_a_misspelt_session_parameter_is_named(env: dict[str, str], pg_url: str) -> None:
+    """`?sesion=ID`: the error names the parameter it found, not only the one it wants."""
+    result = journal("info", f"{pg_url}?sesion=abc&sslmode=disable", env=env)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "a session URL names exactly one session" in lines[0]
+    assert "(none here: its parameters are 'sesion', 'sslmode')" in lines[0], lines
 
 
 @pytest.mark.parametrize("argv", [["show", "pg:typo"], ["info", "pg:typo"], ["ls", "DB"],

@@ -18,9 +18,15 @@ from typing import Any
 
 import psycopg
 
-from ..errors import NotASession
 from .connect import with_shared
-from .url import names_session, parse_database, parse_url, session_url, shown
+from .url import (
+    names_session,
+    no_such_session,
+    parse_database,
+    parse_url,
+    session_url,
+    shown,
+)
 
 __all__ = ["database_lineages"]
 
@@ -68,6 +74,5 @@ def database_lineages(url: str) -> list[list[str]]:
     if wanted is not None:
         chains = [c for c in chains if wanted in c]
         if not chains:
-            raise NotASession(shown(session_url(conninfo, wanted)),
-                              "no such session in the database")
+            raise no_such_session(shown(session_url(conninfo, wanted)))
     return [[session_url(conninfo, s) for s in chain] for chain in chains]

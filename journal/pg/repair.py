@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from .. import model
-from ..errors import JournalError, NotASession
+from ..errors import JournalError
 from ..header import stream_first_line
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Progress
@@ -30,6 +30,7 @@ from .connect import DatabaseError, describe, with_shared
 from .lease import Lease
 from .rotation import again_while_changed, live_storage, lock_live, stream_row
 from .storage import PostgresStorage
+from .url import no_such_session
 
 __all__ = ["migrate_database_held", "quarantined", "quarantined_record", "repair_database",
            "restore_record"]
@@ -41,7 +42,7 @@ MIGRATED_DETAIL = ("the whole session as it was before it was written as version
 def _storage(target: str | PostgresStorage) -> PostgresStorage:
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     if stream_row(storage) is None:
-        raise NotASession(storage.locator, "no such session in the database")
+        raise no_such_session(storage.locator)
     return storage
 
 
@@ -163,7 +164,7 @@ def quarantined(target: str | PostgresStorage) -> list[dict[str, Any]]:
 
     known, rows = with_shared(storage.conninfo, query)
     if not known and not rows:
-        raise NotASession(storage.locator, "no such session in the database")
+        raise no_such_session(storage.locator)
     return [{"line": n, "time": row[0].isoformat().replace("+00:00", "Z"),
              "source": storage.locator, "generation": row[1], "offset": row[2],
              "length": row[3], "reason": row[4], "detail": row[5]}

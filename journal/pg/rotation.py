@@ -46,7 +46,6 @@ from ..errors import (
     JournalError,
     LeaseLost,
     NoSpace,
-    NotASession,
     SessionChanged,
     UnsupportedVersion,
 )
@@ -75,7 +74,7 @@ from . import schema
 from .connect import DatabaseError, connect, describe, in_transaction, with_shared
 from .lease import Lease
 from .storage import PostgresReader, PostgresStorage, current_end, split_batch
-from .url import short_name
+from .url import no_such_session, short_name
 
 __all__ = ["CHANGED_TRIES", "again_while_changed", "archive_sealed", "export_archive",
            "file_name", "follow_successors", "keep_archives", "live_storage", "lock_live",
@@ -224,7 +223,7 @@ def rotate_database(
     check_keep(keep)
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     if stream_row(storage) is None:
-        raise NotASession(storage.locator, "no such session in the database")
+        raise no_such_session(storage.locator)
     if archive_dir is not None:  # a dry run's "would rotate" means that it can, too
         check_archive_folder(storage.locator, archive_dir)
     lease: Lease | None = None
@@ -524,7 +523,7 @@ def move_out(storage: PostgresStorage, directory: str) -> str:
     locator = storage.locator
     row = stream_row(storage)
     if row is None:
-        raise NotASession(locator, "no such session in the database")
+        raise no_such_session(locator)
     if row["moved_out_at"] is not None:
         return str(row["exported_to"])
     if row["successor"] is None:

@@ -87,7 +87,6 @@ from ..errors import (
     LeaseLost,
     LockTimeout,
     NoSpace,
-    NotASession,
     SessionChanged,
     SessionClosed,
     SessionSealed,
@@ -108,7 +107,7 @@ from .connect import (
 )
 from .lease import RENEW_WAIT, Lease, acquire, advisory_key, current_holder, gate_key
 from .prepared import Prepared
-from .url import SessionUrl, parse_url, session_url
+from .url import SessionUrl, no_such_session, parse_url, session_url
 from .watch import ANNOUNCE_LAG, PgWatch
 
 __all__ = ["MovedOut", "PostgresAppender", "PostgresReader", "PostgresStorage", "PostgresWatch",
@@ -1001,7 +1000,7 @@ class PostgresAppender:
                 return self._lease_lost(fenced, resent=resent)
             return LeaseLost(locator, self.epoch or 0, self._sealed() or _first_line(e))
         if state == schema.SQLSTATE_NO_SESSION:
-            return NotASession(locator, "no such session in the database")
+            return no_such_session(locator)
         if state == schema.SQLSTATE_SEALED:
             said = e.diag.message_detail  # the successor's session id
             successor = (session_url(self.storage.conninfo, said) if said
@@ -1224,7 +1223,7 @@ class PostgresStorage:
     def size(self) -> int:
         row = self._row()
         if row is None:
-            raise NotASession(self._name, "no such session in the database")
+            raise no_such_session(self._name)
         return int(row[2])
 
     def size_or(self, default: int) -> int:
@@ -1277,7 +1276,7 @@ class PostgresStorage:
     def open_reader(self) -> PostgresReader:
         row = self._row()
         if row is None:
-            raise NotASession(self._name, "no such session in the database")
+            raise no_such_session(self._name)
         hint = None if row[3] is None else int(row[3])
         moved = _moved(row)
         if moved is not None and not os.path.exists(moved.path):
@@ -1324,7 +1323,7 @@ class PostgresStorage:
             "WHERE session = %s AND generation IS NOT NULL FOR UPDATE",
             (self.session,)).fetchone()
         if row is None:
-            raise NotASession(self._name, "no such session in the database")
+            raise no_such_session(self._name)
         if row[2] is not None:
             raise SessionSealed(self._name, session_url(self.conninfo, str(row[2])))
         if row[3] is not None or int(row[1]) != epoch:
@@ -1412,7 +1411,7 @@ class PostgresStorage:
                 "FROM journal.streams WHERE session = %s AND generation IS NOT NULL "
                 "FOR UPDATE", (self.session,)).fetchone()
             if row is None:
-                raise NotASession(self._name, "no such session in the database")
+                raise no_such_session(self._name)
             if row[3] is not None:
                 raise JournalError(f"{self._name}: an archive moved out of the database (to "
                                    f"{row[4]}): it is not replaced")

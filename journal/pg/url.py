@@ -26,11 +26,11 @@ from urllib.parse import (
     urlunsplit,
 )
 
-from ..errors import JournalError
+from ..errors import JournalError, NotASession
 
 __all__ = ["DATABASE_ENV", "DEFAULT_DATABASE", "SessionUrl", "hide_passwords", "is_database_url",
-           "names_session", "parse_database", "parse_url", "session_url", "short_name", "shown",
-           "shown_in"]
+           "names_session", "no_such_session", "parse_database", "parse_url", "session_url",
+           "short_name", "shown", "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -77,8 +77,11 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
     query = parse_qsl(parts.query, keep_blank_values=True)
     sessions = [value for key, value in query if key == "session"]
     if len(sessions) != 1 or not sessions[0]:
+        others = sorted({key for key, _ in query if key not in ("session", "password")})
+        found = (f" (none here: its parameters are {', '.join(map(repr, others))})"
+                 if others and not sessions else "")
         raise BadDatabaseUrl(f"{_without_password(target)}: a session URL names exactly one "
-                             "session: postgresql://user@host:port/db?session=<id>")
+                             f"session: postgresql://user@host:port/db?session=<id>{found}")
     rest = [(key, value) for key, value in query if key != "session"]
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
     return SessionUrl(_with_password(conninfo), sessions[0])
@@ -125,6 +128,12 @@ def _default_database(target: str, default: str | None) -> str:
     except BadDatabaseUrl as e:
         raise BadDatabaseUrl(f"{DATABASE_ENV}: {e} (it names the database; 'pg:<id>' "
                              "adds the session)") from None
+
+
+def no_such_session(locator: str) -> NotASession:
+    """The error for a session URL naming a session its database does not hold."""
+    return NotASession(locator, "no such session in the database (`journal ls` of the "
+                       "database lists its sessions)")
 
 
 def session_url(conninfo: str, session: str) -> str:
