@@ -20,7 +20,9 @@ that makes removing it safe:
   starts again on whatever the path names now.
 
 So at any moment at most one process holds the kernel lock on the file the path names, and
-only that process removes it: two writers never both believe they hold the lock. (This is why
+only that process removes it: two writers never both believe they hold the lock. A lock file
+left beside a session file that is gone, which no writer locks again, is removed the same way
+(`remove_stray_lock`): by whoever takes its kernel lock, as its holder. (This is why
 the lock is `flock` here and not the `filelock` package: removing the file safely needs the
 locker to compare the inode it locked with what the path names after acquiring, which that
 package does not expose; it leaves lock files in place instead.)
@@ -35,9 +37,11 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import LockTimeout, UnsafeLockFile
+from .files import describe_kind
 from .identity import real_path
 from .model import now_iso
 
@@ -45,11 +49,29 @@ DEFAULT_LOCK_TIMEOUT = 10.0
 POLL_INTERVAL = 0.005
 _HOLDER_LIMIT = 4096
 _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+LOCK_SUFFIX = ".lock"
+_HOLDER_FIELDS = frozenset({"pid", "host", "since"})
+"""What a holder writes into the lock file (`_holder_record`); a file without them was not
+written by this module (`remove_stray_lock` leaves it alone)."""
 
 
 def lock_path_for(session_path: str) -> str:
     """The lock file of a session: beside its real file."""
-    return real_path(session_path) + ".lock"
+    return real_path(session_path) + LOCK_SUFFIX
+
+
+def _holder_record() -> bytes:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                       "since": now_iso()}).encode()
+
+
+def _read_record(fd: int) -> dict[str, Any] | None:
+    """The JSON object at the start of the open lock file, if it holds one."""
+    try:
+        holder = json.loads(os.pread(fd, _HOLDER_LIMIT, 0))
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
 
 
 def _unsafe_reason(st: os.stat_result) -> str | None:
@@ -100,16 +122,11 @@ def read_holder(session_path: str) -> dict[str, Any] | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, _HOLDER_LIMIT)
+        return _read_record(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
-    try:
-        holder = json.loads(data)
-    except ValueError:
-        return None
-    return holder if isinstance(holder, dict) else None
 
 
 def lock_state(session_path: str) -> str:
@@ -130,6 +147,66 @@ def lock_state(session_path: str) -> str:
             return "held"
         fcntl.flock(fd, fcntl.LOCK_UN)
         return "stale"
+    finally:
+        os.close(fd)
+
+
+def remove_stray_lock(lock_file: str, *, also_gone: Sequence[str] = (),
+                      dry_run: bool = False) -> str | None:
+    """Remove `lock_file`, the lock file `<name>.lock` of a session file `<name>` that no
+    longer exists, unless someone holds it. A rotation killed after it archived the old file,
+    before it let go, leaves one that nobody locks again (writers lock the successor).
+
+    Returns None when it was removed (with `dry_run`: when it would be; nothing is touched),
+    else why it stays. It is removed as its holder would remove it (module docstring): under
+    its kernel lock, taken without waiting, and only if, once locked, the name still leads to
+    the file locked, `<name>` and every path in `also_gone` (a rotation intent of it) still do
+    not exist, and the file holds the record a holder of this module writes (another
+    program's `.lock` is not ours). A locker that opened it before it went gets the kernel lock
+    on a file no name leads to, and starts again on a fresh one. A link, FIFO, anything but a
+    regular file with one name, is never opened for this. Raises OSError if it cannot be
+    unlinked.
+    """
+    if not lock_file.endswith(LOCK_SUFFIX) or os.path.basename(lock_file) == LOCK_SUFFIX:
+        raise ValueError(f"{lock_file!r} is not the name of a lock file (<session>.lock)")
+    session = lock_file[: -len(LOCK_SUFFIX)]
+    try:
+        st = os.lstat(lock_file)
+    except FileNotFoundError:
+        return "gone already"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {describe_kind(st.st_mode)}, not a lock file this store made"
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return "gone already"
+    except OSError as e:
+        return f"cannot be opened ({e.strerror or e})"
+    try:
+        st = os.fstat(fd)
+        reason = _unsafe_reason(st)
+        if reason is not None:
+            return f"{reason}, not a lock file this store made"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_record(fd)
+            pid = holder.get("pid") if holder else None
+            return f"held by pid {pid}" if isinstance(pid, int) else "held by a live process"
+        if not _names(lock_file, fd):
+            return "replaced while being looked at (a writer is using it)"
+        present = next((p for p in (session, *also_gone) if os.path.lexists(p)), None)
+        if present == session:
+            return f"its session file {session} exists"
+        if present is not None:
+            return f"{present} exists"
+        record = _read_record(fd)
+        if record is None or not _HOLDER_FIELDS <= record.keys():
+            return ("holds no writer record of this store (pid, host, since): perhaps "
+                    "another program's lock; left alone")
+        if not dry_run:
+            os.unlink(lock_file)
+        return None
     finally:
         os.close(fd)
 
@@ -191,8 +268,7 @@ class WriterLock:
                 continue
             break
         try:
-            holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": now_iso()}).encode()
+            holder = _holder_record()
             os.ftruncate(fd, 0)
             os.pwrite(fd, holder, 0)
         except BaseException:
