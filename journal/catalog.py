@@ -4,7 +4,8 @@ A logical session is a lineage (`journal.lineage`): the live file plus the seale
 continues (archived beside it or in `archive/`, possibly `.gz`). `sessions(dirs)` finds them
 and summarises each in a `SessionRow`; it is what `journal ls` prints and what other catalog
 commands use to enumerate sessions. `prune(...)` removes (or moves away) whole lineages that
-have been at rest longer than a given age, never one a writer holds.
+have been at rest longer than a given age, never one a writer holds, and the lock files left
+beside session files that are gone (`journal.stray_locks`).
 
 Speed: a row reads the header of each file of its lineage, the tail of the live file
 (`resume`: back to its latest compaction), and one byte scan per file for the entry ids (the
@@ -52,6 +53,7 @@ from .rowcache import RowCache, file_signature, prices_key
 from .seal import is_seal
 from .snapshot import Snapshot, find_last_of_type, load, open_for_reading, resume
 from .storage import as_storage
+from .stray_locks import StrayLock, clear_stray_locks
 
 __all__ = ["DatabaseRow", "PruneItem", "PruneReport", "SessionRow", "database_rows", "parse_age",
            "prune", "session_paths", "sessions", "sort_rows"]
@@ -473,17 +475,27 @@ class PruneItem:
 
 @dataclass
 class PruneReport:
+    """`items`: one per lineage; `locks`: one per lock file whose session file is gone
+    (`journal.stray_locks`), removed whatever the cutoff (it holds no session data)."""
+
     cutoff: str
     dry_run: bool
     items: list[PruneItem]
+    locks: list[StrayLock] = field(default_factory=list)
 
     @property
     def pruned(self) -> list[PruneItem]:
         return [i for i in self.items if i.action != "skip"]
 
+    @property
+    def failed(self) -> bool:
+        """Whether removing or moving anything failed."""
+        return any(i.error for i in self.items) or any(lock.error for lock in self.locks)
+
     def to_json(self) -> dict[str, Any]:
         return {"cutoff": self.cutoff, "dryRun": self.dry_run,
-                "items": [i.to_json() for i in self.items]}
+                "items": [i.to_json() for i in self.items],
+                "locks": [lock.to_json() for lock in self.locks]}
 
 
 def _last_time(row: SessionRow) -> datetime | None:
@@ -618,7 +630,10 @@ def prune(dirs: Iterable[str], older_than: timedelta, *, dry_run: bool = False,
     pruned is done under its writer lock (taken without waiting; the lineage is read again
     under it, and skipped if it changed), oldest file first, with its `.quarantine` and
     `.bak` side files. Moved files keep their path relative to the folder given; a move never
-    replaces a file. `dry_run` says what would happen and touches nothing.
+    replaces a file. Then the lock files under `dirs` whose session file is gone are removed
+    (`journal.stray_locks.clear_stray_locks`: only when nobody holds them; also with
+    `archive_to`, as they hold nothing to keep). `dry_run` says what would happen and touches
+    nothing.
     """
     now = now or datetime.now(UTC)
     cutoff = now - older_than
@@ -633,6 +648,8 @@ def prune(dirs: Iterable[str], older_than: timedelta, *, dry_run: bool = False,
             item.moved_to = [_destination(f, tops, archive_to) for f in item.files]
         if reason is None and not dry_run:
             _prune_one(item, cutoff)
+    # after the lineages: a lineage pruned lets go of its lock, whose file goes with it
+    report.locks = clear_stray_locks(tops, dry_run=dry_run)
     return report
 
 

@@ -41,7 +41,9 @@ PRUNE_DESCRIPTION = (
     "Remove (or with --archive-to, move) every whole session under DIR whose last activity is "
     "older than --older-than: its live file, its archives and their .quarantine and .bak "
     "files. A session a writer holds, or one that needs repair, is never touched; each one "
-    "is pruned under its writer lock. Says exactly what it would remove (--dry-run) or did.")
+    "is pruned under its writer lock. Also removes, whatever their age, the lock files "
+    "(<session>.lock) nobody holds whose session file is gone, as a rotation killed before it "
+    "let go of its lock leaves. Says exactly what it would remove (--dry-run) or did.")
 
 
 def _emit_json(value: Any) -> None:
@@ -152,7 +154,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         _emit_json(report.to_json())
     else:
         _print_prune(report)
-    return 2 if any(i.error for i in report.items) else 0
+    return 2 if report.failed else 0
 
 
 def _print_prune(report: PruneReport) -> None:
@@ -172,12 +174,26 @@ def _print_prune(report: PruneReport) -> None:
             print(f"    {f}" + (f" -> {item.moved_to[i]}" if item.moved_to else ""))
         if item.error:
             print(f"Error: {item.error}", file=sys.stderr)
+    for lock in report.locks:
+        if lock.action == "skip":
+            print(f"kept      {lock.path}: {lock.reason}")
+            continue
+        verb = "would remove" if would else "removed" if lock.done else "FAILED"
+        print(f"{verb:<9} {lock.path} (a lock file nobody holds; its session file is gone)")
+        if lock.error:
+            print(f"Error: {lock.error}", file=sys.stderr)
     count = len(report.pruned)
     done = sum(1 for i in report.pruned if i.done)
     files = sum(len(i.files) for i in report.pruned if i.done or would)
     summary = (f"{count} session(s), {files} file(s) would be pruned" if would
                else f"{done} session(s), {files} file(s) pruned")
-    print(f"{summary}; {len(report.items) - count} kept (cutoff {report.cutoff})")
+    summary += f"; {len(report.items) - count} kept (cutoff {report.cutoff})"
+    locks = [lock for lock in report.locks if lock.action != "skip"]
+    if locks:
+        gone = len(locks) if would else sum(1 for lock in locks if lock.done)
+        summary += (f"; {gone} stray lock file(s) " + ("would be removed" if would
+                                                       else "removed"))
+    print(summary)
 
 
 def add_catalog_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
