@@ -687,18 +687,44 @@ def move_into_archive(path: str, archive: str) -> None:
     folder = open_folder(directory, follow=not is_default_archive(path, directory))
     try:
         _place(path, name, archive, folder)
-        for suffix in (".bak", ".quarantine"):
-            side = path + suffix
-            if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
-                try:
-                    _place(side, name + suffix, archive + suffix, folder)
-                except FileExistsError:
-                    log.warning("%s: not moved into the archive: %s already exists", side,
-                                archive + suffix)
+        _place_side_files(path, name, archive, folder)
         os.fsync(folder)
     finally:
         os.close(folder)
     fsync_directory(os.path.dirname(path))
+
+
+def move_side_files_into_archive(path: str, archive: str) -> None:
+    """Move the backup and quarantine of `path` into the archive as `move_into_archive`
+    moves them (`<archive>.bak`, `<archive>.quarantine`), the file itself staying where it
+    is: for a copy of a session whose archive holds its bytes already (`journal pull` after
+    a rotation), which the caller then removes. Each is moved whole or not at all; one whose
+    name is taken in the archive stays (a warning)."""
+    directory, name = os.path.split(archive)
+    if not any(os.path.lexists(path + suffix) for suffix in _SIDE_SUFFIXES):
+        return
+    ensure_archive_folder(path, directory)
+    folder = open_folder(directory, follow=not is_default_archive(path, directory))
+    try:
+        _place_side_files(path, name, archive, folder)
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    fsync_directory(os.path.dirname(path))
+
+
+_SIDE_SUFFIXES = (".bak", ".quarantine")
+
+
+def _place_side_files(path: str, name: str, archive: str, folder: int) -> None:
+    for suffix in _SIDE_SUFFIXES:
+        side = path + suffix
+        if os.path.lexists(side) and stat.S_ISREG(os.lstat(side).st_mode):
+            try:
+                _place(side, name + suffix, archive + suffix, folder)
+            except FileExistsError:
+                log.warning("%s: not moved into the archive: %s already exists", side,
+                            archive + suffix)
 
 
 def ensure_archive_folder(path: str, folder: str) -> None:
