@@ -92,10 +92,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
             print(f"already there {row['file']}  ({row['bytes']:,} bytes, the same)")
         else:
             print(f"wrote {row['file']}  ({row['bytes']:,} bytes)")
+    for row in result.archived:
+        print(f"removed {row['file']}  (an earlier pull's copy of a session rotated since: "
+              f"its {row['bytes']:,} bytes begin {row['archive']})")
     there = sum(1 for row in result.files if row["already"])
     also = f", {there} already there" if there else ""
     left = f", {len(result.skipped)} archive(s) left out" if result.skipped else ""
-    print(f"{len(result.files) - there} file(s) written{also}{left}")
+    gone = (f", {len(result.archived)} earlier copy(ies) removed" if result.archived
+            else "")
+    print(f"{len(result.files) - there} file(s) written{also}{left}{gone}")
     return 0
 
 
@@ -127,8 +132,11 @@ def add_database_parsers(sub: Any) -> None:
         "earlier one has is written whole into a folder named by its live session's id "
         "(with a warning). "
         "A file already there with the bytes the pull would write counts as written (a "
-        "pull that was killed is finished by running it again). Refused, writing nothing, "
-        "if a file exists already with other bytes, or if an archive moved out of "
+        "pull that was killed is finished by running it again). An earlier pull's copy of a "
+        "session rotated since (a beginning of its archive now) is removed once the "
+        "archive is written, as file rotation moves it. Refused, writing nothing, "
+        "if a file exists already with other bytes, if such a copy holds bytes the "
+        "database lacks, or if an archive moved out of "
         "the database (rotate --keep) is in a file not on this machine.")
     p.add_argument("url", help="postgresql://...?session=ID or pg:ID (a lineage), or "
                    "postgresql://.../db (every session)")

@@ -23,6 +23,9 @@ pull that was killed is finished by running it again), one with other bytes refu
 before anything is written, and one that appears meanwhile with other bytes undoes it. Temps
 a killed pull left in the folders it writes into are removed (`files.remove_stale_temps`:
 those no live process holds). A push then a pull gives byte-identical files.
+An earlier pull's copy of a session rotated since, at the name it had while live, is removed
+once the session's archive is written, as file rotation moves the file it seals
+(`earlier_copies`); a copy holding bytes the database lacks refuses the pull.
 An archive moved out of the database (`journal rotate --keep`) is copied from its file;
 where that file is not on this machine the pull fails, writing nothing, unless
 `skip_elsewhere` is given: then that archive is left out (listed in the result's `skipped`)
@@ -52,6 +55,7 @@ from ..discovery import is_session_name
 from ..errors import (
     ArchiveElsewhere,
     JournalError,
+    LockTimeout,
     NotASession,
     WriteFailed,
     describe_os_error,
@@ -63,7 +67,7 @@ from ..progress import Meter, Progress
 from ..publish import NewFile
 from ..seal import is_seal
 from ..snapshot import last_newline_end
-from . import schema
+from . import earlier_copies, schema
 from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
 from .lease import Lease
 from .rotation import file_name, seal_in
@@ -153,15 +157,19 @@ class PushRefused(TransferError):
 @dataclass
 class PullResult:
     """The files a pull wrote (with those it found already there, holding the bytes it would
-    have written: `already` true), and the archives it left out (`skip_elsewhere`): moved out
-    of the database to a file not on this machine."""
+    have written: `already` true), the archives it left out (`skip_elsewhere`): moved out
+    of the database to a file not on this machine, and the earlier pulls' copies of sessions
+    rotated since that it removed (`archived`: `session`, `file` removed, `archive`: the
+    file holding its bytes now, `bytes`: how many of the archive's first bytes it held)."""
 
     directory: str
     files: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    archived: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"directory": self.directory, "files": self.files, "skipped": self.skipped}
+        return {"directory": self.directory, "files": self.files, "skipped": self.skipped,
+                "archived": self.archived}
 
 
 def database_of(url: str | None) -> str:
@@ -812,9 +820,11 @@ def pull(url: str, directory: str | os.PathLike[str], *,
          skip_elsewhere: bool = False) -> PullResult:
     """Write the sessions `url` names into `directory` (see the module docstring).
 
-    Raises TransferError if a file to be written exists already (nothing is written), or
-    an archive was moved out of the database to a file not here (nothing is written, unless
-    `skip_elsewhere`: it is left out, and listed in `skipped`), NotASession, DatabaseError.
+    Raises TransferError if a file to be written exists already (nothing is written), an
+    earlier pull's copy of a session rotated since holds bytes the database lacks (nothing
+    is written), or an archive was moved out of the database to a file not here (nothing is
+    written, unless `skip_elsewhere`: it is left out, and listed in `skipped`), NotASession,
+    DatabaseError.
 
     Example:
         >>> pull("postgresql://me@db/journal?session=4f1c...", "restored/")  # doctest: +SKIP
@@ -872,9 +882,39 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
     A target that exists already is compared first: holding the bytes this pull would write
     there, it counts as written (a pull killed before it finished left it: running it again
     finishes it); other bytes refuse the pull before anything is written. Such files are the
-    earlier run's, so an undo never removes them."""
+    earlier run's, so an undo never removes them.
+
+    An earlier pull's copy of a session rotated since, at the name it had while live
+    (`earlier_copies`), is checked (and locked) before anything is written, and removed once
+    everything is written and the links are found unchanged: from then on the pull is no
+    longer undone (its files hold the copy's bytes), and a rerun finishes it."""
     targets = _targets(conninfo, directory, sessions, links)
     present = _already_there(targets, skip_elsewhere)
+    try:
+        copies = earlier_copies.find(_earlier_names(targets, links),
+                                     skip_elsewhere=skip_elsewhere)
+    except earlier_copies.CopyDiffers as e:
+        raise TransferError(str(e)) from e
+    except LockTimeout as e:
+        raise TransferError(f"{e}; nothing was written (an earlier pull's copy of a session "
+                            "rotated since, which the pull would remove)") from e
+    except ArchiveElsewhere as e:
+        raise TransferError(f"{e}; nothing was written (--skip-elsewhere pulls the "
+                            "rest)") from e
+    try:
+        return _write_all(conninfo, directory, sessions, links, skip_elsewhere, targets,
+                          present, copies)
+    finally:
+        earlier_copies.release(copies)
+
+
+def _write_all(conninfo: str, directory: str, sessions: list[tuple[str, str | None]],
+               links: dict[str, tuple[str | None, str | None]], skip_elsewhere: bool,
+               targets: list[tuple[PostgresStorage, str, str | None]],
+               present: dict[str, int],
+               copies: list[earlier_copies.EarlierCopy]) -> PullResult | None:
+    """`_pull_once`'s writing, once every check is made."""
+    earlier_copies.reached("checked")
     for folder in sorted({os.path.dirname(path) or "." for _, path, _ in targets}):
         if os.path.isdir(folder):  # what a killed pull left, never a live one's (flock)
             remove_stale_temps(folder, suffix=f".{PULL_TAG}{TEMP_SUFFIX}")
@@ -923,12 +963,53 @@ def _pull_once(conninfo: str, directory: str, sessions: list[tuple[str, str | No
             result.files.append(row)
         now = _links(conninfo)
         if all(now.get(s) == links.get(s) for s, _ in sessions):
+            _retire(copies, result, written, made)
             return result
     except BaseException:
         _undo(written, made)
         raise
     _undo(written, made)
     return None
+
+
+def _earlier_names(targets: list[tuple[PostgresStorage, str, str | None]],
+                   links: dict[str, tuple[str | None, str | None]]
+                   ) -> list[tuple[PostgresStorage, str, str]]:
+    """(sealed session, the archive it is written to, its live name beside the archive
+    folder) for each sealed session a pull writes into an `archive/` folder: where an
+    earlier pull, made while it was live, wrote it. A name this pull writes is not one."""
+    written = {_key(path) for _, path, _ in targets}
+    out = []
+    for storage, path, _ in targets:
+        folder, name = os.path.split(path)
+        if links.get(storage.session, (None, None))[1] is None \
+                or os.path.basename(folder) != ARCHIVE_DIR:
+            continue
+        live = os.path.join(os.path.dirname(folder), earlier_copies.live_name(name))
+        if _key(live) not in written:
+            out.append((storage, path, live))
+    return out
+
+
+def _retire(copies: list[earlier_copies.EarlierCopy], result: PullResult,
+            written: list[tuple[str, os.stat_result]], made: list[str]) -> None:
+    """Remove the earlier copies (each a beginning of an archive this pull has written or
+    found there), once checked to be as they were. From the first removal on, nothing
+    the pull wrote is undone: its files hold the bytes of the copies removed."""
+    earlier_copies.reached("written")
+    try:
+        earlier_copies.check_unchanged(copies)
+    except earlier_copies.CopyDiffers as e:
+        raise TransferError(str(e)) from e
+    if not copies:
+        return
+    written.clear()
+    made.clear()
+    for copy in copies:
+        earlier_copies.retire(copy)
+        if copy.digest is not None:
+            result.archived.append({"session": copy.session, "file": copy.path,
+                                    "archive": copy.archive, "bytes": copy.digest[0]})
 
 
 def _write_as_pulled(parts: Iterable[bytes], path: str, raw: BinaryIO) -> None:
