@@ -11,7 +11,7 @@ import os
 import random
 import time
 from collections.abc import Container
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 CURRENT_VERSION = 3
@@ -310,6 +310,59 @@ def legacy_id(seed: str, index: int, taken: Container[str]) -> str:
         if digest not in taken:
             return digest
         attempt += 1
+
+
+def derived_id(seed: str, taken: Container[str]) -> str:
+    """A deterministic 8-hex id made from `seed`, not in `taken`: the first
+    `blake2b("<seed>:<attempt>", 4 bytes)` in hex, for `attempt` = 0, 1, ..., that is not taken.
+
+    Repair makes its ids this way (see `journal.repair`), so that what `journal info` and
+    `journal repair --dry-run` say it would write is what it writes, run after run.
+    """
+    attempt = 0
+    while True:
+        candidate = _hex8(f"{seed}:{attempt}")
+        if candidate not in taken:
+            return candidate
+        attempt += 1
+
+
+def _hex8(text: str) -> str:
+    # ids may hold lone surrogate halves (JSON allows them), hence surrogatepass
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+
+
+def derived_session_id(seed: bytes, timestamp: object = None) -> str:
+    """A deterministic session id made from `seed`: a UUID version 7, as the store makes them
+    (`new_session_id`), whose time is `timestamp` (an ISO 8601 time) and whose other bits are
+    those of `blake2b(seed)` (16 bytes); its time is the hash's too when `timestamp` is not a
+    time."""
+    digest = bytearray(hashlib.blake2b(seed, digest_size=16).digest())
+    millis = _millis(timestamp)
+    if millis is not None:
+        digest[0:6] = millis.to_bytes(6, "big")
+    digest[6] = (digest[6] & 0x0F) | 0x70
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _millis(timestamp: object) -> int | None:
+    """Milliseconds since 1970 of an ISO 8601 time (UTC without a zone), if it is one that
+    fits a UUID's 48 bits of time."""
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    millis = (moment - _EPOCH) // timedelta(milliseconds=1)
+    return millis if 0 <= millis < 1 << 48 else None
 
 
 def migrate(

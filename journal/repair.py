@@ -20,10 +20,16 @@ One problem per damaged range: what repair changes only because a range was drop
 child of an entry whose line was lost, now re-parented; a tool result whose call's line was
 lost, now left off the branch) is listed as a `consequence` of it, not as another problem. A
 lost line is recognised by the ids its dropped bytes still hold.
+
+Nothing repair makes up is drawn at random: the ids it gives (a duplicate's new id, a
+synthetic result's, the leaf marker's) and the session id of a header it restores without a
+pi-style name are derived from the session (`model.derived_id`; docs/format.md § 5), so that
+`journal info`, a dry run and the repair itself name the same ones, look after look.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -72,6 +78,8 @@ log = logging.getLogger(__name__)
 REPAIR_TAG = "repair"
 REPAIR_MARKER = "journal.repair"
 SOURCE_KEY = "__journal_repair_source"
+_REFERENCES = ("parentId", "targetId", "firstKeptEntryId", "fromId")
+"""The fields of an entry that name another entry (they follow a renamed duplicate)."""
 _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\\x00]{1,256})"')
 NAME_RE = re.compile(
     r"^(\d{4}-\d\d-\d\dT\d\d)-(\d\d)-(\d\d)-(\d{3})Z_([0-9a-fA-F-]{36})\.jsonl$"
@@ -130,10 +138,27 @@ class _Plan:
 
     def lost(self, an_id: object) -> bool:
         """True when `an_id` was defined (as an entry's or a tool call's id) in dropped bytes."""
+        return isinstance(an_id, str) and an_id in self.lost_ids()
+
+    def lost_ids(self) -> set[str]:
         if self._lost is None:
             self._lost = {m.group(1).decode("utf-8", "replace")
                           for q in self.dropped for m in _ID_RE.finditer(q.data)}
-        return isinstance(an_id, str) and an_id in self._lost
+        return self._lost
+
+    def in_use(self) -> set[str]:
+        """The ids an id repair makes must avoid (it adds each one it makes): every entry id
+        of the session, every id its entries name (`_fix_structure` collects those before it
+        changes any), and the ids in the bytes it drops."""
+        if self.taken is None:
+            self.taken = {it.entry["id"] for it in self.items} | self.lost_ids()
+        return self.taken
+
+    def make_id(self, seed: str) -> str:
+        """A new entry id derived from `seed` (`model.derived_id`), unique in the session."""
+        made = model.derived_id(seed, self.in_use())
+        self.in_use().add(made)
+        return made
 
 
 # planning
@@ -247,8 +272,8 @@ def _salvage(path: str, data: bytes, meter: Meter) -> _Plan:
         version = model.CURRENT_VERSION if any(
             isinstance(pc.value, dict) and "id" in pc.value for pc, _ in pieces
         ) else 1
-    plan_ = _Plan(path, version, header_item or _synthesize_header(path, pieces, version), [],
-                  problems, dropped)
+    plan_ = _Plan(path, version, header_item or _synthesize_header(path, data, pieces, version),
+                  [], problems, dropped)
     if restored_version:
         plan_.problem("header_version", f"restored version {model.CURRENT_VERSION}",
                       header_item, detail="the header had no version; its entries have ids")
@@ -298,15 +323,20 @@ def _has_tree_ids(pieces: list[tuple[Piece, int]]) -> bool:
         isinstance(e.get("id"), str) and "parentId" in e for e in entries)
 
 
-def _synthesize_header(path: str, pieces: list[tuple[Piece, int]], version: int) -> _Item:
+def _synthesize_header(path: str, data: bytes, pieces: list[tuple[Piece, int]],
+                       version: int) -> _Item:
     match = NAME_RE.match(os.path.basename(path))
     if match:
         date, mm, ss, ms, session_id = match.groups()
         timestamp = f"{date}:{mm}:{ss}.{ms}Z"
     else:
-        session_id = model.new_session_id()
         stamps = [pc.value.get("timestamp") for pc, _ in pieces if isinstance(pc.value, dict)]
-        timestamp = next((s for s in stamps if isinstance(s, str)), model.now_iso())
+        found = next((s for s in stamps if isinstance(s, str)), None)
+        timestamp = found or model.now_iso()
+        # made from the first line, so that every look at the session names the same id
+        first = data.find(b"\n")
+        session_id = model.derived_session_id(
+            b"missing_header:" + (data if first < 0 else data[:first]), found)
     header = model.make_header("", session_id=session_id, timestamp=timestamp)
     if version < 2:
         del header["version"]
@@ -376,21 +406,28 @@ def _follow_dropped_first_kept(p: _Plan, dropped: set[str], all_items: list[_Ite
 
 
 def _fix_structure(p: _Plan) -> None:
-    """Unique ids, and parents that exist and come before their children (invariant 5)."""
+    """Unique ids, and parents that exist and come before their children (invariant 5).
+
+    A later duplicate is renamed to an id derived from its line (`_line_seed`), so that
+    `journal info`, `repair --dry-run` and the repair name the same one.
+    """
     all_ids = {it.entry["id"] for it in p.items}
+    named = {value for it in p.items for key in _REFERENCES
+             if isinstance(value := it.entry.get(key), str)}
+    p.taken = all_ids | named | p.lost_ids()  # taken before anything here changes
     seen: set[str] = set()
     alias: dict[str, str] = {}
     prev: str | None = None
     for item in p.items:
         entry = item.entry
-        for key in ("parentId", "targetId", "firstKeptEntryId", "fromId"):
+        for key in _REFERENCES:
             value = entry.get(key)
             if isinstance(value, str) and value in alias and alias[value] != value:
                 item.edit("duplicate_id")[key] = alias[value]
         entry = item.entry
         if entry["id"] in seen:
-            fresh = model.new_id(model.Either(seen, all_ids))
-            p.problem(tree_kind := "duplicate_id", f"renamed to {fresh}", item,
+            fresh = p.make_id(_line_seed(tree_kind := "duplicate_id", item))
+            p.problem(tree_kind, f"renamed to {fresh}", item,
                       detail="later references follow the rename")
             alias[entry["id"]] = fresh
             item.edit(tree_kind)["id"] = fresh
@@ -409,6 +446,14 @@ def _fix_structure(p: _Plan) -> None:
             item.edit(kind)["parentId"] = prev
         seen.add(item.entry["id"])
         prev = item.entry["id"]
+
+
+def _line_seed(kind: str, item: _Item) -> str:
+    """What the id repair gives `item` for `kind` derives from: the line's byte offset and
+    its original bytes (a hash of them), so two copies of one line get different ids and
+    nothing appended after the line changes its id."""
+    data = item.raw if item.raw is not None else item.original or b""
+    return f"{kind}:{item.offset}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
 # pairing on the active branch
@@ -488,7 +533,8 @@ def _new_order(p: _Plan, messages: list[dict[str, Any]], owners: list[int | None
                 "role"
             ) == "compactionSummary":
                 continue
-            order.append(_new_message_item(p, clean))
+            after = p.items[order[-1]].entry["id"] if order else ""
+            order.append(_new_message_item(p, clean, after))
             continue
         owner = owners[source]
         if owner is None:
@@ -530,11 +576,11 @@ def _insert_anchored(order: list[int], anchors: list[tuple[int, int]],
     return result
 
 
-def _new_message_item(p: _Plan, message: dict[str, Any]) -> int:
-    if p.taken is None:
-        p.taken = {it.entry["id"] for it in p.items}
-    entry = model.message_entry(model.new_id(p.taken), None, message)
-    p.taken.add(entry["id"])
+def _new_message_item(p: _Plan, message: dict[str, Any], after: str) -> int:
+    """A new entry for `message` (a synthetic result), placed after the entry `after`; its id
+    derives from that entry's id and the tool call it answers."""
+    seed = f"synthetic_result:{after}:{message.get('toolCallId')}"
+    entry = model.message_entry(p.make_id(seed), None, message)
     p.items.append(_Item(entry, None, None, None, edit_reason="synthetic"))
     return len(p.items) - 1
 
@@ -613,7 +659,7 @@ def _physical_order(p: _Plan, order: list[int], region: set[int],
     if p.version >= 2 and items and (leaf is None or items[-1] is not leaf):
         # pi takes the last line as the leaf: a marker under the real leaf keeps it there
         marker = model.custom_entry(
-            model.new_id({it.entry["id"] for it in items}), leaf_id, REPAIR_MARKER,
+            p.make_id(f"leaf_pinned:{leaf_id}"), leaf_id, REPAIR_MARKER,
             {"leaf": leaf_id, "reason": "entries left off the active branch follow it"},
         )
         items.append(_Item(marker, None, None, None, edit_reason="synthetic"))
