@@ -80,6 +80,16 @@ class RepairReport:
         fixes them) and there are some."""
         return all(n.action == NOTE_LEFT for n in self.notes)
 
+    @property
+    def rewritten_as_consequence(self) -> list[Problem]:
+        """The rewritten lines that hold no problem of their own (none found at their offset):
+        what fixing the problems touched, a reference following a renamed id, a child
+        re-parented, a line whose parent's bytes were dropped. The other rewritten lines are
+        the problem lines themselves; the quarantine keeps the original bytes of all of them."""
+        fixed = [*self.problems, *(self.notes if self.strict else [])]
+        found = {p.offset for p in fixed if p.offset is not None}
+        return [r for r in self.rewritten if r.offset not in found]
+
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "dialect": self.dialect, "changed": self.changed,
                 "dryRun": self.dry_run,

@@ -180,15 +180,28 @@ def _print_report(report: RepairReport) -> None:
         print(f"  ... and {len(report.problems) - 20} more (use --json for all)")
     if report.notes and not report.strict:
         print(f"  {_notes(report)}")
-    collateral = [r for r in report.rewritten if r.kind in ("reparented", "pairing",
-                                                              "duplicate_id", "renumbered")]
-    if collateral:
-        print(f"  rewrote {len(collateral)} more line(s) as a consequence "
-              f"({', '.join(sorted({r.kind for r in collateral}))}); see --json 'rewritten'")
+    if report.rewritten:
+        print(f"  {_rewritten(report)}")
     if report.backup:
         print(f"  backup: {report.backup}")
     if report.quarantine:
         print(f"  quarantine: {report.quarantine}")
+
+
+def _rewritten(report: RepairReport) -> str:
+    """How many lines are written anew, each one's original bytes a quarantine record: those
+    with a problem, and those rewritten only as a consequence of fixing one."""
+    total, more = len(report.rewritten), report.rewritten_as_consequence
+    if more:
+        kinds = ", ".join(sorted({r.kind for r in more}))
+        split = f": {total - len(more)} with a problem, {len(more)} more as a consequence ({kinds})"
+    else:
+        split = ", each with a problem"
+    if report.dry_run:
+        return (f"would rewrite {total} line(s){split}; the quarantine would keep each one's "
+                "original bytes (see --json 'rewritten')")
+    return (f"rewrote {total} line(s){split}; the quarantine keeps each one's original bytes "
+            "(see --json 'rewritten')")
 
 
 def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]]) -> None:
