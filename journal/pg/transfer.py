@@ -76,6 +76,7 @@ from .url import (
     DATABASE_ENV,
     is_database_url,
     names_session,
+    no_such_session,
     parse_database,
     parse_url,
     session_url,
@@ -719,8 +720,7 @@ def _sessions(conninfo: str, session: str | None,
     if session is None:
         return [(s, v[0]) for s, v in by_id.items()]
     if session not in by_id:
-        raise NotASession(shown(session_url(conninfo, session)),
-                          "no such session in the database")
+        raise no_such_session(shown(session_url(conninfo, session)))
     parents = {str(v[1]): k for k, v in by_id.items() if v[1]}
     chain = [session]
     while chain[0] in parents and parents[chain[0]] not in chain:
