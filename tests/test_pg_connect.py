@@ -148,3 +148,131 @@ def test_what_counts_as_a_lost_connection(pg_url: str) -> None:
     finally:
         conn.close()
     assert not connection_lost(None, psycopg.OperationalError("no connection"))
+
+
+# A thread's read on a shared connection, and the test's close_shared() while it runs: in a
+# child process, since closing it under the read (as close_shared did) is a use after free
+# in the driver, which may take another connection's reply or crash.
+_READ_WHILE_CLOSED = r'''
+import json, sys, threading, time
+import psycopg
+from journal.pg.connect import LONG_READS, close_shared, shared, with_shared
+
+url = sys.argv[1]
+ran, seen = [], {}
+
+def work(conn):
+    ran.append(conn)
+    return conn.execute("SELECT pg_sleep(0.8), 'read'").fetchone()[1]
+
+def read():
+    try:
+        seen["result"] = with_shared(url, work, LONG_READS)
+    except Exception as e:
+        seen["result"] = f"{type(e).__name__}: {e}"
+
+thread = threading.Thread(target=read)
+thread.start()
+while not ran:
+    time.sleep(0.01)
+time.sleep(0.2)  # the statement is on the server now
+close_shared()
+seen["closed_under_the_read"] = ran[0].closed
+seen["handed_out_again"] = shared(url, LONG_READS) is ran[0]
+with psycopg.connect(url, autocommit=True) as other:
+    seen["other"] = other.execute("SELECT 'other', pg_sleep(0.3)").fetchone()[0]
+thread.join(10)
+seen["attempts"] = len(ran)
+print(json.dumps(seen))
+'''
+
+
+def test_close_shared_leaves_a_connection_another_thread_reads_on_to_it(
+        pg_url: str, tmp_path: Any) -> None:
+    """close_shared() while another thread's statement runs on a shared connection: that
+    connection is no longer handed out, but it is not closed under the statement (which
+    then ends on it, once), and the connections made next get their own replies."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    connect(pg_url).close()  # the schema, made
+    root = str(Path(__file__).resolve().parents[1])
+    child = subprocess.run([sys.executable, "-c", _READ_WHILE_CLOSED, pg_url],
+                           capture_output=True, text=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": root,
+                                "HOME": str(tmp_path)})
+    assert child.returncode == 0, child.stderr[-2000:]
+    seen = json.loads(child.stdout)
+    assert seen == {"result": "read", "closed_under_the_read": False,
+                    "handed_out_again": False, "other": "other", "attempts": 1}, seen
+
+
+class _OwnedLock:
+    """A lock that knows its holder, standing in for a connection's own."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.owner: int | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        import threading
+
+        taken = self._lock.acquire(blocking, timeout)
+        if taken:
+            self.owner = threading.get_ident()
+        return taken
+
+    def release(self) -> None:
+        self.owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_watch_closed_from_another_thread_does_not_close_under_its_wait(
+        pg_url: str) -> None:
+    """An async follower cancelled mid-wait closes its watch from the event loop's thread
+    while `wait` runs on a worker thread: the listening connection is closed only once that
+    wait has let go of it, and the wait ends (False)."""
+    import threading
+    import time
+
+    from journal.pg import schema
+    from journal.pg.watch import PgWatch
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        schema.ensure(conn)
+    made: list[Any] = []
+    closed_by: list[tuple[int, int | None]] = []
+
+    class Tracked(psycopg.Connection):  # type: ignore[type-arg]
+        def close(self) -> None:
+            closed_by.append((threading.get_ident(), self.lock.owner))
+            super().close()
+
+    def listening() -> Any:
+        conn = Tracked.connect(pg_url)
+        conn.lock = _OwnedLock()  # type: ignore[assignment]
+        made.append(conn)
+        return conn
+
+    watch = PgWatch(listening, threading.Event(), timeout=30.0)
+    ended: list[bool] = []
+    # a folder's follower waits on places, with no stream registered (so close() asks
+    # nothing of the connection before it closes it)
+    waiter = threading.Thread(target=lambda: ended.append(watch.wait([], places=["dir"])))
+    waiter.start()
+    time.sleep(0.3)  # inside its notifies() now, which holds the connection's lock
+    watch.close()
+    waiter.join(5)
+    assert ended == [False]
+    assert made[0].closed
+    assert closed_by and all(owner in (None, me) for me, owner in closed_by), closed_by

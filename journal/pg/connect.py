@@ -4,6 +4,11 @@ short reads of this process (marks, sizes, reader ranges).
 Every connection is in autocommit mode (a transaction is always explicit) and the schema is
 brought up to date once per process and database (`journal.pg.schema.ensure`). The shared
 connection belongs to one process (a fork makes its own) and is made again when it breaks.
+
+A connection another thread may be using is never closed under it (`close_idle`): psycopg's
+`close` does not wait for a statement in progress on another thread, whose wait then reads
+on through the freed connection, from whatever socket and connection were made next in its
+place, taking their replies (a hang in the thread that sent them).
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ from ..errors import JournalError, Unreachable
 from . import schema
 from .url import shown
 
-__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "close_shared", "connect",
-           "connection_lost", "describe", "in_transaction", "refused_for_good", "shared",
-           "with_shared", "LONG_READS", "READS"]
+__all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "close_idle",
+           "close_shared", "connect", "connection_lost", "describe", "in_transaction",
+           "refused_for_good", "shared", "with_shared", "LONG_READS", "READS"]
 
 CONNECT_TIMEOUT = 10
 # How long a peer that stopped answering goes unnoticed, at either end. A writer's lease is an
@@ -176,9 +181,34 @@ def connection_lost(conn: psycopg.Connection[Any] | None, error: BaseException) 
     if conn.closed:
         return True
     if isinstance(error, psycopg.OperationalError):
-        conn.close()
+        if not close_idle(conn):
+            _forget(conn)  # another thread's statement is on it: the next read makes one
         return True
     return False
+
+
+def close_idle(conn: psycopg.Connection[Any], wait: float = 0.0) -> bool:
+    """Close `conn` unless a statement is in progress on it in another thread (holding
+    psycopg's lock of the connection) for `wait` seconds more; whether it was closed. One
+    left open is closed when the last reference to it goes, after that statement (see the
+    module docstring). Not for a caller inside a statement on `conn` itself: it would find
+    the connection busy."""
+    taken = conn.lock.acquire(timeout=wait) if wait > 0 else conn.lock.acquire(blocking=False)
+    if not taken:
+        return False
+    try:
+        conn.close()
+    finally:
+        conn.lock.release()
+    return True
+
+
+def _forget(conn: psycopg.Connection[Any]) -> None:
+    """Hand `conn` out as a shared connection no more."""
+    with _lock:
+        for key, known in list(_shared.items()):
+            if known is conn:
+                del _shared[key]
 
 
 def shared(conninfo: str, lane: str = READS) -> psycopg.Connection[Any]:
@@ -194,13 +224,14 @@ def shared(conninfo: str, lane: str = READS) -> psycopg.Connection[Any]:
 
 def close_shared() -> None:
     """Close this process's shared connections (the next short read makes one again): for a
-    program done with a database, or one that worked on many (each keeps one a lane). A
-    forked child's copies of its parent's are forgotten, not closed: closing would end the
-    parent's own."""
+    program done with a database, or one that worked on many (each keeps one a lane). One
+    another thread is reading on now is only forgotten (`close_idle`): it is closed once
+    that read is done with it. A forked child's copies of its parent's are forgotten, not
+    closed: closing would end the parent's own."""
     with _lock:
         for (pid, _, _), conn in list(_shared.items()):
             if pid == os.getpid():
-                conn.close()
+                close_idle(conn)
         _shared.clear()
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import JournalError
 from ..storage.mark import StopFlag
+from .connect import close_idle
 
 if TYPE_CHECKING:
     import psycopg
@@ -50,6 +51,8 @@ POLL_INTERVAL = 0.05
 """How often a polling watch (no LISTEN) wakes the follower to re-read."""
 STEP = 0.1
 """The longest a wait blocks without looking at its stop flag."""
+CLOSE_WAIT = 2.0
+"""How long `close` waits for a `wait` on another thread to let go of the connection."""
 RETRY_AFTER = 2.0
 """Seconds between attempts to listen while it fails (polling meanwhile)."""
 FOLLOW_TTL = 60
@@ -300,7 +303,8 @@ class PgWatch:
         except psycopg.Error:
             pass  # gone with the connection anyway: the registrations expire
         finally:
-            conn.close()
+            # not under a `wait` on another thread: its `notifies` ends within STEP
+            close_idle(conn, wait=CLOSE_WAIT)
 
     async def aclose(self) -> None:
         self.close()
