@@ -197,6 +197,8 @@ def _last_entries(url: str) -> None:
 def run_postgres_demo(directory: str | os.PathLike[str] = "journal-demo") -> dict[str, Any]:
     """Run the demo on a throwaway embedded PostgreSQL server; return what it did."""
     logging.getLogger("agent.window").setLevel(logging.ERROR)  # the small window is on purpose
+    # and so is the new database: that its journal schema is made is no news here
+    logging.getLogger("journal.pg.schema").setLevel(logging.ERROR)
     started = time.monotonic()
     workspace = _workspace(Path(directory).resolve())
     _say("journal demo on PostgreSQL (embedded server, removed at the end)\n")

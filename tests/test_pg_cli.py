@@ -110,6 +110,20 @@ def test_a_misspelt_session_parameter_is_named(env: dict[str, str], pg_url: str)
     assert "(none here: its parameters are 'sesion', 'sslmode')" in lines[0], lines
 
 
+def test_a_writer_that_creates_the_schema_says_so_once(env: dict[str, str],
+                                                       pg_url: str) -> None:
+    """A writer pointed at a database with no journal schema (a misspelt name that exists)
+    makes it, and says so: once, as a warning naming the database; not on the next write."""
+    first = journal("new", "pg:", "--json", env=env)
+    assert first.returncode == 0, first.stderr.decode()
+    said = first.stderr.decode().strip().splitlines()
+    database = pg_url.rsplit("/", 1)[1]
+    assert said == [f"Warning: created the journal schema in database '{database}', which "
+                    "had none: the first session stored there (is it the database meant?)"]
+    second = journal("new", "pg:", "--json", env=env)
+    assert second.returncode == 0 and second.stderr == b"", second.stderr.decode()
+
+
 @pytest.mark.parametrize("argv", [["show", "pg:typo"], ["info", "pg:typo"], ["ls", "DB"],
                                   ["search", "x", "DB"], ["tail", "pg:typo", "-n", "1"],
                                   ["tail", "pg:typo", "-f"]])

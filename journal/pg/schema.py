@@ -24,9 +24,12 @@ A migration is append-only: a released one is never edited, a change is a new on
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import psycopg
@@ -653,7 +656,9 @@ def current_version(conn: psycopg.Connection[Any]) -> int:
 def ensure(conn: psycopg.Connection[Any]) -> int:
     """Bring the database up to `VERSION` (each migration in its own transaction); return the
     version. SchemaError if the server's encoding is not UTF8 (a line's bytes must come back
-    as they went in) or the database is at a newer version than this program knows."""
+    as they went in) or the database is at a newer version than this program knows. Making
+    the schema in a database that had none is said (a warning): a writer pointed at a
+    misspelt database name that exists would otherwise store its sessions there unnoticed."""
     import psycopg
 
     row = conn.execute("SHOW server_encoding").fetchone()
@@ -669,6 +674,7 @@ def ensure(conn: psycopg.Connection[Any]) -> int:
             raise SchemaError(f"the database's journal schema is at version {version}, newer "
                               f"than this program's {VERSION}; upgrade journal")
         return version
+    created = False
     for number, description, sql in MIGRATIONS:
         try:
             with conn.transaction():
@@ -678,7 +684,11 @@ def ensure(conn: psycopg.Connection[Any]) -> int:
                 conn.execute(sql)
                 conn.execute("INSERT INTO journal.schema_version (version, description) "
                              "VALUES (%s, %s)", (number, description))
+                created = created or number == 1
         except psycopg.errors.InsufficientPrivilege as e:
             raise SchemaError(f"cannot create the journal schema (version {number}): {e}; "
                               "run it once as the schema's owner (docs/postgres.md)") from e
+    if created:
+        log.warning("created the journal schema in database %r, which had none: the first "
+                    "session stored there (is it the database meant?)", conn.info.dbname)
     return current_version(conn)
