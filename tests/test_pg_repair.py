@@ -349,6 +349,29 @@ def test_repair_migrate_writes_a_version_1_database_session_as_version_3(
         pi_path("before-compaction.jsonl")).read_bytes()  # as it was: a file's .bak
 
 
+def test_a_push_after_the_database_migrated_the_session_says_so(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A version 1 file pushed, then opened for writing in the database (migrated there):
+    pushing the file again is refused naming the migration and what to run, not only 'line
+    1 differs'; the file migrated as the refusal says is then the database's bytes."""
+    import shutil
+
+    copy = tmp_path / "before-compaction.jsonl"
+    shutil.copy(pi_path("before-compaction.jsonl"), copy)
+    url = pushed_v1(pg_url)
+    Session.open(url).close()  # migrated in the database
+    capsys.readouterr()
+    assert main(["push", str(copy), pg_url]) == 2
+    err = capsys.readouterr().err
+    assert "holds it as session format version 3 and the file as version 1" in err, err
+    assert f"'journal repair --migrate {copy}'" in err
+    assert main(["repair", "--migrate", str(copy)]) == 0
+    capsys.readouterr()
+    assert main(["push", str(copy), pg_url, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["sessions"]
+    assert [row["action"] for row in rows] == ["unchanged"], rows
+
+
 def test_rotating_a_version_1_database_session_says_to_migrate_it_first(
         pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """As for a file: the refusal names the command that makes it rotatable."""

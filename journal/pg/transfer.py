@@ -49,7 +49,7 @@ from typing import Any, BinaryIO, cast
 
 import psycopg
 
-from .. import archivegz, codec
+from .. import archivegz, codec, model
 from ..archivegz import compressed_name, is_compressed, uncompressed_name
 from ..discovery import is_session_name
 from ..errors import (
@@ -302,6 +302,28 @@ def _described(path: str, name: str, data: bytes) -> _File:
     return _File(path, name, str(header["id"]), successor)
 
 
+def _version_of(data: bytes) -> int:
+    """The session format version of the header on the first line of `data` (1: none)."""
+    cut = data.find(b"\n")
+    try:
+        header = codec.loads(data if cut < 0 else data[:cut])
+    except ValueError:
+        return model.CURRENT_VERSION
+    return model.header_version(header) if isinstance(header, dict) else model.CURRENT_VERSION
+
+
+def _migrated_there(conn: psycopg.Connection[Any], session: str, data: bytes) -> bool:
+    """Whether the file is of an older format version and the database's session of the
+    current one: it was migrated in the database (a writer opened it) since it was pushed."""
+    if _version_of(data) >= model.CURRENT_VERSION:
+        return False
+    row = conn.execute(
+        "SELECT e.line FROM journal.entries e JOIN journal.streams s ON s.id = e.stream "
+        "AND s.generation = e.generation WHERE s.session = %s ORDER BY e.byte_offset "
+        "LIMIT 1", (session,)).fetchone()
+    return row is not None and _version_of(str(row[0]).encode()) == model.CURRENT_VERSION
+
+
 @dataclass
 class _Stored:
     """A session as the database holds it, compared with a file's bytes."""
@@ -444,6 +466,12 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         plan.refuse(f"the database holds {stored.lines - lines:,} line(s) more than the file "
                     f"({stored.size - len(data):,} bytes, written in the database since it was "
                     "pushed?); nothing of its lineage was pushed")
+    elif stored.common == 0 and _migrated_there(conn, described.session, data):
+        plan.refuse(f"the database holds it as session format version {model.CURRENT_VERSION} "
+                    f"and the file as version {_version_of(data)}: a writer that opened it "
+                    "migrated it in the database; nothing of its lineage was pushed (migrate "
+                    f"the file the same way, 'journal repair --migrate {path}', and push "
+                    "again)")
     else:
         at = data.count(b"\n", 0, stored.common)
         plan.refuse(f"the database holds other bytes: line {at + 1:,} (at byte "
