@@ -4,6 +4,7 @@ start says why and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -167,3 +168,90 @@ def test_the_reaper_stops_only_the_postmaster_of_its_data_folder(tmp_path: Path)
     finally:
         other.kill()
         other.wait()
+
+
+def _pg_server(*argv: str, home: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """`journal pg-server --json ARGV` started: the process and its first line, read."""
+    import select
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "journal.cli", "pg-server", "--json", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root), "HOME": str(home)})
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 90)
+    if not ready:
+        proc.kill()
+        raise AssertionError("journal pg-server printed nothing in 90 s")
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _journal(url: object, *argv: str, home: Path) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "journal.cli", *argv], capture_output=True,
+                          text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(root), "HOME": str(home),
+                               "JOURNAL_DATABASE_URL": str(url)})
+
+
+def _postmaster(folder: Path) -> int:
+    return int((folder / "data" / "postmaster.pid").read_text().split()[0])
+
+
+def test_pg_server_runs_until_sigterm_then_leaves_nothing(tmp_path: Path) -> None:
+    """`journal pg-server`: the URL it prints takes sessions (`pg:` is its database once
+    the variable is set); SIGTERM stops it, its temporary folder goes, nothing runs on."""
+    pg_server.server()  # skips where no server can start at all
+    proc, said = _pg_server(home=tmp_path)
+    folder = Path(str(said["folder"]))
+    try:
+        assert said["kept"] is False and said["socketUrl"] is None
+        postmaster = _postmaster(folder)
+        made = _journal(said["url"], "new", "pg:", "--json", home=tmp_path)
+        assert made.returncode == 0, made.stderr
+        listed = _journal(said["url"], "ls", "pg:", "--json", home=tmp_path)
+        assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 1, listed.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert not folder.exists() and not alive(postmaster)
+
+
+def test_pg_server_with_a_folder_keeps_its_sessions_for_the_next_run(tmp_path: Path) -> None:
+    pg_server.server()
+    # (a folder the server's user reaches when run as root: not under tmp_path's 0700)
+    folder = Path(tempfile.mkdtemp(prefix="journal-given-"))
+    try:
+        proc, said = _pg_server("--dir", str(folder), "--unix-socket", home=tmp_path)
+        try:
+            assert said["kept"] is True and said["folder"] == str(folder)
+            assert "host=" in str(said["socketUrl"])
+            made = _journal(said["socketUrl"], "new", "pg:", "--json", home=tmp_path)
+            assert made.returncode == 0, made.stderr
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        assert (folder / "data" / "PG_VERSION").exists()
+        proc, said = _pg_server("--dir", str(folder), home=tmp_path)
+        try:
+            listed = _journal(said["url"], "ls", "pg:", "--json", home=tmp_path)
+            assert listed.returncode == 0, listed.stderr
+            assert len(json.loads(listed.stdout)) == 1  # the first run's session
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+        assert proc.returncode == 130 and folder.exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_folder_the_servers_user_cannot_reach_is_refused_saying_why(tmp_path: Path) -> None:
+    """Run as root, the server runs as nobody: a folder under one private to root (a home,
+    pytest's tmp_path) is refused naming the cause, not only initdb's 'Permission denied'."""
+    if os.geteuid() != 0:
+        pytest.skip("only root's server runs as another user")
+    pg_server.server()
+    os.chmod(tmp_path, 0o700)
+    with pytest.raises(ServerError, match="must be able to enter every folder above"):
+        EmbeddedServer(tmp_path / "pg").start()

@@ -33,6 +33,7 @@ from .catalog import add_catalog_parsers
 from .claude import add_import_parser
 from .database import add_database_parsers
 from .export import add_export_parser
+from .pgserver import add_pg_server_parser
 from .repair import add_repair_parser
 from .search import add_search_parser
 from .tail import add_tail_parser
@@ -685,6 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     add_import_parser(sub)
     add_database_parsers(sub)
+    add_pg_server_parser(sub)
     return parser
 
 

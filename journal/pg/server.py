@@ -269,7 +269,12 @@ class EmbeddedServer:
                             "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"],
                            check=False)
         if result.returncode != 0:
-            raise ServerError(f"initdb failed: {result.stderr.strip()[-2000:]}")
+            why = result.stderr.strip()[-2000:]
+            if self.as_nobody and "Permission denied" in why:
+                why += (f" (run as root, the server runs as the user nobody, who must be able "
+                        f"to enter every folder above {self.folder}: give it a folder under "
+                        "/tmp, say)")
+            raise ServerError(f"initdb failed: {why}")
 
     def _run(self, argv: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
         assert self.bin is not None

