@@ -414,30 +414,41 @@ def _local_parents(parent: str, folder: str) -> list[str]:
 
 
 def _parent_file(parent: str, child_id: object, child: str, folder: str) -> str | None:
-    """The file a `parentSession` pointer names, if it really continues into `child`."""
-    for candidate in _local_parents(parent, folder):
-        if os.path.isfile(candidate) and _continues_into(candidate, child_id, None):
-            return candidate
+    """The file a `parentSession` pointer names, if it really continues into `child`: one
+    sealed into it wherever it is found, else the first unsealed one (a fork's parent). A
+    rotated session's unsealed copy left at its old name (beside the successor, where the
+    search looks first) is not taken for the archive its seal is in."""
+    fork: str | None = None
+    found: list[tuple[str, str | None]] = [(c, None) for c in _local_parents(parent, folder)]
     if os.path.isabs(parent):
-        for variant in names_of(os.path.normpath(parent)):
-            if os.path.isfile(variant) and _continues_into(variant, child_id, child):
-                return variant
-    return None
+        found += [(v, child) for v in names_of(os.path.normpath(parent))]
+    for candidate, leading_to in found:
+        if not os.path.isfile(candidate):
+            continue
+        link = _link(candidate, child_id, leading_to)
+        if link == SEALED_INTO:
+            return candidate
+        if link == FORKED_FROM and fork is None:
+            fork = candidate
+    return fork
 
 
-def _continues_into(candidate: str, child_id: object, child: str | None) -> bool:
-    """Whether `candidate` is the parent of the session `child_id`: a sealed file must name
-    that session (and, when `child` is given, lead to that very file); an unsealed one is a
-    fork's parent."""
+SEALED_INTO, FORKED_FROM = "sealed into", "forked from"
+
+
+def _link(candidate: str, child_id: object, child: str | None) -> str | None:
+    """How `candidate` is the parent of the session `child_id`: SEALED_INTO when its seal
+    names that session (and, when `child` is given, leads to that very file), FORKED_FROM
+    when it is not sealed (a fork's parent); None when it is sealed into another."""
     seal = seal_of(candidate)
     if seal is None:
-        return True
+        return FORKED_FROM
     if seal.get("sessionId") not in (None, child_id):
-        return False
+        return None
     if child is None:
-        return True
+        return SEALED_INTO
     successor = successor_named_by(seal, candidate, candidate)
-    return successor is not None and same_file(successor, child)
+    return SEALED_INTO if successor is not None and same_file(successor, child) else None
 
 
 # intent files: crash recovery of a rotation

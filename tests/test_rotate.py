@@ -261,6 +261,34 @@ def test_lineage_and_resolve_live_have_no_hop_limit(tmp_path):
     assert resolve_live(first)[0] == live
 
 
+def test_an_unsealed_copy_at_the_old_name_is_not_taken_for_the_archive(tmp_path, capsys):
+    """A copy of the session as it was before its rotation, left at the old name beside the
+    successor (copied back by hand, restored from a backup): the successor's predecessor is
+    still the sealed archive, for `lineage` and `ls` alike. An unsealed file alone there is
+    still taken, as a fork's parent is."""
+    from journal.cli import main
+
+    with Session.create(tmp_path, cwd=str(tmp_path)) as s:
+        old = s.path
+        s.append_message({"role": "user", "content": "early " + "x" * 3000, "timestamp": 0})
+        kept = s.append_message({"role": "user", "content": "kept", "timestamp": 0})
+        s.append_compaction("summary", kept, 100)
+        before = open(old, "rb").read()
+        assert s.rotate(compress=False).rotated
+        live = s.path
+    archived = lineage(live)[0]
+    assert os.path.dirname(archived) == str(tmp_path / "archive")
+    with open(old, "wb") as f:
+        f.write(before)
+    assert lineage(live) == [archived, live]
+    assert main(["ls", str(tmp_path), "--json", "--no-cache"]) == 0
+    rows = orjson.loads(capsys.readouterr().out)
+    assert [sorted(row["files"]) for row in rows if live in row["files"]] == [
+        sorted([archived, live])], rows
+    os.unlink(archived)
+    assert lineage(live) == [old, live]
+
+
 def _rotated_pair(tmp_path):
     """A session rotated once (by itself): (an id left behind in the archive, the session)."""
     s = Session.create(tmp_path, cwd=str(tmp_path))
