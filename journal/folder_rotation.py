@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .archivegz import is_compressed
 from .discovery import check_paths, find_lineages
@@ -33,9 +33,10 @@ from .lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .rotation import RotationResult, check_keep, rotate
 from .view import check_session
 
-__all__ = ["STATUSES", "SessionRotation", "live_sessions", "rotate_folder"]
+__all__ = ["STATUSES", "SessionRotation", "busy_last", "live_sessions", "rotate_folder"]
 
 STATUSES = ("rotated", "skipped", "busy", "failed")
+T = TypeVar("T")
 
 
 @dataclass
@@ -99,18 +100,33 @@ def rotate_folder(
     turns = _Turns({path for path, _ in listed}, set())
     options = {"archive_dir": archive_dir, "keep": keep, "compress": compress,
                "dry_run": dry_run}
-    held: list[tuple[str, int]] = []
-    for path, files in listed:
+
+    def turn(session: tuple[str, int], timeout: float) -> SessionRotation:
+        path, files = session
         turns.waiting.discard(path)
-        outcome = _rotate_one(path, files, turns, lock_timeout=0, **options)
+        return _rotate_one(path, files, turns, lock_timeout=timeout, **options)
+
+    yield from busy_last(listed, turn, lock_timeout)
+
+
+def busy_last(listed: Sequence[T], turn: Callable[[T, float], SessionRotation],
+              lock_timeout: float) -> Iterator[SessionRotation]:
+    """`turn(session, timeout)` for each of `listed`, yielding each outcome as it is done:
+    first with no wait for the lock (timeout 0), then, after all the others, again for the
+    ones that were `busy`, sharing one `lock_timeout` between them (a writer that only
+    appends lets go within it; an agent holds its session for as long as it runs, and the
+    run should not wait that long for each). The loop of `rotate_folder`, for any listing
+    of sessions and any way of rotating one."""
+    held: list[T] = []
+    for session in listed:
+        outcome = turn(session, 0)
         if outcome.status == "busy" and lock_timeout > 0:
-            held.append((path, files))
+            held.append(session)
             continue
         yield outcome
     deadline = time.monotonic() + lock_timeout
-    for path, files in held:
-        yield _rotate_one(path, files, turns,
-                          lock_timeout=max(0.0, deadline - time.monotonic()), **options)
+    for session in held:
+        yield turn(session, max(0.0, deadline - time.monotonic()))
 
 
 @dataclass
