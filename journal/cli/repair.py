@@ -15,8 +15,9 @@ from ..claude import CLAUDE, PI, dialect_of, subagent_files
 from ..discovery import is_subagent_file
 from ..errors import JournalError, describe_os_error
 from ..identity import first_names
-from ..pg.url import is_database_url
+from ..pg.url import hide_passwords, is_database_url, names_session, short_name, shown
 from ..repair import RepairReport, session_files
+from ..snapshot import refuse_misread
 from .app import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -46,7 +47,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="session files, or directories to repair every *.jsonl under, or "
                    "database sessions (postgresql://...?session=ID, pg:ID: removed lines "
-                   "go to the journal.quarantine table)")
+                   "go to the journal.quarantine table), or databases (postgresql://.../db, "
+                   "pg:) to repair every live session in")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="report what would change; write nothing")
@@ -76,15 +78,28 @@ def _targets(paths: list[str], dialect: str | None) -> list[str]:
     names, a hard link in a transcript's `subagents/` say, under the first): a folder's
     session files (a transcript's subagent files among them), and a Claude Code transcript
     named by itself with its subagent files after it (they are the session's: `journal
-    info` counts their damage with its own)."""
+    info` counts their damage with its own); a database's live sessions
+    (`live_database_sessions`: one per lineage)."""
     out: dict[str, None] = {}
     for path in paths:
-        if not is_database_url(path) and os.path.isdir(path):
+        if _whole_database(path):
+            from ..pg.lineages import live_database_sessions
+
+            if dialect is not None:
+                refuse_misread(path, dialect)  # once, not for each of its sessions
+            out.update(dict.fromkeys(session for session, _ in live_database_sessions(path)))
+        elif not is_database_url(path) and os.path.isdir(path):
             out.update(dict.fromkeys(session_files(path)))
         else:
             out[path] = None
             out.update(dict.fromkeys(_subagents_of(path, dialect)))
     return list(first_names(out))
+
+
+def _whole_database(path: str) -> bool:
+    """Whether `path` names a database (a URL without `session`, `pg:` alone), not a
+    session in one."""
+    return is_database_url(path) and not names_session(path)
 
 
 def _subagents_of(path: str, dialect: str | None) -> list[str]:
@@ -110,7 +125,11 @@ def _repair_one(path: str, args: argparse.Namespace, dry: bool,
 def run_repair(args: argparse.Namespace) -> int:
     targets = _targets(args.paths, args.dialect)
     if not targets:
+        if all(map(_whole_database, args.paths)):
+            raise JournalError(f"{', '.join(map(shown, args.paths))}: no sessions in "
+                               f"{'this database' if len(args.paths) == 1 else 'these databases'}")
         raise JournalError(f"no session files (*.jsonl) under {', '.join(args.paths)}")
+    noun = "sessions" if all(map(is_database_url, targets)) else "files"
     reports: list[RepairReport] = []
     errors: list[tuple[str, str]] = []
     dry = args.dry_run or args.check
@@ -123,7 +142,7 @@ def run_repair(args: argparse.Namespace) -> int:
         except (JournalError, OSError) as e:
             message = describe_os_error(e) if isinstance(e, OSError) else str(e)
             errors.append((path, message))
-            print_error(message)
+            print_error(hide_passwords(message))
             continue
         if any(r.path == report.path for r in reports):
             continue  # a file followed to its successor (a rotation it finished), done already
@@ -133,7 +152,7 @@ def run_repair(args: argparse.Namespace) -> int:
         elif not args.check:
             _print_report(report)
     if len(targets) > 1 and not args.json:
-        _print_summary(reports, errors)
+        _print_summary(reports, errors, noun)
     if errors:
         return EXIT_ERROR
     if args.check:
@@ -145,7 +164,7 @@ def run_repair(args: argparse.Namespace) -> int:
                 if r.notes and not r.changed:
                     print(f"{r.path}: {_notes(r)}")
             if not dirty:
-                print("clean" if len(reports) == 1 else f"all {len(reports)} files clean")
+                print("clean" if len(reports) == 1 else f"all {len(reports)} {noun} clean")
         return EXIT_FINDINGS if dirty else EXIT_OK
     return EXIT_OK
 
@@ -204,19 +223,20 @@ def _rewritten(report: RepairReport) -> str:
             "(see --json 'rewritten')")
 
 
-def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]]) -> None:
+def _print_summary(reports: list[RepairReport], errors: list[tuple[str, str]],
+                   noun: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="repair summary")
-    table.add_column("file")
+    table.add_column(noun.removesuffix("s"))
     table.add_column("result")
     table.add_column("problems", justify="right")
     for r in reports:
         result = ("needs repair" if r.dry_run else "changed") if r.changed else "clean"
-        table.add_row(os.path.basename(r.path), result, str(len(r.problems)))
+        table.add_row(short_name(r.path), result, str(len(r.problems)))
     for path, message in errors:
-        table.add_row(os.path.basename(path), "error", message)
+        table.add_row(short_name(path), "error", hide_passwords(message))
     Console(no_color=bool(os.environ.get("NO_COLOR"))).print(table)
 
 

@@ -10,6 +10,10 @@ continues and the ones continuing it). A lineage is linked by each sealed sessio
 through the storage seam (`journal.load`, `PostgresStorage.open_reader`) as they read files.
 The URLs hold the password the caller gave (they are read with it); results name them
 without it (`journal.pg.url.shown`).
+
+`live_database_sessions(url)` is the rule by which a whole database is maintained (`journal
+repair pg:`): the last session of each lineage, as `journal.folder_rotation.live_sessions`
+gives a folder's live files.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import psycopg
 
 from .connect import with_shared
 from .url import (
+    BadDatabaseUrl,
     names_session,
     no_such_session,
     parse_database,
@@ -28,7 +33,7 @@ from .url import (
     shown,
 )
 
-__all__ = ["database_lineages"]
+__all__ = ["database_lineages", "live_database_sessions"]
 
 
 def _split(url: str) -> tuple[str, str | None]:
@@ -76,3 +81,29 @@ def database_lineages(url: str) -> list[list[str]]:
         if not chains:
             raise no_such_session(shown(session_url(conninfo, wanted)))
     return [[session_url(conninfo, s) for s in chain] for chain in chains]
+
+
+def live_database_sessions(url: str) -> list[tuple[str, int]]:
+    """The live session of each lineage in the database `url` names (a URL without
+    `session`, or `pg:` alone) and how many sessions its lineage has, its sealed ones
+    included: the sessions `journal repair` of a whole database goes through, one per
+    lineage (a sealed session is reached through its live one, as a
+    folder's archives are through their live file), in `database_lineages`' order. Where a
+    lineage is broken (a successor's row deleted out of band), its last session is the last
+    sealed one there is; the repair of it says so (`BrokenLineage`).
+
+    The URLs hold the password `url` gave (each is opened with it); name them with `shown`.
+
+    Raises:
+        BadDatabaseUrl: `url` names one session (`?session=`, `pg:<id>`), or is malformed.
+        NoJournalSchema: the database holds no journal schema (none is made).
+        DatabaseError: the database cannot be reached or refused the read.
+
+    Example:
+        >>> for session, sessions in live_database_sessions("pg:"):  # doctest: +SKIP
+        ...     print(shown(session), sessions)
+    """
+    if names_session(url):
+        raise BadDatabaseUrl(f"{shown(url)}: names a session, not a database: a whole "
+                             "database is named by its URL without ?session=, or pg: alone")
+    return [(chain[-1], len(chain)) for chain in database_lineages(url)]

@@ -1,0 +1,248 @@
+"""`journal repair` of a whole database (`pg:`, a URL without `session`): every live
+session in it, one per lineage, as `repair DIR` goes through a folder's files; the same
+output, exit codes and `--json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
+from corruption import edit_entry, generated_bytes, glue_torn, insert_lines, split_lines  # noqa: E402
+
+from journal import Session  # noqa: E402
+from journal.cli import main  # noqa: E402
+from journal.pg.connect import connect  # noqa: E402
+from journal.pg.repair import quarantined  # noqa: E402
+from journal.pg.rotation import rotate_database  # noqa: E402
+from journal.pg.storage import PostgresStorage  # noqa: E402
+from journal.pg.url import BadDatabaseUrl, session_url  # noqa: E402
+from journal.storage import as_storage  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WORKER = str(HERE / "pg_worker.py")
+ENV = {**os.environ, "PYTHONPATH": f"{HERE.parent}{os.pathsep}{HERE}"}
+
+
+def damaged(tmp_path: Path) -> bytes:
+    """A generated session with no compaction (nothing to rotate), damaged as
+    tests/test_pg_repair.py damages one: a duplicate id, a broken parent, a torn line."""
+    data = generated_bytes(tmp_path, seed=7, size=120_000, compactions=False)
+    data = insert_lines(data, 12, split_lines(data)[11])
+
+    def orphan(entry: dict[str, object]) -> None:
+        entry["parentId"] = "ffffffff"
+
+    data = edit_entry(data, 25, orphan)
+    return glue_torn(data, 40, 30)
+
+
+def fill(session: Session, turns: int = 30) -> None:
+    """Turns, a compaction keeping the last few, one more turn: a session that rotates."""
+    kept = None
+    for i in range(turns):
+        entry = session.append_message({"role": "user", "content": f"question {i} " + "x" * 200,
+                                        "timestamp": 1})
+        if i == turns - 5:
+            kept = entry
+        session.append_message({"role": "assistant", "content": [
+            {"type": "text", "text": f"answer {i}"}], "provider": "anthropic",
+            "model": "claude-x", "api": "anthropic-messages", "usage": {"input": 1, "output": 1},
+            "stopReason": "stop", "timestamp": 2})
+    session.append_compaction("what happened before", kept, 1000)
+    session.append_message({"role": "user", "content": "after the compaction", "timestamp": 3})
+
+
+@dataclass
+class Database:
+    """A database of four lineages: a damaged session, a rotatable one, a clean short one,
+    and one rotated before (its sealed session reached through its live successor)."""
+
+    url: str
+    damaged: str
+    rotatable: str
+    clean: str
+    sealed: str
+    successor: str
+
+    @property
+    def live(self) -> list[str]:
+        return [self.damaged, self.rotatable, self.clean, self.successor]
+
+
+@pytest.fixture
+def db(pg_url: str, tmp_path: Path) -> Database:
+    def named(name: str) -> str:
+        return session_url(pg_url, f"{name}-{uuid.uuid4().hex[:8]}")
+
+    bad = named("damaged")
+    as_storage(bad).create(damaged(tmp_path))
+    rotatable = named("rotatable")
+    with Session.create(rotatable, cwd="/w") as session:
+        fill(session)
+    clean = named("clean")
+    with Session.create(clean, cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+    sealed = named("rotated-before")
+    with Session.create(sealed, cwd="/w") as session:
+        fill(session)
+    result = rotate_database(sealed)
+    assert result.rotated and result.successor_id is not None
+    return Database(pg_url, bad, rotatable, clean, sealed,
+                    session_url(pg_url, result.successor_id))
+
+
+def generation(url: str) -> int | None:
+    return as_storage(url).current_generation()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_live_database_sessions_is_one_per_lineage(db: Database) -> None:
+    from journal.pg.lineages import live_database_sessions
+
+    assert sorted(live_database_sessions(db.url)) == sorted(
+        [(db.damaged, 1), (db.rotatable, 1), (db.clean, 1), (db.successor, 2)])
+    with pytest.raises(BadDatabaseUrl, match="names a session, not a database"):
+        live_database_sessions(db.clean)
+
+
+def test_repair_check_of_a_database_finds_the_damaged_session_and_changes_nothing(
+        db: Database, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", db.url)
+    before = {url: generation(url) for url in [*db.live, db.sealed]}
+    code, out, err = run(capsys, "repair", "--check", "pg:")
+    assert code == 1, err
+    needs = [line for line in out.splitlines() if line.endswith(")") and "needs repair" in line]
+    assert len(needs) == 1 and needs[0].startswith(f"{db.damaged}: needs repair (")
+    # the table of a run over several, as for a folder, each session by its short name
+    assert "repair summary" in out
+    assert f"pg:{PostgresStorage.from_url(db.damaged).session} " in out
+    assert err == ""
+    assert {url: generation(url) for url in before} == before
+    assert quarantined(db.damaged) == []
+
+    code, out, _ = run(capsys, "repair", "--check", "--json", db.url)
+    assert code == 1
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["path"] for r in reports) == sorted(db.live)  # the sealed one: not apart
+    assert {r["path"]: r["changed"] for r in reports} == {
+        db.damaged: True, db.rotatable: False, db.clean: False, db.successor: False}
+    assert all(r["dryRun"] for r in reports)
+
+
+def test_repair_of_a_database_repairs_only_the_damaged_session(
+        db: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {url: generation(url) for url in [*db.live, db.sealed]}
+    code, out, err = run(capsys, "repair", db.url)
+    assert code == 0, err
+    assert f"{db.damaged}: fixed " in out
+    for url in (db.rotatable, db.clean, db.successor):
+        assert f"{url}: clean" in out
+    after = {url: generation(url) for url in before}
+    assert after[db.damaged] != before[db.damaged]  # a new generation: the repaired session
+    assert {u: g for u, g in after.items() if u != db.damaged} == {
+        u: g for u, g in before.items() if u != db.damaged}
+    assert quarantined(db.damaged)
+    assert all(quarantined(url) == [] for url in (db.rotatable, db.clean, db.successor))
+
+    code, out, _ = run(capsys, "repair", "--check", db.url)
+    assert code == 0
+    assert out.rstrip().endswith("all 4 sessions clean")
+
+
+@pytest.fixture
+def held(db: Database) -> Iterator[subprocess.Popen[bytes]]:
+    """The rotatable session held by a writer in another process (its lease taken)."""
+    holder = subprocess.Popen([sys.executable, WORKER, "hold", db.rotatable, "holder"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=ENV)
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline() == b"held\n", holder.stderr.read()  # type: ignore[union-attr]
+        yield holder
+    finally:
+        holder.stdin.write(b"go\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def test_a_session_its_writer_holds_is_its_error_and_the_others_are_repaired(
+        db: Database, held: subprocess.Popen[bytes],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = generation(db.rotatable)
+    code, out, err = run(capsys, "repair", db.url, "--lock-timeout", "0.3")
+    assert code == 2  # as `repair DIR` with a file its writer holds: that one's error
+    [error] = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert error.startswith(f"Error: {db.rotatable}: locked by pid {held.pid} ")
+    assert f"{db.damaged}: fixed " in out  # the others are repaired all the same
+    assert quarantined(db.damaged)
+    assert generation(db.rotatable) == before
+
+
+def test_options_a_database_does_not_take_are_refused_before_anything_is_done(
+        db: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {url: generation(url) for url in db.live}
+    for argv, said in ((("repair", db.url, "--dialect", "claude"), "--dialect pi"),):
+        code, out, err = run(capsys, *argv)
+        assert code == 2, argv
+        [error] = err.splitlines()
+        assert error.startswith("Error: ") and said in error, error
+        assert out == ""
+    assert {url: generation(url) for url in db.live} == before
+    # what a database holds is pi's: --dialect pi is taken, as for one of its sessions
+    code, out, err = run(capsys, "repair", "--check", "--dialect", "pi", db.url)
+    assert code == 1, err
+    assert f"{db.damaged}: needs repair (" in out
+
+
+def test_an_empty_database_and_one_without_the_schema_are_refused(
+        pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (("repair", "--check", pg_url), ("repair", pg_url)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2, argv
+        [error] = err.splitlines()
+        assert "no journal schema in this database" in error, error
+        assert out == ""
+    with psycopg.connect(pg_url) as conn:  # nothing was made
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'journal'"
+                            ).fetchone() == (0,)
+
+    connect(pg_url).close()  # a writer's connection makes the schema: no session yet
+    for argv in (("repair", "--check", pg_url), ("repair", pg_url),
+                 ("repair", "--check", "--json", pg_url)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2, argv
+        assert err.splitlines() == [f"Error: {pg_url}: no sessions in this database"], argv
+        assert out == ""
+
+
+def test_a_broken_lineage_is_its_own_error_and_the_others_are_done(
+        db: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    """The successor of the lineage rotated before deleted out of band: its sealed session
+    is that lineage's last; repairing it is an error naming the missing session (as `repair
+    URL` of it is)."""
+    missing = PostgresStorage.from_url(db.successor).session
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("DELETE FROM journal.streams WHERE session = %s", (missing,))
+
+    code, out, err = run(capsys, "repair", "--check", db.url)
+    assert code == 2
+    [error] = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert error.startswith(f"Error: {db.sealed}: the lineage is broken: ") and missing in error
+    # the others are checked all the same (an error ends --check before its per-session
+    # lines, as for a folder: the table says it)
+    assert "needs repair" in out
