@@ -41,9 +41,11 @@ T = TypeVar("T")
 
 @dataclass
 class SessionRotation:
-    """What `rotate_folder` did with one session: `status` is one of STATUSES (`rotated`
-    also for a dry run's "would rotate"), `reason` says why it was skipped, busy or failed,
-    `result` is the rotation's (None where none ran: busy, failed, skipped before it)."""
+    """What `rotate_folder` (or a whole database's rotation,
+    `journal.pg.database_rotation.rotate_database_sessions`) did with one session: `status`
+    is one of STATUSES (`rotated` also for a dry run's "would rotate"), `reason` says why it
+    was skipped, busy or failed, `result` is the rotation's (None where none ran: busy,
+    failed, skipped before it)."""
 
     path: str
     status: str
@@ -115,8 +117,8 @@ def busy_last(listed: Sequence[T], turn: Callable[[T, float], SessionRotation],
     first with no wait for the lock (timeout 0), then, after all the others, again for the
     ones that were `busy`, sharing one `lock_timeout` between them (a writer that only
     appends lets go within it; an agent holds its session for as long as it runs, and the
-    run should not wait that long for each). The loop of `rotate_folder`, for any listing
-    of sessions and any way of rotating one."""
+    run should not wait that long for each). The loop of `rotate_folder` and of a whole
+    database's rotation (`journal.pg.database_rotation`)."""
     held: list[T] = []
     for session in listed:
         outcome = turn(session, 0)

@@ -1,6 +1,6 @@
 """`pg:` alone names the default database (the one JOURNAL_DATABASE_URL names) wherever a
-database is taken: `ls`, `search`, `usage`, `export`, `new`, `push`, `pull`, `repair`
-and the agent's `--sessions-dir`; without the variable it is one `Error:` line
+database is taken: `ls`, `search`, `usage`, `export`, `new`, `push`, `pull`, `repair`,
+`rotate` and the agent's `--sessions-dir`; without the variable it is one `Error:` line
 naming it. With no path, `ls`, `search` and `usage` read `$JOURNAL_SESSIONS_DIR` (which may
 be `pg:`), else `./sessions`; a missing `./sessions` while JOURNAL_DATABASE_URL is set says
 that `pg:` reads the database."""
@@ -83,7 +83,8 @@ def test_pg_alone_names_the_default_database_in_every_command_taking_one(
 @pytest.mark.parametrize("argv", [("ls", "pg:"), ("search", "x", "pg:"), ("usage", "pg:"),
                                   ("export", "pg:"), ("new", "pg:"),
                                   ("push", "{tmp}", "pg:"), ("pull", "pg:", "{tmp}/out"),
-                                  ("repair", "--check", "pg:"), ("repair", "pg:")])
+                                  ("repair", "--check", "pg:"), ("repair", "pg:"),
+                                  ("rotate", "pg:")])
 def test_pg_alone_without_a_default_database_is_one_error_naming_the_variable(
         env: dict[str, str], tmp_path: Path, argv: tuple[str, ...]) -> None:
     del env["JOURNAL_DATABASE_URL"]

@@ -1,6 +1,6 @@
-"""`journal repair` of a whole database (`pg:`, a URL without `session`): every live
-session in it, one per lineage, as `repair DIR` goes through a folder's files; the same
-output, exit codes and `--json`."""
+"""`journal repair` and `journal rotate` of a whole database (`pg:`, a URL without
+`session`): every live session in it, one per lineage, as `repair DIR` and `rotate DIR` go
+through a folder's sessions; the same output, exit codes and `--json`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from journal import Session  # noqa: E402
 from journal.cli import main  # noqa: E402
 from journal.pg.connect import connect  # noqa: E402
 from journal.pg.repair import quarantined  # noqa: E402
-from journal.pg.rotation import rotate_database  # noqa: E402
+from journal.pg.rotation import rotate_database, stream_row  # noqa: E402
 from journal.pg.storage import PostgresStorage  # noqa: E402
 from journal.pg.url import BadDatabaseUrl, session_url  # noqa: E402
 from journal.storage import as_storage  # noqa: E402
@@ -164,6 +164,43 @@ def test_repair_of_a_database_repairs_only_the_damaged_session(
     assert out.rstrip().endswith("all 4 sessions clean")
 
 
+def test_rotate_of_a_database_rotates_the_rotatable_session_and_skips_the_rest(
+        db: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "rotate", db.url, "--dry-run", "--json")
+    assert code == 0, err
+    planned = json.loads(out)
+    assert planned["dryRun"] and planned["counts"] == {
+        "rotated": 1, "skipped": 3, "busy": 0, "failed": 0}
+    assert stream_row(PostgresStorage.from_url(db.rotatable))["successor"] is None  # type: ignore[index]
+
+    code, out, err = run(capsys, "rotate", db.url)
+    assert code == 0, err
+    row = stream_row(PostgresStorage.from_url(db.rotatable))
+    assert row is not None and row["successor"] is not None
+    assert f"{db.rotatable}: rotated into {session_url(db.url, row['successor'])}" in out
+    for url in (db.damaged, db.clean, db.successor):
+        assert stream_row(PostgresStorage.from_url(url))["successor"] is None  # type: ignore[index]
+        assert f"{url}: not rotated: " in out
+    assert out.rstrip().endswith(f"{db.url}: 4 session(s): rotated 1, skipped 3, busy 0, "
+                                 "failed 0")
+    progress = err.splitlines()
+    assert len(progress) == 4 and all(line.startswith("journal: [") for line in progress)
+    assert f"journal: [2/4] {db.rotatable}: rotated" in progress
+
+    code, out, err = run(capsys, "rotate", db.url, "--json")  # again: nothing left to rotate
+    assert code == 0, err
+    done = json.loads(out)
+    assert set(done) == {"database", "dryRun", "counts", "sessions"}
+    assert done["database"] == db.url and done["dryRun"] is False
+    assert done["counts"] == {"rotated": 0, "skipped": 4, "busy": 0, "failed": 0}
+    sessions = {s["path"]: s for s in done["sessions"]}
+    successor = session_url(db.url, row["successor"])
+    assert set(sessions) == {db.damaged, successor, db.clean, db.successor}
+    assert all(set(s) == {"path", "status", "reason", "result"} for s in sessions.values())
+    assert "compaction" in sessions[db.clean]["reason"]
+    assert sessions[db.clean]["result"]["rotated"] is False
+
+
 @pytest.fixture
 def held(db: Database) -> Iterator[subprocess.Popen[bytes]]:
     """The rotatable session held by a writer in another process (its lease taken)."""
@@ -180,9 +217,21 @@ def held(db: Database) -> Iterator[subprocess.Popen[bytes]]:
         holder.wait(timeout=60)
 
 
-def test_a_session_its_writer_holds_is_its_error_and_the_others_are_repaired(
+def test_a_session_its_writer_holds_is_busy_and_the_others_are_done(
         db: Database, held: subprocess.Popen[bytes],
         capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "rotate", db.url, "--lock-timeout", "0.3", "--json")
+    assert code == 1, err  # busy, none failed: as `rotate DIR`
+    done = json.loads(out)
+    assert done["counts"] == {"rotated": 0, "skipped": 3, "busy": 1, "failed": 0}
+    [busy] = [s for s in done["sessions"] if s["status"] == "busy"]
+    assert busy["path"] == db.rotatable and busy["result"] is None
+    assert busy["reason"].startswith(f"pid {held.pid} ")
+    assert busy["reason"].endswith("is writing it; left for a later run")
+    assert f"{db.rotatable}: busy (pid {held.pid} " in err
+    assert "Error:" not in err
+    assert stream_row(PostgresStorage.from_url(db.rotatable))["successor"] is None  # type: ignore[index]
+
     before = generation(db.rotatable)
     code, out, err = run(capsys, "repair", db.url, "--lock-timeout", "0.3")
     assert code == 2  # as `repair DIR` with a file its writer holds: that one's error
@@ -196,22 +245,44 @@ def test_a_session_its_writer_holds_is_its_error_and_the_others_are_repaired(
 def test_options_a_database_does_not_take_are_refused_before_anything_is_done(
         db: Database, capsys: pytest.CaptureFixture[str]) -> None:
     before = {url: generation(url) for url in db.live}
-    for argv, said in ((("repair", db.url, "--dialect", "claude"), "--dialect pi"),):
+    for argv, said in ((("rotate", db.url, "--no-compress"), "--no-compress is for files"),
+                       (("rotate", db.url, "--keep", "1"), "give --archive-dir DIR too"),
+                       (("repair", db.url, "--dialect", "claude"), "--dialect pi")):
         code, out, err = run(capsys, *argv)
         assert code == 2, argv
         [error] = err.splitlines()
         assert error.startswith("Error: ") and said in error, error
         assert out == ""
     assert {url: generation(url) for url in db.live} == before
+    assert stream_row(PostgresStorage.from_url(db.rotatable))["successor"] is None  # type: ignore[index]
     # what a database holds is pi's: --dialect pi is taken, as for one of its sessions
     code, out, err = run(capsys, "repair", "--check", "--dialect", "pi", db.url)
     assert code == 1, err
     assert f"{db.damaged}: needs repair (" in out
 
 
+def test_keep_with_an_archive_folder_exports_and_moves_archives_out(
+        db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "archive"
+    code, out, err = run(capsys, "rotate", db.url, "--archive-dir", str(archive), "--keep",
+                         "0", "--json")
+    assert code == 0, err
+    sessions = {s["path"]: s for s in json.loads(out)["sessions"]}
+    assert sessions[db.rotatable]["status"] == "rotated"
+    # the lineage rotated before is not rotated again, but its archive is exported and moved
+    # out, as `rotate URL --archive-dir --keep` of that session does when nothing rotates
+    before = sessions[db.successor]
+    assert before["status"] == "skipped"
+    assert list(before["result"]["movedOut"]) == [db.sealed]
+    assert stream_row(PostgresStorage.from_url(db.sealed))["moved_out_at"] is not None  # type: ignore[index]
+    moved = [*sessions[db.rotatable]["result"]["movedOut"].values(),
+             *before["result"]["movedOut"].values()]
+    assert sorted(p.name for p in archive.iterdir()) == sorted(map(os.path.basename, moved))
+
+
 def test_an_empty_database_and_one_without_the_schema_are_refused(
         pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (("repair", "--check", pg_url), ("repair", pg_url)):
+    for argv in (("repair", "--check", pg_url), ("repair", pg_url), ("rotate", pg_url)):
         code, out, err = run(capsys, *argv)
         assert code == 2, argv
         [error] = err.splitlines()
@@ -222,19 +293,20 @@ def test_an_empty_database_and_one_without_the_schema_are_refused(
                             ).fetchone() == (0,)
 
     connect(pg_url).close()  # a writer's connection makes the schema: no session yet
-    for argv in (("repair", "--check", pg_url), ("repair", pg_url),
-                 ("repair", "--check", "--json", pg_url)):
+    for argv in (("repair", "--check", pg_url), ("repair", pg_url), ("rotate", pg_url),
+                 ("rotate", pg_url, "--json")):
         code, out, err = run(capsys, *argv)
         assert code == 2, argv
         assert err.splitlines() == [f"Error: {pg_url}: no sessions in this database"], argv
         assert out == ""
 
 
-def test_a_broken_lineage_is_its_own_error_and_the_others_are_done(
+def test_a_broken_lineage_is_its_own_error_or_skip_and_the_others_are_done(
         db: Database, capsys: pytest.CaptureFixture[str]) -> None:
     """The successor of the lineage rotated before deleted out of band: its sealed session
     is that lineage's last; repairing it is an error naming the missing session (as `repair
-    URL` of it is)."""
+    URL` of it is), rotating it is skipped with that reason (as a folder's sealed file whose
+    successor is not there)."""
     missing = PostgresStorage.from_url(db.successor).session
     with psycopg.connect(db.url, autocommit=True) as conn:
         conn.execute("DELETE FROM journal.streams WHERE session = %s", (missing,))
@@ -246,3 +318,11 @@ def test_a_broken_lineage_is_its_own_error_and_the_others_are_done(
     # the others are checked all the same (an error ends --check before its per-session
     # lines, as for a folder: the table says it)
     assert "needs repair" in out
+
+    code, out, err = run(capsys, "rotate", db.url, "--json")
+    assert code == 0, err
+    sessions = {s["path"]: s for s in json.loads(out)["sessions"]}
+    assert sessions[db.rotatable]["status"] == "rotated"
+    assert sessions[db.sealed]["status"] == "skipped"
+    assert sessions[db.sealed]["reason"].startswith("the lineage is broken: ")
+    assert missing in sessions[db.sealed]["reason"]

@@ -21,7 +21,7 @@ from ..errors import JournalError, NotASession, UnknownEntry
 from ..folder_rotation import STATUSES, SessionRotation, live_sessions, rotate_folder
 from ..info import inspect
 from ..interrupt import Terminated
-from ..pg.url import hide_passwords, is_database_url, shown
+from ..pg.url import hide_passwords, is_database_url, names_session, shown
 from ..render import describe_entry, describe_message
 from ..rotation import RotationResult
 from ..session import Session
@@ -325,6 +325,8 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         if args.keep is not None and args.archive_dir is None:
             raise JournalError("--keep on a database session moves the older archives out "
                                "of the database, to files: give --archive-dir DIR too")
+        if not names_session(args.path):
+            return _rotate_folder(args)  # a whole database, as a folder
         try:
             result = rotate(args.path, archive_dir=args.archive_dir, keep=args.keep,
                             compress=not args.no_compress, dry_run=args.dry_run,
@@ -346,15 +348,34 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 
 
 def _rotate_folder(args: argparse.Namespace) -> int:
-    """`journal rotate DIR`: every live session under it, one line of progress each on
-    stderr; exit 2 if any failed, else 1 if any was busy, else 0."""
-    sessions = live_sessions(args.path)
-    if not sessions:  # as `repair DIR`: a folder named by mistake is said, not passed over
-        raise JournalError(f"{args.path}: no sessions (*.jsonl) under this folder")
+    """`journal rotate DIR` (or `DATABASE`: a URL without `session`, `pg:`): every live
+    session under it, one line of progress each on stderr; exit 2 if any failed, else 1 if
+    any was busy, else 0."""
+    options = {"archive_dir": args.archive_dir, "keep": args.keep, "dry_run": args.dry_run,
+               "lock_timeout": args.lock_timeout}
+    if is_database_url(args.path):
+        from ..pg.database_rotation import rotate_database_sessions
+        from ..pg.lineages import live_database_sessions
+
+        where, key = shown(args.path), "database"
+        sessions = live_database_sessions(args.path)
+        if not sessions:  # as a folder with none: a database named by mistake is said
+            raise JournalError(f"{where}: no sessions in this database")
+        outcomes = rotate_database_sessions(args.path, sessions=sessions, **options)
+    else:
+        where, key = args.path, "folder"
+        sessions = live_sessions(args.path)
+        if not sessions:  # as `repair DIR`: a folder named by mistake is said, not passed over
+            raise JournalError(f"{args.path}: no sessions (*.jsonl) under this folder")
+        outcomes = rotate_folder(args.path, compress=not args.no_compress, sessions=sessions,
+                                 **options)
     done: list[SessionRotation] = []
     try:
-        _rotate_each(args, sessions, done)
-    except (KeyboardInterrupt, Terminated):
+        _rotate_each(args, outcomes, len(sessions), done)
+    except (KeyboardInterrupt, Terminated) as e:
+        # a database session stopped after its commit: that it rotated, and what is left
+        for note in getattr(e, "__notes__", ()):
+            print(f"journal: {note}", file=sys.stderr)
         # each session's rotation is whole or finished by the next rotate: say where it stood
         print(f"journal: rotate interrupted after {len(done)} of {len(sessions)} session(s); "
               "run it again to finish (a rotation cut short is finished by the next one)",
@@ -362,30 +383,28 @@ def _rotate_folder(args: argparse.Namespace) -> int:
         raise
     counts = {status: sum(o.status == status for o in done) for status in STATUSES}
     if args.json:
-        _emit_json({"folder": args.path, "dryRun": args.dry_run, "counts": counts,
+        _emit_json({key: where, "dryRun": args.dry_run, "counts": counts,
                     "sessions": [o.to_json() for o in done]})
     else:
         verb = "would rotate" if args.dry_run else "rotated"
-        print(f"{args.path}: {len(done)} session(s): {verb} {counts['rotated']}, skipped "
+        print(f"{where}: {len(done)} session(s): {verb} {counts['rotated']}, skipped "
               f"{counts['skipped']}, busy {counts['busy']}, failed {counts['failed']}")
     if counts["failed"]:
         return 2
     return 1 if counts["busy"] else 0
 
 
-def _rotate_each(args: argparse.Namespace, sessions: list[tuple[str, int]],
+def _rotate_each(args: argparse.Namespace, outcomes: Iterator[SessionRotation], total: int,
                  done: list[SessionRotation]) -> None:
-    """`journal rotate DIR`'s sessions one by one, each said as it is done (into `done`)."""
-    for n, outcome in enumerate(rotate_folder(
-            args.path, archive_dir=args.archive_dir, keep=args.keep,
-            compress=not args.no_compress, dry_run=args.dry_run,
-            lock_timeout=args.lock_timeout, sessions=sessions), 1):
+    """`journal rotate DIR`'s (or `DATABASE`'s) sessions one by one, each said as it is done
+    (into `done`)."""
+    for n, outcome in enumerate(outcomes, 1):
         done.append(outcome)
         state = ("would rotate" if args.dry_run and outcome.status == "rotated"
                  else outcome.status)
         # a busy session is a note (its writer is at work: a later run takes it), not an error
         why = f" ({outcome.reason})" if outcome.reason and outcome.status != "failed" else ""
-        print(f"journal: [{n}/{len(sessions)}] {outcome.path}: {state}{why}", file=sys.stderr)
+        print(f"journal: [{n}/{total}] {outcome.path}: {state}{why}", file=sys.stderr)
         if outcome.status == "failed":
             print_error(hide_passwords(outcome.reason))
         elif outcome.status == "busy":
@@ -621,11 +640,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "current settings and everything from the compaction's first kept entry "
                        "on; verify it gives the same context, seal the old file and move it to "
                        "the archive. Done under the writer lock; compression happens after. "
-                       "Given a folder, every live session under it that can be rotated "
-                       "(exit 2 if any failed, 1 if any was busy).")
+                       "Given a folder (or a database: its URL without ?session=, pg:), "
+                       "every live session in it that can be rotated (exit 2 if any failed, "
+                       "1 if any was busy).")
     p.add_argument("path", help="session file or database session URL (a rotated one is "
-                   "followed to its successor), or a folder: every live session under it "
-                   "that can be rotated")
+                   "followed to its successor), or a folder or a database (postgresql://"
+                   ".../db, pg:): every live session in it that can be rotated")
     p.add_argument("--archive-dir", metavar="DIR",
                    help="where old files go (default: archive/ next to the session); a "
                    "database session's archive stays in the database and is also exported "

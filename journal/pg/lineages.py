@@ -12,8 +12,8 @@ The URLs hold the password the caller gave (they are read with it); results name
 without it (`journal.pg.url.shown`).
 
 `live_database_sessions(url)` is the rule by which a whole database is maintained (`journal
-repair pg:`): the last session of each lineage, as `journal.folder_rotation.live_sessions`
-gives a folder's live files.
+repair pg:`, `journal rotate pg:`): the last session of each lineage, as
+`journal.folder_rotation.live_sessions` gives a folder's live files.
 """
 
 from __future__ import annotations
@@ -86,11 +86,11 @@ def database_lineages(url: str) -> list[list[str]]:
 def live_database_sessions(url: str) -> list[tuple[str, int]]:
     """The live session of each lineage in the database `url` names (a URL without
     `session`, or `pg:` alone) and how many sessions its lineage has, its sealed ones
-    included: the sessions `journal repair` of a whole database goes through, one per
-    lineage (a sealed session is reached through its live one, as a
+    included: the sessions `journal repair` and `journal rotate` of a whole database go
+    through, one per lineage (a sealed session is reached through its live one, as a
     folder's archives are through their live file), in `database_lineages`' order. Where a
     lineage is broken (a successor's row deleted out of band), its last session is the last
-    sealed one there is; the repair of it says so (`BrokenLineage`).
+    sealed one there is; the repair or rotation of it says so (`BrokenLineage`).
 
     The URLs hold the password `url` gave (each is opened with it); name them with `shown`.
 
