@@ -232,7 +232,8 @@ def test_a_pull_killed_at_each_step_is_finished_by_running_it_again(
     checked and locked; the archive and successor published; the copy's quarantine moved
     into the archive folder; the copy removed, its lock file not yet): the bytes of the
     copy are still in the folder, whole, and the same pull run again ends with what a pull
-    into an empty folder gives, the quarantine in the archive folder, no lock file left."""
+    into an empty folder gives, the quarantine in the archive folder; a lock file the kill
+    left is a stray one, which `journal prune` removes."""
     from journal.pg import earlier_copies
 
     assert step in earlier_copies.STEPS
@@ -255,6 +256,9 @@ def test_a_pull_killed_at_each_step_is_finished_by_running_it_again(
     assert any(data.startswith(first) for data in holders)  # nothing of it lost
 
     journal("pull", session, str(rp), env=env)
+    stray = f"{copy.name}.lock"
+    assert (stray in everything(rp)) == (step == "removed")
+    journal("prune", str(rp), "--older-than", "1000d", env=env)
     after = everything(rp)
     assert after.pop(f"archive/{copy.name}.quarantine") == quarantined
     assert after == pulled_clean(successor, env, tmp_path)
@@ -303,3 +307,32 @@ def test_a_file_of_another_session_at_the_name_is_left_as_it_is(
     assert after.pop(copy.name) == theirs
     assert after == pulled_clean(successor, env, tmp_path)
     assert report["archived"] == []
+
+
+@pytest.mark.parametrize("kind", ["another program's lock", "a link"])
+def test_a_lock_file_alone_at_the_old_name_is_left_to_prune(
+        env: dict[str, str], tmp_path: Path, kind: str) -> None:
+    """The copy moved away by hand, a `<name>.lock` left at its name: the pull writes the
+    lineage and leaves that file as it is (removing stray locks is prune's, by its rule:
+    another program's lock, a link are never removed), and says nothing went wrong."""
+    session = new_session(env)
+    grow_and_compact(session, env, "a")
+    rp = tmp_path / "rp"
+    journal("pull", session, str(rp), env=env)
+    copy = live_copy(rp)
+    copy.rename(tmp_path / "moved-away.jsonl")
+    lock = rp / f"{copy.name}.lock"
+    if kind == "a link":
+        lock.symlink_to(tmp_path / "moved-away.jsonl")
+    else:
+        lock.write_bytes(b"12345\n")
+    successor = rotate(session, env)
+    report = json.loads(journal("pull", session, str(rp), "--json", env=env).stdout)
+    assert report["archived"] == []
+    after = everything(rp)
+    if kind == "a link":
+        assert lock.is_symlink()
+        after.pop(lock.name, None)
+    else:
+        assert after.pop(lock.name) == b"12345\n"
+    assert after == pulled_clean(successor, env, tmp_path)

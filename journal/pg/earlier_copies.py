@@ -29,7 +29,8 @@ writer of the store adds to it meanwhile):
 Killed at any point, the folder holds the copy whole, or the archive whole (which begins
 with the copy's bytes), or both: a rerun finds the archive already there and the copy still
 a beginning of it, and finishes. A lock file left by a kill between the removal and the
-release is removed by the rerun, as the next writer of a file removes a stale one.
+release is a stray lock, beside a session file that is gone: `journal prune` removes it, by
+its rule (`journal.lock.remove_stray_lock`).
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ from typing import BinaryIO
 
 from .. import archivegz, codec
 from ..archivegz import uncompressed_name
-from ..errors import ArchiveElsewhere, JournalError, LockTimeout
+from ..errors import ArchiveElsewhere, JournalError
 from ..files import fsync_directory
 from ..lineage import move_side_files_into_archive, release_after_move
-from ..lock import DEFAULT_LOCK_TIMEOUT, WriterLock, lock_path_for
+from ..lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .storage import PostgresStorage
 
 __all__ = ["STEPS", "CopyDiffers", "EarlierCopy", "check_unchanged", "find", "live_name",
@@ -80,8 +81,8 @@ class EarlierCopy:
     path: str  # the session's live name in the folder, where the earlier pull wrote it
     archive: str  # where this pull writes the session
     session: str  # its locator
-    digest: tuple[int, str] | None  # the copy's size and SHA-256 as checked; None: no file
-    lock: WriterLock | None  # held from the check to the removal
+    digest: tuple[int, str]  # the copy's size and SHA-256 as checked
+    lock: WriterLock | None  # held from the check to the removal (None once let go)
 
 
 def live_name(archive_name: str) -> str:
@@ -116,8 +117,6 @@ def find(candidates: Iterable[tuple[PostgresStorage, str, str]], *,
 def _checked(storage: PostgresStorage, archive: str, path: str, skip_elsewhere: bool,
              lock_timeout: float) -> EarlierCopy | None:
     if not os.path.lexists(path):
-        if os.path.lexists(lock_path_for(path)):  # a kill between removal and release
-            return EarlierCopy(path, archive, storage.locator, None, None)
         return None
     try:
         ours = _session_header(storage)
@@ -226,7 +225,7 @@ def check_unchanged(copies: Iterable[EarlierCopy]) -> None:
     """CopyDiffers for a copy whose bytes are no longer those checked (changed by a program
     that takes no writer lock, while the pull wrote)."""
     for copy in copies:
-        if copy.digest is not None and _digest(copy.path) != copy.digest:
+        if _digest(copy.path) != copy.digest:
             raise CopyDiffers(f"{copy.path} changed while the pull wrote; nothing was "
                               "written: move the file out of the folder to keep it, then "
                               "pull again")
@@ -236,14 +235,6 @@ def retire(copy: EarlierCopy) -> None:
     """Remove the copy, its archive written whole (see the module docstring): its side
     files moved into the archive folder first, its lock let go and its lock file removed
     last."""
-    if copy.digest is None:  # only its lock file is left: remove it as its next writer would
-        lock = WriterLock(copy.path, 0)
-        try:
-            lock.acquire()
-        except LockTimeout:
-            return  # held: by a writer that made a file there since, which is not ours
-        release_after_move(lock, copy.path)
-        return
     assert copy.lock is not None
     _sync(copy.archive)
     move_side_files_into_archive(copy.path, uncompressed_name(copy.archive))

@@ -1035,9 +1035,8 @@ def _retire(copies: list[earlier_copies.EarlierCopy], result: PullResult,
     made.clear()
     for copy in copies:
         earlier_copies.retire(copy)
-        if copy.digest is not None:
-            result.archived.append({"session": copy.session, "file": copy.path,
-                                    "archive": copy.archive, "bytes": copy.digest[0]})
+        result.archived.append({"session": copy.session, "file": copy.path,
+                                "archive": copy.archive, "bytes": copy.digest[0]})
 
 
 def _write_as_pulled(parts: Iterable[bytes], path: str, raw: BinaryIO) -> None:
