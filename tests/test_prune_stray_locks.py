@@ -314,6 +314,7 @@ while time.monotonic() < end:
             print("clash", flush=True)  # someone else believes it holds the lock too
         else:
             os.close(fd)
+            time.sleep(0.002)  # held a while: a second holder would find it there
             os.unlink(inside)
 """
 
