@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-pytestmark = [pytest.mark.install, pytest.mark.slow]
+# pip and venvs get their own, longer limits (600 s a call) than the run's 240 s a test
+pytestmark = [pytest.mark.install, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "journal", "agent", "tools")
