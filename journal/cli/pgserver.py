@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import signal
 import sys
@@ -21,6 +22,7 @@ def cmd_pg_server(args: argparse.Namespace) -> int:
     with EmbeddedServer(args.dir, fsync=args.dir is not None,
                         unix_socket=args.unix_socket) as server:
         url = server.url()
+        _make_schema(url)
         socket_url = server.socket_url() if args.unix_socket else None
         kept = args.dir is not None
         if args.json:
@@ -38,6 +40,21 @@ def cmd_pg_server(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         while True:
             signal.pause()  # until a signal's handler raises (Ctrl-C, SIGTERM)
+
+
+def _make_schema(url: str) -> None:
+    """The journal schema in the new server's database, made before its URL is given out:
+    the first write there would otherwise warn that it made it (is it the database meant?),
+    of a database that is new on purpose."""
+    from ..pg.connect import connect
+
+    said = logging.getLogger("journal.pg.schema")
+    level = said.level
+    said.setLevel(logging.ERROR)
+    try:
+        connect(url).close()
+    finally:
+        said.setLevel(level)
 
 
 def add_pg_server_parser(sub: Any) -> None:
