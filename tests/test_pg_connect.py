@@ -173,9 +173,8 @@ def read():
 
 thread = threading.Thread(target=read)
 thread.start()
-while not ran:
-    time.sleep(0.01)
-time.sleep(0.2)  # the statement is on the server now
+while not (ran and ran[0].lock.locked()):  # its statement under way, the lock held
+    time.sleep(0.001)
 close_shared()
 seen["closed_under_the_read"] = ran[0].closed
 seen["handed_out_again"] = shared(url, LONG_READS) is ran[0]
@@ -270,7 +269,10 @@ def test_a_watch_closed_from_another_thread_does_not_close_under_its_wait(
     # nothing of the connection before it closes it)
     waiter = threading.Thread(target=lambda: ended.append(watch.wait([], places=["dir"])))
     waiter.start()
-    time.sleep(0.3)  # inside its notifies() now, which holds the connection's lock
+    deadline = time.monotonic() + 10
+    while not (made and made[0].lock.owner == waiter.ident):  # inside its notifies() now
+        assert time.monotonic() < deadline, "the wait never took the connection's lock"
+        time.sleep(0.001)
     watch.close()
     waiter.join(5)
     assert ended == [False]
