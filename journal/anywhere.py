@@ -75,13 +75,9 @@ def rotate(
         >>> result.successor, result.lock_held_ms
     """
     if is_database_url(path):
-        if not compress:
-            raise JournalError("compress=False is for files: a database's archives are "
-                               "exported (archive_dir) as .jsonl.gz")
-        if keep is not None and archive_dir is None:
-            raise JournalError("keep on a database moves the older archives out of it, to "
-                               "files: give archive_dir too")
-        from .pg.rotation import rotate_database
+        from .pg.rotation import check_options, rotate_database
+
+        check_options(compress=compress, keep=keep, archive_dir=archive_dir)
 
         return rotate_database(path, archive_dir=archive_dir, keep=keep, dry_run=dry_run,
                                lock_timeout=lock_timeout)

@@ -319,12 +319,13 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     from ..lineage import resolve_live
 
     if is_database_url(args.path):
-        if args.no_compress:
-            raise JournalError("--no-compress is for files: a database session's archives "
-                               "are exported (--archive-dir) as .jsonl.gz")
-        if args.keep is not None and args.archive_dir is None:
-            raise JournalError("--keep on a database session moves the older archives out "
-                               "of the database, to files: give --archive-dir DIR too")
+        from ..pg.rotation import UnsupportedOption, check_options
+
+        try:
+            check_options(compress=not args.no_compress, keep=args.keep,
+                          archive_dir=args.archive_dir)
+        except UnsupportedOption as e:
+            raise JournalError(DATABASE_ROTATION_FLAGS[e.option]) from None
         if not names_session(args.path):
             return _rotate_folder(args)  # a whole database, as a folder
         try:
@@ -345,6 +346,15 @@ def cmd_rotate(args: argparse.Namespace) -> int:
                         compress=not args.no_compress, dry_run=args.dry_run,
                         lock_timeout=args.lock_timeout, progress=bar)
     return _print_rotation(result, args)
+
+
+DATABASE_ROTATION_FLAGS = {
+    "compress": "--no-compress is for files: a database session's archives are exported "
+                "(--archive-dir) as .jsonl.gz",
+    "keep": "--keep on a database session moves the older archives out of the database, to "
+            "files: give --archive-dir DIR too",
+}
+"""`journal.pg.rotation.check_options`'s refusals in the flags' words."""
 
 
 def _rotate_folder(args: argparse.Namespace) -> int:

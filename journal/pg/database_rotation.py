@@ -30,7 +30,7 @@ from ..folder_rotation import SessionRotation, busy_last
 from ..lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from ..rotation import RotationResult, check_keep
 from .lineages import live_database_sessions
-from .rotation import rotate_database, stream_row
+from .rotation import check_options, rotate_database, stream_row
 from .storage import PostgresStorage
 
 __all__ = ["rotate_database_sessions"]
@@ -73,9 +73,7 @@ def rotate_database_sessions(
     """
     check_keep(keep)
     check_lock_timeout(lock_timeout)
-    if keep is not None and archive_dir is None:
-        raise JournalError("keep on a database moves the older archives out of it, to "
-                           "files: give archive_dir too")
+    check_options(keep=keep, archive_dir=archive_dir)
     listed = sessions if sessions is not None else live_database_sessions(url)
     turn = partial(_rotate_one, archive_dir=archive_dir, keep=keep, dry_run=dry_run)
     yield from busy_last([session for session, _ in listed], turn, lock_timeout)

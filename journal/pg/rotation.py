@@ -76,12 +76,35 @@ from .lease import Lease
 from .storage import PostgresReader, PostgresStorage, current_end, split_batch
 from .url import no_such_session, short_name
 
-__all__ = ["CHANGED_TRIES", "again_while_changed", "archive_sealed", "export_archive",
-           "file_name", "follow_successors", "keep_archives", "live_storage", "lock_live",
-           "move_out", "rotate_database", "rotate_session", "seal_in", "stream_row"]
+__all__ = ["CHANGED_TRIES", "UnsupportedOption", "again_while_changed", "archive_sealed",
+           "check_options", "export_archive", "file_name", "follow_successors",
+           "keep_archives", "live_storage", "lock_live", "move_out", "rotate_database",
+           "rotate_session", "seal_in", "stream_row"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class UnsupportedOption(JournalError):
+    """A rotation option a database session does not take; `option` names it as the API
+    does (`compress`, `keep`), so a command line can say it in its own flags' words."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def check_options(*, compress: bool = True, keep: int | None = None,
+                  archive_dir: str | None = None) -> None:
+    """The rule for which file-rotation options a database session takes: its archives stay
+    in the database or are exported compressed (no `compress=False`), and `keep` moves the
+    older ones out to files, so it needs `archive_dir`. UnsupportedOption otherwise."""
+    if not compress:
+        raise UnsupportedOption("compress", "compress=False is for files: a database's "
+                                "archives are exported (archive_dir) as .jsonl.gz")
+    if keep is not None and archive_dir is None:
+        raise UnsupportedOption("keep", "keep on a database moves the older archives out of "
+                                "it, to files: give archive_dir too")
 
 # times in all a repair or a rotation under the lease reads the session when, each time, an
 # appender without the lease commits a line before it is done (`again_while_changed`)
