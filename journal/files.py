@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import stat
@@ -80,9 +81,25 @@ def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = No
     return fd
 
 
-def read_regular(path: str) -> BinaryIO:
-    """A buffered binary reader over `path` if it is a regular file (see `open_regular`)."""
-    return os.fdopen(open_regular(path), "rb")
+def read_regular(path: str, *, follow: bool = True) -> BinaryIO:
+    """A buffered binary reader over `path` if it is a regular file (see `open_regular`);
+    `follow=False`: not through a link (OSError, ELOOP)."""
+    return os.fdopen(open_regular(path, os.O_RDONLY if follow else os.O_RDONLY | os.O_NOFOLLOW),
+                     "rb")
+
+
+def file_digest(path: str) -> tuple[int, str] | None:
+    """The length and SHA-256 of the regular file `path` (never through a link); None for
+    anything else there (a link, a folder, a FIFO) or nothing."""
+    hasher, size = hashlib.sha256(), 0
+    try:
+        with read_regular(path, follow=False) as f:
+            while part := f.read(1 << 20):
+                hasher.update(part)
+                size += len(part)
+    except (OSError, NotASession):
+        return None
+    return size, hasher.hexdigest()
 
 
 def read_small(path: str, limit: int = 1 << 20) -> bytes:

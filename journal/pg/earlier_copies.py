@@ -39,7 +39,6 @@ import hashlib
 import logging
 import os
 import re
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -47,7 +46,7 @@ from typing import BinaryIO
 from .. import archivegz, codec
 from ..archivegz import uncompressed_name
 from ..errors import ArchiveElsewhere, JournalError
-from ..files import fsync_directory
+from ..files import file_digest, fsync_directory, read_regular
 from ..lineage import move_side_files_into_archive, release_after_move
 from ..lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .storage import PostgresStorage
@@ -130,7 +129,7 @@ def _checked(storage: PostgresStorage, archive: str, path: str, skip_elsewhere: 
     lock.acquire()
     try:
         try:
-            f = _open_regular(path)
+            f = read_regular(path, follow=False)
         except FileNotFoundError:  # moved away before it was locked: nothing here now
             lock.release()
             return None
@@ -159,7 +158,7 @@ def _session_header(storage: PostgresStorage) -> object:
 def _header_id(path: str) -> object:
     """The id in the header of the regular file `path`, None if it is no session file."""
     try:
-        with _open_regular(path) as f:
+        with read_regular(path, follow=False) as f:
             return _id_of(f.readline(_HEADER_LIMIT))
     except (OSError, JournalError):
         return None
@@ -173,17 +172,6 @@ def _id_of(line: bytes) -> object:
     if isinstance(header, dict) and header.get("type") == "session":
         return header.get("id")
     return None
-
-
-def _open_regular(path: str) -> BinaryIO:
-    """`path` opened for reading, never through a link; JournalError for anything but a
-    regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
-        raise JournalError(f"{path}: not a regular file")
-    return f
 
 
 def _begins(f: BinaryIO, parts: Iterable[bytes]) -> tuple[bool, tuple[int, str]]:
@@ -206,14 +194,6 @@ def _begins(f: BinaryIO, parts: Iterable[bytes]) -> tuple[bool, tuple[int, str]]
     return begins, (size, hasher.hexdigest())
 
 
-def _digest(path: str) -> tuple[int, str] | None:
-    try:
-        with _open_regular(path) as f:
-            return _begins(f, ())[1]
-    except (OSError, JournalError):
-        return None
-
-
 def release(copies: Iterable[EarlierCopy]) -> None:
     """Let go of the copies' locks, the copies left as they are."""
     for copy in copies:
@@ -225,7 +205,7 @@ def check_unchanged(copies: Iterable[EarlierCopy]) -> None:
     """CopyDiffers for a copy whose bytes are no longer those checked (changed by a program
     that takes no writer lock, while the pull wrote)."""
     for copy in copies:
-        if _digest(copy.path) != copy.digest:
+        if file_digest(copy.path) != copy.digest:
             raise CopyDiffers(f"{copy.path} changed while the pull wrote; nothing was "
                               "written: move the file out of the folder to keep it, then "
                               "pull again")

@@ -41,7 +41,6 @@ import logging
 import os
 import posixpath
 import re
-import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,7 +59,7 @@ from ..errors import (
     WriteFailed,
     describe_os_error,
 )
-from ..files import TEMP_SUFFIX, remove_stale_temps
+from ..files import TEMP_SUFFIX, file_digest, remove_stale_temps
 from ..lineage import ARCHIVE_DIR, lineage, seal_of
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Meter, Progress
@@ -978,7 +977,7 @@ def _write_all(conninfo: str, directory: str, sessions: list[tuple[str, str | No
                         new.publish(replace=False)
                     except FileExistsError:
                         # another pull of the same sessions, say: the same bytes are as good
-                        if _file_digest(path) != _file_digest(new.path):
+                        if file_digest(path) != file_digest(new.path):
                             raise TransferError(f"{path} appeared meanwhile; nothing was "
                                                 "written") from None
                         already = True
@@ -1067,22 +1066,6 @@ class _Digest:
         return self.size, self.hasher.hexdigest()
 
 
-def _file_digest(path: str) -> tuple[int, str] | None:
-    """The length and SHA-256 of the regular file `path` (never through a link); None for
-    anything else there (a link, a folder, a FIFO): never a file this pull would write."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        digest = _Digest()
-        while part := f.read(archivegz.CHUNK):
-            digest.write(part)
-    return digest.digest()
-
-
 def _already_there(targets: list[tuple[PostgresStorage, str, str | None]],
                    skip_elsewhere: bool) -> dict[str, int]:
     """The targets that exist and hold exactly the bytes the pull would write there (their
@@ -1091,7 +1074,7 @@ def _already_there(targets: list[tuple[PostgresStorage, str, str | None]],
     for storage, path, _ in targets:
         if not os.path.lexists(path):
             continue
-        there = _file_digest(path)
+        there = file_digest(path)
         try:
             opened = storage.open_reader()
         except ArchiveElsewhere as e:
