@@ -336,7 +336,8 @@ def _synthesize_header(path: str, data: bytes, pieces: list[tuple[Piece, int]],
         # made from the first line, so that every look at the session names the same id
         first = data.find(b"\n")
         session_id = model.derived_session_id(
-            b"missing_header:" + (data if first < 0 else data[:first]), found)
+            b"missing_header:" + os.fsencode(os.path.basename(path)) + b":"
+            + (data if first < 0 else data[:first]), found)
     header = model.make_header("", session_id=session_id, timestamp=timestamp)
     if version < 2:
         del header["version"]

@@ -131,7 +131,8 @@ def test_a_headerless_file_gets_one_session_id_whoever_looks(
         return [p["detail"] for p in report["problems"] if p["kind"] == "missing_header"]
 
     first = split_lines(data)[0]
-    digest = bytearray(hashlib.blake2b(b"missing_header:" + first, digest_size=16).digest())
+    digest = bytearray(hashlib.blake2b(b"missing_header:no-pi-name.jsonl:" + first,
+                                       digest_size=16).digest())
     stamp = datetime.fromisoformat(s.entries[0]["timestamp"].replace("Z", "+00:00"))
     digest[:6] = (int(stamp.timestamp()) * 1000).to_bytes(6, "big")  # a whole second
     digest[6], digest[8] = (digest[6] & 0x0F) | 0x70, (digest[8] & 0x3F) | 0x80
@@ -141,6 +142,10 @@ def test_a_headerless_file_gets_one_session_id_whoever_looks(
         ["repair", str(path), "--dry-run", "--json"], ["repair", str(path), "--json"])]
     assert looks == [[f"session id {expected}"]] * 4
     assert journal.load(str(path)).header["id"] == expected
+    other = tmp_path / "its-copy.jsonl"  # the same bytes under another name: another id
+    other.write_bytes(data)
+    [[copied]] = [said(cli_json(capsys, "info", str(other), "--json"))]
+    assert copied.startswith("session id ") and copied != f"session id {expected}"
 
 
 def ids_planned(path: Path, *, strict: bool = False) -> list[str]:
