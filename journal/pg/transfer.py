@@ -847,11 +847,11 @@ def pull(url: str, directory: str | os.PathLike[str], *,
          skip_elsewhere: bool = False) -> PullResult:
     """Write the sessions `url` names into `directory` (see the module docstring).
 
-    Raises TransferError if a file to be written exists already (nothing is written), an
-    earlier pull's copy of a session rotated since holds bytes the database lacks (nothing
-    is written), or an archive was moved out of the database to a file not here (nothing is
-    written, unless `skip_elsewhere`: it is left out, and listed in `skipped`), NotASession,
-    DatabaseError.
+    Raises TransferError if `directory` (or a folder above it) is a file, a file to be
+    written exists already (nothing is written), an earlier pull's copy of a session
+    rotated since holds bytes the database lacks (nothing is written), or an archive was
+    moved out of the database to a file not here (nothing is written, unless
+    `skip_elsewhere`: it is left out, and listed in `skipped`), NotASession, DatabaseError.
 
     Example:
         >>> pull("postgresql://me@db/journal?session=4f1c...", "restored/")  # doctest: +SKIP
@@ -1115,9 +1115,15 @@ def _undo(written: list[tuple[str, os.stat_result]], made: list[str]) -> None:
 
 
 def _make_folders(folder: str) -> list[str]:
-    """Make `folder` and any missing folders above it: the ones made, outermost first."""
+    """Make `folder` and any missing folders above it: the ones made, outermost first.
+    TransferError, with nothing made, where `folder` or a folder above it is something else
+    (a session file named as the folder to pull into, say)."""
     missing: list[str] = []
     while folder and not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            what = "a file, not a folder" if os.path.isfile(folder) else "not a folder"
+            raise TransferError(f"{folder}: is {what}; a pull writes into a folder (made if "
+                                "missing): name one; nothing was written")
         missing.insert(0, folder)
         parent = os.path.dirname(folder)
         if parent == folder:
