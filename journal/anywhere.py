@@ -95,9 +95,12 @@ def lineage(path: str | os.PathLike[str]) -> list[str]:
     """
     if is_database_url(path):
         from .pg.lineages import database_lineages
-        from .pg.url import names_session
+        from .pg.url import DEFAULT_DATABASE, names_session
 
         if not names_session(path):
+            if path == DEFAULT_DATABASE:  # `?session=` would not make it a session's name
+                raise JournalError(f"{path}: names a database, not a session: name one of its "
+                                   f"sessions, pg:<id> (`journal ls {path}` lists them)")
             raise JournalError(f"{shown(path)}: names a database, not a session: give "
                                "?session=<id> (`journal ls URL` lists its sessions)")
         chains = database_lineages(path)

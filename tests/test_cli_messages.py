@@ -37,3 +37,37 @@ def test_a_pull_into_a_session_file_says_it_is_a_file_and_pull_writes_into_a_fol
             f"Error: {live}: is a file, not a folder; a pull writes into a folder (made if "
             "missing): name one; nothing was written")
         assert sorted(p.name for p in (tmp_path / "files").iterdir()) == before
+
+
+DATABASE = "postgresql://nobody@127.0.0.1:1/nodb"
+
+
+@pytest.mark.parametrize("command", [["prune", "--older-than", "1d"], ["import"]],
+                         ids=lambda argv: argv[0])
+@pytest.mark.parametrize(("target", "what"), [
+    ("pg:", "names a database (the one JOURNAL_DATABASE_URL names), not a file or folder"),
+    (DATABASE, "names a database, not a file or folder"),
+    ("pg:abc", "names a session in a database, not a file"),
+    (f"{DATABASE}?session=abc", "names a session in a database, not a file"),
+])
+def test_a_files_only_command_says_whether_it_was_given_a_database_or_a_session(
+        command: list[str], target: str, what: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`journal prune pg:` called the database `pg:` names 'a database session'."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", DATABASE)
+    assert main([command[0], target, *command[1:]]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"Error: {target}: {what}; journal {command[0]} works on "
+                                 "session files only (see docs/postgres.md)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lineage_of_the_default_database_says_how_to_name_one_of_its_sessions(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said to give `?session=<id>`, which makes no session name of `pg:`."""
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", DATABASE)
+    assert main(["lineage", "pg:"]) == 2
+    assert capsys.readouterr().err == (
+        "Error: pg:: names a database, not a session: name one of its sessions, pg:<id> "
+        "(`journal ls pg:` lists them)\n")
