@@ -71,3 +71,41 @@ def test_lineage_of_the_default_database_says_how_to_name_one_of_its_sessions(
     assert capsys.readouterr().err == (
         "Error: pg:: names a database, not a session: name one of its sessions, pg:<id> "
         "(`journal ls pg:` lists them)\n")
+
+
+def test_a_role_without_grants_is_named_and_sent_to_the_grants_section(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command said 'cannot check the journal schema: permission denied for schema
+    journal', naming neither the role nor where its grants are said."""
+    import os
+
+    import psycopg
+    from pg_server import fresh_database
+
+    from journal.pg.connect import connect
+
+    role = f"nogrants_{os.getpid()}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        try:
+            admin.execute(f'CREATE ROLE "{role}" LOGIN'.encode())
+        except psycopg.errors.DuplicateObject:
+            pass  # made by an earlier test of this run: roles are the server's
+    connect(pg_url).close()  # the journal schema, made by its owner
+    as_role = pg_url.replace("postgresql://postgres@", f"postgresql://{role}@")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "postgres.md").read_text()
+    assert "\n## Roles and grants\n" in doc
+    for argv in (["ls", as_role], ["new", as_role], ["pull", as_role, str(tmp_path / "out")]):
+        assert main(argv) == 2
+        assert last_error(capsys.readouterr().err) == (
+            f"Error: {as_role}: cannot check the journal schema as the role '{role}': "
+            "permission denied for schema journal; grant the role what it needs "
+            '(docs/postgres.md, "Roles and grants")')
+    assert not (tmp_path / "out").exists()
+
+    empty = fresh_database().replace("postgresql://postgres@", f"postgresql://{role}@")
+    assert main(["new", empty]) == 2  # a writer, in a database that has no schema yet
+    said = last_error(capsys.readouterr().err)
+    assert said.startswith(f"Error: cannot create the journal schema (version 1) as the role "
+                           f"'{role}': permission denied for database ")
+    assert said.endswith("; run the migrations once as the schema's owner (docs/postgres.md, "
+                         '"Roles and grants")')

@@ -111,6 +111,12 @@ def connect(conninfo: str, *, create: bool = True, **settings: str) -> psycopg.C
                     f"{shown(conninfo)}: no journal schema in this database: no session was "
                     "ever stored in it (is it the database meant?); nothing was changed")
             schema.ensure(conn)
+        except psycopg.errors.InsufficientPrivilege as e:
+            role = schema.current_role(conn)
+            conn.close()
+            raise DatabaseError(
+                f"{shown(conninfo)}: cannot check the journal schema as the role {role}: "
+                f"{describe(e)}; grant the role what it needs ({schema.GRANTS_DOC})") from e
         except psycopg.Error as e:
             conn.close()
             raise DatabaseError(f"cannot check the journal schema: {describe(e)}") from e

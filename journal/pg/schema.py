@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["ANNOUNCE_IF_FOLLOWED", "APPEND_LOOKING", "APPEND_LOOKING_TYPES", "APPEND_ONE",
-           "APPEND_ONE_TYPES", "MIGRATIONS", "RESUME_TYPES", "STREAMS_WITH_END", "STREAM_END",
-           "VERSION", "SchemaError", "current_version", "ensure"]
+           "APPEND_ONE_TYPES", "GRANTS_DOC", "MIGRATIONS", "RESUME_TYPES", "STREAMS_WITH_END",
+           "STREAM_END", "VERSION", "SchemaError", "current_role", "current_version", "ensure"]
 
 # pg_advisory_xact_lock key taken while migrating ("journal!" as a big-endian int64)
 MIGRATION_LOCK = 0x6A6F75726E616C21
@@ -639,6 +639,23 @@ class SchemaError(JournalError):
     """The database cannot hold sessions: wrong encoding, a newer schema, no permission."""
 
 
+GRANTS_DOC = 'docs/postgres.md, "Roles and grants"'
+"""Where a refused role is sent: the grants each role needs."""
+
+
+def current_role(conn: psycopg.Connection[Any]) -> str:
+    """The role `conn`'s statements run as (`current_user`: the URL's user, or another one
+    its options or the role's settings set), quoted for a message; the user it logged in as
+    where that cannot be read."""
+    import psycopg
+
+    try:
+        row = conn.execute("SELECT current_user").fetchone()
+    except psycopg.Error:
+        row = None
+    return repr(str(row[0]) if row is not None else conn.info.user)
+
+
 def current_version(conn: psycopg.Connection[Any]) -> int:
     """The schema version the database is at (0: no journal schema yet)."""
     # pg_class read as a table (not through to_regclass and the catalog cache, which an
@@ -686,8 +703,9 @@ def ensure(conn: psycopg.Connection[Any]) -> int:
                              "VALUES (%s, %s)", (number, description))
                 created = created or number == 1
         except psycopg.errors.InsufficientPrivilege as e:
-            raise SchemaError(f"cannot create the journal schema (version {number}): {e}; "
-                              "run it once as the schema's owner (docs/postgres.md)") from e
+            raise SchemaError(f"cannot create the journal schema (version {number}) as the "
+                              f"role {current_role(conn)}: {e}; run the migrations once as "
+                              f"the schema's owner ({GRANTS_DOC})") from e
     if created:
         log.warning("created the journal schema in database %r, which had none: the first "
                     "session stored there (is it the database meant?)", conn.info.dbname)
