@@ -4,6 +4,7 @@ takes (docs/cli.md)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,28 @@ def test_a_role_without_grants_is_named_and_sent_to_the_grants_section(
                            f"'{role}': permission denied for database ")
     assert said.endswith("; run the migrations once as the schema's owner (docs/postgres.md, "
                          '"Roles and grants")')
+
+
+def test_pulling_again_after_a_session_grew_is_refused_in_words_that_fit_a_plain_re_pull(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The error asked whether the file was 'left by a pull killed before a session it
+    pulled changed', which misleads after an ordinary pull, finished, then run again."""
+    from journal.pg.url import session_url
+
+    live = session_file(tmp_path / "files")
+    assert main(["push", live, pg_url]) == 0
+    out = tmp_path / "out"
+    assert main(["pull", pg_url, str(out)]) == 0
+    pulled = out / Path(live).name
+    before = pulled.read_bytes()
+    header = json.loads(Path(live).read_bytes().splitlines()[0])
+    with Session.open(session_url(pg_url, header["id"])) as session:
+        session.append_message({"role": "user", "content": "more", "timestamp": 2})
+    capsys.readouterr()
+    assert main(["pull", pg_url, str(out)]) == 2
+    assert last_error(capsys.readouterr().err) == (
+        f"Error: {pulled} already exists and is not what the pull would write there; nothing "
+        "was written (a copy of a session written to in the database since an earlier pull, "
+        "finished or killed, wrote it? or another file of that name): to pull the sessions "
+        "as they are now, remove the folder's files or pull into an empty folder")
+    assert pulled.read_bytes() == before and [p.name for p in out.iterdir()] == [pulled.name]

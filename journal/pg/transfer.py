@@ -1092,9 +1092,10 @@ def _already_there(targets: list[tuple[PostgresStorage, str, str | None]],
                     present[path] = there[0]
                     continue
         raise TransferError(f"{path} already exists and is not what the pull would write "
-                            "there; nothing was written (left by a pull killed before a "
-                            "session it pulled changed? remove the folder's files, or pull "
-                            "into an empty folder)")
+                            "there; nothing was written (a copy of a session written to in "
+                            "the database since an earlier pull, finished or killed, wrote "
+                            "it? or another file of that name): to pull the sessions as they "
+                            "are now, remove the folder's files or pull into an empty folder")
     return present
 
 
