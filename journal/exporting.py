@@ -49,7 +49,7 @@ from .export_page import PAGE
 from .lineage import lineage
 from .model import Entry
 from .pairing import is_synthetic_result
-from .pg.url import is_database_url, shown
+from .pg.url import DEFAULT_DATABASE, is_database_url, shown
 from .render import content_text, describe_entry, first_line
 from .tree import Tree
 
@@ -192,9 +192,14 @@ def database_lineage(url: str) -> list[str]:
     from .pg.lineages import database_lineages
 
     chains = database_lineages(url)
-    if len(chains) != 1:
-        raise JournalError(f"{shown(url)}: the database holds {len(chains)} sessions; name one "
-                           "(...?session=<id> or pg:<id>; 'journal ls URL' lists them)")
+    if not chains:
+        raise JournalError(f"{shown(url)}: the database holds no sessions; nothing to export")
+    if len(chains) > 1:
+        # counted as `journal ls` counts, a row a lineage, and named as one of its rows names it
+        one = "pg:<id>" if url == DEFAULT_DATABASE else "...?session=<id>"
+        raise JournalError(f"{shown(url)}: the database holds {len(chains)} lineages of "
+                           "sessions, and export takes one: name one of its sessions "
+                           f"({one}, or the URL 'journal ls {shown(url)}' gives the lineage)")
     return chains[0]
 
 

@@ -135,3 +135,31 @@ def test_pulling_again_after_a_session_grew_is_refused_in_words_that_fit_a_plain
         "finished or killed, wrote it? or another file of that name): to pull the sessions "
         "as they are now, remove the folder's files or pull into an empty folder")
     assert pulled.read_bytes() == before and [p.name for p in out.iterdir()] == [pulled.name]
+
+
+def test_exporting_a_database_of_several_lineages_counts_them_as_ls_does(
+        pg_url: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said 'the database holds N sessions' where `ls` lists lineages, and the docs say
+    more than one lineage is an error."""
+    from journal.pg.url import session_url
+
+    with Session.create(session_url(pg_url, "rotated"), cwd="/w") as session:
+        kept = None
+        for i in range(6):
+            entry = session.append_message({"role": "user", "content": f"turn {i} " + "x" * 200,
+                                            "timestamp": 1})
+            kept = entry if i == 4 else kept
+        session.append_compaction("summary", kept, 500)
+        assert session.rotate().rotated  # a lineage of two sessions
+    with Session.create(session_url(pg_url, "other"), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+    assert main(["ls", "pg:", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
+    for named, one in (("pg:", "pg:<id>"), (pg_url, "...?session=<id>")):
+        assert main(["export", named]) == 2
+        assert last_error(capsys.readouterr().err) == (
+            f"Error: {named}: the database holds 2 lineages of sessions, and export takes one: "
+            f"name one of its sessions ({one}, or the URL 'journal ls {named}' gives the "
+            "lineage)")

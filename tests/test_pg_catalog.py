@@ -177,9 +177,9 @@ def test_export_of_a_database_session_is_the_files_export(pushed, fmt):
             assert session_url(url, session) in on_db  # its lineage is named by URL
 
 
-def test_export_of_a_database_names_one_session(pushed):
+def test_export_of_a_database_names_one_lineage(pushed):
     url, lives = pushed
-    with pytest.raises(JournalError, match="holds 3 sessions"):
+    with pytest.raises(JournalError, match="holds 3 lineages of sessions"):
         export(url, "md")
     with pytest.raises(NotASession):
         export(session_url(url, "no-such-session"), "md")
@@ -223,7 +223,7 @@ def test_the_commands_take_database_urls(pushed, tmp_path):
     refused = run_cli(tmp_path, "export", url, "-o", str(tmp_path / "all.md"))
     assert refused.returncode == 2
     assert refused.stderr.splitlines()[-1].startswith("Error: ")
-    assert "holds 3 sessions" in refused.stderr and not (tmp_path / "all.md").exists()
+    assert "holds 3 lineages of sessions" in refused.stderr and not (tmp_path / "all.md").exists()
     shutil.rmtree(tmp_path / "src")  # the database alone answers
     assert run_cli(tmp_path, "search", "lock", url, "--json").returncode == 0
 
