@@ -163,3 +163,41 @@ def test_exporting_a_database_of_several_lineages_counts_them_as_ls_does(
             f"Error: {named}: the database holds 2 lineages of sessions, and export takes one: "
             f"name one of its sessions ({one}, or the URL 'journal ls {named}' gives the "
             "lineage)")
+
+
+def test_push_pull_and_export_say_what_they_start_on_only_where_progress_is_shown(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """They printed `journal: pushing DIR` (pulling into, exporting) to stderr always: into
+    a script's --json run, a cron job's log, a pipe. As progress bars are, it is shown on a
+    terminal and without --json; elsewhere it is logged, shown with -v."""
+    import os
+    import subprocess
+    import sys
+
+    from journal.pg.connect import connect
+
+    connect(pg_url).close()  # the schema made now: the push's warning would be on stderr
+    live = session_file(tmp_path / "files")
+    folder = str(tmp_path / "files")
+    session = f"{pg_url}?session={json.loads(Path(live).read_bytes().splitlines()[0])['id']}"
+    runs = {"push": ["push", folder, pg_url], "pull": ["pull", pg_url, str(tmp_path / "out")],
+            "export": ["export", session, "-o", str(tmp_path / "out.md")]}
+    said = {"push": f"pushing {folder}", "pull": f"pulling into {tmp_path / 'out'}",
+            "export": f"exporting {session} as md"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for name, argv in runs.items():  # stderr a pipe: nothing, with --json or without
+        for extra in ([], ["--json"]):
+            done = subprocess.run([sys.executable, "-m", "journal.cli", *argv, *extra],
+                                  capture_output=True, text=True, env=env, timeout=60)
+            assert done.returncode == 0 and done.stderr == "", (name, extra, done.stderr)
+        done = subprocess.run([sys.executable, "-m", "journal.cli", "-v", *argv, "--json"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0 and f"Info: {said[name]}\n" in done.stderr, done.stderr
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # as on a terminal
+    for name, argv in runs.items():
+        assert main(argv) == 0
+        assert capsys.readouterr().err.startswith(f"journal: {said[name]}\n"), name
+        assert main([*argv, "--json"]) == 0
+        assert "journal: " not in capsys.readouterr().err, name

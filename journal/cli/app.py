@@ -39,6 +39,8 @@ from ..errors import JournalError, describe_os_error
 from ..interrupt import EXIT_TERMINATED, Terminated, terminated, terminated_as_interrupted
 from ..pg.url import DATABASE_ENV, DEFAULT_DATABASE, hide_passwords, is_database_url
 
+log = logging.getLogger(__name__)
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
@@ -237,9 +239,33 @@ def reader_gone(stream: TextIO) -> bool:
     return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events)
 
 
+def is_terminal(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal: the one rule for drawing for a person (tables, bars)
+    rather than writing for a program (tab-separated lines, nothing on stderr)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no such method, or closed
+        return False
+
+
+def shows_progress(enabled: bool = True) -> bool:
+    """Whether progress goes on stderr: only to a terminal, and only when `enabled` (a
+    command passes `not args.json`: output for a script carries no progress)."""
+    return enabled and is_terminal(sys.stderr)
+
+
+def progress_note(text: str, *, enabled: bool = True) -> None:
+    """Say what a long command starts on (`journal: pulling into DIR`) where progress is
+    shown (`shows_progress`); elsewhere it is an INFO line, shown with `-v`."""
+    if shows_progress(enabled):
+        print(f"journal: {text}", file=sys.stderr)
+    else:
+        log.info("%s", text)
+
+
 def progress(items: Sequence[T], description: str, *, enabled: bool = True) -> Iterable[T]:
     """`items`, with a transient progress bar on stderr when it is a terminal and `enabled`."""
-    if not enabled or len(items) < 2 or not sys.stderr.isatty():
+    if len(items) < 2 or not shows_progress(enabled):
         return items
     from rich.console import Console
     from rich.progress import track
@@ -255,7 +281,7 @@ class ByteProgress:
 
     def __init__(self, description: str, *, enabled: bool = True) -> None:
         self.description = description
-        self.enabled = enabled and sys.stderr.isatty()
+        self.enabled = shows_progress(enabled)
         self._bar: Any = None
         self._task: Any = None
 

@@ -11,7 +11,7 @@ import orjson
 from .. import codec
 from ..interrupt import Terminated
 from ..lock import DEFAULT_LOCK_TIMEOUT
-from .app import EXIT_ERROR, EXIT_OK, ByteProgress, seconds
+from .app import EXIT_ERROR, EXIT_OK, ByteProgress, progress_note, seconds
 
 
 def _emit(value: Any) -> None:
@@ -21,7 +21,7 @@ def _emit(value: Any) -> None:
 def cmd_push(args: argparse.Namespace) -> int:
     from ..pg.transfer import PushRefused, push
 
-    print(f"journal: pushing {args.path}", file=sys.stderr)
+    progress_note(f"pushing {args.path}", enabled=not args.json)
     with ByteProgress("reading sessions", enabled=not args.json) as bar:
         try:
             result = push(args.path, args.url, lock_timeout=args.lock_timeout, progress=bar)
@@ -74,7 +74,7 @@ def _print_push(rows: list[dict[str, Any]]) -> None:
 def cmd_pull(args: argparse.Namespace) -> int:
     from ..pg.transfer import pull
 
-    print(f"journal: pulling into {args.dir}", file=sys.stderr)
+    progress_note(f"pulling into {args.dir}", enabled=not args.json)
     result = pull(args.url, args.dir, skip_elsewhere=args.skip_elsewhere)
     for row in result.skipped:
         print(f"Warning: left out {row['file']}: {row['session']} was moved out of the "

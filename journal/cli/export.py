@@ -16,6 +16,7 @@ from ..exporting import FORMATS, ExportReport, export_to
 from ..files import TEMP_SUFFIX, remove_stale_temps
 from ..pg.url import shown
 from ..publish import NewFile
+from .app import progress_note
 
 EXPORT_TAG = "export"
 
@@ -27,7 +28,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return export_as_claude(args)
     if args.json and not args.output:
         raise JournalError("--json reports on the file written; give -o FILE")
-    print(f"journal: exporting {shown(args.path)} as {args.format}", file=sys.stderr)
+    progress_note(f"exporting {shown(args.path)} as {args.format}", enabled=not args.json)
     options = {"all_branches": args.all_branches, "redact": args.redact}
     if args.output is None:
         sys.stdout.flush()
