@@ -158,7 +158,7 @@ def test_file_and_byte_counts_include_subagent_files(
 
     data = json.loads(journal(env, "usage", path, "--json").stdout)
     assert data["files"] == len(files) and data["rows"][0]["files"] == files
-    assert f"1 session(s) in {len(files)} file(s)" in journal(env, "usage", path).stdout
+    assert f"1 session(s) in {len(files)} file(s)" in journal(env, "usage", path).stderr
 
     proc = journal(env, "search", "the", path, "--json")
     data = json.loads(proc.stdout)

@@ -201,3 +201,36 @@ def test_push_pull_and_export_say_what_they_start_on_only_where_progress_is_show
         assert capsys.readouterr().err.startswith(f"journal: {said[name]}\n"), name
         assert main([*argv, "--json"]) == 0
         assert "journal: " not in capsys.readouterr().err, name
+
+
+def test_usage_writes_tab_separated_lines_when_stdout_is_no_terminal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It drew a box table into a pipe or a file, where ls and search write tab-separated
+    lines; the lines about the counting go to stderr there, as search's count does."""
+    import sys
+
+    folder = tmp_path / "sessions"
+    for name in ("one", "two"):
+        with Session.create(str(folder), cwd="/w") as session:
+            session.append_session_info(name)
+            session.append_message({"role": "assistant", "content": [], "provider": "p",
+                                    "model": "m", "stopReason": "stop", "timestamp": 2,
+                                    "usage": {"input": 1000, "output": 20, "cacheRead": 0,
+                                              "cacheWrite": 0, "totalTokens": 1020,
+                                              "cost": {"total": 0.5}}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["usage", "sessions"]) == 0
+    out, err = capsys.readouterr()
+    heading, *rows = (line.split("\t") for line in out.splitlines())
+    assert heading == ["session", "name", "msgs", "input", "output", "cache read",
+                       "cache write", "cost $", "cost from"]
+    assert sorted(row[1] for row in rows[:-1]) == ["one", "two"]
+    assert rows[-1] == ["total", "", "2", "2,000", "40", "0", "0", "1.0000", "recorded"]
+    assert err.startswith("2 session(s) in 2 file(s); prices from ")
+    assert "┃" not in out + err
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # as on a terminal: the table
+    assert main(["usage", "sessions", "--by", "model"]) == 0
+    out, err = capsys.readouterr()
+    assert "Usage by model" in out and "┃" in out and err == ""

@@ -319,7 +319,7 @@ def test_the_command_as_people_run_it(tmp_path):
     proc = journal(files[0])  # an archive names its whole lineage
     assert proc.returncode == 0, proc.stderr
     assert "total" not in proc.stdout  # one row, no total line
-    assert "1 session(s) in 3 file(s)" in proc.stdout
+    assert "1 session(s) in 3 file(s)" in proc.stderr  # the notes: not rows of a pipe
     total = f"{sum(m['usage']['cost']['total'] for m in written):,.4f}"
     assert total in proc.stdout and "recorded" in proc.stdout
     proc = journal("sessions", "--by", "model")

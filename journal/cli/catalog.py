@@ -27,7 +27,7 @@ from ..errors import JournalError
 from ..pg.url import is_database_url
 from ..prices import load_prices
 from ..rowcache import RowCache, default_cache_path
-from .app import ByteProgress, paths_or_default
+from .app import ByteProgress, is_terminal, paths_or_default
 from .filesonly import files_only
 
 LS_DESCRIPTION = (
@@ -110,7 +110,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([r.to_json() for r in rows])
         return 0
-    if sys.stdout.isatty():
+    if is_terminal(sys.stdout):
         from rich import box
         from rich.console import Console
         from rich.table import Table

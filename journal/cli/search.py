@@ -11,7 +11,7 @@ import orjson
 
 from .. import codec
 from ..textsearch import ROLES, Hit, SearchResult, search
-from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress, paths_or_default
+from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress, is_terminal, paths_or_default
 
 DESCRIPTION = (
     "Search sessions for text: user and assistant messages, thinking, tool calls (name and "
@@ -83,7 +83,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def _print(result: SearchResult) -> None:
     for problem in result.problems:
         print(f"Warning: {problem.path}: {problem.message}", file=sys.stderr)
-    if sys.stdout.isatty():
+    if is_terminal(sys.stdout):
         _print_rich(result)
     else:
         for hit in result.hits:

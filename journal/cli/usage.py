@@ -14,7 +14,7 @@ from ..accounting import BY, By, Tally, UsageReport, usage
 from ..discovery import check_paths
 from ..pg.url import is_database_url
 from ..prices import PRICES_ENV, load_prices
-from .app import ByteProgress, paths_or_default
+from .app import ByteProgress, is_terminal, paths_or_default
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
@@ -29,48 +29,74 @@ def cmd_usage(args: argparse.Namespace) -> int:
         sys.stdout.write(codec.dumps(report.to_json(args.by), orjson.OPT_INDENT_2).decode()
                          + "\n")
         return 0
-    _print_table(report, args.by)
+    if is_terminal(sys.stdout):
+        _print_table(report, args.by)
+    else:  # for a program, as ls and search write: a heading line, then a row a line
+        for line in _lines(report, args.by):
+            print("\t".join(line))
+        for note in _notes(report, args.by):
+            print(note, file=sys.stderr)
     return 0
+
+
+HEADINGS = ["msgs", "input", "output", "cache read", "cache write", "cost $", "cost from"]
+
+
+def _lines(report: UsageReport, by: By) -> list[list[str]]:
+    """The table's heading and rows (the total last, where there are several rows)."""
+    named = {s.path: s.name or "" for s in report.sessions} if by == "session" else None
+    lines = [[by, *(["name"] if named is not None else []), *HEADINGS]]
+    rows = report.rows(by)
+    for key, tally in rows:
+        extra = [named[key]] if named is not None else []
+        lines.append([_shown(key) if named is not None else key, *extra, *_cells(tally)])
+    if len(rows) > 1:
+        lines.append(["total", *([""] if named is not None else []), *_cells(report.total)])
+    return lines
 
 
 def _print_table(report: UsageReport, by: By) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    heading, *rows = _lines(report, by)
     table = Table(title=f"Usage by {by}", title_justify="left")
-    table.add_column(by, overflow="fold")
-    named = {s.path: s.name or "" for s in report.sessions} if by == "session" else None
-    if named is not None:
-        table.add_column("name", overflow="fold")
-    for name in ("msgs", "input", "output", "cache read", "cache write", "cost $"):
-        table.add_column(name, justify="right")
-    table.add_column("cost from")
-    rows = report.rows(by)
-    for key, tally in rows:
-        extra = [named[key]] if named is not None else []
-        table.add_row(_shown(key) if named is not None else key, *extra, *_cells(tally))
-    if len(rows) > 1:
+    for name in heading:
+        if name in HEADINGS[:-1]:  # the counts and the cost
+            table.add_column(name, justify="right")
+        elif name == "cost from":
+            table.add_column(name)
+        else:  # what a row is of, and a session's name
+            table.add_column(name, overflow="fold")
+    total = rows.pop() if len(rows) > 1 else None
+    for row in rows:
+        table.add_row(*row)
+    if total is not None:
         table.add_section()
-        extra = [""] if named is not None else []
-        table.add_row("total", *extra, *_cells(report.total), style="bold")
-    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+        table.add_row(*total, style="bold")
+    console = Console(soft_wrap=False)
     console.print(table)
+    for note in _notes(report, by):
+        console.print(note, highlight=False)
+
+
+def _notes(report: UsageReport, by: By) -> list[str]:
+    """What the rows are counted from and on: the sessions, the prices, messages counted in
+    several rows, models without a price."""
     files = sum(len(s.files) for s in report.sessions)
-    console.print(f"{len(report.sessions)} session(s) in {files} file(s); prices from "
-                  f"{report.prices.path} (as of {report.prices.as_of}) for messages that "
-                  "recorded no cost", highlight=False)
+    notes = [f"{len(report.sessions)} session(s) in {files} file(s); prices from "
+             f"{report.prices.path} (as of {report.prices.as_of}) for messages that "
+             "recorded no cost"]
     repeated = report.repeated
     if repeated.messages:
-        console.print(f"{repeated.messages:,} message(s) ({repeated.total_tokens:,} tokens, "
-                      f"${repeated.cost:,.4f}) are in more than one session (history a fork, "
-                      "a resumed transcript or an import copied): counted in each session's "
-                      "row, once in the total"
-                      + (" and in these rows" if by != "session" else ""),
-                      highlight=False)
+        notes.append(f"{repeated.messages:,} message(s) ({repeated.total_tokens:,} tokens, "
+                     f"${repeated.cost:,.4f}) are in more than one session (history a fork, "
+                     "a resumed transcript or an import copied): counted in each session's "
+                     "row, once in the total" + (" and in these rows" if by != "session" else ""))
     if report.unpriced_models:
-        console.print("no cost recorded and no price for: " + ", ".join(report.unpriced_models)
-                      + f" (add them to a price file: --prices FILE or ${PRICES_ENV})",
-                      highlight=False)
+        notes.append("no cost recorded and no price for: " + ", ".join(report.unpriced_models)
+                     + f" (add them to a price file: --prices FILE or ${PRICES_ENV})")
+    return notes
 
 
 def _shown(path: str) -> str:
