@@ -436,8 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
                        f"{DEFAULT_SETTINGS.rotate_min_bytes:,}; 0: after every compaction)")
         p.add_argument("--sessions-dir", metavar="DIR",
                        help="where new sessions go: a folder, or a PostgreSQL database "
-                       "(postgresql://user@host/db) (default $JOURNAL_SESSIONS_DIR/<workspace>, "
-                       "else ~/.journal-agent/sessions/<workspace>)")
+                       "(postgresql://user@host/db, or pg: for the one $JOURNAL_DATABASE_URL "
+                       "names) (default $JOURNAL_SESSIONS_DIR/<workspace>, or the database "
+                       "it names, else ~/.journal-agent/sessions/<workspace>)")
 
     p = sub.add_parser("run", help="run one task to completion",
                        description="Append TASK to the session and run until the model stops.")

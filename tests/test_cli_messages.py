@@ -234,3 +234,21 @@ def test_usage_writes_tab_separated_lines_when_stdout_is_no_terminal(
     assert main(["usage", "sessions", "--by", "model"]) == 0
     out, err = capsys.readouterr()
     assert "Usage by model" in out and "┃" in out and err == ""
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_the_agents_sessions_dir_help_names_pg_as_the_readme_does(
+        command: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`journal-agent run --help` gave only the postgresql:// form for --sessions-dir; the
+    README and docs/cli.md give `pg:` too."""
+    from agent.cli import main as agent_main
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line an option: nothing cut at a hyphen
+    with pytest.raises(SystemExit) as done:
+        agent_main([command, "--help"])
+    assert done.value.code == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines()
+              if line.lstrip().startswith("--sessions-dir")]
+    assert ("a PostgreSQL database (postgresql://user@host/db, or pg: for the one "
+            "$JOURNAL_DATABASE_URL names)") in line
