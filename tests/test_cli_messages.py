@@ -252,3 +252,17 @@ def test_the_agents_sessions_dir_help_names_pg_as_the_readme_does(
               if line.lstrip().startswith("--sessions-dir")]
     assert ("a PostgreSQL database (postgresql://user@host/db, or pg: for the one "
             "$JOURNAL_DATABASE_URL names)") in line
+
+
+def test_the_agents_queue_help_says_it_takes_a_database_session(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`journal-agent queue --help` called SESSION 'the session file', while the command
+    queues for a database session too (docs/cli.md, `journal-agent queue`)."""
+    from agent.cli import main as agent_main
+
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        agent_main(["queue", "--help"])
+    [line] = [line for line in capsys.readouterr().out.splitlines()
+              if line.lstrip().startswith("SESSION ")]
+    assert "or a database session (pg:ID, postgresql://...?session=ID)" in line
