@@ -243,8 +243,16 @@ class EmbeddedServer:
             for made in (dist, copy.parent, copy):
                 os.chmod(made, 0o755)
         if not self._runs(copy / "bin"):
-            raise ServerError(f"the user nobody cannot run the server's programs in {copy}")
+            raise ServerError(f"the user nobody cannot run the server's programs in {copy}"
+                              f"{self._unreachable()}")
         return copy / "bin"
+
+    def _unreachable(self) -> str:
+        """Why the server's user may not reach its folder, for an error that says so."""
+        if not self.as_nobody:
+            return ""
+        return (f" (run as root, the server runs as the user nobody, who must be able to "
+                f"enter every folder above {self.folder}: give it a folder under /tmp, say)")
 
     def _runs(self, bin_dir: Path) -> bool:
         try:
@@ -270,10 +278,8 @@ class EmbeddedServer:
                            check=False)
         if result.returncode != 0:
             why = result.stderr.strip()[-2000:]
-            if self.as_nobody and "Permission denied" in why:
-                why += (f" (run as root, the server runs as the user nobody, who must be able "
-                        f"to enter every folder above {self.folder}: give it a folder under "
-                        "/tmp, say)")
+            if "Permission denied" in why:
+                why += self._unreachable()
             raise ServerError(f"initdb failed: {why}")
 
     def _run(self, argv: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
