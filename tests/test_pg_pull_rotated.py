@@ -6,11 +6,14 @@ pull killed at any step is finished by running it again."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +21,41 @@ import pytest
 pytest.importorskip("psycopg", reason="the PostgreSQL extra is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = "import sys\nfrom journal.cli.commands import main\nsys.exit(main())\n"
 
 
 def journal(*args: str, env: dict[str, str], stdin: bytes = b"",
             ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-c", CLI, *args], input=stdin.decode(),
-                          capture_output=True, env=env, timeout=60, text=True)
+    """`journal ARGS` run here, as a user runs it but without a new interpreter each time
+    (the steps a test kills run in a child: `STEP_CHILD`), under `env`'s database and HOME."""
+    from journal.cli.commands import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {key: os.environ.get(key) for key in ("JOURNAL_DATABASE_URL", "HOME")}
+    os.environ.update({key: env[key] for key in saved})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                _stdin(stdin):
+            code = main(list(args))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    done = subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
     if ok:
         assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done
+
+
+@contextlib.contextmanager
+def _stdin(data: bytes) -> Iterator[None]:
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data))
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 @pytest.fixture
