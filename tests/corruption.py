@@ -150,6 +150,22 @@ def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
+def reused_id() -> Session:
+    """e04 reuses the id "e02" (line 5); e05 (after it) points at "e02", meaning e04, as does
+    a label after it."""
+    s = Session()
+    s.user("one")
+    s.assistant(text("first e02"))
+    s.user("two")
+    s.assistant(text("second, reusing e02"))
+    s.entries[-1]["id"] = "e02"
+    s.leaf = "e02"
+    s.user("three")
+    s.add("label", targetId="e02", label="the second")
+    s.assistant(text("end"))
+    return s
+
+
 def call(call_id: str, name: str = "read") -> dict[str, Any]:
     return {"type": "toolCall", "id": call_id, "name": name, "arguments": {"path": "a.ts"}}
 

@@ -57,6 +57,7 @@ from corruption import (
     parity_module,
     read_records,
     replace_line,
+    reused_id,
     split_lines,
     text,
     torn_tail,
@@ -576,21 +577,6 @@ def _(s: Sources) -> bytes:
 # -- duplicate ids
 
 
-def _collision() -> Session:
-    """e04 reuses the id "e02"; e05 (after it) points at "e02", meaning e04, as does a label."""
-    s = Session()
-    s.user("one")
-    s.assistant(text("first e02"))
-    s.user("two")
-    s.assistant(text("second, reusing e02"))
-    s.entries[-1]["id"] = "e02"
-    s.leaf = "e02"
-    s.user("three")
-    s.add("label", targetId="e02", label="the second")
-    s.assistant(text("end"))
-    return s
-
-
 def _collision_fixed(outcome: Outcome, s: Sources) -> None:
     [problem] = only_kinds(outcome, "duplicate_id")
     new = problem.action.removeprefix("renamed to ")
@@ -607,7 +593,7 @@ def _collision_fixed(outcome: Outcome, s: Sources) -> None:
 @case("duplicate-id/collision", {"duplicate_id": 1})
 @checked(_collision_fixed)
 def _(s: Sources) -> bytes:
-    return _collision().bytes()
+    return reused_id().bytes()
 
 
 def _copied_line(outcome: Outcome, s: Sources) -> None:
@@ -1306,7 +1292,7 @@ def test_v1_compaction_with_pairing_fix_keeps_every_line(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("build", [_missing_result, _moved_result, _duplicate_call_ids,
-                                   lambda: _collision().bytes()],
+                                   lambda: reused_id().bytes()],
                          ids=["missing-result", "moved-result", "duplicate-call-id",
                               "duplicate-id"])
 def test_report_lists_every_rewritten_line(build: Callable[[], bytes], tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 import pytest
-from corruption import Session, call, line_offset, split_lines, text
+from corruption import Session, call, line_offset, reused_id, split_lines, text
 
 import journal
 import journal.model
@@ -46,21 +46,6 @@ def duplicate_seed(data: bytes, index: int) -> str:
     line = split_lines(data)[index]
     return (f"duplicate_id:{line_offset(data, index)}:"
             f"{hashlib.blake2b(line, digest_size=16).hexdigest()}")
-
-
-def reused() -> Session:
-    """e04 reuses the id "e02" (line 5); e05 and a label after it mean e04 by it."""
-    s = Session()
-    s.user("one")
-    s.assistant(text("first e02"))
-    s.user("two")
-    s.assistant(text("second, reusing e02"))
-    s.entries[-1]["id"] = "e02"
-    s.leaf = "e02"
-    s.user("three")
-    s.add("label", targetId="e02", label="the second")
-    s.assistant(text("end"))
-    return s
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -88,7 +73,7 @@ def every_look(capsys: pytest.CaptureFixture[str], where: str) -> list[list[str]
 
 def test_info_dry_run_check_and_repair_name_one_id_for_a_duplicate(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = reused().bytes()
+    data = reused_id().bytes()
     path = tmp_path / "s.jsonl"
     path.write_bytes(data)
     looks = every_look(capsys, str(path))
@@ -106,7 +91,7 @@ def test_info_dry_run_and_repair_name_one_id_on_a_database_session(
     from journal.pg.url import session_url
     from journal.storage import as_storage
 
-    data = reused().bytes()
+    data = reused_id().bytes()
     url = session_url(pg_url, str(uuid.uuid4()))
     as_storage(url).create(data)
     looks = every_look(capsys, url)
@@ -189,7 +174,7 @@ def test_an_id_the_derivation_would_pick_that_the_session_holds_is_passed_over(
     """A line after the duplicate holds or names the id its first attempt gives (or a torn
     line, whose bytes repair drops, held it): the rename takes the next attempt's, and that
     line keeps what it meant."""
-    s = reused()
+    s = reused_id()
     first = derived(duplicate_seed(s.bytes(), 4))  # what the duplicate would get
     planted = s.lines()
     if how == "an entry's id":
@@ -222,7 +207,7 @@ def test_two_made_ids_never_coincide(tmp_path: Path, monkeypatch: pytest.MonkeyP
     pass over the id made for the first one."""
     monkeypatch.setattr(journal.model, "_hex8",
                         lambda seed: f"{int(seed.rsplit(':', 1)[1]):08x}", raising=False)
-    s = reused()  # line 5 reuses e02
+    s = reused_id()  # line 5 reuses e02
     s.assistant(text("reusing e06"))  # and line 9, e06 (the label)
     s.entries[-1]["id"] = "e06"
     path = tmp_path / "s.jsonl"
