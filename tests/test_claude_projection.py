@@ -359,6 +359,23 @@ def test_detection(tmp_path: Path) -> None:
         load(stats.path, dialect="cursor")
 
 
+def test_a_pi_file_whose_header_type_says_assistant_is_still_pi(tmp_path: Path) -> None:
+    """A Claude Code type on a line with none of Claude Code's keys is weak evidence: the pi
+    entries after it decide (found by tests/test_hostile_props.py)."""
+    header = b'{"type":"assistant","version":3,"cwd":"/w"}\n'
+    entry = (b'{"type":"message","id":"e1","parentId":null,"timestamp":"2026-01-01T00:00:01Z",'
+             b'"message":{"role":"user","content":"hi","timestamp":1}}\n')
+    assert claude.detect_bytes(header + entry) == claude.PI
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(header + entry)
+    assert claude.dialect_of(path) == claude.PI
+    assert [e["id"] for e in load(path).entries] == ["e1"]
+    # alone, the weak line still tells: a file of such lines is Claude Code's
+    assert claude.detect_bytes(header) == claude.CLAUDE
+    path.write_bytes(header)
+    assert claude.dialect_of(path) == claude.CLAUDE
+
+
 def test_session_open_refuses_and_leaves_nothing(tmp_path: Path) -> None:
     stats = gc.generate(tmp_path, mb=0.1, seed=2)
     before = stats.path.read_bytes()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from journal import Session, View, load
@@ -195,6 +195,8 @@ def test_the_base_session_is_clean(tmp_path):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(mutation, min_size=1, max_size=4))
+# a header whose type says Claude Code's "assistant" once made the file read as a transcript
+@example(changes=[("header", 0, "type", "assistant"), ("header", 0, "id", DELETE)])
 def test_hostile_fields_never_raise_and_repair_loads_clean(tmp_path_factory, changes):
     path = tmp_path_factory.mktemp("hostile") / "s.jsonl"
     entries, header = base_entries(), dict(HEADER)

@@ -4,6 +4,10 @@ Decided per file, from its records: the first JSON object with a string `type` n
 file starts with its `session` header and its entries carry `id`/`parentId`; a Claude Code
 transcript has no header, its records carry `uuid`/`parentUuid`, and their types (`user`,
 `assistant`, `summary`, ...) are none of pi's. Damaged or blank leading lines are skipped.
+
+A line with a Claude Code type but none of its keys (`{"type": "assistant"}`) is weak
+evidence: it names the dialect only when no later scanned line tells. A pi file whose damaged
+header says `"type": "assistant"` is still read as pi's, from its entries.
 """
 
 from __future__ import annotations
@@ -30,21 +34,32 @@ _CLAUDE_KEYS = ("parentUuid", "leafUuid", "isSidechain", "messageId")
 
 def record_dialect(value: Any) -> str | None:
     """The dialect one parsed line belongs to, or None when it does not tell."""
+    found, _ = _told(value)
+    return found
+
+
+def _told(value: Any) -> tuple[str | None, bool]:
+    """The dialect one parsed line names, and whether it names it firmly (see the module's
+    docstring for the weak case)."""
     if not isinstance(value, dict):
-        return None
+        return None, False
     kind = value.get("type")
     if not isinstance(kind, str):
-        return None
+        return None, False
     if kind in _PI_TYPES:
-        return PI
+        return PI, True
     if "id" in value and "uuid" not in value and "parentUuid" not in value:
-        return PI  # pi's ids on a line whose type was damaged (Claude records have a uuid)
-    if kind in RECORD_TYPES or any(key in value for key in _CLAUDE_KEYS):
-        return CLAUDE
-    return None
+        return PI, True  # pi's ids on a line whose type was damaged (Claude records have a uuid)
+    if any(key in value for key in _CLAUDE_KEYS):
+        return CLAUDE, True
+    if kind in RECORD_TYPES:
+        return CLAUDE, False
+    return None, False
 
 
-def _decide(lines: list[bytes]) -> str | None:
+def _decide(lines: list[bytes], weak: list[str]) -> str | None:
+    """The first firm answer among `lines`; a weak one is appended to `weak` for the caller
+    to fall back on."""
     for raw in lines:
         raw = raw.strip().removeprefix(b"\xef\xbb\xbf")
         if not raw:
@@ -53,15 +68,18 @@ def _decide(lines: list[bytes]) -> str | None:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue
-        found = record_dialect(value)
-        if found is not None:
+        found, firm = _told(value)
+        if found is not None and firm:
             return found
+        if found is not None:
+            weak.append(found)
     return None
 
 
 def detect_bytes(data: bytes) -> str:
     """The dialect of a file whose first bytes are `data` (pi when nothing tells)."""
-    return _decide(data.split(b"\n")[:_SCAN_LINES]) or PI
+    weak: list[str] = []
+    return _decide(data.split(b"\n")[:_SCAN_LINES], weak) or (weak[0] if weak else PI)
 
 
 def detect_stream(f: IO[bytes]) -> str:
@@ -79,18 +97,19 @@ def stated_dialect(f: IO[bytes]) -> str | None:
         f.seek(0)
         pending = b""
         seen = read = 0
+        weak: list[str] = []
         while seen < _SCAN_LINES and read < _SCAN_BYTES:
             block = f.read(_BLOCK)
             read += len(block)
             if not block:
-                return _decide([pending])
+                return _decide([pending], weak) or (weak[0] if weak else None)
             *lines, pending = (pending + block).split(b"\n")
             lines = lines[:_SCAN_LINES - seen]
             seen += len(lines)
-            found = _decide(lines)
+            found = _decide(lines, weak)
             if found is not None:
                 return found
-        return None
+        return weak[0] if weak else None
     finally:
         f.seek(where)
 
