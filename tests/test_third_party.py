@@ -57,7 +57,7 @@ def test_tests_on_real_pi_files_skip_with_the_reason_when_they_are_absent(tmp_pa
     ]
     env = {**os.environ, sf.ENV_VAR: str(tmp_path / "absent")}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", *selected],
+        [sys.executable, "-m", "pytest", "-n", "0", "-rs", "-p", "no:cacheprovider", *selected],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     out = done.stdout
