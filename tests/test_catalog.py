@@ -299,8 +299,6 @@ def test_prune_keeps_a_session_with_messages_queued_for_its_agent(tmp_path):
 def test_ls_on_a_terminal_keeps_a_row_on_one_line(tmp_path):
     """A long title (a Claude Code summary, a pi session name) was wrapped a word a line, and
     in 120 columns every column was squeezed to a few letters a line."""
-    import pty
-
     folder = tmp_path / "sessions"
     folder.mkdir()
     title = "a very long session title that names what the session did word after word " * 2
@@ -308,6 +306,21 @@ def test_ls_on_a_terminal_keeps_a_row_on_one_line(tmp_path):
         s.append_session_info(title.strip())
         s.append_message({"role": "user", "content": "hi", "timestamp": 1})
         path = s.path
+    lines = ls_on_a_terminal(tmp_path, folder)
+    text = "\n".join(lines)
+    with Session.open(path) as s:
+        short_id = s.header["id"][:8]
+    rows = [line for line in lines if short_id in line]
+    assert len(rows) == 1, text  # the session's row: one line
+    assert "a very long" in rows[0] and rows[0].rstrip().endswith("live"), text
+    assert max(len(line.rstrip()) for line in lines) <= 120, text
+    assert len(lines) == 3, text  # the heading, its rule and the row: nothing wrapped
+
+
+def ls_on_a_terminal(tmp_path: Path, folder: Path) -> list[str]:
+    """`journal ls FOLDER`'s non-blank lines on a terminal of 120 columns, escapes removed."""
+    import pty
+
     master, slave = pty.openpty()
     env = {**os.environ, "HOME": str(tmp_path), "NO_COLOR": "1", "COLUMNS": "120",
            "LINES": "40", "TERM": "xterm"}
@@ -327,11 +340,27 @@ def test_ls_on_a_terminal_keeps_a_row_on_one_line(tmp_path):
     os.close(master)
     assert done.returncode == 0, done.stderr
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode())  # bold headings
-    lines = [line for line in text.splitlines() if line.strip()]
-    with Session.open(path) as s:
-        short_id = s.header["id"][:8]
-    rows = [line for line in lines if short_id in line]
-    assert len(rows) == 1, text  # the session's row: one line
-    assert "a very long" in rows[0] and rows[0].rstrip().endswith("live"), text
-    assert max(len(line.rstrip()) for line in lines) <= 120, text
-    assert len(lines) == 3, text  # the heading, its rule and the row: nothing wrapped
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_ls_tells_sessions_made_in_the_same_minute_apart(tmp_path):
+    """pi's session ids are UUIDv7: their first 8 characters are the time they were made, in
+    units of about 65 seconds, so a table cut each to 8 showed one id for all of them."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    ids = ["01a23a36-c392-7000-8000-00000000000a", "01a23a36-c392-7000-8000-00000000000b",
+           "01a23a36-d000-7000-8000-000000000000", "01b00000-0000-7000-8000-000000000000"]
+    for n, session_id in enumerate(ids):
+        header = {"type": "session", "version": 3, "id": session_id,
+                  "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+        entry = {"type": "message", "id": f"e{n:07d}", "parentId": None,
+                 "timestamp": "2026-01-01T00:00:01.000Z",
+                 "message": {"role": "user", "content": "hi", "timestamp": 1}}
+        (folder / f"s{n}.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n")
+    lines = ls_on_a_terminal(tmp_path, folder)
+    shown = {word for line in lines for word in line.split() if word.startswith("01")}
+    assert shown == {ids[0], ids[1], "01a23a36-d", "01b00000"}, lines
+    # for a program: the whole id, whatever the other rows hold
+    proc = run_cli(tmp_path, "ls", str(folder), "--sort", "path")
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split("\t")[1] for line in proc.stdout.splitlines()[1:]] == ids

@@ -248,6 +248,17 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def tsv_line(cells: Iterable[str]) -> str:
+    """One row of the tab-separated output written for a program (`ls`, `usage`, `search`
+    when stdout is not a terminal): a backslash, tab, newline or carriage return inside a
+    cell is written `\\\\`, `\\t`, `\\n`, `\\r` (as PostgreSQL's COPY text format
+    does), so that a session's name or path holding one is still one row of the same cells."""
+    return "\t".join(cell.translate(_TSV_ESCAPES) for cell in cells)
+
+
 def shows_progress(enabled: bool = True) -> bool:
     """Whether progress goes on stderr: only to a terminal, and only when `enabled` (a
     command passes `not args.json`: output for a script carries no progress)."""

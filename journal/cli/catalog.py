@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import sys
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from ..errors import JournalError
 from ..pg.url import is_database_url
 from ..prices import load_prices
 from ..rowcache import RowCache, default_cache_path
-from .app import ByteProgress, is_terminal, paths_or_default
+from .app import ByteProgress, is_terminal, paths_or_default, tsv_line
 from .filesonly import files_only
 
 LS_DESCRIPTION = (
@@ -70,7 +71,7 @@ def _state(row: SessionRow) -> str:
 def _cells(row: SessionRow) -> list[str]:
     tokens = f"{row.tokens:,}" if row.tokens is not None else ""
     cost = f"{row.cost:,.4f}" if row.cost is not None else ""
-    return [row.name or "", (row.session_id or "?")[:8], row.cwd or "", ", ".join(row.models),
+    return [row.name or "", row.session_id or "?", row.cwd or "", ", ".join(row.models),
             (row.first or "")[:19], (row.last or "")[:19], f"{row.entries:,}",
             str(len(row.read_files)), _size(row.size), tokens, cost, _state(row)]
 
@@ -82,6 +83,22 @@ RIGHT = ("entries", "files", "size", "tokens", "cost")
 # count are the tab-separated output's and --json's)
 TERMINAL = ["name", "id", "models", "last", "entries", "size", "tokens", "cost", "state"]
 WIDEST = {"name": 32, "models": 28}  # its columns cut short, at most this wide
+SHORT_ID = 8
+
+
+def short_ids(ids: Sequence[str]) -> list[str]:
+    """Each id cut to the shortest prefix, at least SHORT_ID characters, that no other id in
+    `ids` starts with (as git abbreviates hashes). A time-ordered id (pi's UUIDv7 session
+    ids) begins with its creation time, so sessions made within a minute share their first
+    eight characters: the table's id column would not tell them apart."""
+    ordered = sorted(set(ids))
+    out = []
+    for session_id in ids:
+        i = bisect.bisect_left(ordered, session_id)
+        shared = max((len(os.path.commonprefix([session_id, ordered[j]]))
+                      for j in (i - 1, i + 1) if 0 <= j < len(ordered)), default=0)
+        out.append(session_id[:max(SHORT_ID, shared + 1)])
+    return out
 
 
 def _database_rows(dirs: list[str], args: argparse.Namespace) -> list[DatabaseRow]:
@@ -116,9 +133,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         lines = []
-        for row in rows:
+        ids = short_ids([r.session_id or "?" for r in rows])
+        for row, short in zip(rows, ids, strict=True):
             cells = dict(zip(HEADINGS, _cells(row), strict=True))
             cells["last"] = cells["last"][:16].replace("T", " ")
+            cells["id"] = short
             lines.append([cells[h] for h in TERMINAL])
         console = Console(no_color=bool(os.environ.get("NO_COLOR")))
         widths = [max([len(h), *(len(line[i]) for line in lines)])
@@ -138,9 +157,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             table.add_row(*line, style="red" if row.state == "needs-repair" else None)
         console.print(table)
     else:
-        print("\t".join([*HEADINGS, "path"]))
+        print(tsv_line([*HEADINGS, "path"]))
         for row in rows:
-            print("\t".join([*_cells(row), row.path]))
+            print(tsv_line([*_cells(row), row.path]))
     for row in rows:
         if row.problems:
             print(f"Warning: {row.path}: {'; '.join(row.problems)}", file=sys.stderr)

@@ -11,7 +11,14 @@ import orjson
 
 from .. import codec
 from ..textsearch import ROLES, Hit, SearchResult, search
-from .app import EXIT_FINDINGS, EXIT_OK, ByteProgress, is_terminal, paths_or_default
+from .app import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    ByteProgress,
+    is_terminal,
+    paths_or_default,
+    tsv_line,
+)
 
 DESCRIPTION = (
     "Search sessions for text: user and assistant messages, thinking, tool calls (name and "
@@ -87,7 +94,8 @@ def _print(result: SearchResult) -> None:
         _print_rich(result)
     else:
         for hit in result.hits:
-            print(f"{hit.session}\t{hit.entry_id}\t{hit.timestamp}\t{_who(hit)}\t{hit.snippet}")
+            print(tsv_line([hit.session, hit.entry_id or "", hit.timestamp or "", _who(hit),
+                            hit.snippet]))
     more = " (stopped at --limit)" if result.truncated else ""
     print(f"{len(result.hits)} hit(s) in {result.sessions} session(s), {result.files} file(s), "
           f"{result.bytes:,} bytes{more}", file=sys.stderr)

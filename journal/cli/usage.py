@@ -14,7 +14,7 @@ from ..accounting import BY, By, Tally, UsageReport, usage
 from ..discovery import check_paths
 from ..pg.url import is_database_url
 from ..prices import PRICES_ENV, load_prices
-from .app import ByteProgress, is_terminal, paths_or_default
+from .app import ByteProgress, is_terminal, paths_or_default, tsv_line
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
@@ -33,7 +33,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
         _print_table(report, args.by)
     else:  # for a program, as ls and search write: a heading line, then a row a line
         for line in _lines(report, args.by):
-            print("\t".join(line))
+            print(tsv_line(line))
         for note in _notes(report, args.by):
             print(note, file=sys.stderr)
     return 0
