@@ -38,6 +38,7 @@ what the machine allows.
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing as mp
 import os
 import resource
@@ -383,6 +384,8 @@ def start_server(unix_socket: bool = False) -> tuple[str, Callable[[], None]]:
     with `unix_socket`, else TCP), and how to stop it."""
     from journal.pg.server import EmbeddedServer
 
+    # its one database is new: that the journal schema is made there is no news
+    logging.getLogger("journal.pg.schema").setLevel(logging.ERROR)
     server = EmbeddedServer(fsync=True, unix_socket=unix_socket).start()
     return (server.socket_url() if unix_socket else server.url()), server.close
 
