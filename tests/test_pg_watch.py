@@ -232,6 +232,6 @@ def test_a_wait_after_the_registration_may_have_expired_returns_at_once(
         time.sleep(0.6)  # longer than a registration lasts
         started = time.monotonic()
         assert watch.wait([Stream("s1")]) is True
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 2.5  # at once, not after the 5 s timeout
     finally:
         watch.close()
