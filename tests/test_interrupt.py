@@ -191,7 +191,11 @@ class SlowToFlush:
         if not self.waited:
             self.waited = True
             os.write(2, b"flushing\n")
-            time.sleep(30)
+            # in steps: a SIGTERM that comes after the write but before one long sleep's
+            # system call starts would not cut that sleep short (Python runs its handler
+            # between steps), and the test would wait out the whole sleep
+            for _ in range(600):
+                time.sleep(0.1)
         real.flush()
 
     def __getattr__(self, name):
