@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-import signal
 import sys
+import time
 from typing import Any
 
 from .. import codec
 from ..pg.url import DATABASE_ENV
+
+STEP = 0.2
+"""How long a stop waits at most to be heeded, after the signal's own delivery."""
 
 
 def cmd_pg_server(args: argparse.Namespace) -> int:
@@ -38,8 +41,12 @@ def cmd_pg_server(args: argparse.Namespace) -> int:
         print(f"journal: PostgreSQL running on {server.host}:{server.port}, its data in "
               f"{server.folder} ({fate} when it stops); Ctrl-C or SIGTERM stops it",
               file=sys.stderr, flush=True)
+        # until a signal's handler raises (Ctrl-C, SIGTERM). Not signal.pause(): a signal
+        # that comes just before it starts waiting is handled only at the next signal, so
+        # a stop sent right after the URL was printed could go unheeded; a short sleep's
+        # loop runs the handler within one step
         while True:
-            signal.pause()  # until a signal's handler raises (Ctrl-C, SIGTERM)
+            time.sleep(STEP)
 
 
 def _make_schema(url: str) -> None:
