@@ -364,3 +364,42 @@ def test_a_lock_file_alone_at_the_old_name_is_left_to_prune(
     else:
         assert after.pop(lock.name) == b"12345\n"
     assert after == pulled_clean(successor, env, tmp_path)
+
+
+def pushed_as_session_jsonl(folder: Path, env: dict[str, str]) -> str:
+    """A file session named `session.jsonl` in `folder`, pushed: its `pg:` name."""
+    folder.mkdir()
+    made = json.loads(journal("new", str(folder), "--json", env=env).stdout)
+    Path(made["path"]).rename(folder / "session.jsonl")
+    journal("push", str(folder), env=env)
+    return f"pg:{made['id']}"
+
+
+def test_a_lineage_in_a_folder_of_its_own_keeps_its_folder_across_rotations(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """Two sessions pushed as `session.jsonl` from two folders: a pull of the database puts
+    the second lineage in a folder of its own. Once it was named by the lineage's live
+    session, so after a rotation the next pull wrote the lineage into a new folder and
+    left the first pull's copy behind, a second live file of the session. The folder is
+    named by the lineage's first session now, and a pull after each rotation (of either
+    lineage) ends as a pull into an empty folder does."""
+    first = pushed_as_session_jsonl(tmp_path / "a", env)
+    second = pushed_as_session_jsonl(tmp_path / "b", env)
+    out = tmp_path / "out"
+    journal("pull", "pg:", str(out), env=env)
+    folder = second.removeprefix("pg:")
+    assert set(everything(out)) == {"session.jsonl", folder, f"{folder}/session.jsonl"}
+
+    grow_and_compact(second, env, "b")
+    rotate(second, env)
+    report = json.loads(journal("pull", "pg:", str(out), "--json", env=env).stdout)
+    assert everything(out) == pulled_clean("pg:", env, tmp_path)
+    assert [row["file"] for row in report["archived"]] == [str(out / folder / "session.jsonl")]
+    assert (out / folder / "archive" / "session.jsonl").is_file()
+
+    grow_and_compact(first, env, "a")
+    rotate(first, env)
+    journal("pull", "pg:", str(out), env=env)
+    assert everything(out) == pulled_clean("pg:", env, tmp_path)
+    assert sorted(p.name for p in out.glob("*/archive/*")) == ["session.jsonl"]
+    assert (out / "archive" / "session.jsonl").is_file()

@@ -766,11 +766,16 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
     Two sessions can have one file name: files of one name pushed from two folders, or a
     session pushed back after a pull under its header's id while the one it was pulled from
     is still there. The lineage met first (the oldest) keeps its names; a later lineage with
-    a name taken is written whole into a folder of its own, named by its live session's id
+    a name taken is written whole into a folder of its own, named by its first session's id
     (`<id>/<name>`), its files keeping their names relative to each other, so that its live
     file's `parentSession` still finds its archives; a session whose name its own lineage
     has already goes into a folder named by its own id. So the whole database can be
-    pulled, and no file is written twice."""
+    pulled, and no file is written twice.
+
+    An archive's name counts with the name it had while live (`_names_over_time`), and the
+    folder is named by a session a rotation does not replace: so a lineage is placed as an
+    earlier pull placed it, whichever lineage rotated since, and that pull's copy of a
+    session rotated since is found beside the archive (`_earlier_names`)."""
     named: list[tuple[str, str, PostgresStorage]] = []
     for session, name in sessions:
         storage = PostgresStorage(conninfo, session)
@@ -787,15 +792,15 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
 
     def place(group: list[tuple[str, str, PostgresStorage]], folder_of: str) -> None:
         prefix = ""
-        if any(_key(relative) in taken for _, relative, _ in group):
+        if any(_names_over_time(relative) & taken for _, relative, _ in group):
             prefix = _folder_for(folder_of, [relative for _, relative, _ in group], taken)
         for _, relative, storage in group:
             placed = os.path.join(prefix, relative) if prefix else relative
-            taken.add(_key(placed))
+            taken.update(_names_over_time(placed))
             out.append((storage, os.path.join(directory, placed),
                         relative if prefix else None))
 
-    for live, members in lineages.items():
+    for members in lineages.values():
         # a second session of a lineage under a name the lineage has already (a sealed one
         # pushed back after a pull, beside the one it was pulled from) goes on its own
         names: set[str] = set()
@@ -804,7 +809,7 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
         for member in members:
             (strays if _key(member[1]) in names else group).append(member)
             names.add(_key(member[1]))
-        place(group, live)
+        place(group, group[0][0])
         for stray in strays:
             place([stray], stray[0])
     return out
@@ -832,12 +837,22 @@ def _live_of(session: str, links: dict[str, tuple[str | None, str | None]]) -> s
     return session
 
 
-def _folder_for(live: str, names: list[str], taken: set[str]) -> str:
-    """A folder, named by the lineage's live session id (what of it a name may hold), in
+def _names_over_time(relative: str) -> set[str]:
+    """The keys (`_key`) of a name a pull writes, and for an archive, of the name its
+    session had while live, where a pull made then wrote it."""
+    keys = {_key(relative)}
+    folder, name = os.path.split(relative)
+    if os.path.basename(folder) == ARCHIVE_DIR:
+        keys.add(_key(os.path.join(os.path.dirname(folder), earlier_copies.live_name(name))))
+    return keys
+
+
+def _folder_for(first: str, names: list[str], taken: set[str]) -> str:
+    """A folder, named by the lineage's first session id (what of it a name may hold), in
     which none of `names` is taken (numbered if need be)."""
-    tag = re.sub(r"[^A-Za-z0-9._-]", "_", live).strip(".") or "session"
+    tag = re.sub(r"[^A-Za-z0-9._-]", "_", first).strip(".") or "session"
     folder, n = tag, 1
-    while any(_key(os.path.join(folder, name)) in taken for name in names):
+    while any(_names_over_time(os.path.join(folder, name)) & taken for name in names):
         n += 1
         folder = f"{tag}-{n}"
     return folder
