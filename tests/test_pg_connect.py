@@ -278,3 +278,51 @@ def test_a_watch_closed_from_another_thread_does_not_close_under_its_wait(
     assert ended == [False]
     assert made[0].closed
     assert closed_by and all(owner in (None, me) for me, owner in closed_by), closed_by
+
+
+@pytest.mark.parametrize("where", ["PGCLIENTENCODING", "the URL", "the database",
+                                   "the service"])
+def test_the_client_encoding_is_utf8_whoever_set_another(
+        pg_url: str, where: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line is UTF-8 and sent as it is. A client encoding of LATIN1 (the environment's,
+    the URL's, the database's or a service's) once made psycopg encode the text in it: an
+    append of text LATIN1 cannot hold failed with a UnicodeEncodeError (not a JournalError)
+    and left its session's commits unconfirmed. Every connection is UTF-8 now."""
+    from journal import Session, load
+    from journal.pg.url import session_url
+
+    url = pg_url
+    if where == "PGCLIENTENCODING":
+        monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+    elif where == "the URL":
+        url = pg_url + ("&" if "?" in pg_url else "?") + "client_encoding=latin1"
+    elif where == "the database":
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(psycopg.sql.SQL("ALTER DATABASE {} SET client_encoding = 'LATIN1'")
+                          .format(psycopg.sql.Identifier(admin.info.dbname)))
+    else:
+        given = psycopg.conninfo.conninfo_to_dict(pg_url)
+        services = tmp_path / "pg_service.conf"
+        services.write_text(
+            f"[journal-test]\nhost={given['host']}\nport={given['port']}\n"
+            f"user={given['user']}\ndbname={given['dbname']}\nclient_encoding=LATIN1\n")
+        monkeypatch.setenv("PGSERVICEFILE", str(services))
+        url = "service=journal-test"
+    with psycopg.connect(url, autocommit=True) as plain:  # the setting is there ...
+        assert plain.info.encoding != "utf-8"
+    conn = connect(url)
+    try:
+        assert conn.info.encoding == "utf-8"  # ... and ours is not its
+    finally:
+        conn.close()
+    if where == "the service":
+        return  # a session's URL is a URL (`postgresql://`), not a keyword string
+    session = session_url(url, "encoded")
+    texts = ["café", "日本語 € \U0001f600"]
+    with Session.create(session, cwd="/") as writer:
+        for text in texts:
+            writer.append_message({"role": "user", "content": text, "timestamp": 1})
+        writer.append_many([{"type": "message", "message": {
+            "role": "user", "content": text, "timestamp": 1}} for text in texts])
+    monkeypatch.delenv("PGCLIENTENCODING", raising=False)
+    assert [e["message"]["content"] for e in load(session).entries] == texts * 2

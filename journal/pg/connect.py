@@ -143,11 +143,13 @@ def refused_for_good(e: BaseException) -> bool:
 
 
 def _parameters(conninfo: str) -> dict[str, Any]:
-    """The libpq parameters added to `conninfo`'s: a connect timeout and keepalives, each
-    where neither it nor the environment sets one; none where a service is named (it may set
-    any of them, and libpq reads it after these)."""
+    """The libpq parameters added to `conninfo`'s: UTF-8 as the client encoding, always (a
+    line is UTF-8 and is sent as it is; `PGCLIENTENCODING`, the URL's `client_encoding` or a
+    role's setting would have text that encoding cannot hold refused); a connect timeout and
+    keepalives, each where neither `conninfo` nor the environment sets one, and none where a
+    service is named (it may set any of them, and libpq reads it after these)."""
     given = psycopg.conninfo.conninfo_to_dict(conninfo)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"client_encoding": "UTF8"}
     if "service" in given or os.environ.get("PGSERVICE"):
         return extra  # the service may set any of them: libpq reads it after the URL
     if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
