@@ -1475,3 +1475,66 @@ def test_a_sealed_session_is_not_replaced(pg_url: str) -> None:
     with pytest.raises(SessionSealed):
         sealed.publish(before[:before.index(b"\n") + 1], "repair")
     assert bytes_of(sealed) == before and is_seal(load(url).entries[-1])
+
+
+LONG = 66
+"""Rotations of a long lineage: more than the 64 hops a lineage was once followed for."""
+
+
+def grow_and_rotate(session: Session, turn: int) -> None:
+    """A few turns, a compaction keeping the last of them, and a rotation."""
+    last = None
+    for i in range(6):
+        last = session.append_message({"role": "user", "content": f"turn {turn} {i} "
+                                       + "w" * 300, "timestamp": 1})
+    assert last is not None
+    session.append_compaction("summary", last, 100)
+    assert session.rotate().rotated
+
+
+def rotated_long(url: str) -> str:
+    """A session made at `url` and rotated LONG times: its live session's URL."""
+    with Session.create(url, cwd="/") as session:
+        for turn in range(LONG):
+            grow_and_rotate(session, turn)
+        return session.path
+
+
+def test_a_session_rotated_more_than_64_times_opens_by_its_first_id(pg_url: str) -> None:
+    """A session rotated nightly is opened by the id it started with (a worker's fixed
+    name). Following its successors once stopped after 64 as "a loop?", so after two months
+    Session.open, `journal append`, `rotate` and `repair` refused it; a lineage of files
+    opened from its first file all along. A loop is found by the sessions seen now."""
+    first = session_url(pg_url, "long-lineage")
+    live = rotated_long(first)
+    with Session.open(first) as reopened:
+        assert reopened.path == live
+        reopened.append_message({"role": "user", "content": "in the live one", "timestamp": 1})
+    assert load(live).entries[-1]["message"]["content"] == "in the live one"
+    again = rotate(first)  # followed to the live one, which has nothing to rotate
+    assert not again.rotated and again.path == live, again
+
+
+def test_keep_moves_out_what_is_beyond_it_in_a_lineage_of_more_than_64(
+        pg_url: str, tmp_path: Path) -> None:
+    """`rotate --keep N` looked at the newest 64 archives only: with 66 and keep 64, the two
+    oldest were never moved out (nor, with any keep of 64 or more, anything)."""
+    first = session_url(pg_url, "long-keep")
+    live = rotated_long(first)
+    result = rotate_database(live, archive_dir=str(tmp_path / "archive"), keep=64)
+    oldest = stream_row(PostgresStorage.from_url(first))
+    assert oldest is not None and oldest["moved_out_at"] is not None, result
+    assert len(result.moved_out) == LONG - 64, result
+
+
+def test_successors_that_lead_back_are_a_loop_said_as_one(pg_url: str) -> None:
+    """Two sessions each naming the other its successor (an edit made out of band): opening
+    either is an error naming the loop, not a wait or a walk without end."""
+    for name in ("loop-a", "loop-b"):
+        with Session.create(session_url(pg_url, name), cwd="/") as session:
+            session.append_message({"role": "user", "content": name, "timestamp": 1})
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("UPDATE journal.streams SET successor = CASE session WHEN 'loop-a' "
+                      "THEN 'loop-b' ELSE 'loop-a' END WHERE session IN ('loop-a', 'loop-b')")
+    with pytest.raises(Exception, match="lead back to loop-a"):
+        Session.open(session_url(pg_url, "loop-a"))

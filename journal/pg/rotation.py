@@ -160,15 +160,20 @@ def follow_successors(storage: PostgresStorage) -> tuple[PostgresStorage, list[s
     deleted out of band) is BrokenLineage, naming it and the last session that is."""
     current = storage
     hops: list[str] = []
-    for _ in range(MAX_HOPS):
+    seen = {storage.session}
+    while True:  # ends: every hop goes to a session not visited yet
         row = stream_row(current)
         if row is None and hops:
             raise BrokenLineage(hops[-1], current.locator, current.session)
         if row is None or not row["successor"]:
             return current, hops
+        successor = str(row["successor"])
+        if successor in seen:
+            raise JournalError(f"{storage.locator}: its successors lead back to {successor} "
+                               "(a loop in journal.streams' successor column)")
+        seen.add(successor)
         hops.append(current.locator)
-        current = PostgresStorage(current.conninfo, str(row["successor"]))
-    raise JournalError(f"{storage.locator}: more than {MAX_HOPS} successors; a loop?")
+        current = PostgresStorage(current.conninfo, successor)
 
 
 def lock_live(storage: PostgresStorage, timeout: float
@@ -456,7 +461,7 @@ def _archives_of(live: PostgresStorage) -> list[PostgresStorage]:
     archives: list[PostgresStorage] = []
     seen = {live.session}
     older = live.predecessor()
-    while older is not None and older.session not in seen and len(archives) < MAX_HOPS:
+    while older is not None and older.session not in seen:
         seen.add(older.session)
         archives.append(older)
         older = older.predecessor()

@@ -17,7 +17,6 @@ from collections.abc import Hashable
 
 from .. import codec
 from ..errors import BrokenLineage, NotASession
-from ..lineage import MAX_HOPS
 from ..model import Entry
 from ..pg.url import parse_url, session_url
 from ..storage import StopFlag, Storage, Watch
@@ -36,13 +35,17 @@ def first_readable(url: str) -> str:
     from ..pg.storage import PostgresStorage
 
     storage = PostgresStorage.from_url(url)
-    for _ in range(MAX_HOPS):
+    seen = {storage.session}
+    while True:  # ends: every hop goes to a session not visited yet
         moved, after = storage.moved_out(), storage.successor()
         if moved is None or os.path.exists(moved.path) or after is None:
             break
+        if (following := PostgresStorage.from_url(after)).session in seen:
+            break
         log.warning("%s: moved out of the database to %s, which is not here; reading on from "
                     "its successor %s", storage.locator, moved.path, after)
-        sealed, storage = storage, PostgresStorage.from_url(after)
+        seen.add(following.session)
+        sealed, storage = storage, following
         if storage.mark() is None:  # its row deleted out of band
             raise BrokenLineage(sealed.locator, storage.locator, storage.session)
     return storage.locator if storage.session != parse_url(url).session else url
