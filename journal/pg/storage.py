@@ -474,12 +474,22 @@ class PostgresReader:
             self._moved = self._storage.moved_out()
             if self._moved is not None:
                 return start, self._from_archive(self._moved, start, end)
+            if start < self._size and self._replaced():
+                # rows this reader's generation had are gone: ending here would cut the
+                # session short without a word
+                raise GenerationGone(self._storage.locator, moved_out=False)
             return start, b""
         parts: list[bytes] = []
         for _, raw in rows:
             parts.append(bytes(raw))
             parts.append(b"\n")
         return int(rows[0][0]), b"".join(parts)
+
+    def _replaced(self) -> bool:
+        """Whether the session's generation is another than this reader's (a session
+        deleted since is not: its reader ends where its rows do, as a tail of it does)."""
+        now = self._storage.current_generation()
+        return now is not None and now != self._generation
 
     def _from_archive(self, moved: MovedOut, start: int, end: int) -> bytes:
         """Bytes [start, end) of the session (fewer past its end), read from the archive it
