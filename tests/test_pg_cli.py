@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -442,3 +443,43 @@ def test_rotate_flags_a_database_session_cannot_take_are_named_as_flags(
         assert result.returncode == 2 and len(err) == 1 and words in err[0], err
         assert "compress=False" not in err[0] and "archive_dir" not in err[0], err
     assert load(url).entries == before
+
+
+def test_a_session_id_too_long_to_announce_is_refused_before_anything_is_written(
+        env: dict[str, str], pg_url: str, tmp_path: Path) -> None:
+    """A commit to a followed session is announced with the session's id in a NOTIFY
+    payload, which PostgreSQL refuses from 8,000 bytes on. A session of a 9,000-character id
+    was made and written all the same, until someone followed it: then every commit was
+    refused. Such an id is refused where it is named (`new`, `append`, the API, `push` of a
+    file whose header holds one), and one at the limit is followed and written to."""
+    from journal.pg.storage import PostgresStorage
+
+    long = "s" * 9000
+    for args in (("new", f"pg:{long}"), ("append", session_url(pg_url, long))):
+        result = journal(*args, env=env, stdin=b'{"role": "user", "content": "x"}\n')
+        assert result.returncode == 2, result
+        lines = result.stderr.decode().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error:"), lines
+        assert "a session id of 9,000 bytes (a database holds ids of at most 1,024" in lines[0]
+        assert len(lines[0]) < 400
+    with pytest.raises(Exception, match="at most 1,024"):
+        Session.create(session_url(pg_url, "é" * 600), cwd="/")  # 1,200 bytes
+    made = json.loads(journal("new", str(tmp_path), "--json", env=env).stdout)
+    text = Path(made["path"]).read_text()
+    Path(made["path"]).write_text(text.replace(made["id"], long, 1))
+    result = journal("push", made["path"], pg_url, env=env)
+    assert result.returncode == 2 and b"a session id of 9,000 bytes" in result.stderr
+    listed = journal("ls", "pg:", "--json", env=env)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing was stored
+
+    url = session_url(pg_url, "t" * 1024)  # the limit
+    with Session.create(url, cwd="/") as writer:
+        writer.append_message({"role": "user", "content": "unfollowed", "timestamp": 1})
+        storage = PostgresStorage.from_url(url)
+        watch = storage.open_watch(threading.Event(), timeout=1.0)
+        try:
+            assert watch.wait([storage])  # registered as its follower
+            writer.append_message({"role": "user", "content": "followed", "timestamp": 1})
+        finally:
+            watch.close()
+    assert [e["message"]["content"] for e in load(url).entries] == ["unfollowed", "followed"]

@@ -74,6 +74,7 @@ from .storage import PostgresStorage, check_storable
 from .url import (
     DATABASE_ENV,
     is_database_url,
+    long_id,
     names_session,
     no_such_session,
     parse_database,
@@ -288,6 +289,8 @@ def _described(path: str, name: str, data: bytes) -> _File:
     if not isinstance(header, dict) or header.get("type") != "session" or not isinstance(
             header.get("id"), str):
         raise TransferError(f"{path}: no session header with an id on its first line")
+    if (why := long_id(str(header["id"]))) is not None:
+        raise TransferError(f"{path}: its header holds {why}; nothing was written")
     successor = None
     end = last_newline_end(io.BytesIO(data), len(data))
     last = data[data.rfind(b"\n", 0, end - 1) + 1:end]

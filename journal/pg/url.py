@@ -28,9 +28,9 @@ from urllib.parse import (
 
 from ..errors import JournalError, NotASession
 
-__all__ = ["DATABASE_ENV", "DEFAULT_DATABASE", "SessionUrl", "hide_passwords", "is_database_url",
-           "names_session", "no_such_session", "parse_database", "parse_url", "session_url",
-           "short_name", "shown", "shown_in"]
+__all__ = ["DATABASE_ENV", "DEFAULT_DATABASE", "MAX_SESSION_ID", "SessionUrl", "checked_id",
+           "hide_passwords", "is_database_url", "long_id", "names_session", "no_such_session",
+           "parse_database", "parse_url", "session_url", "short_name", "shown", "shown_in"]
 
 DATABASE_ENV = "JOURNAL_DATABASE_URL"
 SCHEMES = ("postgresql://", "postgres://")
@@ -41,6 +41,10 @@ SHORT = "pg:"
 DEFAULT_DATABASE = SHORT
 """`pg:` alone: the database JOURNAL_DATABASE_URL names (`pg:<id>` is a session in it)."""
 _MASK = "***"  # what a password is shown as
+MAX_SESSION_ID = 1024
+"""The longest session id a database holds, in UTF-8 bytes: a commit to a followed session
+is announced with its id in a NOTIFY payload, which PostgreSQL refuses from 8,000 bytes on
+(so a longer id would have every commit refused while anyone follows the session)."""
 
 
 class BadDatabaseUrl(JournalError):
@@ -72,7 +76,7 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
         if not session:
             raise BadDatabaseUrl(f"{target}: names the default database ({DATABASE_ENV}), not "
                                  "a session: pg:<id> names one of its sessions")
-        return SessionUrl(_default_database(target, default), session)
+        return SessionUrl(_default_database(target, default), checked_id(session, target))
     parts = _split(target)
     query = parse_qsl(parts.query, keep_blank_values=True)
     sessions = [value for key, value in query if key == "session"]
@@ -84,7 +88,27 @@ def parse_url(target: str, *, default: str | None = None) -> SessionUrl:
                              f"session: postgresql://user@host:port/db?session=<id>{found}")
     rest = [(key, value) for key, value in query if key != "session"]
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-    return SessionUrl(_with_password(conninfo), sessions[0])
+    return SessionUrl(_with_password(conninfo), checked_id(sessions[0], target))
+
+
+def long_id(session: str) -> str | None:
+    """Why `session` cannot be a database session's id (None if it can): too long."""
+    size = len(session.encode("utf-8", "surrogatepass"))
+    if size <= MAX_SESSION_ID:
+        return None
+    return (f"a session id of {size:,} bytes (a database holds ids of at most "
+            f"{MAX_SESSION_ID:,}: each change of a followed session is announced with it)")
+
+
+def checked_id(session: str, target: str) -> str:
+    """`session`, named by `target`; BadDatabaseUrl if a database cannot hold it."""
+    why = long_id(session)
+    if why is not None:
+        shown_target = _without_password(target)
+        if len(shown_target) > 120:
+            shown_target = shown_target[:100] + "..."
+        raise BadDatabaseUrl(f"{shown_target}: names {why}")
+    return session
 
 
 def names_session(url: str) -> bool:
