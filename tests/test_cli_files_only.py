@@ -59,7 +59,8 @@ def test_a_database_command_says_the_database_cannot_be_reached(argv, tmp_path, 
     out, err = capsys.readouterr()
     assert out == ""
     errors = [line for line in err.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and errors[0].startswith("Error: cannot connect to the database")
+    assert len(errors) == 1 and errors[0].startswith(
+        "Error: cannot connect to the database postgresql://nobody@127.0.0.1:1/nodb: ")
     assert err.splitlines()[-1] == errors[0]  # progress may come first, on stderr too
     assert os.listdir(tmp_path) == []  # nothing left behind
 

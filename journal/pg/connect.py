@@ -22,7 +22,7 @@ import psycopg
 
 from ..errors import JournalError, Unreachable
 from . import schema
-from .url import shown
+from .url import is_database_url, shown
 
 __all__ = ["DatabaseError", "DatabaseUnavailable", "NoJournalSchema", "close_idle",
            "close_shared", "connect", "connection_lost", "describe", "in_transaction",
@@ -90,7 +90,7 @@ def connect(conninfo: str, *, create: bool = True, **settings: str) -> psycopg.C
         conn = psycopg.connect(conninfo, autocommit=True, **_parameters(conninfo))
     except psycopg.Error as e:
         kind = DatabaseError if refused_for_good(e) else DatabaseUnavailable
-        raise kind(f"cannot connect to the database: {describe(e)}") from e
+        raise kind(f"cannot connect to the database{_named(conninfo)}: {describe(e)}") from e
     wanted = {**{key: (value, False) for key, value in SERVER_KEEPALIVE.items()},
               **{key: (value, True) for key, value in settings.items()}}
     try:
@@ -125,6 +125,13 @@ def connect(conninfo: str, *, create: bool = True, **settings: str) -> psycopg.C
             raise
         _ready.add(key)
     return conn
+
+
+def _named(conninfo: str) -> str:
+    """` <URL>` (its password hidden) for a URL: which database it was, where several may
+    be at hand (`pg:` names the one JOURNAL_DATABASE_URL gives); nothing for a key=value
+    string, which libpq's own message places well enough (host and port)."""
+    return f" {shown(conninfo)}" if is_database_url(conninfo) else ""
 
 
 def refused_for_good(e: BaseException) -> bool:
