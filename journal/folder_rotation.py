@@ -25,6 +25,7 @@ from .errors import (
     ForeignSession,
     JournalError,
     LockTimeout,
+    UnsupportedVersion,
     describe_holder,
     describe_os_error,
 )
@@ -200,6 +201,8 @@ def _rotate_live(path: str, files: int, *, archive_dir: str | None, keep: int | 
                             lock_timeout=lock_timeout)
     except ForeignSession:
         return SessionRotation(path, "skipped", "a Claude Code transcript: never rotated")
+    except UnsupportedVersion as e:  # left as it came (pi's own, say): not a failed job
+        return SessionRotation(path, "skipped", str(e).removeprefix(f"{path}: "))
     except LockTimeout as e:
         return SessionRotation(path, "busy", f"{describe_holder(e.holder)} is writing it; "
                                "left for a later run")

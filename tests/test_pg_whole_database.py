@@ -326,3 +326,25 @@ def test_a_broken_lineage_is_its_own_error_or_skip_and_the_others_are_done(
     assert sessions[db.sealed]["status"] == "skipped"
     assert sessions[db.sealed]["reason"].startswith("the lineage is broken: ")
     assert missing in sessions[db.sealed]["reason"]
+
+
+def test_rotate_of_a_database_skips_a_version_1_session_and_says_how_to_rotate_it(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session pushed as pi wrote it, at format version 1: `rotate pg:` (the nightly job)
+    exited 2 every night for it ("failed"). It is skipped, with what rotates it."""
+    from test_rotate_folder import version_1_session
+
+    from journal.pg.transfer import push
+
+    old = tmp_path / "old.jsonl"
+    version_1_session(old)
+    push(str(old), pg_url)
+    url = session_url(pg_url, "v1-session")
+    code, out, err = run(capsys, "rotate", pg_url, "--json")
+    assert code == 0, (out, err)
+    report = json.loads(out)
+    assert report["counts"] == {"rotated": 0, "skipped": 1, "busy": 0, "failed": 0}
+    (row,) = report["sessions"]
+    assert row["status"] == "skipped", row
+    assert row["reason"] == ("session format version 1: only version 3 sessions rotate; run "
+                             f"'journal repair --migrate {url}' first"), row

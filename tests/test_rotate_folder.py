@@ -188,3 +188,39 @@ def test_rotate_dir_stopped_by_sigterm_says_how_far_it_got(tmp_path: Path) -> No
     assert "run it again to finish" in done.stderr
     again = journal("rotate", str(folder))
     assert again.returncode == 0, again.stderr
+
+
+def version_1_session(path: Path) -> bytes:
+    """A pi session of format version 1 (no ids; as pi wrote them once), of two turns."""
+    lines = [{"type": "session", "id": "v1-session", "timestamp": "2025-01-01T00:00:00.000Z",
+              "cwd": "/w"}]
+    for i, role in enumerate(("user", "assistant")):
+        content = f"turn {i}" if role == "user" else [{"type": "text", "text": f"turn {i}"}]
+        lines.append({"type": "message", "timestamp": "2025-01-01T00:00:01.000Z",
+                      "message": {"role": role, "content": content, "timestamp": 1}})
+    data = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    path.write_bytes(data)
+    return data
+
+
+def test_a_version_1_session_is_skipped_with_how_to_rotate_it_not_failed(
+        tmp_path: Path) -> None:
+    """A nightly `rotate DIR` over sessions as pi left them: a version 1 session made the
+    run exit 2 every night ("failed") until someone migrated it. It is skipped, with the
+    reason and what rotates it, and left as it is; `rotate FILE` of it is still an error."""
+    rotated = rotatable(tmp_path)
+    old = tmp_path / "old.jsonl"
+    data = version_1_session(old)
+    done = journal("rotate", str(tmp_path), "--json")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    report = orjson.loads(done.stdout)
+    assert report["counts"] == {"rotated": 1, "skipped": 1, "busy": 0, "failed": 0}
+    rows = by_path(report)
+    assert rows[rotated]["status"] == "rotated"
+    assert rows[str(old)]["status"] == "skipped"
+    assert rows[str(old)]["reason"] == (
+        f"session format version 1: only version 3 files rotate; run 'journal repair "
+        f"--migrate {old}' first")
+    assert old.read_bytes() == data
+    alone = journal("rotate", str(old))
+    assert alone.returncode == 2 and "session format version 1" in alone.stderr

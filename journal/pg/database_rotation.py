@@ -23,6 +23,7 @@ from ..errors import (
     JournalError,
     LockTimeout,
     NotASession,
+    UnsupportedVersion,
     describe_holder,
     describe_os_error,
 )
@@ -96,6 +97,8 @@ def _rotate_one(url: str, lock_timeout: float, *, archive_dir: str | None,
                                "left for a later run")
     except BrokenLineage as e:
         return SessionRotation(name, "skipped", str(e).removeprefix(f"{e.sealed}: "))
+    except UnsupportedVersion as e:  # pushed as it came (pi's own, say): not a failed job
+        return SessionRotation(name, "skipped", str(e).removeprefix(f"{e.path}: "))
     except NotASession as e:
         if _gone(listed):
             return SessionRotation(name, "skipped", "gone since it was listed (deleted by "
