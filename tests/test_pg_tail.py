@@ -400,3 +400,33 @@ def test_following_a_session_rotated_many_times_starts_at_its_live_end(
         _, err = tail.communicate(timeout=30)
     assert got == last
     assert "was rotated; following" in err
+
+
+def test_a_followed_session_deleted_is_said_deleted_not_truncated(pg_url: str) -> None:
+    """A session whose row was deleted while followed (out of band): the follower once
+    said first "rewritten in place or truncated (from N to 0 bytes)", then "deleted". It
+    says deleted only, as a tail of a deleted file does, and ends after the grace."""
+    from journal.tail import DELETED, TRUNCATED
+
+    url = new_session(pg_url)
+    with Session.open(url) as session:
+        session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    events: list[Any] = []
+    started = threading.Event()
+
+    def follower() -> None:
+        for event in follow_events(url, from_start=True, timeout=0.1, grace=0.5,
+                                   stop=lambda: len(events) > 20):
+            events.append(event)
+            started.set()
+
+    thread = threading.Thread(target=follower)
+    thread.start()
+    assert started.wait(30)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DELETE FROM journal.streams WHERE session = %s",
+                      (url.rpartition("session=")[2],))
+    thread.join(30)
+    assert not thread.is_alive()
+    kinds = [e.kind for e in events]
+    assert kinds[0] == ENTRY and DELETED in kinds and TRUNCATED not in kinds, events

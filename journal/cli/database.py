@@ -127,10 +127,11 @@ def add_database_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "pull", help="write database sessions back to files (byte-identical to those pushed)",
         description="Write sessions from a database into a folder under their file names "
-        "(archives under archive/, compressed as rotation compresses them): a session URL "
-        "writes its lineage, a database URL every session. A lineage with a file name an "
-        "earlier one has is written whole into a folder named by its live session's id "
-        "(with a warning). "
+        "(archives under archive/ as their successors name them: a lineage pushed from "
+        "files comes back as it went, .gz archives included; one rotated in the database "
+        "has plain .jsonl archives): a session URL writes its lineage, a database URL every "
+        "session. A lineage with a file name an earlier one has is written whole into a "
+        "folder named by its first session's id (with a warning). "
         "A file already there with the bytes the pull would write counts as written (a "
         "pull that was killed is finished by running it again). An earlier pull's copy of a "
         "session rotated since (a beginning of its archive now) is removed once the "

@@ -185,7 +185,10 @@ class Follower(SourceReader):
         mark = src.storage.mark()
         try:
             size = src.reader.extent()
-            if size < src.position or not self.unchanged(src):
+            # a session gone with nothing left to read (a database session's row deleted:
+            # no rows) is said gone below, not truncated; a file moved away keeps its bytes
+            gone = mark is None and size == 0
+            if not gone and (size < src.position or not self.unchanged(src)):
                 yield from self._truncated(src, size)
             yield from self.drain(src)
         except ArchiveElsewhere as e:
