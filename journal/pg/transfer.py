@@ -775,10 +775,10 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
     has already goes into a folder named by its own id. So the whole database can be
     pulled, and no file is written twice.
 
-    An archive's name counts with the name it had while live (`_names_over_time`), and the
-    folder is named by a session a rotation does not replace: so a lineage is placed as an
-    earlier pull placed it, whichever lineage rotated since, and that pull's copy of a
-    session rotated since is found beside the archive (`_earlier_names`)."""
+    An archive's name also stands for the name it had while live (`_Taken`), and the folder
+    is named by a session a rotation does not replace: so a lineage is placed as an earlier
+    pull placed it, whichever lineage rotated since, and that pull's copy of a session
+    rotated since is found beside the archive (`_earlier_names`)."""
     named: list[tuple[str, str, PostgresStorage]] = []
     for session, name in sessions:
         storage = PostgresStorage(conninfo, session)
@@ -791,15 +791,15 @@ def _targets(conninfo: str, directory: str, sessions: list[tuple[str, str | None
     for item in named:
         lineages.setdefault(_live_of(item[0], links), []).append(item)
     out: list[tuple[PostgresStorage, str, str | None]] = []
-    taken: set[str] = set()
+    taken = _Taken()
 
     def place(group: list[tuple[str, str, PostgresStorage]], folder_of: str) -> None:
         prefix = ""
-        if any(_names_over_time(relative) & taken for _, relative, _ in group):
+        if any(taken.clashes(relative) for _, relative, _ in group):
             prefix = _folder_for(folder_of, [relative for _, relative, _ in group], taken)
         for _, relative, storage in group:
             placed = os.path.join(prefix, relative) if prefix else relative
-            taken.update(_names_over_time(placed))
+            taken.add(placed)
             out.append((storage, os.path.join(directory, placed),
                         relative if prefix else None))
 
@@ -840,22 +840,48 @@ def _live_of(session: str, links: dict[str, tuple[str | None, str | None]]) -> s
     return session
 
 
-def _names_over_time(relative: str) -> set[str]:
-    """The keys (`_key`) of a name a pull writes, and for an archive, of the name its
-    session had while live, where a pull made then wrote it."""
-    keys = {_key(relative)}
+class _Taken:
+    """The names a pull writes so far. A name clashes with one written (`_key`: as a file
+    system that ignores case sees them), and a live file's name with an archive's name as
+    it was live (`archive/<name>.2.gz` was `<name>`), either way: a pull made before that
+    rotation wrote the live file there. Two archives of one live name do not clash (rotation
+    numbered them so)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.live: set[str] = set()
+        self.were_live: set[str] = set()
+
+    def clashes(self, relative: str) -> bool:
+        key, was = _key(relative), _was_live(relative)
+        if key in self.names:
+            return True
+        return was in self.live if was is not None else key in self.were_live
+
+    def add(self, relative: str) -> None:
+        self.names.add(_key(relative))
+        was = _was_live(relative)
+        if was is None:
+            self.live.add(_key(relative))
+        else:
+            self.were_live.add(was)
+
+
+def _was_live(relative: str) -> str | None:
+    """The key (`_key`) of the name an archive (a name in an `archive/` folder) had while
+    live, beside that folder; None for a name that is not an archive's."""
     folder, name = os.path.split(relative)
-    if os.path.basename(folder) == ARCHIVE_DIR:
-        keys.add(_key(os.path.join(os.path.dirname(folder), earlier_copies.live_name(name))))
-    return keys
+    if os.path.basename(folder) != ARCHIVE_DIR:
+        return None
+    return _key(os.path.join(os.path.dirname(folder), earlier_copies.live_name(name)))
 
 
-def _folder_for(first: str, names: list[str], taken: set[str]) -> str:
+def _folder_for(first: str, names: list[str], taken: _Taken) -> str:
     """A folder, named by the lineage's first session id (what of it a name may hold), in
     which none of `names` is taken (numbered if need be)."""
     tag = re.sub(r"[^A-Za-z0-9._-]", "_", first).strip(".") or "session"
     folder, n = tag, 1
-    while any(_names_over_time(os.path.join(folder, name)) & taken for name in names):
+    while any(taken.clashes(os.path.join(folder, name)) for name in names):
         n += 1
         folder = f"{tag}-{n}"
     return folder
