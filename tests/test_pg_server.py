@@ -255,3 +255,155 @@ def test_a_folder_the_servers_user_cannot_reach_is_refused_saying_why(tmp_path: 
     os.chmod(tmp_path, 0o700)
     with pytest.raises(ServerError, match="must be able to enter every folder above"):
         EmbeddedServer(tmp_path / "pg").start()
+
+
+def _pg_server_fails(*argv: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`journal pg-server ARGV` expected to be refused (so it ends by itself)."""
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "journal.cli", "pg-server", *argv],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root), "HOME": str(home)})
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM a `journal pg-server`; what it said on stderr."""
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+    return proc.stderr.read() if proc.stderr else ""
+
+
+def _port(url: object) -> int:
+    return int(str(url).rsplit(":", 1)[1].split("/")[0])
+
+
+def test_pg_server_on_a_folder_comes_back_on_its_port_or_says_it_moved(tmp_path: Path) -> None:
+    """The URL a `--dir` server printed works again after a restart: the next run on the
+    folder listens on the same port when it is free; when it is taken, on another, and a
+    warning says the old URL no longer works."""
+    import socket
+
+    pg_server.server()
+    folder = Path(tempfile.mkdtemp(prefix="journal-given-"))
+    try:
+        proc, said = _pg_server("--dir", str(folder), home=tmp_path)
+        first = _port(said["url"])
+        _stop(proc)
+        proc, said = _pg_server("--dir", str(folder), home=tmp_path)
+        try:
+            assert _port(said["url"]) == first
+            listed = _journal(said["url"], "ls", "pg:", "--json", home=tmp_path)
+            assert listed.returncode == 0, listed.stderr
+        finally:
+            assert "Warning" not in _stop(proc)
+        with socket.socket() as taker:
+            # (the stopped server's connections may still be in TIME_WAIT on that port)
+            taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            taker.bind(("127.0.0.1", first))
+            taker.listen()
+            proc, said = _pg_server("--dir", str(folder), home=tmp_path)
+            moved = _port(said["url"])
+            err = _stop(proc)
+        assert moved != first
+        assert (f"Warning: port {first}, which the last run on {folder} listened on, is "
+                f"taken: this run listens on {moved}") in err
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_pg_server_listens_on_the_port_asked_for_or_refuses_a_taken_one(tmp_path: Path) -> None:
+    import socket
+
+    pg_server.server()
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", 0))
+        taker.listen()
+        taken = taker.getsockname()[1]
+        refused = _pg_server_fails("--port", str(taken), home=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr == (f"Error: port {taken} of 127.0.0.1 is taken (another program "
+                              "listens there): choose another, or none for a free one\n")
+    wanted = taken  # free again now
+    proc, said = _pg_server("--port", str(wanted), home=tmp_path)
+    try:
+        assert _port(said["url"]) == wanted
+    finally:
+        _stop(proc)
+
+
+def test_pg_server_on_a_folder_a_running_server_uses_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    pg_server.server()
+    folder = Path(tempfile.mkdtemp(prefix="journal-given-"))
+    try:
+        proc, said = _pg_server("--dir", str(folder), home=tmp_path)
+        try:
+            pid = _postmaster(folder)
+            refused = _pg_server_fails("--dir", str(folder), home=tmp_path)
+            assert refused.returncode == 2
+            assert refused.stderr == (f"Error: {folder} is in use by a running server (pid "
+                                      f"{pid}): stop that one first, or give this one another "
+                                      "folder\n")
+            assert alive(pid)  # the running one is untouched, and still answers
+            listed = _journal(said["url"], "ls", "pg:", home=tmp_path)
+            assert listed.returncode == 0, listed.stderr
+        finally:
+            _stop(proc)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_pg_server_on_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    pg_server.server()
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    for given in (afile, afile / "sub"):
+        refused = _pg_server_fails("--dir", str(given), home=tmp_path)
+        assert refused.returncode == 2
+        assert refused.stderr == (f"Error: {afile} is a file, not a folder: give the server a "
+                                  "folder (it is made if missing)\n")
+    assert afile.read_text() == "x\n"
+
+
+def test_a_refused_start_removes_what_it_made_and_nothing_else() -> None:
+    """A start refused (here, by a setting the server does not know) takes away the folder
+    it made, or what it made in a folder that was there, never what was there before: a
+    file of the caller's, or the data of an earlier run."""
+    pg_server.server()
+    above = Path(tempfile.mkdtemp(prefix="journal-given-"))
+    os.chmod(above, 0o755)  # run as root, the server (nobody) reaches its folder through it
+    wrong = {"no_such_setting": "1"}
+    try:
+        with pytest.raises(ServerError, match='unrecognized configuration parameter '
+                                              '"no_such_setting"'):
+            EmbeddedServer(above / "new" / "pg", settings=wrong).start()
+        assert list(above.iterdir()) == []
+        there = above / "there"
+        there.mkdir(mode=0o700)
+        (there / "mine").write_text("kept\n")
+        with pytest.raises(ServerError, match="no_such_setting"):
+            EmbeddedServer(there, settings=wrong).start()
+        assert sorted(p.name for p in there.iterdir()) == ["mine"]
+        assert there.stat().st_mode & 0o777 == 0o700
+        with EmbeddedServer(there):
+            pass
+        with pytest.raises(ServerError, match="no_such_setting"):
+            EmbeddedServer(there, settings=wrong).start()
+        assert (there / "data" / "PG_VERSION").exists() and (there / "server.log").exists()
+    finally:
+        shutil.rmtree(above, ignore_errors=True)
+
+
+def test_pg_server_refused_for_a_folder_its_user_cannot_reach_leaves_nothing(
+        tmp_path: Path) -> None:
+    """Run as root, the server runs as nobody, who cannot enter a private folder: the
+    refusal leaves neither the folder it made there nor data/ and server.log (as nobody's)."""
+    if os.geteuid() != 0:
+        pytest.skip("only root's server runs as another user")
+    pg_server.server()
+    private = tmp_path / "priv"
+    private.mkdir(mode=0o700)
+    refused = _pg_server_fails("--dir", str(private / "pg"), home=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("Error: initdb failed: ") and refused.stderr.count("\n") == 1
+    assert "must be able to enter every folder above" in refused.stderr
+    assert list(private.iterdir()) == []

