@@ -430,3 +430,45 @@ def test_a_followed_session_deleted_is_said_deleted_not_truncated(pg_url: str) -
     assert not thread.is_alive()
     kinds = [e.kind for e in events]
     assert kinds[0] == ENTRY and DELETED in kinds and TRUNCATED not in kinds, events
+
+
+def test_a_follower_waiting_for_a_server_says_when_the_cause_changes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The server shuts down (smart: it waits for a last connection, refusing new ones as
+    'shutting down'), then is gone ('Connection refused'): the follower's warning follows
+    the cause, rather than repeating the first one while another holds; a cause said once
+    is not said again while it lasts."""
+    import signal
+
+    from journal.pg.server import EmbeddedServer
+    from journal.tail import Follower
+
+    with EmbeddedServer() as server:
+        url = session_url(server.url(), "waited")
+        Session.create(url, cwd="/").close()
+        follower = Follower(url)
+        follower.open()
+        try:
+            list(follower.poll())
+            holder = psycopg.connect(server.url(), autocommit=True)
+            postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+            os.kill(postmaster, signal.SIGTERM)  # smart shutdown: waits for `holder`
+            holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                           "pid <> pg_backend_pid() AND backend_type = 'client backend'")
+            with caplog.at_level("WARNING", logger="journal.tail"):
+                for _ in range(3):
+                    assert list(follower.poll()) == []
+                holder.close()  # the last connection: the server ends
+                deadline = time.monotonic() + 30
+                while os.path.exists(server.data / "postmaster.pid"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                for _ in range(3):
+                    assert list(follower.poll()) == []
+        finally:
+            follower.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "journal.tail"
+            and "reading on once it can be reached" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "shutting down" in said[0] and "refused" not in said[0]
+    assert "refused" in said[1] and "shutting down" not in said[1]

@@ -94,6 +94,7 @@ class Follower(SourceReader):
         self.done = False
         self._root_gone: float | None = None
         self._unreachable: float | None = None  # since when the store cannot be reached
+        self._causes: set[str] = set()  # why it cannot, as said while that lasts
 
     # starting
 
@@ -157,8 +158,9 @@ class Follower(SourceReader):
 
     def poll(self) -> Iterator[TailEvent]:
         """Read whatever is new in every followed file, and act on what happened to them.
-        While the store cannot be reached (a database server restarting), nothing: a warning
-        once, and the next wake-up tries again (what was not read yet is read then)."""
+        While the store cannot be reached (a database server restarting), nothing: a warning,
+        again only when the cause changes (shutting down, then refused), and the next
+        wake-up tries again (what was not read yet is read then)."""
         try:
             for src in list(self.sources):
                 if src.reader is not None and src in self.sources:
@@ -168,14 +170,28 @@ class Follower(SourceReader):
             elif not self.sources:
                 self.done = True
         except Unreachable as e:
-            if self._unreachable is None:
-                log.warning("%s; reading on once it can be reached", e)
-            self._unreachable = self._unreachable or time.monotonic()
+            self._unreached(str(e))
             return
         if self._unreachable is not None:
             log.warning("%s: reachable again after %.0fs; reading on", self.path,
                         time.monotonic() - self._unreachable)
             self._unreachable = None
+            self._causes.clear()
+
+    def _unreached(self, cause: str) -> None:
+        """Say why the store cannot be reached: at first, and when the cause changes to one
+        not said yet while this lasts (once each, however often the tries alternate)."""
+        now = time.monotonic()
+        if self._unreachable is None:
+            self._unreachable = now
+        if cause in self._causes:
+            return
+        self._causes.add(cause)
+        if len(self._causes) == 1:
+            log.warning("%s; reading on once it can be reached", cause)
+        else:
+            log.warning("%s (unreachable for %.0fs); reading on once it can be reached", cause,
+                        now - self._unreachable)
 
     def _check(self, src: Source) -> Iterator[TailEvent]:
         assert src.reader is not None
