@@ -144,6 +144,74 @@ def test_a_read_of_a_database_without_the_schema_changes_nothing_there(
     assert row is not None and row[0] == 0
 
 
+def has_journal_schema(url: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'journal'"
+                           ).fetchone()
+    return row is not None and row[0] == 1
+
+
+def two_copies_of_one_session(folder: Path) -> Path:
+    """A folder holding one session twice (a copy in a subfolder): read and compared, both
+    are refused (which of them is the session is not the push's to guess)."""
+    with Session.create(str(folder), cwd="/") as session:
+        session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    live = Path(session.path)
+    (folder / "copy").mkdir()
+    (folder / "copy" / live.name).write_bytes(live.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize("case", ["refused file", "missing path", "empty folder",
+                                  "one session twice"])
+def test_a_push_that_stores_nothing_leaves_a_database_without_the_schema_as_it_was(
+        env: dict[str, str], pg_url: str, tmp_path: Path, case: str) -> None:
+    """A push to a database without the journal schema (a misspelt name that exists) that
+    stores no session makes no schema there and gives no warning that it did: the files are
+    read before the database is asked. It once made the schema, saying "the first session
+    stored there", before refusing the file or the path."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    if case == "refused file":
+        (folder / "notes.jsonl").write_text("not a session\n")
+        source, code = folder / "notes.jsonl", 2
+    elif case == "missing path":
+        source, code = tmp_path / "no" / "such.jsonl", 2
+    elif case == "empty folder":
+        source, code = folder, 0
+    else:
+        source, code = two_copies_of_one_session(folder), 2
+    result = journal("push", str(source), pg_url, env=env)
+    err = result.stderr.decode()
+    assert result.returncode == code, err
+    assert "Warning" not in err and "schema" not in err, err
+    assert not has_journal_schema(pg_url)
+    if case == "empty folder":
+        assert result.stdout.decode().splitlines()[-1] == (
+            f"nothing to push: no session file in {folder} (the database was not asked)")
+
+
+def test_a_push_that_stores_a_session_makes_the_schema_and_says_so(
+        env: dict[str, str], pg_url: str, tmp_path: Path) -> None:
+    """Beside a refused file, a session stored: the schema is made for it, with the warning."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "notes.jsonl").write_text("not a session\n")
+    with Session.create(str(folder), cwd="/") as session:
+        session.append_message({"role": "user", "content": "one", "timestamp": 1})
+    result = journal("push", str(folder), pg_url, "--json", env=env)
+    assert result.returncode == 2
+    database = pg_url.rsplit("/", 1)[1]
+    assert f"Warning: created the journal schema in database '{database}', which had none: the" \
+        " first session stored there (is it the database meant?)" in result.stderr.decode()
+    report = json.loads(result.stdout)
+    assert [row["action"] for row in report["sessions"]] == ["new", "refused"]
+    assert [e["id"] for e in load(session_url(pg_url, session.header["id"])).entries] == [
+        e["id"] for e in load(session.path).entries]
+
+
 @pytest.mark.parametrize("argv", [
     ("show", "postgresql://[bad?session=s1"),
     ("new", "postgresql://u:secret@[bad/db?session=s1"),

@@ -44,6 +44,9 @@ def cmd_push(args: argparse.Namespace) -> int:
                   for action in ("new", "appended", "unchanged", "refused")}
         if result.changed or counts["refused"]:
             print(", ".join(f"{n} {action}" for action, n in counts.items() if n))
+        elif not result.sessions:
+            print(f"nothing to push: no session file in {args.path} (the database was not "
+                  "asked)")
         else:
             print(f"nothing to push: the database is up to date ({counts['unchanged']} "
                   "session(s) unchanged)")

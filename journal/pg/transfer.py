@@ -67,7 +67,14 @@ from ..publish import NewFile
 from ..seal import is_seal
 from ..snapshot import last_newline_end
 from . import earlier_copies, schema
-from .connect import DatabaseError, DatabaseUnavailable, connect, describe, with_shared
+from .connect import (
+    DatabaseError,
+    DatabaseUnavailable,
+    NoJournalSchema,
+    connect,
+    describe,
+    with_shared,
+)
 from .lease import Lease
 from .rotation import file_name, seal_in
 from .storage import PostgresStorage, check_storable
@@ -375,7 +382,9 @@ def push(source: str | os.PathLike[str], url: str | None = None, *,
     all the same; then PushRefused (a TransferError, with the `result`) names the refused.
     An append takes the session's lease (waiting up to `lock_timeout` seconds for a writer
     holding it), and its fencing epoch goes with every batch. `progress` is called with the
-    bytes read of the files and their total.
+    bytes read of the files and their total. Each file is read and checked before the
+    database is asked (`_Database`): a push that stores nothing never makes the journal
+    schema in a database that has none.
 
     Raises PushRefused, TransferError (no database, a session URL), NotASession (no such
     file), DatabaseError (the connection lost: the lineages before it are stored, the one
@@ -389,7 +398,7 @@ def push(source: str | os.PathLike[str], url: str | None = None, *,
                             "pg:<id>): each file becomes the session its header names")
     conninfo = database_of(url)
     result = PushResult(_safe(conninfo))
-    conn = connect(conninfo)
+    database = _Database(conninfo)
     try:
         for attempt in range(1, PLAN_TRIES + 1):
             found = _files_to_push(os.fspath(source))
@@ -397,7 +406,7 @@ def push(source: str | os.PathLike[str], url: str | None = None, *,
             done = 0
             plans = []
             for path, name in found:
-                plans.append(_planned(conn, conninfo, path, name))
+                plans.append(_planned(database, path, name))
                 done += _size(path)
                 meter.advance_to(done)
             # a file a rotation moved while the folder was read: read the folder again
@@ -405,20 +414,61 @@ def push(source: str | os.PathLike[str], url: str | None = None, *,
                 break
         result.sessions = [plan.row for plan in plans]
         for lineage_plans in _lineages(plans):
-            _push_lineage(conn, conninfo, lineage_plans, lock_timeout)
+            _push_lineage(database, lineage_plans, lock_timeout)
         meter.finish()
     except psycopg.Error as e:
-        if conn.broken or conn.closed:
+        if database.lost:
             raise DatabaseError(f"the connection was lost during the push: the lineages "
                                 "before it are stored, the one it was storing may be: push "
                                 f"again (what is there already is left as it is): "
                                 f"{describe(e)}") from e
         raise DatabaseError(f"the push failed: {describe(e)}") from e
     finally:
-        conn.close()
+        database.close()
     if result.refused:
         raise PushRefused(result)
     return result
+
+
+class _Database:
+    """A push's connection to its database, made when the first file that can be pushed is
+    compared (a missing path, a folder with no session file and files refused as read never
+    connect), without making the journal schema there: that is made only once a session is
+    about to be stored (`writer`). A push that stores nothing leaves a database that had no
+    schema (a misspelt name that exists, say) as it was."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._conn: psycopg.Connection[Any] | None = None
+        self._schema: bool | None = None  # unknown until connected
+
+    def reader(self) -> psycopg.Connection[Any] | None:
+        """The connection files are compared on; None for a database without the journal
+        schema (no session was ever stored there: every file is new to it)."""
+        if self._schema is None:
+            try:
+                self._conn = connect(self.conninfo, create=False)
+                self._schema = True
+            except NoJournalSchema:
+                self._schema = False
+        return self._conn
+
+    def writer(self) -> psycopg.Connection[Any]:
+        """The connection sessions are stored on, the schema made first where there is none
+        (with the warning `schema.ensure` gives)."""
+        if self._conn is None:
+            self._conn = connect(self.conninfo)
+            self._schema = True
+        return self._conn
+
+    @property
+    def lost(self) -> bool:
+        """Whether the connection was made and is broken or closed."""
+        return self._conn is not None and (self._conn.broken or self._conn.closed)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
 
 def _size(path: str) -> int:
@@ -428,9 +478,11 @@ def _size(path: str) -> int:
         return 0
 
 
-def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str) -> _Plan:
+def _planned(database: _Database, path: str, name: str) -> _Plan:
     """What the push does with the file `path` (stored as `name`), from its bytes and the
-    database's session of its id."""
+    database's session of its id (the file read and checked before the database is
+    asked)."""
+    conninfo = database.conninfo
     row: dict[str, Any] = {"file": path, "name": name, "session": None}
     try:
         data, torn = _read(path)
@@ -447,7 +499,9 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         row["torn"] = torn
     plan = _Plan(described, row, UNCHANGED, len(data), hashlib.sha256(data).hexdigest())
     lines = data.count(b"\n")
-    stored = _compared(conn, described.session, data, plan.digest, lines)
+    conn = database.reader()
+    stored = None if conn is None else _compared(conn, described.session, data, plan.digest,
+                                                 lines)
     plan.stored = stored
     if stored is None:
         plan.action, row["lines"] = NEW, lines
@@ -468,7 +522,8 @@ def _planned(conn: psycopg.Connection[Any], conninfo: str, path: str, name: str)
         plan.refuse(f"the database holds {stored.lines - lines:,} line(s) more than the file "
                     f"({stored.size - len(data):,} bytes, written in the database since it was "
                     "pushed?); nothing of its lineage was pushed")
-    elif stored.common == 0 and _migrated_there(conn, described.session, data):
+    elif stored.common == 0 and conn is not None and _migrated_there(conn, described.session,
+                                                                     data):
         plan.refuse(f"the database holds it as session format version {model.CURRENT_VERSION} "
                     f"and the file as version {_version_of(data)}: a writer that opened it "
                     "migrated it in the database; nothing of its lineage was pushed (migrate "
@@ -602,11 +657,12 @@ def _lineages(plans: list[_Plan]) -> list[list[_Plan]]:
     return list(out.values())
 
 
-def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Plan],
-                  lock_timeout: float) -> None:
+def _push_lineage(database: _Database, plans: list[_Plan], lock_timeout: float) -> None:
     """Store one lineage's changes in one transaction, under the lease of every session of
     it that the database had and that this push appends to or seals; on a refusal, none of
-    them (each plan says why)."""
+    them (each plan says why). The connection is the writer's (`_Database.writer`) only
+    once something is to be stored."""
+    conninfo = database.conninfo
     refused = [plan for plan in plans if plan.action == REFUSED]
     for plan in plans:
         if refused and plan.action != REFUSED:
@@ -630,6 +686,7 @@ def _push_lineage(conn: psycopg.Connection[Any], conninfo: str, plans: list[_Pla
                and plan.stored.file_name != plan.file.name}
     if not leased and not unnamed and all(plan.action != NEW for plan in plans):
         return
+    conn = database.writer()
     leases: dict[str, Lease] = {}
     culprit: _Plan | None = None  # the plan being worked on when it failed
     try:
