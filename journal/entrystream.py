@@ -7,7 +7,8 @@ predecessor), leaving out the rotation seals; it can be walked again (a second p
 the same entries). A version 3 file is streamed line by line; a version 1 or 2 file (whose
 ids come from migration) or one whose first line is no header is read whole by `load`.
 
-What cannot be read becomes a warning: a damaged line, or an archive that is no session. The
+What cannot be read becomes a warning: a damaged line, an archive that is no session, or a
+database archive moved out to a file not on this machine (`journal rotate --keep`). The
 live file (the last one) must be a readable session: `NotASession` otherwise.
 """
 
@@ -19,7 +20,7 @@ from typing import IO
 from . import archivegz, codec
 from .archivegz import is_compressed
 from .codec import Diagnostic
-from .errors import NotASession
+from .errors import ArchiveElsewhere, NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version
 from .pg.url import shown, shown_in
@@ -65,6 +66,10 @@ class LineageStream:
                         continue
                     seen.add(entry["id"])
                     yield entry
+            except ArchiveElsewhere as e:
+                if path == live:
+                    raise
+                self.warnings.append(elsewhere_warning(e))
             except (NotASession, OSError) as e:
                 if path == live:
                     raise
@@ -130,3 +135,9 @@ class LineageStream:
         where = d.file if d.file is not None else path  # a subagent file names itself
         self.warnings.append(f"{shown(where)}: line {d.line or '?'}: {d.reason} ({d.detail})")
 
+
+def elsewhere_warning(e: ArchiveElsewhere) -> str:
+    """The warning for a database archive left out of an export because its file is not
+    here, worded as `journal usage` and `journal ls` word theirs ("not counted: ...")."""
+    said = str(e).removeprefix(f"{e.locator}: ")
+    return f"{e.locator}: not exported: {said}"

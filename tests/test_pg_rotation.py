@@ -4,6 +4,7 @@ content rules, the old id followed to the live one, archives exported by policy.
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import threading
 import uuid
@@ -398,6 +399,37 @@ def test_a_moved_out_archive_whose_file_is_not_here_says_where_it_is(
     # the live session is not troubled by it
     with Session.open(url) as session:
         session.append_message({"role": "user", "content": "on", "timestamp": 1})
+
+
+def test_an_export_past_a_moved_out_archive_not_here_warns_and_goes_on(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An export of a lineage whose archive was moved out (`rotate --keep`) to a file not on
+    this machine exports the rest, exit 0, with a warning naming the archive and where it
+    went, on stderr and in the export's header, worded as `journal usage` words its own. It
+    failed outright (exit 2): on any other machine, the live session could not be exported."""
+    from journal.cli import main
+
+    url = new_session(pg_url)
+    result = rotate_database(url, archive_dir=str(tmp_path / "a"), keep=0)
+    assert result.archive is not None
+    Path(result.archive).rename(tmp_path / "elsewhere.gz")
+    sealed = PostgresStorage.from_url(url).locator
+    assert main(["usage", url]) == 0
+    counted = [line for line in capsys.readouterr().err.splitlines() if "not counted" in line]
+    assert counted == [f"Warning: {sealed}: not counted: an archive moved out of the database "
+                       f"to {result.archive}, which is not here (on another machine, or moved "
+                       "or deleted since): read it where it is, or put it back there"]
+    warning = counted[0].replace(": not counted: ", ": not exported: ")
+    assert main(["export", url]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1] == warning
+    assert f"> **Warning**: {warning.removeprefix('Warning: ')}" in out
+    assert "after the compaction" in out
+    report_path = tmp_path / "export.jsonl"
+    assert main(["export", url, "--format", "jsonl", "-o", str(report_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["warnings"] == [warning.removeprefix("Warning: ")]
+    assert "after the compaction" in report_path.read_text()
 
 
 def test_move_out_refuses_a_file_that_does_not_hold_the_session(
