@@ -212,6 +212,44 @@ def test_a_push_that_stores_a_session_makes_the_schema_and_says_so(
         e["id"] for e in load(session.path).entries]
 
 
+def test_export_as_claude_takes_a_database_session_as_it_takes_a_file(
+        env: dict[str, str], pg_url: str, tmp_path: Path) -> None:
+    """`export --dialect claude` writes a database session (`pg:ID`, its full URL) as it
+    writes the same session's file; it took the name for a path: `<cwd>/pg:ID: no such file`,
+    a URL's `//` squashed."""
+    from journal.pg.transfer import push
+
+    with Session.create(str(tmp_path), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+        session.append_message({"role": "assistant", "content": [{"type": "text",
+                                "text": "hi"}], "provider": "p", "model": "m",
+                                "stopReason": "stop", "timestamp": 2})
+    push(session.path, pg_url)
+    sid = session.header["id"]
+
+    def exported(name: str, out: Path) -> list[dict[str, Any]]:
+        result = journal("export", name, "--dialect", "claude", "-o", str(out), "--json",
+                         env=env)
+        assert result.returncode == 0, result.stderr.decode()
+        written = Path(json.loads(result.stdout)["path"])
+        assert written.parent == out
+        return [json.loads(line) for line in written.read_text().splitlines()]
+
+    def kept(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(r["type"], r["message"]["role"], r["message"]["content"], r["cwd"])
+                for r in records]
+
+    expected = kept(exported(session.path, tmp_path / "file"))
+    assert [k[:2] for k in expected] == [("user", "user"), ("assistant", "assistant")]
+    assert kept(exported(f"pg:{sid}", tmp_path / "short")) == expected
+    assert kept(exported(session_url(pg_url, sid), tmp_path / "url")) == expected
+    missing = journal("export", "pg:nobody", "--dialect", "claude", "-o", str(tmp_path),
+                      env=env)
+    lines = missing.stderr.decode().splitlines()
+    assert missing.returncode == 2 and len(lines) == 1, lines
+    assert "no such session" in lines[0] and "//" in lines[0], lines
+
+
 @pytest.mark.parametrize("argv", [
     ("show", "postgresql://[bad?session=s1"),
     ("new", "postgresql://u:secret@[bad/db?session=s1"),

@@ -35,6 +35,7 @@ from .. import codec
 from ..errors import NotASession
 from ..identity import real_path
 from ..model import Entry
+from ..pg.url import is_database_url, names_session, shown
 from ..publish import create_file
 from ..snapshot import load
 from .detect import CLAUDE, dialect_of
@@ -68,15 +69,17 @@ def export_claude(source: str | os.PathLike[str], dest: str | os.PathLike[str] |
     `dest` is a folder (the transcript is `<sessionId>.jsonl` in it, as Claude Code names it;
     default: the current folder) or a `.jsonl` path; an existing file is never overwritten.
 
+    `source` may be a database session (`postgresql://...?session=ID`, `pg:ID`: that session,
+    as a file is read as named), or a database holding one lineage (its live session); a
+    database holds pi sessions only.
+
     Example:
         >>> export_claude("sessions/a.jsonl", "~/.claude/projects/p")  # doctest: +SKIP
     """
-    path = real_path(source)
-    if dialect_of(path) == CLAUDE:
-        raise NotASession(path, "is already a Claude Code transcript")
+    path = _session_of(source)
     snap = load(path)
     if snap.header is None and not snap.entries:
-        raise NotASession(path, "holds no session")
+        raise NotASession(shown(path), "holds no session")
     writer = _Writer(snap.header or {}, snap.entries)
     for entry in snap.entries:
         writer.entry(entry)
@@ -85,8 +88,25 @@ def export_claude(source: str | os.PathLike[str], dest: str | os.PathLike[str] |
         os.makedirs(where, exist_ok=True)
         where = os.path.join(where, writer.session_id + ".jsonl")
     create_file(where, b"".join(codec.encode(r) for r in writer.records))
-    return ClaudeExportReport(path, where, writer.session_id, len(writer.records),
-                        dict(writer.skipped))
+    return ClaudeExportReport(shown(path), where, writer.session_id, len(writer.records),
+                              dict(writer.skipped))
+
+
+def _session_of(source: str | os.PathLike[str]) -> str:
+    """The pi session `source` names: a file's real path (NotASession for a Claude Code
+    transcript), a session URL as it is, a database URL's one lineage's live session. A URL
+    is never taken for a path (it was: `pg:ID` made relative to the current folder)."""
+    named = os.fspath(source)
+    if is_database_url(named):
+        if names_session(named):
+            return named
+        from ..exporting import database_lineage  # it reads through this package
+
+        return database_lineage(named)[-1]
+    path = real_path(named)
+    if dialect_of(path) == CLAUDE:
+        raise NotASession(path, "is already a Claude Code transcript")
+    return path
 
 
 class _Writer:

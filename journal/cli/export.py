@@ -106,9 +106,10 @@ def add_export_parser(sub: Any) -> None:
                    "holds every branch in its tree)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
     p.add_argument("--dialect", choices=("claude",), default=None,
-                   help="claude: write the session as a Claude Code transcript (-o is a "
-                        "folder or a .jsonl path; default: the current folder); see "
-                        "docs/claude.md for what does not round-trip")
+                   help="claude: write the session (a file or a database session, read "
+                        "as named) as a Claude Code transcript (-o is a folder or a .jsonl "
+                        "path; default: the current folder); see docs/claude.md for what "
+                        "does not round-trip")
     p.add_argument("--redact", action="store_true",
                    help="replace what looks like an API key, a token or an e-mail address")
     p.add_argument("--json", action="store_true",
