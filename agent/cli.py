@@ -459,9 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "call it runs now, or with --follow-up when it would stop. With no agent "
                        "working, the next run on the session reads it. Recorded in the session, "
                        "it is delivered once, also after a crash.")
-    p.add_argument("session", metavar="SESSION", help="the session: a file (a rotated one is "
-                   "followed to its live file), or a database session (pg:ID, "
-                   "postgresql://...?session=ID)")
+    p.add_argument("session", metavar="SESSION", help="the session: a file, or a database "
+                   "session (pg:ID, postgresql://...?session=ID); a rotated one is followed to "
+                   "its live successor")
     p.add_argument("text", metavar="TEXT", help="the message (not empty)")
     p.add_argument("--follow-up", action="store_true",
                    help="deliver it when the agent would stop instead of after the current tool "

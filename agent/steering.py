@@ -48,8 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from journal import Session, inbox_path, resolve_live
-from journal.pg.url import is_database_url
+from journal import Session, inbox_path, live_session
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
@@ -73,8 +72,9 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
 
     Safe from any thread or process, with or without a runner holding the session: the
     message goes into the session's inbox (written to a temporary name, synced, then renamed
-    into place). A rotated path is followed to its live file unless `follow` is False.
-    Returns the message id.
+    into place). A rotated session (a file, or a database session a rotation sealed) is
+    followed to its live one, where the agent working on it reads, unless `follow` is
+    False. Returns the message id.
 
     Example:
         >>> queue_message("sessions/a.jsonl", "use the v2 API instead")  # doctest: +SKIP
@@ -83,8 +83,7 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     if not text.strip():
         raise ValueError("a queued message needs some text")
-    database = is_database_url(session_path)  # its inbox is on this machine: inbox_path
-    target = resolve_live(session_path)[0] if follow and not database else session_path
+    target = live_session(session_path) if follow else session_path
     folder = inbox_path(target)
     message_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
     body = json.dumps({"id": message_id, "kind": kind, "text": text}).encode()
