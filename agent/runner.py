@@ -185,9 +185,9 @@ class Runner:
         failed)."""
         self.fallback_models = list(fallback_models)
         self.queues = MessageQueues()
-        self._inboxes: list[str] = [*session.followed]
-        """Paths whose inbox folders are read: the files this session was followed from
-        (a message queued to a file that has since rotated) and each path it writes to."""
+        self._inboxes: list[str] = [*session.followed, session.path]
+        """Paths whose inbox folders are read: the sessions this one was followed from (a
+        message queued to one before it rotated) and each one it has written to."""
         self.tools = {tool.name: tool for tool in tools}
         self.schemas = tool_schemas(tools)
         self.settings = settings = run_settings(model, settings)  # one window for the run
@@ -226,9 +226,16 @@ class Runner:
 
     def _ingest(self) -> None:
         """Record the messages other threads and processes left in the session's inbox."""
+        self._watch_inbox()
+        self.queues.ingest(self.session, self._inboxes)  # emptied inboxes go too
+
+    def _watch_inbox(self) -> None:
+        """Read the inbox of the session written to now from here on. Called after every
+        compaction too: each may rotate the session, and a message queued to its name in
+        between goes to the successor live then, which a second rotation before the next
+        read would otherwise leave behind."""
         if self.session.path not in self._inboxes:
             self._inboxes.append(self.session.path)
-        self.queues.ingest(self.session, self._inboxes)  # emptied inboxes go too
 
     def _deliver(self, kind: str, *, limit: int | None = None) -> int:
         delivered = 0
@@ -500,6 +507,7 @@ class Runner:
         except SummaryAborted:
             result = None
         after = self._estimate()
+        self._watch_inbox()
         if result is not None:
             self.compactions += 1
             self.queues.carry(self.session)
