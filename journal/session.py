@@ -698,8 +698,15 @@ def _open_other(storage: Storage, lock_timeout: float) -> _Opened:
 
         if isinstance(storage, PostgresStorage):
             live, lease, followed = lock_live(storage, lock_timeout)
+            if followed:
+                _say_followed(storage.locator, live.locator)
             return _Opened(live, lease, followed=followed)
     return _Opened(storage, storage.lock(lock_timeout))
+
+
+def _say_followed(requested: str, live: str) -> None:
+    """A writer opened by a rotated session's name writes elsewhere: said, as a warning."""
+    log.warning("%s was rotated; continuing in its successor %s", requested, live)
 
 
 def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float,
@@ -730,7 +737,7 @@ def _open_file(target: str | os.PathLike[str] | FileStorage, lock_timeout: float
         lock.release()
         raise
     if followed:
-        log.warning("%s was rotated; continuing in its successor %s", requested, path)
+        _say_followed(requested, path)
     return _Opened(storage, lock, recovered, followed)
 
 

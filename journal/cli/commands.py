@@ -111,12 +111,10 @@ def read_entries_from(stream: BinaryIO) -> list[dict[str, Any]]:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    from ..lineage import resolve_live
+    from ..anywhere import live as live_session
 
-    if is_database_url(args.path):
-        live = args.path  # a database session: no file lineage to follow
-    else:
-        live = resolve_live(args.path)[0]
+    live = live_session(args.path)  # where the entries go: `--parent` is looked for there
+    if not is_database_url(live):
         open_for_reading(live).close()
     entries = read_entries_from(sys.stdin.buffer)
     if not entries:
