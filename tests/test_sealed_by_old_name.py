@@ -1,5 +1,6 @@
 """A rotated session used by its old name, a file and a database session alike: `append`
-says it continues in the successor and finds `--parent` there."""
+says it continues in the successor and finds `--parent` there, and `tail --since` of an id
+appended by that name says where the entry is (a sealed session is read as it is named)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,38 @@ def test_append_parent_by_a_rotated_name_is_looked_for_where_it_appends(
     assert code == 0, err
     entry = load(successor).entries[-1]
     assert (entry["id"], entry["parentId"]) == (out.strip(), parent)
+
+
+def test_tail_since_an_id_appended_by_a_sealed_name_names_the_successor(
+        file_or_database: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sealed session (a database session, or a file still in place: a plain archive)
+    is read as it is named, not along its lineage: the error says where the entry went."""
+    sealed, successor = rotated(file_or_database)
+    _, out, _ = run(capsys, monkeypatch, "append", sealed, stdin=line("user", "y"))
+    written = out.strip()
+    for follow in ([], ["-f"]):
+        code, out, err = run(capsys, monkeypatch, "tail", *follow, "--since", written, sealed)
+        assert (code, out) == (2, "")
+        assert err == (f"Error: {shown(sealed)}: no entry with id {written!r}; it was rotated "
+                       f"into {shown(successor)}, where entries appended by its name since "
+                       "then go: name that one\n")
+    code, out, _ = run(capsys, monkeypatch, "tail", "--since", written, successor)
+    assert code == 0 and out == ""  # found there: nothing after it
+
+
+def test_tail_since_of_a_session_rotated_twice_names_the_live_one_too(
+        file_or_database: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sealed, first = rotated(file_or_database)
+    with Session.open(first) as session:
+        for k in range(20):
+            session.append_message({"role": "user", "content": f"r{k} " + "x" * 300,
+                                    "timestamp": k})
+        session.append_compaction("s", session.entries[-5]["id"], 9000)
+    again = journal.rotate(first, compress=is_database_url(first))
+    assert again.successor is not None
+    middle = first if is_sealed(first) else str(again.archive)
+    code, _, err = run(capsys, monkeypatch, "tail", "--since", "nosuch", sealed)
+    assert code == 2
+    assert f"it was rotated into {shown(middle)} (live now: {shown(again.successor)})" in err

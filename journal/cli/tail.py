@@ -30,10 +30,10 @@ from datetime import date, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import codec
-from ..anywhere import is_sealed, live
+from ..anywhere import is_sealed, live, successor
 from ..archivegz import is_compressed
 from ..claude import DIALECTS
-from ..errors import JournalError
+from ..errors import JournalError, UnknownEntry
 from ..identity import same_file
 from ..lineage import last_entry
 from ..model import Entry
@@ -127,7 +127,27 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 return _follow_archive_only(path, snap.entries, args)
             elif not is_database_url(path) and is_sealed(path):
                 return _follow_orphan(path, args)
-    return _follow(path, args)
+    try:
+        return _follow(path, args)
+    except UnknownEntry as e:
+        raise _not_since(path, e) from None
+
+
+def _not_since(path: str, error: UnknownEntry) -> UnknownEntry:
+    """The error for `--since ID` that `path` does not hold. A sealed session is read as it
+    is named, not along its lineage (a file as a database session): the error then names its
+    successor, which holds what was appended by the sealed one's name since its rotation."""
+    found = None if os.path.isdir(path) else successor(path)
+    if found is None:
+        return error
+    now = live(path)
+    where = shown(found)
+    if where != shown(now) and not same_file(found, now):
+        where += f" (live now: {shown(now)})"
+    named = UnknownEntry(error.entry_id)
+    named.args = (f"{shown(path)}: no entry with id {error.entry_id!r}; it was rotated into "
+                  f"{where}, where entries appended by its name since then go: name that one",)
+    return named
 
 
 def _follow(path: str, args: argparse.Namespace) -> int:
