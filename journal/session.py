@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from .lineage import ARCHIVE_DIR, parent_of, release_after_move
 from .live import check_single_name, lock_live
 from .lock import DEFAULT_LOCK_TIMEOUT
 from .model import Entry, Message
-from .pg.url import is_database_url, names_session, parse_database, session_url
+from .pg.url import is_database_url, names_session, parse_database, parse_url, session_url
 from .quarantine import Quarantined, cut_torn_tail
 from .repair import migrate_held
 from .rotation import (
@@ -127,10 +128,13 @@ class Session:
         A path ending in `.jsonl` names the file; anything else is a directory (created if
         needed) in which the file gets a pi-style `<timestamp>_<uuid>.jsonl` name. An existing
         file is never overwritten. A database session URL (or `pg:<id>`) is created as it is
-        named; a database URL without a session (or `pg:`, the default database) is the
-        database's folder: the new session in it is named by the header's id. A
-        `journal.storage.Storage` (any backend) is created as it is, under its writer lock.
+        named, its header's id the URL's where a file name can hold it; a database URL
+        without a session (or `pg:`, the default database) is the database's folder: the new
+        session in it is named by the header's id. A `journal.storage.Storage` (any backend)
+        is created as it is, under its writer lock.
         """
+        if session_id is None and is_database_url(path_or_dir) and names_session(path_or_dir):
+            session_id = _header_id_of(path_or_dir)
         header = model.make_header(
             cwd if cwd is not None else os.getcwd(),
             session_id=session_id,
@@ -757,6 +761,17 @@ def _migrate_database(storage: Storage, lease: object) -> None:
                 "it opens a session; the original lines are kept in its quarantine ('journal "
                 "quarantine list %s')", storage.locator, model.CURRENT_VERSION, f"{before:,}",
                 storage.locator)
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def _header_id_of(url: str) -> str | None:
+    """The header id of a database session created under `url`: the URL's own session id,
+    so that the session's file (pulled, named by its header's id) is pushed back as the same
+    session, when it is a name a file name can hold; None (a new id) for any other."""
+    session = parse_url(url).session
+    return session if _PLAIN_ID.fullmatch(session) else None
 
 
 def _new_file_storage(target: str, header: Entry) -> FileStorage:

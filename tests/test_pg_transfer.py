@@ -703,3 +703,32 @@ def test_a_second_pull_into_a_folder_a_pull_is_writing_into_is_refused(
     result = pull(pg_url, out)
     assert not any(f["already"] for f in result.files)
     assert files_under(out) == files_under(tmp_path / "src") and no_temps(out)
+
+
+def test_a_session_made_under_a_name_is_that_session_after_a_pull_and_a_push(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`journal new pg:NAME`: the session's key is NAME. Its header once had an id of its
+    own, which `--json` printed as `id` (and `pg:<that id>` named no session), and a pull
+    then a push stored it again as a second session under that id, beside the first. The
+    header's id is NAME now, when a file name can hold it; one that cannot (a `/` in it)
+    still gets an id of its own, as before."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+    assert main(["new", "pg:my-session_1.x", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == "my-session_1.x"
+    with Session.open(session_url(pg_url, "my-session_1.x")) as session:
+        session.append_message({"role": "user", "content": "hello", "timestamp": 1})
+    odd = session_url(pg_url, "team/a b")
+    with Session.create(odd, cwd="/w") as session:
+        odd_id = str(session.header["id"])  # type: ignore[index]
+    assert odd_id != "team/a b"
+    pull(pg_url, tmp_path / "out")
+    assert any(f.name.endswith("_my-session_1.x.jsonl") for f in (tmp_path / "out").iterdir())
+    again = push(str(tmp_path / "out"), pg_url)
+    actions = {row["session"].rpartition("session=")[2]: row["action"]
+               for row in again.sessions}
+    assert actions == {"my-session_1.x": "unchanged", odd_id: "new"}, again.sessions
+    with connect(pg_url) as conn:
+        stored = sorted(r[0] for r in conn.execute("SELECT session FROM journal.streams"))
+    assert stored == sorted(["my-session_1.x", "team/a b", odd_id])
