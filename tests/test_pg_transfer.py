@@ -541,11 +541,12 @@ def test_push_to_a_session_url_is_refused(pg_url: str, tmp_path: Path) -> None:
 
 def test_a_sealed_session_pushed_back_beside_the_one_it_came_from_is_pulled_too(
         pg_url: str, tmp_path: Path) -> None:
-    """A session made under a URL's own id is rotated, pulled and pushed back: the copy
-    (named by its header's id) and the original share a file name and a successor, so they
-    are one lineage with two files of one name. A pull of the database writes them all, the
-    copy in a folder named by its id (it was refused whole)."""
-    url = session_url(pg_url, "myname")
+    """A session made under a URL's own id that a file name cannot hold (so its header has
+    an id of its own) is rotated, pulled and pushed back: the copy (named by its header's
+    id) and the original share a file name and a successor, so they are one lineage with two
+    files of one name. A pull of the database writes them all, the copy in a folder named by
+    its id (it was refused whole)."""
+    url = session_url(pg_url, "my name")
     with Session.create(url, cwd="/w") as session:
         fill(session, 40, "one")
         assert session.rotate().rotated
