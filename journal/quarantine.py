@@ -221,12 +221,13 @@ def side_file_of(path: str) -> str:
 
 def quarantined_record(path: str, number: int) -> dict[str, Any]:
     """The record on line `number` of the quarantine file of `path` (a session file or its
-    quarantine file). Raises JournalError if there is no such file or no such record."""
+    quarantine file), its number first (`line`, as `journal quarantine list` gives it).
+    Raises JournalError if there is no such file or no such record."""
     side = side_file_of(path)
     try:
         for line, record in numbered_records(side):
             if line == number:
-                return record
+                return {"line": line, **record}
     except FileNotFoundError as e:
         raise JournalError(f"{side}: no such file (nothing was quarantined)") from e
     raise JournalError(f"{side}: no readable record on line {number} "

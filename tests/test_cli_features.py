@@ -177,6 +177,9 @@ def test_quarantine_list_show_and_restore(repaired, tmp_path, capsys):
     assert all("bytes" not in r for r in rows)
     code, out, _ = run(capsys, "quarantine", "list", path)
     assert code == 0 and len(out.splitlines()) == 3 and "torn_tail" in out
+    code, out, _ = run(capsys, "quarantine", "show", path, "2", "--json")
+    shown = orjson.loads(out)  # the record as list gives it, its number included
+    assert code == 0 and {k: v for k, v in shown.items() if k not in ("bytes", "text")} == rows[1]
 
     session = Path(path).read_bytes()
     for number, data in enumerate(ranges, start=1):

@@ -251,6 +251,57 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
     assert len(json.loads(capsys.readouterr().out)) == len(kept)
 
 
+def test_show_and_restore_of_a_missing_session_say_so_as_list_does(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`quarantine show` and `restore` of a session the database has never held say there is
+    no such session (exit 2, nothing written), as `list` does, not that it has no record N;
+    a session with no records lists none (exit 0) and has no record 1 (exit 2)."""
+    connect(pg_url).close()
+    missing = session_url(pg_url, "never-was")
+    out = tmp_path / "out"
+    for argv in (["show", missing, "1"], ["show", missing, "1", "--json"],
+                 ["restore", missing, "1", str(out)]):
+        assert main(["quarantine", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "no such session in the database" in err and "record" not in err, argv
+    assert not out.exists()
+    clean = stored(pg_url, generated_bytes(tmp_path, seed=3, size=2_000))
+    assert main(["quarantine", "list", clean, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["quarantine", "show", clean, "1"]) == 2
+    assert "no quarantine record 1" in capsys.readouterr().err
+
+
+def test_the_json_of_a_database_record_has_every_key_of_a_files(
+        pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`quarantine list --json` and `show --json` give the same keys for a database session
+    as for a file (`line`, `key`, ...), and `generation` besides (a file has none)."""
+    data = damaged(tmp_path)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    assert main(["repair", str(path)]) == 0
+    url = stored(pg_url, data)
+    assert main(["repair", url]) == 0
+    capsys.readouterr()
+
+    def printed(*argv: str) -> Any:
+        assert main(["quarantine", *argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    file_rows, rows = printed("list", str(path)), printed("list", url)
+    assert len(rows) == len(file_rows) > 1
+    for row, file_row in zip(rows, file_rows, strict=True):
+        assert set(row) - set(file_row) == {"generation"} and set(file_row) <= set(row)
+    keys = [row["key"] for row in rows]
+    assert len(set(keys)) == len(keys) and all(len(k) == 32 and int(k, 16) >= 0 for k in keys)
+    assert printed("list", url) == rows  # a record keeps its key
+    file_shown, shown = printed("show", str(path), "2"), printed("show", url, "2")
+    assert file_shown["line"] == shown["line"] == 2
+    assert set(shown) - set(file_shown) == {"generation"} and set(file_shown) <= set(shown)
+    assert shown["key"] == rows[1]["key"]
+    assert {k: v for k, v in file_shown.items() if k not in ("bytes", "text")} == file_rows[1]
+
+
 def unleased_appends(url: str, times: int) -> tuple[list[bytes], Any, list[Any]]:
     """The lines an appender without the lease commits, from another thread, and a repair
     progress callback that has it commit one (a sound entry, on the branch) as each reading

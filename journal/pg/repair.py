@@ -13,6 +13,7 @@ gives one back with its bytes (`journal quarantine list/show URL`).
 from __future__ import annotations
 
 import base64
+import hashlib
 from functools import partial
 from typing import Any
 
@@ -154,46 +155,68 @@ def quarantined(target: str | PostgresStorage) -> list[dict[str, Any]]:
 
     def query(conn: psycopg.Connection[Any]) -> tuple[bool, list[tuple[Any, ...]]]:
         rows = conn.execute(
-            "SELECT at, generation, byte_offset, octet_length(data), reason, detail "
+            "SELECT id, at, generation, byte_offset, octet_length(data), reason, detail "
             "FROM journal.quarantine WHERE session = %s ORDER BY id", (session,)).fetchall()
-        if rows:
-            return True, rows
-        known = conn.execute("SELECT EXISTS (SELECT 1 FROM journal.streams WHERE session = %s "
-                             "AND generation IS NOT NULL)", (session,)).fetchone()
-        return bool(known and known[0]), rows
+        return bool(rows) or _held(conn, session), rows
 
     known, rows = with_shared(storage.conninfo, query)
-    if not known and not rows:
+    if not known:
         raise no_such_session(storage.locator)
-    return [{"line": n, "time": row[0].isoformat().replace("+00:00", "Z"),
-             "source": storage.locator, "generation": row[1], "offset": row[2],
-             "length": row[3], "reason": row[4], "detail": row[5]}
-            for n, row in enumerate(rows, 1)]
+    return [_fields(storage, n, row) for n, row in enumerate(rows, 1)]
 
 
 def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, Any]:
-    """Record `number` (from 1, as `quarantined` numbers them) with its bytes (`data`)."""
+    """Record `number` (from 1, as `quarantined` numbers them) with its bytes (`data`).
+    NotASession when there is no such session and nothing of that name in the quarantine, as
+    `quarantined`; JournalError when it has no record `number`."""
     storage = target if isinstance(target, PostgresStorage) else PostgresStorage.from_url(target)
     session = storage.session
 
-    def query(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
-        return conn.execute(
-            "SELECT at, generation, byte_offset, reason, detail, data FROM journal.quarantine "
-            "WHERE session = %s ORDER BY id OFFSET %s LIMIT 1",
+    def query(conn: psycopg.Connection[Any]) -> tuple[bool, tuple[Any, ...] | None]:
+        row = conn.execute(
+            "SELECT id, at, generation, byte_offset, octet_length(data), reason, detail, data "
+            "FROM journal.quarantine WHERE session = %s ORDER BY id OFFSET %s LIMIT 1",
             (session, max(0, number - 1))).fetchone()
+        return row is not None or _held(conn, session), row
 
-    row = with_shared(storage.conninfo, query)
+    known, row = with_shared(storage.conninfo, query)
+    if not known:
+        raise no_such_session(storage.locator)
     if row is None or number < 1:
-        raise JournalError(f"{storage.locator}: no quarantine record {number}")
-    data = bytes(row[5])
-    record = {"line": number, "time": row[0].isoformat().replace("+00:00", "Z"),
-              "source": storage.locator, "generation": row[1], "offset": row[2],
-              "length": len(data), "reason": row[3], "detail": row[4], "data": data}
+        raise JournalError(f"{storage.locator}: no quarantine record {number} (see 'journal "
+                           "quarantine list')")
+    data = bytes(row[7])
+    record = _fields(storage, number, row[:7])
+    record["data"] = data
     text = text_of(data)
     if text is not None:
         record["text"] = text
     record["bytes"] = base64.b64encode(data).decode("ascii")  # as a file's record has them
     return record
+
+
+def _held(conn: psycopg.Connection[Any], session: str) -> bool:
+    """Whether the database holds `session` (a row with a generation: not a lease alone)."""
+    known = conn.execute("SELECT EXISTS (SELECT 1 FROM journal.streams WHERE session = %s "
+                         "AND generation IS NOT NULL)", (session,)).fetchone()
+    return bool(known and known[0])
+
+
+def _fields(storage: PostgresStorage, number: int, row: tuple[Any, ...]) -> dict[str, Any]:
+    """A record's fields but its bytes, from (id, at, generation, byte_offset, length, reason,
+    detail): those of a file's record (`key` first, as there) and its `generation`."""
+    row_id, at, generation, offset, length, reason, detail = row
+    return {"line": number, "key": _record_key(storage.session, row_id),
+            "time": at.isoformat().replace("+00:00", "Z"), "source": storage.locator,
+            "generation": generation, "offset": offset, "length": length, "reason": reason,
+            "detail": detail}
+
+
+def _record_key(session: str, row_id: int) -> str:
+    """A database record's `key`: 32 hex digits naming it, as a file's record's key does
+    (there a hash of the file's identity and the record; here of the session and the row,
+    which is kept once, in the replacement's transaction, so needs no hash of the bytes)."""
+    return hashlib.sha256(f"{session}\0{row_id}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def restore_record(target: str | PostgresStorage, number: int, path: str) -> int:
