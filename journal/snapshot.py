@@ -13,7 +13,7 @@ from .codec import Diagnostic, Line, last_newline_end
 from .errors import ForeignSession, JournalError, NotASession
 from .header import is_header, stream_first_line
 from .model import CURRENT_VERSION, Entry, header_version, migrate
-from .pg.url import is_database_url, shown
+from .pg.url import is_database_url, names_session, shown
 from .storage import FileStorage, Storage, as_storage
 from .tree import Tree
 
@@ -141,7 +141,8 @@ def refuse_misread(target: str | os.PathLike[str] | Storage, dialect: str, *,
     forced as `"claude"`, a Claude Code transcript forced as `"pi"`): raises `NotASession`
     before anything is locked or written. The one rule of a forced dialect, for repair and
     every reader; the counterpart of `refuse_foreign`. A database session and a compressed
-    archive are pi's (only this library writes them); a file's own records say what it is,
+    archive are pi's (only this library writes them), and a whole database (its URL without
+    `session`, `pg:`) is refused as a database; a file's own records say what it is,
     and one whose records state no dialect passes (empty, or cut in its first write: a
     subagent file is a transcript by where it is, whatever such bytes say).
 
@@ -154,6 +155,8 @@ def refuse_misread(target: str | os.PathLike[str] | Storage, dialect: str, *,
     stated: str | None = claude.PI
     if is_database_url(target):
         locator = shown(target)
+        if dialect != stated and not names_session(str(target)):
+            raise _misread_database(locator, reading)
     else:
         storage = as_storage(target)
         locator = storage.locator
@@ -169,6 +172,15 @@ def refuse_misread(target: str | os.PathLike[str] | Storage, dialect: str, *,
               f"{locator}')")
     raise NotASession(locator, f"{kind}, not {_KINDS[dialect][0]} (its records are "
                       f"{owner}); {remedy}")
+
+
+def _misread_database(locator: str, reading: bool) -> NotASession:
+    """A whole database forced as Claude Code's: it is no session, and holds pi's only."""
+    remedy = ("read its sessions as pi sessions (--dialect pi, or no --dialect)" if reading
+              else f"nothing was changed: repair its sessions as pi sessions ('journal repair "
+              f"{locator}', or --dialect pi)")
+    return NotASession(locator, f"a database, not a Claude Code transcript (it holds pi "
+                       f"sessions only); {remedy}")
 
 
 def require_session(snap: Snapshot) -> None:

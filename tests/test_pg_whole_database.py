@@ -247,7 +247,8 @@ def test_options_a_database_does_not_take_are_refused_before_anything_is_done(
     before = {url: generation(url) for url in db.live}
     for argv, said in ((("rotate", db.url, "--no-compress"), "--no-compress is for files"),
                        (("rotate", db.url, "--keep", "1"), "give --archive-dir DIR too"),
-                       (("repair", db.url, "--dialect", "claude"), "--dialect pi")):
+                       (("repair", db.url, "--dialect", "claude"),  # a database, no session
+                        "a database, not a Claude Code transcript (it holds pi sessions only)")):
         code, out, err = run(capsys, *argv)
         assert code == 2, argv
         [error] = err.splitlines()
