@@ -175,6 +175,23 @@ def test_tail_command_on_a_database_session(pg_url: str,
     assert capsys.readouterr().err.startswith("Error: ")
 
 
+@pytest.mark.parametrize("follow", [[], ["-f"]])
+def test_tail_of_a_whole_database_says_it_takes_one_session_and_how_to_name_it(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        follow: list[str]) -> None:
+    """A database is not a folder: there is no tail of all its sessions, and the error says
+    so and how to name one, not that a session URL names exactly one session."""
+    new_session(pg_url)
+    monkeypatch.setenv("JOURNAL_DATABASE_URL", pg_url)
+    for database, one in ((pg_url, f"{pg_url}?session=<id>"), ("pg:", "pg:<id>")):
+        assert main(["tail", *follow, database]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == (
+            f"Error: {database}: a database: tail reads (and with -f follows) one of its "
+            f"sessions, there is no tail of a whole database; name one: {one} ('journal ls "
+            f"{database}' lists them)\n")
+
+
 def test_tail_of_a_sealed_database_session_prints_its_own_last_entries(
         pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = new_session(pg_url)

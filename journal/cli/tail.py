@@ -37,7 +37,7 @@ from ..errors import JournalError, UnknownEntry
 from ..identity import same_file
 from ..lineage import last_entry
 from ..model import Entry
-from ..pg.url import is_database_url, short_name, shown
+from ..pg.url import DEFAULT_DATABASE, is_database_url, names_session, short_name, shown
 from ..render import (
     content_size,
     content_text,
@@ -98,6 +98,8 @@ def tail_main(argv: Sequence[str] | None = None) -> int:
 def cmd_tail(args: argparse.Namespace) -> int:
     since = args.since
     path = args.path
+    if is_database_url(path) and not names_session(path):
+        raise _whole_database(path)
     if not os.path.isdir(path):
         path, moved = locate(path, follow=not args.no_follow)
         if moved is not None:
@@ -148,6 +150,18 @@ def _not_since(path: str, error: UnknownEntry) -> UnknownEntry:
     named.args = (f"{shown(path)}: no entry with id {error.entry_id!r}; it was rotated into "
                   f"{where}, where entries appended by its name since then go: name that one",)
     return named
+
+
+def _whole_database(url: str) -> JournalError:
+    """The error for a database given whole: unlike a folder's files, its sessions are not
+    tailed together (a database follower follows one session's lineage), so it says how to
+    name one."""
+    database = shown(url)
+    joiner = "&" if "?" in database else "?"
+    one = "pg:<id>" if url == DEFAULT_DATABASE else f"{database}{joiner}session=<id>"
+    return JournalError(f"{database}: a database: tail reads (and with -f follows) one of its "
+                        f"sessions, there is no tail of a whole database; name one: {one} "
+                        f"('journal ls {database}' lists them)")
 
 
 def _follow(path: str, args: argparse.Namespace) -> int:
