@@ -43,7 +43,8 @@ class SessionInfo:
     tree_issues: list[TreeIssue] = field(default_factory=list)
     lock_holder: dict[str, Any] | None = None
     lock_file: str = "none"
-    """`none`, `held` (a writer holds the lock) or `stale` (a lock file nobody holds)."""
+    """`none`, `held` (a writer holds the lock) or `stale` (a lock file nobody holds); a
+    database session's, which has a lease and no lock file, is `held` or `none`."""
     pending_rotation: str | None = None
     """A left-over rotation intent, said in words (the next writer, rotation or repair
     finishes or clears it)."""

@@ -108,6 +108,13 @@ def now_iso() -> str:
     return f"{_second_cache[1]}.{int((now - second) * 1000):03d}Z"
 
 
+def iso_millis(moment: datetime) -> str:
+    """`moment` (an aware datetime: a database's timestamptz) as `now_iso` writes times: UTC,
+    milliseconds, a Z; so a database's times read as a file's do."""
+    utc = moment.astimezone(UTC)
+    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+
+
 def new_id(taken: Container[str]) -> str:
     """A fresh 8-hex-char entry id that is not in `taken`.
 

@@ -40,6 +40,7 @@ import psycopg
 
 from ..errors import LeaseLost, LockTimeout
 from ..lock import check_lock_timeout
+from ..model import iso_millis
 from .connect import DatabaseError, DatabaseUnavailable, connect, connection_lost, describe
 
 __all__ = ["RENEW_WAIT", "ROW_LOCK_IDLE_LIMIT", "Lease", "LeaseLost", "acquire", "advisory_key",
@@ -291,5 +292,5 @@ def _holder(conn: psycopg.Connection[Any], session: str) -> dict[str, Any] | Non
 def _as_holder(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
     if row is None or row[0] is None:
         return None
-    since = row[2].isoformat().replace("+00:00", "Z") if row[2] is not None else None
+    since = iso_millis(row[2]) if row[2] is not None else None  # as a lock file's
     return {"pid": row[0], "host": row[1], "since": since}
