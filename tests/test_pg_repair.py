@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,8 @@ def test_the_json_of_a_database_record_has_every_key_of_a_files(
     keys = [row["key"] for row in rows]
     assert len(set(keys)) == len(keys) and all(len(k) == 32 and int(k, 16) >= 0 for k in keys)
     assert printed("list", url) == rows  # a record keeps its key
+    for row in (*rows, *file_rows):  # when it was kept, in milliseconds (format.md § 9.2)
+        assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", row["time"]), row
     file_shown, shown = printed("show", str(path), "2"), printed("show", url, "2")
     assert file_shown["line"] == shown["line"] == 2
     assert set(shown) - set(file_shown) == {"generation"} and set(file_shown) <= set(shown)

@@ -207,7 +207,7 @@ def _fields(storage: PostgresStorage, number: int, row: tuple[Any, ...]) -> dict
     detail): those of a file's record (`key` first, as there) and its `generation`."""
     row_id, at, generation, offset, length, reason, detail = row
     return {"line": number, "key": _record_key(storage.session, row_id),
-            "time": at.isoformat().replace("+00:00", "Z"), "source": storage.locator,
+            "time": model.iso_millis(at), "source": storage.locator,
             "generation": generation, "offset": offset, "length": length, "reason": reason,
             "detail": detail}
 
