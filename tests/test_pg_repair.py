@@ -250,6 +250,10 @@ def test_the_quarantine_of_a_missing_session_is_an_error_but_a_deleted_ones_reco
         conn.execute("DELETE FROM journal.streams WHERE session = %s", (url.rsplit("=", 1)[1],))
     assert main(["quarantine", "list", url, "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == len(kept)
+    assert main(["quarantine", "show", url, "1"]) == 0  # and shown, the last one and no more
+    assert capsys.readouterr().out.encode() == quarantined_record(url, 1)["data"]
+    assert main(["quarantine", "show", url, str(len(kept) + 1)]) == 2
+    assert f"no quarantine record {len(kept) + 1}" in capsys.readouterr().err
 
 
 def test_show_and_restore_of_a_missing_session_say_so_as_list_does(

@@ -157,7 +157,7 @@ def quarantined(target: str | PostgresStorage) -> list[dict[str, Any]]:
         rows = conn.execute(
             "SELECT id, at, generation, byte_offset, octet_length(data), reason, detail "
             "FROM journal.quarantine WHERE session = %s ORDER BY id", (session,)).fetchall()
-        return bool(rows) or _held(conn, session), rows
+        return bool(rows) or _known(conn, session), rows
 
     known, rows = with_shared(storage.conninfo, query)
     if not known:
@@ -177,7 +177,7 @@ def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, 
             "SELECT id, at, generation, byte_offset, octet_length(data), reason, detail, data "
             "FROM journal.quarantine WHERE session = %s ORDER BY id OFFSET %s LIMIT 1",
             (session, max(0, number - 1))).fetchone()
-        return row is not None or _held(conn, session), row
+        return row is not None or _known(conn, session), row
 
     known, row = with_shared(storage.conninfo, query)
     if not known:
@@ -195,10 +195,12 @@ def quarantined_record(target: str | PostgresStorage, number: int) -> dict[str, 
     return record
 
 
-def _held(conn: psycopg.Connection[Any], session: str) -> bool:
-    """Whether the database holds `session` (a row with a generation: not a lease alone)."""
+def _known(conn: psycopg.Connection[Any], session: str) -> bool:
+    """Whether the database holds `session` (a row with a generation: not a lease alone) or
+    still has quarantine records of it (a session deleted since)."""
     known = conn.execute("SELECT EXISTS (SELECT 1 FROM journal.streams WHERE session = %s "
-                         "AND generation IS NOT NULL)", (session,)).fetchone()
+                         "AND generation IS NOT NULL) OR EXISTS (SELECT 1 FROM "
+                         "journal.quarantine WHERE session = %s)", (session, session)).fetchone()
     return bool(known and known[0])
 
 
