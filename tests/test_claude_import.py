@@ -201,3 +201,24 @@ def test_imported_entries_are_in_pi_key_order(tmp_path: Path) -> None:
         assert keys == order, entry["type"]
         seen.add(entry["type"])
     assert seen == {"custom", "message", "compaction"}
+
+
+@pytest.mark.parametrize("extra", [["--format", "html"], ["--redact"],
+                                   ["--format", "md", "--all-branches"]])
+def test_export_as_claude_refuses_the_options_it_does_not_take(
+        tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--dialect claude` writes the session's records as they are: `--format`,
+    `--redact` and `--all-branches` were taken and ignored, so a user who asked for a
+    redacted transcript got one with every key in it. They are refused, nothing written."""
+    from journal.cli import main
+
+    with journal.Session.create(str(tmp_path / "s"), cwd="/w") as session:
+        session.append_message({"role": "user", "content": "sk-secret", "timestamp": 1})
+        path = session.path
+    out = tmp_path / "out"
+    assert main(["export", path, "--dialect", "claude", "-o", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    flags = [flag for flag in extra if flag.startswith("--")]
+    assert err.startswith(f"Error: {', '.join(flags)}: not with --dialect claude"), err
+    assert not out.exists()
+    assert main(["export", path, "--dialect", "claude", "-o", str(out)]) == 0

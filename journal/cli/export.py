@@ -25,22 +25,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.dialect == "claude":
         from .claude import export_as_claude
 
+        unused = [flag for flag, given in (("--format", args.format is not None),
+                                           ("--all-branches", args.all_branches),
+                                           ("--redact", args.redact)) if given]
+        if unused:
+            raise JournalError(f"{', '.join(unused)}: not with --dialect claude, which writes "
+                               "the session's records as a Claude Code transcript; leave "
+                               f"{'it' if len(unused) == 1 else 'them'} out")
         return export_as_claude(args)
+    fmt = args.format or "md"
     if args.json and not args.output:
         raise JournalError("--json reports on the file written; give -o FILE")
-    progress_note(f"exporting {shown(args.path)} as {args.format}", enabled=not args.json)
+    progress_note(f"exporting {shown(args.path)} as {fmt}", enabled=not args.json)
     options = {"all_branches": args.all_branches, "redact": args.redact}
     if args.output is None:
         sys.stdout.flush()
-        result = export_to(args.path, args.format, sys.stdout.buffer, **options)
+        result = export_to(args.path, fmt, sys.stdout.buffer, **options)
         sys.stdout.buffer.flush()
     else:
-        result = _export_file(args.path, args.format, args.output, **options)
+        result = _export_file(args.path, fmt, args.output, **options)
     for warning in result.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     if args.output is None:
         return 0
-    report: dict[str, Any] = {"path": args.output, "format": args.format,
+    report: dict[str, Any] = {"path": args.output, "format": fmt,
                               "bytes": result.bytes, "entries": result.entries,
                               "files": result.files, "warnings": result.warnings}
     if args.json:
@@ -100,7 +108,7 @@ def add_export_parser(sub: Any) -> None:
     p.add_argument("path", help="session file (any file of a lineage; archives .gz included), "
                    "or a database session (postgresql://...?session=ID, pg:ID: its lineage; "
                    "a database URL if it holds one lineage)")
-    p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="output format (default md)")
     p.add_argument("--all-branches", action="store_true",
                    help="every branch, not only the live one (md, jsonl; the HTML page always "
                    "holds every branch in its tree)")
