@@ -28,6 +28,19 @@ def seen(url: str, **settings: str) -> tuple[dict[str, str], dict[str, str]]:
         conn.close()
 
 
+def service(pg_url: str, folder: Any, monkeypatch: pytest.MonkeyPatch, **settings: str) -> str:
+    """A libpq service file naming `pg_url`'s database with `settings`, made the one libpq
+    reads: the conninfo that names the service."""
+    given = psycopg.conninfo.conninfo_to_dict(pg_url)
+    lines = ["[journal-test]", *(f"{key}={given[key]}" for key in ("host", "port", "user",
+                                                                   "dbname")),
+             *(f"{key}={value}" for key, value in settings.items())]
+    services = folder / "pg_service.conf"
+    services.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(services))
+    return "service=journal-test"
+
+
 @pytest.fixture(autouse=True)
 def no_libpq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own PGOPTIONS, PGCONNECT_TIMEOUT or PGSERVICE would stand in for ours."""
@@ -72,13 +85,8 @@ def test_the_environments_and_the_databases_values_are_kept(
 
 def test_a_service_names_its_own_timeout_and_keepalives(
         pg_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    given = psycopg.conninfo.conninfo_to_dict(pg_url)
-    services = tmp_path / "pg_service.conf"
-    services.write_text(
-        f"[journal-test]\nhost={given['host']}\nport={given['port']}\nuser={given['user']}\n"
-        f"dbname={given['dbname']}\nconnect_timeout=3\nkeepalives_idle=77\n")
-    monkeypatch.setenv("PGSERVICEFILE", str(services))
-    server, used = seen("service=journal-test")
+    server, used = seen(service(pg_url, tmp_path, monkeypatch,
+                                connect_timeout="3", keepalives_idle="77"))
     assert used["connect_timeout"] == "3" and used["keepalives_idle"] == "77"
     assert server["tcp_keepalives_idle"] == "10"  # the server's end: ours
 
@@ -301,13 +309,7 @@ def test_the_client_encoding_is_utf8_whoever_set_another(
             admin.execute(psycopg.sql.SQL("ALTER DATABASE {} SET client_encoding = 'LATIN1'")
                           .format(psycopg.sql.Identifier(admin.info.dbname)))
     else:
-        given = psycopg.conninfo.conninfo_to_dict(pg_url)
-        services = tmp_path / "pg_service.conf"
-        services.write_text(
-            f"[journal-test]\nhost={given['host']}\nport={given['port']}\n"
-            f"user={given['user']}\ndbname={given['dbname']}\nclient_encoding=LATIN1\n")
-        monkeypatch.setenv("PGSERVICEFILE", str(services))
-        url = "service=journal-test"
+        url = service(pg_url, tmp_path, monkeypatch, client_encoding="LATIN1")
     with psycopg.connect(url, autocommit=True) as plain:  # the setting is there ...
         assert plain.info.encoding != "utf-8"
     conn = connect(url)
