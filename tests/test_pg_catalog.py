@@ -391,6 +391,9 @@ def test_a_database_row_means_what_a_folder_row_means(pg_url, tmp_path):
         assert [db_key(url) for url in db_row["files"]] == [file_key(f) for f in row["files"]]
         assert db_row["path"] == db_row["url"] == db_row["files"][-1]
         assert db_row["sessions"] == len(row["files"]) and db_row["session"] == session_id
+        for key in ("created", "updated"):  # times as the store writes them (they were
+            # in microseconds): milliseconds and a Z, as `first` and `last`
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", db_row[key]), db_row
     rotated = next(r for r in on_files.values() if len(r["files"]) == 3)
     assert rotated["name"] == "rotated twice"
     assert rotated["models"] == ["claude-sonnet-4-5", "gpt-4o"]  # those of the live tail

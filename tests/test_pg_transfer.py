@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,10 @@ def test_ls_lists_the_databases_lineages(pg_url: str, tmp_path: Path,
         assert set(rows) == {live_id, "other"}
         assert rows[live_id]["sessions"] == 3 and rows[live_id]["holder"] is None
         assert rows[live_id]["file"] == Path(live).name
-        assert rows["other"]["holder"]["pid"] == os.getpid()
+        holder = rows["other"]["holder"]
+        assert holder["pid"] == os.getpid() and holder["host"]
+        # its `since`, as docs/cli.md says (it was missing), in the store's times
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", holder["since"]), holder
         assert rows["other"]["state"] == "locked" and rows["other"]["holderPid"] == os.getpid()
         assert main(["ls", pg_url]) == 0
         assert f"\tlocked ({os.getpid()} on " in capsys.readouterr().out

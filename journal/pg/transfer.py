@@ -1242,7 +1242,8 @@ def _make_folders(folder: str) -> list[str]:
 def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
     """One row per lineage in the database (`journal ls URL`): its live session, its file,
     how many sessions it spans (the sealed ones before), the live session's entries and
-    bytes, when it was created and last written, and who holds its lease (if anyone)."""
+    bytes, when it was created and last written, and who holds its lease (if anyone: pid,
+    host, since). Times are UTC with milliseconds, as the store writes them."""
     conninfo = database_of(url)
 
     def query(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -1250,7 +1251,8 @@ def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
             f"SELECT s.session, s.successor, s.file_name, coalesce(e.entries, s.entries), "
             f"coalesce(e.size, s.size), s.created_at, s.updated_at, CASE WHEN EXISTS (SELECT 1 "
             f"FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND "
-            f"l.pid = s.holder_backend) THEN s.holder_pid END, s.holder_host FROM "
+            f"l.pid = s.holder_backend) THEN s.holder_pid END, s.holder_host, s.holder_since "
+            f"FROM "
             f"{schema.STREAMS_WITH_END} "
             f"WHERE s.generation IS NOT NULL ORDER BY s.created_at, s.id").fetchall()
 
@@ -1268,9 +1270,11 @@ def database_sessions(url: str | None = None) -> list[dict[str, Any]]:
                     "file": r[2], "sessions": span, "entries": max(0, int(r[3]) - 1),
                     "size": r[4],
                     "created": _iso(r[5]), "updated": _iso(r[6]),
-                    "holder": {"pid": r[7], "host": r[8]} if r[7] is not None else None})
+                    "holder": ({"pid": r[7], "host": r[8], "since": _iso(r[9])}
+                               if r[7] is not None else None)})
     return out
 
 
 def _iso(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+    """A database time as the store writes times (`model.iso_millis`)."""
+    return model.iso_millis(value) if value is not None else None
