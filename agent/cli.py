@@ -35,7 +35,7 @@ from agent.runner import Runner
 from agent.scenarios import SCENARIOS, scenario_path
 from agent.settings import DEFAULT_SETTINGS, ContextSettings, rotation_policy
 from agent.window import ContextWindowTooSmall, run_window
-from journal import JournalError, Session, Unreachable, WriteFailed, resolve_live
+from journal import JournalError, Session, Unreachable, WriteFailed, live_session, resolve_live
 from journal.cli import entry_parser, run, seconds
 from journal.lock import DEFAULT_LOCK_TIMEOUT
 from journal.pg.url import (
@@ -375,9 +375,11 @@ def cmd_queue(args: argparse.Namespace) -> int:
     elif not os.path.isfile(resolve_live(args.session)[0]):
         raise JournalError(f"{args.session}: no such session file")
     kind = FOLLOW_UP if args.follow_up else STEER
-    message_id = queue_message(args.session, args.text, kind)
+    target = live_session(args.session)  # a rotated one: its live successor's inbox
+    message_id = queue_message(target, args.text, kind, follow=False)
     if args.json:
-        print(json.dumps({"id": message_id, "kind": kind, "session": args.session}))
+        print(json.dumps({"id": message_id, "kind": kind, "session": args.session,
+                          "queuedTo": shown(target)}))
     else:
         what = "a follow-up" if args.follow_up else "a steering message"
         print(f"queued {what} ({message_id}): the agent reads it "

@@ -4,6 +4,7 @@ rotation (`journal-agent queue OLD`), and while an agent rotates its session as 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from agent.cli import main
 from agent.models.scripted import ScriptedModel
 from agent.steering import STEER_TYPE, queue_message, read_inbox
 from journal import RotationPolicy, Session, load
+from journal.pg.url import shown
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "agent" / "scenarios"
@@ -60,7 +62,9 @@ def test_queue_to_a_rotated_name_reaches_the_agent_on_its_live_session(
         file_or_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     old = file_or_database
     live = rotated(old)
-    assert main(["queue", old, "please steer"]) == 0
+    assert main(["queue", old, "please steer", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)  # where it went (it once named `old` only)
+    assert said["session"] == old and said["queuedTo"] == shown(live), said
     assert read_inbox(old) == [] and len(read_inbox(live)) == 1
     assert main(["run", "go", "--model", f"scripted:{SCENARIOS / 'short.json'}",
                  "--session", live, "--workspace", str(tmp_path / "ws"), "-q"]) == 0
