@@ -235,3 +235,39 @@ def test_a_wait_after_the_registration_may_have_expired_returns_at_once(
         assert time.monotonic() - started < 2.5  # at once, not after the 5 s timeout
     finally:
         watch.close()
+
+
+def test_a_watch_closed_while_it_registers_leaves_no_registration(pg_url: str) -> None:
+    """`close` from another thread while the wait's first registration is still under way
+    (its INSERT held up, here by another transaction's row of the same key): `close` saw
+    nothing registered yet and could not take the busy connection, so the registration was
+    committed after it and stayed behind, and writers announced their commits to nobody
+    until it expired (60 s). The wait now takes back what it registered once it finds the
+    watch closed."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        schema.ensure(conn)
+    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=5.0)
+    assert watch.conn is not None
+    backend = watch.conn.info.backend_pid
+    blocker = psycopg.connect(pg_url)  # a transaction holding the key (s1, its backend)
+    blocker.execute("INSERT INTO journal.followers (session, backend, until) "
+                    "VALUES ('s1', %s, now() + interval '1 minute')", (backend,))
+    ended: list[bool] = []
+    waiter = threading.Thread(target=lambda: ended.append(watch.wait([Stream("s1")])))
+    waiter.start()
+    with psycopg.connect(pg_url, autocommit=True) as look:
+        deadline = time.monotonic() + 10
+        while not look.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND "
+                               "wait_event_type = 'Lock'", (backend,)).fetchone():
+            assert time.monotonic() < deadline, "the registration never waited"
+            time.sleep(0.01)
+        watch.close()  # waits for the busy connection up to CLOSE_WAIT, then lets it be
+        blocker.rollback()
+        blocker.close()
+        waiter.join(10)
+        assert not waiter.is_alive() and ended == [False]
+        deadline = time.monotonic() + 5
+        while look.execute("SELECT count(*) FROM journal.followers WHERE backend = %s",
+                           (backend,)).fetchone() != (0,):
+            assert time.monotonic() < deadline, "its registration stayed behind"
+            time.sleep(0.05)

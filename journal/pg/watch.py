@@ -180,7 +180,24 @@ class PgWatch:
         for stream in due:
             self._registered[stream] = now
         self._worked = True
+        if self._closed:
+            # closed meanwhile: `close` may have looked before this was committed, or could
+            # not take the connection while it was busy here, so the registration is taken
+            # back here (else writers announce to nobody until it expires)
+            self._take_back(conn)
+            return False
         return new
+
+    def _take_back(self, conn: psycopg.Connection[Any]) -> None:
+        """Delete this connection's registrations and close it (after `close`)."""
+        import psycopg
+
+        try:
+            conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
+        except psycopg.Error:
+            pass  # gone with the connection anyway: the registrations expire
+        finally:
+            conn.close()
 
     def _unannounced(self, error: Exception) -> None:
         """This role may not register as a follower, so no change would be announced to it:
@@ -233,7 +250,10 @@ class PgWatch:
                 return True
             woken = False
             try:
-                if self._register(conn, wanted):
+                registered = self._register(conn, wanted)
+                if self._closed:
+                    return False
+                if registered:
                     # after the writers' next look (ANNOUNCE_LAG), which finds the stream
                     # registered: what they commit from then on is announced (a commit that
                     # ends only after its writer's look was due looks itself)
