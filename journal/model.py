@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import time
 from collections.abc import Container
 from datetime import UTC, datetime, timedelta
@@ -145,6 +146,21 @@ def new_session_id() -> str:
     raw = millis.to_bytes(6, "big") + bytes(rand)
     h = raw.hex()
     return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def holds_in_a_file_name(text: str) -> bool:
+    """Whether `text` stands in a file name as it is: letters, digits, `.`, `_` and `-`, not
+    empty and not leading with `.` (a hidden file, `..`)."""
+    return bool(text) and not text.startswith(".") and _NAME_UNSAFE.search(text) is None
+
+
+def file_name_part(text: str) -> str:
+    """`text` made one that `holds_in_a_file_name` (its other characters as `_`), or "" if
+    nothing of it is left."""
+    return _NAME_UNSAFE.sub("_", text).strip(".")
 
 
 def session_file_name(timestamp: str, session_id: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
@@ -763,15 +762,12 @@ def _migrate_database(storage: Storage, lease: object) -> None:
                 storage.locator)
 
 
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-
 def _header_id_of(url: str) -> str | None:
     """The header id of a database session created under `url`: the URL's own session id,
     so that the session's file (pulled, named by its header's id) is pushed back as the same
     session, when it is a name a file name can hold; None (a new id) for any other."""
     session = parse_url(url).session
-    return session if _PLAIN_ID.fullmatch(session) else None
+    return session if model.holds_in_a_file_name(session) else None
 
 
 def _new_file_storage(target: str, header: Entry) -> FileStorage:

@@ -415,6 +415,7 @@ class EmbeddedServer:
         except OSError as e:
             return f"(no server log: {e})"
 
+
 def _cause(said: str, stderr: str) -> str:
     """Why a start failed, in one line: the server's FATAL (and HINT, and bind) lines, else
     the last thing it or pg_ctl said."""

@@ -40,7 +40,6 @@ import io
 import logging
 import os
 import posixpath
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -936,7 +935,7 @@ def _was_live(relative: str) -> str | None:
 def _folder_for(first: str, names: list[str], taken: _Taken) -> str:
     """A folder, named by the lineage's first session id (what of it a name may hold), in
     which none of `names` is taken (numbered if need be)."""
-    tag = re.sub(r"[^A-Za-z0-9._-]", "_", first).strip(".") or "session"
+    tag = model.file_name_part(first) or "session"
     folder, n = tag, 1
     while any(taken.clashes(os.path.join(folder, name)) for name in names):
         n += 1

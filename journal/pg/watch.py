@@ -92,6 +92,16 @@ def _session(storage: Streamed | object) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def _unregister(conn: psycopg.Connection[Any]) -> None:
+    """Delete the registrations `conn`'s backend made in journal.followers."""
+    import psycopg
+
+    try:
+        conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
+    except psycopg.Error:
+        pass  # gone with the connection anyway: the registrations expire
+
+
 class PgWatch:
     """A standing wait over database sessions (see the module docstring)."""
 
@@ -190,12 +200,8 @@ class PgWatch:
 
     def _take_back(self, conn: psycopg.Connection[Any]) -> None:
         """Delete this connection's registrations and close it (after `close`)."""
-        import psycopg
-
         try:
-            conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
-        except psycopg.Error:
-            pass  # gone with the connection anyway: the registrations expire
+            _unregister(conn)
         finally:
             conn.close()
 
@@ -311,7 +317,6 @@ class PgWatch:
         return await asyncio.to_thread(self.wait, storages, places)
 
     def close(self) -> None:
-        import psycopg
 
         self._closed = True
         conn, self.conn = self.conn, None
@@ -319,9 +324,7 @@ class PgWatch:
             return
         try:
             if self._registered:
-                conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
-        except psycopg.Error:
-            pass  # gone with the connection anyway: the registrations expire
+                _unregister(conn)
         finally:
             # not under a `wait` on another thread: its `notifies` ends within STEP
             close_idle(conn, wait=CLOSE_WAIT)
