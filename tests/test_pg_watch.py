@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,7 +264,7 @@ def test_a_watch_closed_while_it_registers_leaves_no_registration(pg_url: str) -
                                "wait_event_type = 'Lock'", (backend,)).fetchone():
             assert time.monotonic() < deadline, "the registration never waited"
             time.sleep(0.01)
-        watch.close()  # waits for the busy connection up to CLOSE_WAIT, then lets it be
+        watch.close()  # the wait's INSERT is cancelled; the wait takes back what it has
         blocker.rollback()
         blocker.close()
         waiter.join(10)
@@ -271,3 +274,110 @@ def test_a_watch_closed_while_it_registers_leaves_no_registration(pg_url: str) -
                            (backend,)).fetchone() != (0,):
             assert time.monotonic() < deadline, "its registration stayed behind"
             time.sleep(0.05)
+
+
+class AfterCommit(psycopg.Connection):  # type: ignore[type-arg]
+    """A real connection that runs `then` (once) right after its next transaction ends, on
+    the thread that ran it: a test's hook into the moment a registration is committed."""
+
+    then: Callable[[], None] | None = None
+
+    @contextmanager
+    def transaction(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        with super().transaction(*args, **kwargs) as tx:
+            yield tx
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+
+
+def registrations(url: str, backend: int) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM journal.followers WHERE backend = %s",
+                           (backend,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def hooked(url: str) -> tuple[PgWatch, AfterCommit]:
+    """A listening watch whose connection is an `AfterCommit`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        schema.ensure(conn)
+    watch = PgWatch(lambda: AfterCommit.connect(url), threading.Event(), timeout=5.0)
+    assert isinstance(watch.conn, AfterCommit)
+    return watch, watch.conn
+
+
+def on_another_thread(action: Callable[[], Any]) -> None:
+    """Run `action` on a thread of its own and wait for it (at most 10 s)."""
+    thread = threading.Thread(target=action)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "it never returned"
+
+
+def test_a_watch_closed_right_after_it_commits_a_registration_leaves_none(
+        pg_url: str) -> None:
+    """`close` from another thread between the wait's commit of its registration and the
+    wait's next look at the watch: `close` found no registration recorded yet and closed
+    the connection, so the wait's taking back failed on it and the registration stayed
+    until it expired (60 s), writers announcing every commit to nobody. The wait owns the
+    connection now: it deletes the registration itself before it returns."""
+    watch, conn = hooked(pg_url)
+    backend = conn.info.backend_pid
+    conn.then = lambda: on_another_thread(watch.close)
+    assert watch.wait([Stream("s1")]) is False
+    assert registrations(pg_url, backend) == 0
+    assert conn.closed and watch.conn is None
+
+
+def test_an_async_watch_closed_right_after_it_commits_a_registration_leaves_none(
+        pg_url: str) -> None:
+    """The same window for the async follower: `aclose` on the event loop while the wait
+    runs on its worker thread, right after that committed the registration."""
+    watch, conn = hooked(pg_url)
+    backend = conn.info.backend_pid
+
+    async def follow() -> bool:
+        loop = asyncio.get_running_loop()
+        conn.then = lambda: asyncio.run_coroutine_threadsafe(watch.aclose(), loop).result(10)
+        return await watch.wait_async([Stream("s1")])
+
+    assert asyncio.run(follow()) is False
+    assert registrations(pg_url, backend) == 0
+    assert conn.closed and watch.conn is None
+
+
+def test_close_returns_at_once_while_a_wait_is_blocked(pg_url: str) -> None:
+    """A wait blocked in its registration (its INSERT held up by another transaction's row
+    of the same key): `close` from another thread returned only after waiting 2 s for the
+    connection, and the wait went on until the other transaction ended. `close` returns at
+    once now, and the wait, its statement cancelled, ends with nothing registered while the
+    other transaction still holds the row."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        schema.ensure(conn)
+    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=30.0)
+    assert watch.conn is not None
+    backend = watch.conn.info.backend_pid
+    blocker = psycopg.connect(pg_url)
+    try:
+        blocker.execute("INSERT INTO journal.followers (session, backend, until) "
+                        "VALUES ('s1', %s, now() + interval '1 minute')", (backend,))
+        ended: list[bool] = []
+        waiter = threading.Thread(target=lambda: ended.append(watch.wait([Stream("s1")])))
+        waiter.start()
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            deadline = time.monotonic() + 10
+            while not look.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND "
+                                   "wait_event_type = 'Lock'", (backend,)).fetchone():
+                assert time.monotonic() < deadline, "the registration never waited"
+                time.sleep(0.01)
+        started = time.monotonic()
+        watch.close()
+        assert time.monotonic() - started < 0.5
+        waiter.join(5)
+        assert not waiter.is_alive() and ended == [False]
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert registrations(pg_url, backend) == 0

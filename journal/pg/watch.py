@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection
 from contextlib import closing
@@ -35,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import JournalError
 from ..storage.mark import StopFlag
-from .connect import close_idle
 
 if TYPE_CHECKING:
     import psycopg
@@ -51,8 +51,8 @@ POLL_INTERVAL = 0.05
 """How often a polling watch (no LISTEN) wakes the follower to re-read."""
 STEP = 0.1
 """The longest a wait blocks without looking at its stop flag."""
-CLOSE_WAIT = 2.0
-"""How long `close` waits for a `wait` on another thread to let go of the connection."""
+CANCEL_TIMEOUT = 1.0
+"""The longest `close` spends asking the server to cancel a `wait`'s statement."""
 RETRY_AFTER = 2.0
 """Seconds between attempts to listen while it fails (polling meanwhile)."""
 FOLLOW_TTL = 60
@@ -92,14 +92,31 @@ def _session(storage: Streamed | object) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def _unregister(conn: psycopg.Connection[Any]) -> None:
-    """Delete the registrations `conn`'s backend made in journal.followers."""
+def _take_back(conn: psycopg.Connection[Any]) -> None:
+    """Delete the registrations `conn`'s backend made in journal.followers, and close it."""
     import psycopg
 
     try:
         conn.execute("DELETE FROM journal.followers WHERE backend = pg_backend_pid()")
     except psycopg.Error:
-        pass  # gone with the connection anyway: the registrations expire
+        pass  # the connection is broken: its registrations expire
+    finally:
+        conn.close()
+
+
+def _cancel(conn: psycopg.Connection[Any]) -> None:
+    """Ask the server to cancel the statement under way on `conn` (from another thread); a
+    connection with none is left as it is."""
+    import psycopg
+
+    try:
+        conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+    except psycopg.Error:
+        pass  # the statement ends by itself (the wait takes back after it all the same)
+
+
+_REGISTERED, _WOKEN, _QUIET = "registered", "woken", "quiet"
+"""What one step of a wait came to (`PgWatch._step`)."""
 
 
 class PgWatch:
@@ -121,8 +138,13 @@ class PgWatch:
         self._failing = False  # the last try to listen failed (warned about once)
         self._worked = False
         self._registered: dict[str, float] = {}
-        # set by `close`, which may come from another thread while `wait` runs (an async
-        # follower cancelled mid-wait): the wait then ends and listens no more
+        # `close` may come from another thread while `wait` runs (an async follower cancelled
+        # mid-wait). The guard orders them: while a wait uses the connection (`_busy`), it
+        # owns it, and `close` only marks the watch closed (and cancels the statement under
+        # way); the wait, letting go, then deletes its registrations and closes the
+        # connection itself. Otherwise `close` takes the connection and does that.
+        self._guard = threading.Lock()
+        self._busy = False
         self._closed = False
         if not self.polling:
             self._listen(first=True)
@@ -154,9 +176,12 @@ class PgWatch:
             self.conn = None
             self._retry_at = time.monotonic() + RETRY_AFTER
             return False
-        self.conn = conn
-        if self._closed:  # closed meanwhile (after `close` looked at `conn`): not kept
-            self._drop()
+        with self._guard:
+            closed = self._closed
+            if not closed:
+                self.conn = conn
+        if closed:  # closed meanwhile (after `close` looked at `conn`): not kept
+            conn.close()
             return False
         if self._failing:
             log.info("listening for changes again")
@@ -190,20 +215,7 @@ class PgWatch:
         for stream in due:
             self._registered[stream] = now
         self._worked = True
-        if self._closed:
-            # closed meanwhile: `close` may have looked before this was committed, or could
-            # not take the connection while it was busy here, so the registration is taken
-            # back here (else writers announce to nobody until it expires)
-            self._take_back(conn)
-            return False
         return new
-
-    def _take_back(self, conn: psycopg.Connection[Any]) -> None:
-        """Delete this connection's registrations and close it (after `close`)."""
-        try:
-            _unregister(conn)
-        finally:
-            conn.close()
 
     def _unannounced(self, error: Exception) -> None:
         """This role may not register as a follower, so no change would be announced to it:
@@ -217,7 +229,8 @@ class PgWatch:
         self._drop()
 
     def _drop(self) -> None:
-        conn, self.conn = self.conn, None
+        with self._guard:
+            conn, self.conn = self.conn, None
         if conn is not None:
             try:
                 conn.close()
@@ -232,7 +245,7 @@ class PgWatch:
 
     def wait(self, storages: Collection[Any], places: Collection[str] = ()) -> bool:
         """Block until a followed stream may have changed, or the interval passed (True), or
-        `stop` is set (False)."""
+        `stop` is set or the watch closed (False)."""
         import psycopg
 
         wanted = {_session(storage) for storage in storages} - {None}
@@ -244,64 +257,94 @@ class PgWatch:
             now = time.monotonic()
             if now >= deadline:
                 return True
-            conn = self.conn
+            conn = self._hold()
             if conn is None:
-                if self.polling:
-                    self._sleep(min(POLL_INTERVAL, deadline - now))
-                    return True
-                if now < self._retry_at:  # polling until listening is tried again
+                if self._closed:
+                    return False
+                if self.polling or now < self._retry_at:  # polling (until listening again)
                     self._sleep(min(POLL_INTERVAL, deadline - now))
                     return True
                 self._listen()  # listening again or not, the caller re-reads what it missed
                 return True
-            woken = False
+            step: str | psycopg.Error
             try:
-                registered = self._register(conn, wanted)
-                if self._closed:
-                    return False
-                if registered:
-                    # after the writers' next look (ANNOUNCE_LAG), which finds the stream
-                    # registered: what they commit from then on is announced (a commit that
-                    # ends only after its writer's look was due looks itself)
-                    self._sleep(ANNOUNCE_LAG)
-                    return not (self.stop.is_set() or self._closed)
-                # closed before anything else is asked of the connection: a suspended
-                # `notifies` generator holds the connection's lock
-                with closing(conn.notifies(
-                        timeout=max(0.001, min(STEP, deadline - now)))) as notes:
-                    for note in notes:
-                        self.notified += 1
-                        stream, _ = parse(note.payload)
-                        if anywhere or stream in wanted:
-                            woken = True
-                            break
-                        # another stream's change: keep waiting, but look at the stop flag
-                        if self.stop.is_set() or time.monotonic() >= deadline:
-                            break
-            except psycopg.errors.InsufficientPrivilege as e:
-                self._unannounced(e)
+                step = self._step(conn, wanted, anywhere, deadline)
+            except psycopg.Error as e:
+                step = e  # dealt with once the connection is let go
+            finally:
+                closed = self._let_go(conn)
+            if closed:
+                return False
+            if isinstance(step, psycopg.errors.InsufficientPrivilege):
+                self._unannounced(step)
                 return True
-            except psycopg.Error:
+            if isinstance(step, psycopg.Error):
                 self._lost()
                 continue
-            self._worked = True
-            if woken:
-                self._drain()
+            if step == _REGISTERED:
+                # after the writers' next look (ANNOUNCE_LAG), which finds the stream
+                # registered: what they commit from then on is announced (a commit that
+                # ends only after its writer's look was due looks itself)
+                self._sleep(ANNOUNCE_LAG)
+                return not (self.stop.is_set() or self._closed)
+            if step == _WOKEN:
                 return True
 
-    def _drain(self) -> None:
-        """Take in notifications already queued (one wake-up reads them all)."""
-        import psycopg
+    def _hold(self) -> psycopg.Connection[Any] | None:
+        """The listening connection, now used by this wait (`close` leaves it to the wait
+        until `_let_go`); None if there is none, or the watch is closed."""
+        with self._guard:
+            if self._closed or self.conn is None:
+                return None
+            self._busy = True
+            return self.conn
 
-        conn = self.conn
-        if conn is None:
-            return
-        try:
-            with closing(conn.notifies(timeout=0.001)) as notes:
-                for _ in notes:
-                    self.notified += 1
-        except psycopg.Error:
-            self._lost()
+    def _let_go(self, conn: psycopg.Connection[Any]) -> bool:
+        """End this wait's use of `conn`; if the watch was closed meanwhile, `close` left it
+        to the wait: its registrations (one just committed too) are deleted and it is
+        closed here, before the wait returns. Whether the watch was closed."""
+        with self._guard:
+            self._busy = False
+            closed = self._closed
+            if closed:
+                self.conn = None
+        if closed:
+            _take_back(conn)
+        return closed
+
+    def _step(self, conn: psycopg.Connection[Any], wanted: set[str | None], anywhere: bool,
+              deadline: float) -> str:
+        """Register (or renew) if due, else take notifications for up to STEP: _REGISTERED,
+        _WOKEN (a followed stream's, or any with `anywhere`), or _QUIET."""
+        if self._register(conn, wanted):
+            return _REGISTERED
+        if self._closed:
+            return _QUIET
+        woken = False
+        # closed before anything else is asked of the connection: a suspended `notifies`
+        # generator holds the connection's lock
+        with closing(conn.notifies(
+                timeout=max(0.001, min(STEP, deadline - time.monotonic())))) as notes:
+            for note in notes:
+                self.notified += 1
+                stream, _ = parse(note.payload)
+                if anywhere or stream in wanted:
+                    woken = True
+                    break
+                # another stream's change: keep waiting, but look at the stop flag
+                if self.stop.is_set() or self._closed or time.monotonic() >= deadline:
+                    break
+        self._worked = True
+        if not woken:
+            return _QUIET
+        self._drain(conn)
+        return _WOKEN
+
+    def _drain(self, conn: psycopg.Connection[Any]) -> None:
+        """Take in notifications already queued (one wake-up reads them all)."""
+        with closing(conn.notifies(timeout=0.001)) as notes:
+            for _ in notes:
+                self.notified += 1
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + max(0.0, seconds)
@@ -317,17 +360,23 @@ class PgWatch:
         return await asyncio.to_thread(self.wait, storages, places)
 
     def close(self) -> None:
-
-        self._closed = True
-        conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        try:
-            if self._registered:
-                _unregister(conn)
-        finally:
-            # not under a `wait` on another thread: its `notifies` ends within STEP
-            close_idle(conn, wait=CLOSE_WAIT)
+        """Stop listening and delete this watch's registrations; returns at once. A `wait`
+        running on another thread ends (False) within STEP, its statement under way
+        cancelled, having deleted its registrations (one it was committing too) and closed
+        the connection itself: `close` never leaves a registration behind for writers to
+        announce to until it expires, nor waits for the connection."""
+        with self._guard:
+            self._closed = True
+            conn = self.conn
+            if self._busy:
+                if conn is not None:
+                    # under the guard: the wait cannot take back (its DELETE) before the
+                    # server has had the cancel request, so the cancel never hits that
+                    _cancel(conn)
+                return
+            self.conn = None
+        if conn is not None:
+            _take_back(conn)
 
     async def aclose(self) -> None:
         self.close()
