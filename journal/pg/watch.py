@@ -135,7 +135,8 @@ class PgWatch:
         self.reconnects = 0
         self.notified = 0
         self._retry_at = 0.0
-        self._failing = False  # the last try to listen failed (warned about once)
+        self._failing: float | None = None  # since when trying to listen fails
+        self._causes: set[str] = set()  # why it fails, as said while that lasts
         self._worked = False
         self._registered: dict[str, float] = {}
         # `close` may come from another thread while `wait` runs (an async follower cancelled
@@ -167,12 +168,8 @@ class PgWatch:
                 raise
             if first and not self.may_fall_back:
                 raise
-            # said once while it lasts (it is tried again every RETRY_AFTER seconds)
-            log.log(logging.INFO if self._failing else logging.WARNING,
-                    "cannot listen for changes (%s); polling every %gs until it can",
-                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
-                    POLL_INTERVAL)
-            self._failing = True
+            self._cannot_listen(
+                str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             self.conn = None
             self._retry_at = time.monotonic() + RETRY_AFTER
             return False
@@ -183,14 +180,34 @@ class PgWatch:
         if closed:  # closed meanwhile (after `close` looked at `conn`): not kept
             conn.close()
             return False
-        if self._failing:
+        if self._failing is not None:
             log.info("listening for changes again")
-        self._failing = False
+        self._failing = None
+        self._causes.clear()
         self._worked = False
         self._registered = {}
         if not first:
             self.reconnects += 1
         return True
+
+    def _cannot_listen(self, cause: str) -> None:
+        """Say why listening failed (it is tried again every RETRY_AFTER seconds): a warning
+        at first, and when the cause changes to one not said yet while this lasts (once
+        each, however often the tries alternate); otherwise only at INFO."""
+        now = time.monotonic()
+        if self._failing is None:
+            self._failing = now
+        if cause in self._causes:
+            log.info("cannot listen for changes (%s); polling every %gs until it can", cause,
+                     POLL_INTERVAL)
+            return
+        self._causes.add(cause)
+        if len(self._causes) == 1:
+            log.warning("cannot listen for changes (%s); polling every %gs until it can", cause,
+                        POLL_INTERVAL)
+        else:
+            log.warning("cannot listen for changes (%s; failing for %.0fs); polling every %gs "
+                        "until it can", cause, now - self._failing, POLL_INTERVAL)
 
     def _register(self, conn: psycopg.Connection[Any], wanted: set[str | None]) -> bool:
         """Register (or renew) this watch as a follower of `wanted` in `journal.followers`,
