@@ -412,3 +412,32 @@ def test_pg_server_refused_for_a_folder_its_user_cannot_reach_leaves_nothing(
     assert refused.stderr.count("\n") == 1
     assert "must be able to enter every folder above" in refused.stderr
     assert list(private.iterdir()) == []
+
+
+def test_pg_server_on_a_privileged_port_is_refused_saying_why_before_starting(
+        tmp_path: Path) -> None:
+    """Run as root, the server runs as nobody, who may not listen below 1024: the start
+    failed late (initdb run) with only the server's 'Permission denied'. It is refused first,
+    saying why and what to choose, with nothing made."""
+    if os.geteuid() != 0:
+        pytest.skip("only root's server runs as another user (nobody)")
+    try:  # Linux's; 1024 elsewhere
+        lowest = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    except (OSError, ValueError):
+        lowest = 1024
+    if lowest <= 1:
+        pytest.skip("this machine lets unprivileged users listen on every port")
+    pg_server.server()
+    folder = tmp_path / "pg"
+    refused = _pg_server_fails("--dir", str(folder), "--port", str(lowest - 1), home=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"Error: port {lowest - 1} of 127.0.0.1 needs privileges the server does not have: "
+        f"ports below {lowest} are privileged, and the server runs as the unprivileged user "
+        f"nobody (PostgreSQL refuses to run as root); choose a port from {lowest} up, or none "
+        "for a free one\n")
+    assert not folder.exists()
+    server = EmbeddedServer(folder, port=lowest - 1)
+    with pytest.raises(ServerError, match="needs privileges the server does not have"):
+        server.start()
+    assert not folder.exists() and not server.running

@@ -103,8 +103,9 @@ def add_pg_server_parser(sub: Any) -> None:
                    "run on it finds its sessions, and listens on its port if that is free); "
                    "default: a temporary one, removed")
     p.add_argument("--port", metavar="N", type=_port,
-                   help="listen on port N of 127.0.0.1 (refused if taken); default: the last "
-                   "run's on --dir if free, else a free one")
+                   help="listen on port N of 127.0.0.1 (refused if taken, or below 1024: "
+                   "the server runs as an unprivileged user); default: the last run's on "
+                   "--dir if free, else a free one")
     p.add_argument("--unix-socket", action="store_true",
                    help="also listen on a Unix socket in the folder (its URL is printed too)")
     p.add_argument("--json", action="store_true",

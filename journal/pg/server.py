@@ -11,9 +11,11 @@ Real deployments point `JOURNAL_DATABASE_URL` at their own server instead (docs/
 The port a server listens on is recorded in `<folder>/port`: a later server in that folder
 listens on the same one when it is free (so a URL given out before works again), else on a
 free one (`previous_port` is the port recorded, `port` the one it got); `port=N` asks for
-exactly N. A start that is refused leaves the folder as it found it: what that start made there (the
-folder itself, `data/`, `server.log`, copied programs) is removed, nothing that was there
-before. A folder a running server uses is refused before anything is done, naming its pid.
+exactly N; one below 1024 (Linux's `net.ipv4.ip_unprivileged_port_start`) is refused before
+anything is done, as the server runs unprivileged (below). A start that is refused leaves
+the folder as it found it: what that start made there (the folder itself, `data/`,
+`server.log`, copied programs) is removed, nothing that was there before. A folder a running
+server uses is refused before anything is done, naming its pid.
 
 PostgreSQL refuses to run as root. Run as root (CI, containers), the server runs as the
 unprivileged user `nobody` (uid 65534): the data folder is given to it, and if it cannot run
@@ -28,6 +30,7 @@ do not happen): `pginstall/bin`, `lib` and `share`.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import re
@@ -45,13 +48,16 @@ from urllib.parse import quote
 from ..errors import JournalError
 from .reaper import postmaster
 
-__all__ = ["EmbeddedServer", "ServerError", "install_dir", "port_free", "recorded_port"]
+__all__ = ["EmbeddedServer", "ServerError", "first_unprivileged_port", "install_dir",
+           "port_free", "recorded_port"]
 
 NOBODY = 65534
 START_TIMEOUT = 60.0
 SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path, less its NUL)
 PORT_FILE = "port"
 """The file, in a server's folder, naming the port its last run listened on."""
+UNPRIVILEGED_PORTS = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+"""Linux's lowest port an unprivileged user may listen on (1024 unless set lower)."""
 MADE = ("data", "server.log", "dist", "socket")
 """What a start may make in an existing folder (removed again when the start is refused)."""
 
@@ -83,13 +89,28 @@ def free_port(host: str = "127.0.0.1") -> int:
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     """Whether the server could listen on `port` of `host` now. Bound as PostgreSQL binds
     (SO_REUSEADDR), so the connections a stopped server left in TIME_WAIT do not count."""
+    return _bind_error(port, host) is None
+
+
+def _bind_error(port: int, host: str) -> int | None:
+    """The errno of binding `port` of `host` as this process, as PostgreSQL binds; None if
+    it can be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError:
-            return False
-        return True
+        except OSError as e:
+            return e.errno
+        return None
+
+
+def first_unprivileged_port() -> int:
+    """The lowest TCP port a user without privileges may listen on: 1024, or what Linux's
+    net.ipv4.ip_unprivileged_port_start sets (many containers set 0)."""
+    try:
+        return int(UNPRIVILEGED_PORTS.read_text())
+    except (OSError, ValueError):
+        return 1024
 
 
 def recorded_port(folder: str | os.PathLike[str]) -> int | None:
@@ -108,8 +129,9 @@ class EmbeddedServer:
     demos) skips flushes that only matter when the machine itself crashes. `unix_socket`
     also listens on a Unix socket in `<folder>/socket` (`socket_url()`): a client on this
     machine then spends less CPU time a round trip than over TCP. `port` is the TCP port to
-    listen on (refused if taken); by default the one the last server in `folder` listened on,
-    when it is free, else a free one.
+    listen on (refused if taken, or below `first_unprivileged_port()`: the server runs
+    unprivileged); by default the one the last server in `folder` listened on, when it is
+    free, else a free one.
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None = None, *, fsync: bool = False,
@@ -183,6 +205,7 @@ class EmbeddedServer:
     def _ports(self) -> list[int]:
         """The ports to try, in order; ServerError if the one asked for is taken."""
         if self.wanted_port is not None:
+            self._check_privileged(self.wanted_port)
             if not port_free(self.wanted_port, self.host):
                 raise ServerError(f"port {self.wanted_port} of {self.host} is taken (another "
                                   "program listens there): choose another, or none for a "
@@ -192,6 +215,22 @@ class EmbeddedServer:
         first = [previous] if previous is not None and port_free(previous, self.host) else []
         # a port picked free may be taken before the server binds it: a few more tries
         return first + [0] * (3 - len(first))
+
+    def _check_privileged(self, port: int) -> None:
+        """Refuse a port below `first_unprivileged_port()`: the server runs unprivileged (as
+        nobody, run as root), so it could not listen there; said before anything is made."""
+        lowest = first_unprivileged_port()
+        if port >= lowest:
+            return
+        if self.as_nobody:
+            who = "the unprivileged user nobody (PostgreSQL refuses to run as root)"
+        elif _bind_error(port, self.host) == errno.EACCES:
+            who = "this user, who has no privilege to listen there"
+        else:
+            return  # this user may (a capability): the server, run as this user, may too
+        raise ServerError(f"port {port} of {self.host} needs privileges the server does not "
+                          f"have: ports below {lowest} are privileged, and the server runs "
+                          f"as {who}; choose a port from {lowest} up, or none for a free one")
 
     def _prepare(self) -> None:
         """The folder, the programs, the data (first time) and the socket's folder."""
