@@ -202,14 +202,12 @@ def connection_lost(conn: psycopg.Connection[Any] | None, error: BaseException) 
     return False
 
 
-def close_idle(conn: psycopg.Connection[Any], wait: float = 0.0) -> bool:
+def close_idle(conn: psycopg.Connection[Any]) -> bool:
     """Close `conn` unless a statement is in progress on it in another thread (holding
-    psycopg's lock of the connection) for `wait` seconds more; whether it was closed. One
-    left open is closed when the last reference to it goes, after that statement (see the
-    module docstring). Not for a caller inside a statement on `conn` itself: it would find
-    the connection busy."""
-    taken = conn.lock.acquire(timeout=wait) if wait > 0 else conn.lock.acquire(blocking=False)
-    if not taken:
+    psycopg's lock of the connection); whether it was closed. One left open is closed when
+    the last reference to it goes, after that statement (see the module docstring). Not for
+    a caller inside a statement on `conn` itself: it would find the connection busy."""
+    if not conn.lock.acquire(blocking=False):
         return False
     try:
         conn.close()
