@@ -213,7 +213,7 @@ def _child_by_header(path: str) -> str | None:
     for candidate in candidates:
         header = read_header(os.path.join(directory, candidate))
         parent = header.get("parentSession") if header else None
-        if not isinstance(parent, str) or not _archive_name_of(name, parent):
+        if not isinstance(parent, str) or not archive_name_of(name, parent):
             continue
         if os.path.normpath(os.path.join(directory, parent)) != path:
             return os.path.join(directory, candidate)
@@ -236,7 +236,7 @@ def _passes_archive_of(name: str, live: str, directory: str) -> bool:
         pointer = header.get("parentSession") if header else None
         if not isinstance(pointer, str) or not pointer:
             return False
-        if _archive_name_of(name, pointer):
+        if archive_name_of(name, pointer):
             return True
         older = next((c for c in _local_parents(pointer, directory)
                       if os.path.isfile(c) and c not in seen), None)
@@ -247,7 +247,7 @@ def _passes_archive_of(name: str, live: str, directory: str) -> bool:
     return False
 
 
-def _archive_name_of(name: str, pointer: str) -> bool:
+def archive_name_of(name: str, pointer: str) -> bool:
     """Whether `pointer` names an archive of the file `name`: an archive takes the file's
     name, or `<name>.N` when that name was taken, and `.gz` once compressed."""
     return re.fullmatch(re.escape(name) + r"(\.[0-9]+)?(\.gz)?",
@@ -268,7 +268,7 @@ def _successor_down_the_chain(path: str, live: str) -> str | None:
         pointer = header.get("parentSession") if header else None
         if not isinstance(pointer, str) or not pointer:
             return None
-        names_it = _archive_name_of(name, pointer) and (
+        names_it = archive_name_of(name, pointer) and (
             os.path.normpath(os.path.join(directory, pointer)) != path)  # (not a fork)
         older = _parent_file(pointer, header.get("id") if header else None, current,
                              directory)

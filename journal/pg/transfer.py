@@ -59,7 +59,8 @@ from ..errors import (
     describe_os_error,
 )
 from ..files import TEMP_SUFFIX, file_digest, remove_stale_temps
-from ..lineage import ARCHIVE_DIR, lineage, seal_of
+from ..identity import plain_name
+from ..lineage import ARCHIVE_DIR, archive_name_of, lineage, parent_of, seal_of
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Meter, Progress
 from ..publish import NewFile
@@ -198,8 +199,10 @@ def database_of(url: str | None) -> str:
 class _File:
     path: str
     name: str  # relative to the session's folder
-    session: str
+    session: str  # "" for a file that cannot be read (a damaged archive, no header)
     successor: str | None
+    parent: str | None = None  # its header's `parentSession` pointer
+    successor_file: str | None = None  # the file name its seal gives the successor
 
 
 def _files_to_push(source: str) -> list[tuple[str, str]]:
@@ -246,8 +249,9 @@ def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple
         folder = os.path.dirname(real)
         for older in chain[:-1]:
             where = os.path.realpath(older)
-            # a rotation's archive (sealed); not a fork's parent, a session of its own
-            if where in inside or seal_of(where) is None:
+            # a rotation's archive (sealed); not a fork's parent, a session of its own; one
+            # whose seal cannot be read is taken along, so that its refusal refuses its lineage
+            if where in inside or (seal_of(where) is None and _readable(where)):
                 continue
             name = posixpath.normpath(posixpath.join(os.path.relpath(folder, top),
                                                      _name_in(folder, where)))
@@ -257,6 +261,15 @@ def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple
             taken.add(uncompressed_name(posixpath.basename(name)))
             more.append((where, name))
     return more
+
+
+def _readable(path: str) -> bool:
+    """Whether the push can read the session file `path` (its header's id, its seal)."""
+    try:
+        _described(path, "", _read(path)[0])
+    except (TransferError, OSError):
+        return False
+    return True
 
 
 def _name_in(folder: str, path: str) -> str:
@@ -269,6 +282,16 @@ def _name_in(folder: str, path: str) -> str:
     return relative
 
 
+class _Damaged(TransferError):
+    """An archive that cannot be unpacked: its session id and seal cannot be read."""
+
+
+# what to do with a damaged archive: `journal repair` does not rewrite archives
+_DAMAGED_HINT = ("nothing of its lineage was pushed (its files are linked through this one): "
+                 "put back a good copy of it, or move it away and push again to store the "
+                 "rest of its lineage without it")
+
+
 def _read(path: str) -> tuple[bytes, int]:
     """The session bytes of the file (an archive's uncompressed) up to its last complete
     line, and how many bytes of an incomplete last line (a torn tail, or a line being
@@ -279,7 +302,7 @@ def _read(path: str) -> tuple[bytes, int]:
         try:
             data = archivegz.decompress(data, path)
         except NotASession as e:
-            raise TransferError(str(e)) from e
+            raise _Damaged(str(e)) from e
     end = data.rfind(b"\n") + 1
     return data[:end], len(data) - end
 
@@ -297,7 +320,7 @@ def _described(path: str, name: str, data: bytes) -> _File:
         raise TransferError(f"{path}: no session header with an id on its first line")
     if (why := long_id(str(header["id"]))) is not None:
         raise TransferError(f"{path}: its header holds {why}; nothing was written")
-    successor = None
+    successor = successor_file = None
     end = last_newline_end(io.BytesIO(data), len(data))
     last = data[data.rfind(b"\n", 0, end - 1) + 1:end]
     try:
@@ -307,7 +330,10 @@ def _described(path: str, name: str, data: bytes) -> _File:
     if isinstance(entry, dict) and is_seal(entry):
         found = entry["data"].get("sessionId")
         successor = found if isinstance(found, str) else None
-    return _File(path, name, str(header["id"]), successor)
+        successor_file = plain_name(entry["data"].get("file"))
+    parent = header.get("parentSession")
+    return _File(path, name, str(header["id"]), successor,
+                 parent if isinstance(parent, str) and parent else None, successor_file)
 
 
 def _version_of(data: bytes) -> int:
@@ -488,6 +514,8 @@ def _planned(database: _Database, path: str, name: str) -> _Plan:
         described = _described(path, name, data)
     except (TransferError, OSError) as e:
         reason = str(e).removeprefix(f"{path}: ")
+        if isinstance(e, _Damaged):
+            reason = f"{reason}; {_DAMAGED_HINT}"
         plan = _Plan(_File(path, name, "", None), row, REFUSED,
                      vanished=isinstance(e, FileNotFoundError))
         plan.refuse(reason if isinstance(e, TransferError) else _os_reason(e))
@@ -650,10 +678,39 @@ def _lineages(plans: list[_Plan]) -> list[list[_Plan]]:
         after = plan.file.successor
         for successor in by_id.get(after or "", ()):  # a refused copy's refusal is its too
             parents[root(group[id(plan)])] = root(group[id(successor)])
+    for plan, unreadable in _links_to_unreadable(plans, by_id):
+        parents[root(group[id(plan)])] = root(group[id(unreadable)])
     out: dict[int, list[_Plan]] = {}
     for i, plan in enumerate(plans):
         out.setdefault(root(i), []).append(plan)
     return list(out.values())
+
+
+def _links_to_unreadable(plans: list[_Plan], by_id: dict[str, list[_Plan]]
+                         ) -> Iterator[tuple[_Plan, _Plan]]:
+    """(a plan, the plan of a file it is linked to that cannot be read): such a file (a
+    damaged archive) has no session id or seal to link it by, yet a lineage through it is
+    one all the same, and must not be pushed in parts. A file is linked to it when its
+    header's `parentSession` names it (as `lineage.parent_of` finds the file a pointer
+    names), and a sealed file whose successor is among no file read when its seal gives
+    the successor a file name it is an archive of (`lineage.archive_name_of`): which
+    session it holds cannot be read, and refusing both is the safe side."""
+    unreadable = {os.path.realpath(p.file.path): p for p in plans
+                  if not p.file.session and os.path.lexists(p.file.path)}
+    if not unreadable:
+        return
+    names = {uncompressed_name(os.path.basename(path)) for path in unreadable}
+    for plan in plans:
+        pointer = plan.file.parent
+        if pointer is not None and uncompressed_name(posixpath.basename(pointer)) in names:
+            found = parent_of(plan.file.path)
+            if found is not None and os.path.realpath(found) in unreadable:
+                yield plan, unreadable[os.path.realpath(found)]
+        named = plan.file.successor_file
+        if named is not None and plan.file.successor not in by_id:
+            for path, other in unreadable.items():
+                if archive_name_of(named, path):
+                    yield plan, other
 
 
 def _push_lineage(database: _Database, plans: list[_Plan], lock_timeout: float) -> None:
