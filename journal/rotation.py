@@ -400,15 +400,30 @@ def _check_folder(path: str, directory: str, default: bool) -> None:
     _check_writable(path, directory, f"the archive folder {directory}")
 
 
+# the name of the file `_check_writable` makes and removes (`.<name>.<random>.<tag>.tmp`)
+WRITE_CHECK, WRITE_CHECK_TAG = "journal-write-check", "check"
+
+
 def _check_writable(path: str, directory: str, label: str) -> None:
-    readonly = False
+    """Refuse (`RotationRefused`) a folder a rotation is to write into that cannot be
+    written: a file is made there and removed at once. Permission bits (`os.access`) do not
+    tell: root passes them for /proc, where nothing can be made, and a rotation of a
+    database session, whose archive is written only after it committed, would rotate and
+    then fail to write it."""
     try:
         readonly = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
     except OSError:
-        pass
-    if readonly or not os.access(directory, os.W_OK | os.X_OK):
-        raise RotationRefused(path, f"{label} cannot be written "
-                              f"({'read-only file system' if readonly else 'permission denied'})")
+        readonly = False
+    if readonly:
+        raise RotationRefused(path, f"{label} cannot be written (read-only file system)")
+    try:
+        with NewFile(os.path.join(directory, WRITE_CHECK), WRITE_CHECK_TAG):
+            pass  # removed on leaving: never published
+    except OSError as e:
+        why = ("permission denied" if e.errno in (errno.EACCES, errno.EPERM)
+               else "read-only file system" if e.errno == errno.EROFS
+               else f"no file can be made there: {e.strerror or e}")
+        raise RotationRefused(path, f"{label} cannot be written ({why})") from e
 
 
 @dataclass
