@@ -139,3 +139,20 @@ def test_with_the_damaged_archive_moved_away_the_rest_of_its_lineage_is_pushed(
     result = push(str(folder), pg_url)
     assert {row["action"] for row in result.sessions} == {"new"}
     assert stored(pg_url) == names(folder, [live, archives[0]])
+
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped"])
+def test_a_push_of_the_oldest_archive_refuses_it_with_its_damaged_successor(
+        pg_url: str, tmp_path: Path, how: str) -> None:
+    """From A0 the lineage is followed by its seal, which cannot be followed into A1 whose
+    header cannot be read: A0 was stored alone, as if it ended its lineage."""
+    folder = tmp_path / "src"
+    live, archives = rotated_twice(folder)
+    damage(archives[1], how)
+    with pytest.raises(PushRefused) as raised:
+        push(str(archives[0]), pg_url)
+    rows = raised.value.result.sessions
+    assert {row["file"] for row in rows} >= {str(archives[0]), str(archives[1])}
+    assert {row["action"] for row in rows} == {"refused"}, rows
+    assert stored(pg_url) == set()

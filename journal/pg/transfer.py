@@ -227,7 +227,23 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
         raise NotASession(source, "no such file or directory")
     chain = lineage(os.path.realpath(source))
     folder = os.path.dirname(chain[-1])
+    chain += _unreadable_successors(chain[-1])
     return [(path, _name_in(folder, path)) for path in chain]
+
+
+def _unreadable_successors(last: str) -> list[str]:
+    """The files beside `last`, the end of the lineage `lineage` found, that its seal names
+    as its successor's archive (`archive_name_of`) and that cannot be read (a damaged
+    archive): `lineage` cannot follow a seal into them, and would end the lineage at a
+    sealed file. Pushed with it, they refuse it whole (`_links_to_unreadable`)."""
+    seal = seal_of(last)
+    named = plain_name(seal.get("file")) if seal is not None else None
+    if named is None:
+        return []
+    folder = os.path.dirname(last)
+    beside = [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+              if n != os.path.basename(last) and archive_name_of(named, n)]
+    return [path for path in beside if os.path.isfile(path) and not _readable(path)]
 
 
 def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple[str, str]]:
