@@ -75,7 +75,7 @@ from agent.truncate import (
     truncate_tool_results,
 )
 from agent.window import resolve_budget, run_settings
-from journal import Context, Session, sanitize
+from journal import Context, Session, predecessors, sanitize
 from journal.interrupt import Terminated
 from tools import Tool, ToolResult, run_tool, tool_schemas
 
@@ -185,9 +185,12 @@ class Runner:
         failed)."""
         self.fallback_models = list(fallback_models)
         self.queues = MessageQueues()
-        self._inboxes: list[str] = [*session.followed, session.path]
-        """Paths whose inbox folders are read: the sessions this one was followed from (a
-        message queued to one before it rotated) and each one it has written to."""
+        self._inboxes: list[str] = [*predecessors(session.path), *session.followed,
+                                    session.path]
+        """Paths whose inbox folders are read: the sessions this one continues, each by the
+        name it had while live, and those it was followed from (a message queued to one
+        before it rotated, by an older version, or racing its rotation), and each one it has
+        written to."""
         self.tools = {tool.name: tool for tool in tools}
         self.schemas = tool_schemas(tools)
         self.settings = settings = run_settings(model, settings)  # one window for the run

@@ -33,7 +33,10 @@ is already recorded is just removed, so a crash between the two steps delivers n
 twice. The emptied folder is removed too (``rmdir``, which only removes an empty folder: a
 message being written is in it, under its temporary name, from before it is complete, and a
 writer that finds the folder gone makes it again). A message queued while no runner is
-working waits in the inbox for the next run on that session.
+working waits in the inbox for the next run on that session. The runner also reads the
+inboxes of the sessions its session continues (`journal.predecessors`), where a message
+queued to a rotated name may wait, and records what it finds in all of them in the order it
+was queued.
 """
 
 from __future__ import annotations
@@ -204,10 +207,12 @@ class MessageQueues:
         return item
 
     def ingest(self, session: Session, paths: Iterable[str]) -> int:
-        """Record the messages waiting in the inboxes of `paths`, then remove their files,
-        and each inbox folder left empty (`remove_inbox`). Returns how many were new."""
+        """Record the messages waiting in the inboxes of `paths`, in the order they were
+        queued whichever inbox holds them, then remove their files, and each inbox folder
+        left empty (`remove_inbox`). Returns how many were new."""
         inboxes = list(dict.fromkeys(paths))
         found = [entry for path in inboxes for entry in read_inbox(path)]
+        found.sort(key=_queued_order)  # across inboxes too: an id starts with its time
         new = sum(self.record(session, item) for _, item in found)
         if new:
             session.sync()  # the entries are durable before the files that held them go
@@ -239,6 +244,12 @@ class MessageQueues:
         if items:
             session.append_many([{"type": "custom", "customType": QUEUED_TYPE,
                                   "data": _data(item)} for item in items])
+
+
+def _queued_order(found: tuple[str, Queued]) -> str:
+    """The order messages were queued in: their file names (`<id>.json`), as `read_inbox`
+    sorts one inbox."""
+    return os.path.basename(found[0])
 
 
 def _data(item: Queued) -> dict[str, str]:

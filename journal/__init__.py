@@ -40,7 +40,8 @@ Keeping files healthy
     `RotationAborted`; `lineage` and `resolve_live` (every file of a rotated session, and the
     live one; `repair`, `rotate` and `lineage` take a database session's URL too:
     `journal.anywhere`); `live_session` (the live session a file or a database session
-    continues into); `inbox_path` and `INBOX_SUFFIX` (the folder beside a session file where
+    continues into); `predecessors` (the sessions it continues, each by the name it had
+    while live); `inbox_path` and `INBOX_SUFFIX` (the folder beside a session file where
     messages for its agent are queued); `read_quarantine` and `Quarantined` (the bytes repair
     set aside);
     `repair_claude` and `assess_claude` (what `repair` runs on a Claude Code transcript: a
@@ -92,7 +93,7 @@ Importing `journal` loads neither a model SDK nor a tokenizer, nor asyncio or wa
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .anywhere import lineage, repair, rotate
+from .anywhere import lineage, predecessors, repair, rotate
 from .anywhere import live as live_session  # `journal.live` is a module's name
 from .boundary import Boundary, boundary
 from .claude import dialect_of
@@ -216,6 +217,7 @@ __all__ = [
     "lineage",
     "resolve_live",
     "live_session",
+    "predecessors",
     "inbox_path",
     "INBOX_SUFFIX",
     "read_quarantine",

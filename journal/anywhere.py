@@ -21,7 +21,7 @@ from .repair import RepairReport
 from .rotation import RotationResult
 from .snapshot import refuse_misread
 
-__all__ = ["is_sealed", "lineage", "live", "repair", "rotate", "successor"]
+__all__ = ["is_sealed", "lineage", "live", "predecessors", "repair", "rotate", "successor"]
 
 
 def repair(
@@ -106,6 +106,23 @@ def lineage(path: str | os.PathLike[str]) -> list[str]:
         chains = database_lineages(path)
         return chains[0] if chains else []
     return files_lineage.lineage(os.fspath(path))
+
+
+def predecessors(path: str | os.PathLike[str]) -> list[str]:
+    """The sessions the live session of `path` continues (each sealed into the next by a
+    rotation), oldest first, each by the name it had while it was live, where messages for
+    its agent were queued (`journal.inbox_path`): a file's by its name beside the live file,
+    not the archive it has moved into since (`journal.lineage.live_names`); a database
+    session's by its URL. Empty for a session no rotation made.
+
+    Example:
+        >>> predecessors("/home/me/sessions/2026-01-02T03-04-05-000Z_0191.jsonl")  # doctest: +SKIP
+        ['/home/me/sessions/a.jsonl']
+    """
+    chain = lineage(path)
+    if not is_database_url(path):
+        chain = files_lineage.live_names(chain)
+    return chain[:-1]
 
 
 def successor(path: str | os.PathLike[str]) -> str | None:

@@ -386,6 +386,17 @@ def lineage(path: str) -> list[str]:
     return chain
 
 
+def live_names(chain: list[str]) -> list[str]:
+    """The files of a lineage (as `lineage` lists them, the live one last) by the names they
+    had while they were live: beside the live file, where each one's rotation made its
+    successor before it moved it into an archive (its inbox, `inbox_path`, is there)."""
+    if not chain:
+        return []
+    folder = os.path.dirname(chain[-1])
+    older = [os.path.join(folder, uncompressed_name(os.path.basename(f))) for f in chain[:-1]]
+    return [*older, chain[-1]]
+
+
 def parent_of(path: str, header: Entry | None = None) -> str | None:
     """The file `path` continues (its archived predecessor, where it is now), if any.
     `header` saves reading it again when the caller has it."""

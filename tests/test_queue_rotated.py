@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 from test_runner import Checked, make_runner, scenario
+from test_runner_queues import Gate
 
 import journal
 from agent.cli import main
 from agent.models.scripted import ScriptedModel
-from agent.steering import STEER_TYPE, queue_message, read_inbox
+from agent.steering import QUEUED_TYPE, STEER, STEER_TYPE, queue_message, read_inbox
 from journal import RotationPolicy, Session, load
 from journal.pg.url import shown
+from tools import Workspace, default_tools
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "agent" / "scenarios"
@@ -101,3 +103,85 @@ def test_a_message_queued_between_two_rotations_of_a_running_agent_reaches_it(
 
 def texts_of(request: Any) -> str:
     return repr(journal.to_model_messages(request.messages))
+
+
+def grown_and_rotated(where: str, label: str, queue_first: str | None = None, *,
+                      new: bool = False) -> str:
+    """`where` (made first if `new`) grown and rotated once (a compaction first), with
+    `queue_first` queued to it while it is live, no agent working on it; its successor."""
+    with Session.create(where, cwd="/w") if new else Session.open(where) as session:
+        work(session, label)
+        if queue_first is not None:
+            queue_message(where, queue_first)
+        session.append_compaction("what happened", session.entries[-6]["id"], 9000)
+    result = journal.rotate(where)
+    assert result.rotated and result.successor is not None
+    return result.successor
+
+
+def run_on(session: str, tmp_path: Path) -> None:
+    assert main(["run", "go", "--model", f"scripted:{SCENARIOS / 'short.json'}",
+                 "--session", session, "--workspace", str(tmp_path / "ws"), "-q"]) == 0
+
+
+def test_messages_left_in_the_inboxes_of_its_predecessors_reach_an_agent_started_on_the_live_one(
+        file_or_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Messages queued to the names of the sessions a live one continues (while each was
+    live, by an older version that did not follow a rotated name, or by a queue racing a
+    rotation) reach an agent started on the live session: each once, in the order queued,
+    and not again when it starts a second time."""
+    first = file_or_database
+    second = grown_and_rotated(first, "first", "1 queued while the first was live",
+                               new=True)
+    queue_message(first, "2 queued to the first by an older version", follow=False)
+    live = grown_and_rotated(second, "second", "3 queued while the second was live")
+    queue_message(live, "4 queued to the live one")
+    queue_message(first, "5 queued to the first as it was sealed", follow=False)
+    assert [len(read_inbox(p)) for p in (first, second, live)] == [3, 1, 1]
+    expected = ["1 queued while the first was live",
+                "2 queued to the first by an older version",
+                "3 queued while the second was live", "4 queued to the live one",
+                "5 queued to the first as it was sealed"]
+    run_on(live, tmp_path)
+    assert delivered(live) == expected
+    assert all(read_inbox(p) == [] for p in (first, second, live))
+    run_on(live, tmp_path)  # a second start takes none of them again
+    assert delivered(live) == expected
+    capsys.readouterr()
+
+
+def test_a_message_recorded_before_a_crash_left_its_file_in_a_predecessor_inbox_is_taken_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent records a message, syncs, then removes its file: a crash between the two
+    leaves the file in the predecessor's inbox, and the next start delivers it once."""
+    first = str(tmp_path / "s.jsonl")
+    live = grown_and_rotated(first, "first", new=True)
+    queue_id = queue_message(first, "recorded before the crash", follow=False)
+    with Session.open(live) as session:
+        session.append_custom_entry(QUEUED_TYPE, {"id": queue_id, "kind": STEER,
+                                                  "text": "recorded before the crash"})
+    run_on(live, tmp_path)
+    assert delivered(live) == ["recorded before the crash"]
+    assert read_inbox(first) == []
+    capsys.readouterr()
+
+
+def test_a_message_queued_to_a_predecessor_while_the_agent_runs_is_read_at_its_next_safe_point(
+        tmp_path: Path) -> None:
+    """While an agent started on the live session runs a tool, an older version queues to
+    the name the session had before its rotation: the agent reads it after that tool."""
+    first = str(tmp_path / "s.jsonl")
+    live = grown_and_rotated(first, "first", new=True)
+    workspace = tmp_path / "ws"
+    model = Checked(ScriptedModel(scenario(
+        {"text": "One step.", "tool_calls": [{"name": "gate", "arguments": {}}]},
+        {"text": "Read it."})))
+    tools = [*default_tools(workspace),
+             Gate(Workspace(workspace),
+                  lambda _: queue_message(first, "queued to the old name", follow=False))]
+    with Session.open(live) as session:
+        runner, _ = make_runner(session, model, workspace, tools=tools)
+        runner.run("Go.")
+    assert delivered(live) == ["queued to the old name"]
+    assert "queued to the old name" in texts_of(model.requests[1])
+    assert read_inbox(first) == []
