@@ -311,8 +311,6 @@ def _warnings_once(name: str) -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.quiet:
-        logging.getLogger().setLevel(logging.ERROR)
     if not args.task.strip():
         raise JournalError("the task is empty: say what the agent should do")
     with _warnings_once("agent.window"):
@@ -488,7 +486,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `journal-agent` command."""
     return run(build_parser(), argv,
-               expected=(ModelError, ContextWindowTooSmall, SandboxUnavailable, ScenarioError))
+               expected=(ModelError, ContextWindowTooSmall, SandboxUnavailable, ScenarioError),
+               loggers=OWN_LOGGERS)
+
+
+OWN_LOGGERS = ("journal", "agent", "tools")
+"""The loggers `-q` and `-v` set (`journal.cli.app.command_logging`): the agent's, its
+tools' and the store's."""
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ import logging
 import os
 import select
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TextIO, TypeVar
 
 from ..errors import JournalError, describe_os_error
@@ -94,27 +95,56 @@ def run(
     argv: Sequence[str] | None = None,
     *,
     expected: tuple[type[Exception], ...] = (),
+    loggers: Sequence[str] = ("journal",),
 ) -> int:
     """Parse `argv`, set up logging, call the chosen command; return the exit code.
 
     `expected` adds error types (beyond `JournalError` and `OSError`) that are reported as
-    one `Error: ...` line and exit 2: the agent's model and sandbox errors, say.
+    one `Error: ...` line and exit 2: the agent's model and sandbox errors, say. `loggers`
+    names the program's own loggers, the ones `-q` and `-v` set (`command_logging`).
     """
     args = parse_interleaved(parser, argv)
-    handler = logging.StreamHandler()
-    handler.setFormatter(LevelLines())
-    logging.basicConfig(
-        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        handlers=[handler],
-    )
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")  # a lone surrogate prints escaped
-    code = _outcome(args.func, args, expected)
+    with command_logging(args, loggers):
+        code = _outcome(args.func, args, expected)
     # a SIGTERM decides the status however the command ended on it: on its own exception,
     # on the KeyboardInterrupt a library made of it (watchfiles), on an error its cleanup
     # met, or as the normal end of a follow
     return EXIT_TERMINATED if terminated() else code
+
+
+@contextmanager
+def command_logging(args: argparse.Namespace, loggers: Sequence[str]) -> Iterator[None]:
+    """Logging while a command runs: `-q` (`args.quiet`: errors only, and it wins) or `-v`
+    (`args.verbose`: INFO too) sets the level of the program's own `loggers`; when no
+    handler is there to print a record (a command run from a shell), a handler of its own
+    on the root logger prints them on stderr as `Warning: ...` lines, at that level
+    (WARNING without either). The root logger's level, other libraries' loggers and an
+    in-process caller's handlers are left alone (a test, a program calling `main`), and the
+    levels and the handler are put back as they were when the command ends."""
+    level = logging.ERROR if getattr(args, "quiet", False) else \
+        logging.INFO if getattr(args, "verbose", False) else None
+    own = [logging.getLogger(name) for name in loggers]
+    before = [logger.level for logger in own]
+    root = logging.getLogger()
+    handler: logging.Handler | None = None
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(LevelLines())
+        handler.setLevel(level or logging.WARNING)
+        root.addHandler(handler)
+    if level is not None:
+        for logger in own:
+            logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, was in zip(own, before, strict=True):
+            logger.setLevel(was)
+        if handler is not None:
+            root.removeHandler(handler)
 
 
 def _outcome(func: Command, args: argparse.Namespace,
