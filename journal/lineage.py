@@ -389,11 +389,17 @@ def lineage(path: str) -> list[str]:
 def live_names(chain: list[str]) -> list[str]:
     """The files of a lineage (as `lineage` lists them, the live one last) by the names they
     had while they were live: beside the live file, where each one's rotation made its
-    successor before it moved it into an archive (its inbox, `inbox_path`, is there)."""
+    successor before it moved it into an archive (its inbox, `inbox_path`, is there). A name
+    another file holds now (a new session made there once the rotation freed it) is that
+    session's, and is left out."""
     if not chain:
         return []
     folder = os.path.dirname(chain[-1])
-    older = [os.path.join(folder, uncompressed_name(os.path.basename(f))) for f in chain[:-1]]
+    older = []
+    for f in chain[:-1]:
+        name = os.path.join(folder, uncompressed_name(os.path.basename(f)))
+        if not os.path.lexists(name) or same_file(name, f):
+            older.append(name)
     return [*older, chain[-1]]
 
 

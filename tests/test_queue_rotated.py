@@ -185,3 +185,17 @@ def test_a_message_queued_to_a_predecessor_while_the_agent_runs_is_read_at_its_n
     assert delivered(live) == ["queued to the old name"]
     assert "queued to the old name" in texts_of(model.requests[1])
     assert read_inbox(first) == []
+
+
+def test_a_new_session_at_a_predecessor_name_keeps_its_own_messages(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Once a rotation archived a file, its name is free: a new session made there has the
+    inbox of that name, and an agent on the rotated lineage does not take its messages."""
+    first = str(tmp_path / "s.jsonl")
+    live = grown_and_rotated(first, "first", new=True)
+    Session.create(first, cwd="/w").close()
+    queue_message(first, "for the new session")
+    run_on(live, tmp_path)
+    assert delivered(live) == []
+    assert [item.text for _, item in read_inbox(first)] == ["for the new session"]
+    capsys.readouterr()
