@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
@@ -43,7 +43,7 @@ from .files import hold_unless_busy, remove_if_unheld
 from .header import HEADER_LIMIT, read_header, stream_first_line
 from .idscan import entry_ids
 from .info import current_holder
-from .lineage import inbox_path, intent_path, pending_rotations
+from .lineage import inbox_path, intent_path, live_names, pending_rotations
 from .lock import WriterLock
 from .model import Entry
 from .pg.url import is_database_url, shown
@@ -576,11 +576,16 @@ def database_rows(url: str, prices: PriceTable,
     return rows
 
 
-def _inbox_entries(files: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(inbox folders of these files, the names waiting in them): see `lineage.INBOX_SUFFIX`."""
+def _inbox_entries(files: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(inbox folders of a lineage's files, the names waiting in them): see
+    `lineage.INBOX_SUFFIX`. Each file's by its name now and by the name it had while live
+    (`lineage.live_names`), where a message queued to it waits for the agent on the live
+    file."""
     folders: list[str] = []
     waiting: list[str] = []
-    for f in files:
+    names = list(files) if any(is_database_url(f) for f in files) else \
+        [*files, *live_names(list(files))]
+    for f in dict.fromkeys(names):
         folder = inbox_path(f)
         try:
             names = os.listdir(folder)

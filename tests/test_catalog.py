@@ -296,6 +296,34 @@ def test_prune_keeps_a_session_with_messages_queued_for_its_agent(tmp_path):
     assert not os.path.exists(done) and not os.path.exists(inbox_path(done))
 
 
+def test_prune_keeps_a_lineage_with_messages_queued_to_a_predecessor_name(tmp_path):
+    """A message queued to a rotated file's name (while it was live, or by a version that did
+    not follow the rotation) waits in the inbox of that name beside the live file, where the
+    agent on the live file reads it: pruning the lineage would strand it. An empty one goes
+    with the lineage."""
+    (tmp_path / "waiting").mkdir()
+    (tmp_path / "done").mkdir()
+    waiting, waiting_archive = rotated(tmp_path / "waiting")
+    done, done_archive = rotated(tmp_path / "done")
+    old_waiting, old_done = (os.path.join(os.path.dirname(live), os.path.basename(archive)
+                                          .removesuffix(".gz"))
+                             for live, archive in ((waiting, waiting_archive),
+                                                   (done, done_archive)))
+    Path(inbox_path(old_waiting)).mkdir()
+    Path(inbox_path(old_waiting), "00000000000000000001-q1.json").write_text("{}")
+    Path(inbox_path(old_done)).mkdir()
+    age(waiting, waiting_archive, done, done_archive)
+    later = datetime.now(UTC) + timedelta(days=100)
+    report = prune([str(tmp_path)], timedelta(days=90), now=later)
+    reasons = {os.path.basename(i.row.path): (i.action, i.reason) for i in report.items}
+    action, reason = reasons[os.path.basename(waiting)]
+    assert action == "skip" and "queued for an agent" in reason
+    assert os.path.exists(waiting) and os.path.exists(inbox_path(old_waiting))
+    [gone] = report.pruned
+    assert gone.done and gone.row.path == os.path.realpath(done)
+    assert not os.path.exists(done) and not os.path.exists(inbox_path(old_done))
+
+
 def test_ls_on_a_terminal_keeps_a_row_on_one_line(tmp_path):
     """A long title (a Claude Code summary, a pi session name) was wrapped a word a line, and
     in 120 columns every column was squeezed to a few letters a line."""
