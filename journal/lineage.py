@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 INTENT_SUFFIX = ".rotating"
 ARCHIVE_DIR = "archive"
 MAX_HOPS = 64
+_NUMBERED = re.compile(r"(.+\.jsonl)\.[0-9]+")
+"""An archive's name rotation numbered because the plain one was taken (`<name>.2`)."""
 
 
 def last_entry(path: str) -> Entry | None:
@@ -386,6 +388,14 @@ def lineage(path: str) -> list[str]:
     return chain
 
 
+def live_name(archive_name: str) -> str:
+    """The name a session archived as `archive_name` had while it was live: without `.gz`
+    and without the number rotation adds to a name taken in the archive (`<name>.2`)."""
+    plain = uncompressed_name(archive_name)
+    numbered = _NUMBERED.fullmatch(plain)
+    return numbered.group(1) if numbered else plain
+
+
 def live_names(chain: list[str]) -> list[str]:
     """The files of a lineage (as `lineage` lists them, the live one last) by the names they
     had while they were live: beside the live file, where each one's rotation made its
@@ -397,7 +407,7 @@ def live_names(chain: list[str]) -> list[str]:
     folder = os.path.dirname(chain[-1])
     older = []
     for f in chain[:-1]:
-        name = os.path.join(folder, uncompressed_name(os.path.basename(f)))
+        name = os.path.join(folder, live_name(os.path.basename(f)))
         if not os.path.lexists(name) or same_file(name, f):
             older.append(name)
     return [*older, chain[-1]]

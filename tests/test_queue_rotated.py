@@ -199,3 +199,21 @@ def test_a_new_session_at_a_predecessor_name_keeps_its_own_messages(
     assert delivered(live) == []
     assert [item.text for _, item in read_inbox(first)] == ["for the new session"]
     capsys.readouterr()
+
+
+def test_a_predecessor_archived_under_a_numbered_name_is_read_by_the_name_it_had_live(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second session made at a freed name and rotated in turn is archived as
+    `archive/s.jsonl.2.gz` (the plain name is taken there): a message queued to `s.jsonl`
+    while it was live reaches the agent on its successor, not one looked for at
+    `s.jsonl.2`."""
+    first = str(tmp_path / "s.jsonl")
+    grown_and_rotated(first, "first", new=True)
+    live = grown_and_rotated(first, "second", new=True)
+    archived = sorted(p.name for p in (tmp_path / "archive").iterdir())
+    assert "s.jsonl.2.gz" in archived or "s.jsonl.2" in archived, archived
+    assert journal.predecessors(live) == [first]
+    queue_message(first, "queued to the second while it was live", follow=False)
+    run_on(live, tmp_path)
+    assert delivered(live) == ["queued to the second while it was live"]
+    capsys.readouterr()

@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -47,7 +46,7 @@ from .. import archivegz, codec
 from ..archivegz import uncompressed_name
 from ..errors import ArchiveElsewhere, JournalError
 from ..files import file_digest, fsync_directory, read_regular
-from ..lineage import move_side_files_into_archive, release_after_move
+from ..lineage import live_name, move_side_files_into_archive, release_after_move
 from ..lock import DEFAULT_LOCK_TIMEOUT, WriterLock
 from .storage import PostgresStorage
 
@@ -61,7 +60,6 @@ STEPS = ("checked", "written", "moved", "removed")
 step_hook: Callable[[str], None] | None = None
 
 _HEADER_LIMIT = 1 << 20  # a header line longer than this is no session's the store wrote
-_NUMBERED = re.compile(r"(.+\.jsonl)\.[0-9]+")
 
 
 def reached(step: str) -> None:
@@ -82,14 +80,6 @@ class EarlierCopy:
     session: str  # its locator
     digest: tuple[int, str]  # the copy's size and SHA-256 as checked
     lock: WriterLock | None  # held from the check to the removal (None once let go)
-
-
-def live_name(archive_name: str) -> str:
-    """The name a session archived as `archive_name` had while it was live: without `.gz`
-    and without the number rotation adds to a name taken in the archive (`<name>.2`)."""
-    plain = uncompressed_name(archive_name)
-    numbered = _NUMBERED.fullmatch(plain)
-    return numbered.group(1) if numbered else plain
 
 
 def find(candidates: Iterable[tuple[PostgresStorage, str, str]], *,

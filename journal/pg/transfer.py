@@ -60,7 +60,7 @@ from ..errors import (
 )
 from ..files import TEMP_SUFFIX, file_digest, remove_stale_temps
 from ..identity import plain_name
-from ..lineage import ARCHIVE_DIR, archive_name_of, lineage, parent_of, seal_of
+from ..lineage import ARCHIVE_DIR, archive_name_of, lineage, live_name, parent_of, seal_of
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Meter, Progress
 from ..publish import NewFile
@@ -1002,7 +1002,7 @@ def _was_live(relative: str) -> str | None:
     folder, name = os.path.split(relative)
     if os.path.basename(folder) != ARCHIVE_DIR:
         return None
-    return _key(os.path.join(os.path.dirname(folder), earlier_copies.live_name(name)))
+    return _key(os.path.join(os.path.dirname(folder), live_name(name)))
 
 
 def _folder_for(first: str, names: list[str], taken: _Taken) -> str:
@@ -1185,7 +1185,7 @@ def _earlier_names(targets: list[tuple[PostgresStorage, str, str | None]],
         if links.get(storage.session, (None, None))[1] is None \
                 or os.path.basename(folder) != ARCHIVE_DIR:
             continue
-        live = os.path.join(os.path.dirname(folder), earlier_copies.live_name(name))
+        live = os.path.join(os.path.dirname(folder), live_name(name))
         if _key(live) not in written:
             out.append((storage, path, live))
     return out
