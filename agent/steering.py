@@ -30,20 +30,21 @@ atomically; a database session's is a folder on this machine, see
 the runner records it as a ``queued`` entry at its next safe point (after each tool call,
 before each request, when a run starts or ends) and then removes the file; a file whose id
 is already recorded is just removed, so a crash between the two steps delivers nothing
-twice. The emptied folder is removed too (``rmdir``, which only removes an empty folder: a
-message being written is in it, under its temporary name, from before it is complete, and a
-writer that finds the folder gone makes it again). A message queued while no runner is
-working waits in the inbox for the next run on that session. The runner also reads the
-inboxes of the sessions its session continues (`journal.predecessors`), where a message
-queued to a rotated name may wait, and records what it finds in all of them in the order it
-was queued.
+twice. The emptied folder is removed too (``rmdir``, which only removes an empty folder); a
+writer stages its message in a folder of its own beside the inbox and renames that folder
+into place where there is no inbox or an empty one, else the message into the inbox, so an
+agent removing its emptied inbox never holds a queuer off (see ``_place``). A message
+queued while no runner is working waits in the inbox for the next run on that session.
+The runner also reads the inboxes of the sessions its session continues
+(`journal.predecessors`), where a message queued to a rotated name may wait, and records
+what it finds in all of them in the order it was queued.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import random
 import tempfile
 import time
 import uuid
@@ -90,44 +91,58 @@ def queue_message(session_path: str, text: str, kind: str = STEER, *,
     folder = inbox_path(target)
     message_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
     body = json.dumps({"id": message_id, "kind": kind, "text": text}).encode()
-    fd, temp = _temp_in(folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(temp, os.path.join(folder, message_id + ".json"))
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-    _sync_dir(folder)
+    _place(folder, message_id + ".json", body)
     return message_id
 
 
-def _temp_in(folder: str) -> tuple[int, str]:
-    """A new temp file in the inbox `folder`, made if needed. The agent removes the folder
-    once it took the messages out (`remove_inbox`), which it can do only while the folder is
-    empty: from the temp's creation on, the folder holds this message, so the agent cannot
-    remove it; before, a folder removed between its making and the temp's is made again,
-    after a short random pause that grows with each try (an agent emptying its inbox in a
-    tight loop must not win the same race every time)."""
-    for attempt in range(_INBOX_ATTEMPTS):
-        try:
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            return tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
-        except (FileNotFoundError, FileExistsError):
-            # the agent removed it, emptied, just now (FileExistsError: makedirs found it
-            # made by another queuer, and then no longer there)
-            time.sleep(random.uniform(0, _INBOX_PAUSE * attempt))
-    raise OSError(f"{folder}: the inbox folder was removed {_INBOX_ATTEMPTS} times while a "
-                  "message was queued into it; nothing was queued")
+def _place(folder: str, name: str, body: bytes) -> None:
+    """Put the message file `name` holding `body` into the inbox `folder`, whole or not at
+    all.
+
+    It is written and synced in a hidden staging folder beside the inbox first. Where there
+    is no inbox, or an empty one, the staging folder becomes the inbox (a rename: atomic, and
+    it replaces an empty folder); else the file is renamed into the inbox. The agent removes
+    an emptied inbox (`remove_inbox`) at any time: a rename into one it removed just now
+    fails, and the staging folder's rename is tried again. So each try a queuer loses
+    follows the agent's taking out every message of the inbox. (Making the folder, then a
+    file in it, lost to an agent that removed the empty folder between the two, and one
+    emptying its inbox in a tight loop could do that every time.)"""
+    parent = os.path.dirname(folder)
+    staging = tempfile.mkdtemp(prefix="." + os.path.basename(folder) + ".", suffix=".tmp",
+                               dir=parent)
+    staged = os.path.join(staging, name)
+    try:
+        with open(staged, "xb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        _sync_dir(staging)
+        for _ in range(_INBOX_ATTEMPTS):
+            try:
+                os.rename(staging, folder)
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise  # (an inbox that is not a folder, say)
+            else:
+                _sync_dir(parent)
+                return
+            try:
+                os.rename(staged, os.path.join(folder, name))
+            except FileNotFoundError:
+                continue  # the inbox was emptied and removed just now
+            _sync_dir(folder)
+            return
+        raise OSError(f"{folder}: the inbox folder was removed {_INBOX_ATTEMPTS} times while a "
+                      "message was queued into it; nothing was queued")
+    finally:
+        for leftover, remove in ((staged, os.unlink), (staging, os.rmdir)):
+            try:
+                remove(leftover)
+            except FileNotFoundError:
+                pass  # renamed into place
 
 
 _INBOX_ATTEMPTS = 100
-_INBOX_PAUSE = 0.0005  # seconds: the n-th retry waits up to n times this (2.5 s in all at most)
 
 
 def read_inbox(session_path: str) -> list[tuple[str, Queued]]:

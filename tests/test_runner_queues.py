@@ -39,6 +39,7 @@ from agent.steering import (
     MessageQueues,
     queue_message,
     read_inbox,
+    remove_inbox,
 )
 from journal import Session, inbox_path, load
 from tools import Tool, ToolResult, Workspace, default_tools
@@ -241,6 +242,38 @@ def test_no_message_is_lost_while_the_agent_removes_the_emptied_inbox(tmp_path: 
         assert sorted(recorded) == sorted(queued), "every message once"
         assert not os.path.exists(folder)
         assert removed > 0, "the folder was removed while the queuers wrote"
+
+
+def test_an_agent_emptying_its_inbox_in_a_tight_loop_holds_no_queuer_off(
+        tmp_path: Path) -> None:
+    """The agent's side at its most hostile: a loop that takes every message out and removes
+    the emptied folder, with nothing else to do (no session to write). Every queuer's
+    message still gets in, each once: a queuer never loses to the removal of an empty
+    folder (a folder it made, then found gone before its file was in it, 100 times over,
+    was an error)."""
+    writers, each = 4, 200
+    session = str(tmp_path / "s.jsonl")
+    Path(session).write_bytes(b"")
+    folder = inbox_path(session)
+    procs = [subprocess.Popen([sys.executable, "-c", QUEUER, session, f"w{n}", str(each)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "HOME": str(tmp_path)})
+             for n in range(writers)]
+    taken: list[str] = []
+    while any(p.poll() is None for p in procs):
+        for path, item in read_inbox(session):
+            os.unlink(path)
+            taken.append(item.id)
+        remove_inbox(session)
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * writers, [err for _, err in outputs]
+    taken += [item.id for _, item in read_inbox(session)]
+    queued = [line for out, _ in outputs for line in out.split()]
+    assert len(queued) == writers * each
+    assert sorted(taken) == sorted(queued), "every message once"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], "no staging left"
+    remove_inbox(session)
+    assert not os.path.exists(folder)
 
 
 def test_queued_entry_left_by_a_crash_is_delivered_once_on_resume(tmp_path: Path,
