@@ -106,8 +106,15 @@ def _place(folder: str, name: str, body: bytes) -> None:
     fails, and the staging folder's rename is tried again. So each try a queuer loses
     follows the agent's taking out every message of the inbox. (Making the folder, then a
     file in it, lost to an agent that removed the empty folder between the two, and one
-    emptying its inbox in a tight loop could do that every time.)"""
-    parent = os.path.dirname(folder)
+    emptying its inbox in a tight loop could do that every time.)
+
+    An inbox that is a link to a folder (`_place_through_link`) is never removed, and a
+    session's folder not made yet is made, as before staging."""
+    if os.path.islink(folder):
+        _place_through_link(folder, name, body)
+        return
+    parent = os.path.dirname(folder) or os.curdir
+    os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix="." + os.path.basename(folder) + ".", suffix=".tmp",
                                dir=parent)
     staged = os.path.join(staging, name)
@@ -140,6 +147,27 @@ def _place(folder: str, name: str, body: bytes) -> None:
                 remove(leftover)
             except FileNotFoundError:
                 pass  # renamed into place
+
+
+def _place_through_link(folder: str, name: str, body: bytes) -> None:
+    """Put the message into the folder the inbox link `folder` leads to: a link is not a
+    folder a rename can replace, nor one the agent's `rmdir` removes, and the folder it
+    leads to may be on another file system than the staging folder would be. So the file is
+    written under a hidden temporary name in that folder itself, synced and renamed there."""
+    fd, temp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(temp, os.path.join(folder, name))
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    _sync_dir(folder)
 
 
 _INBOX_ATTEMPTS = 100

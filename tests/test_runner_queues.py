@@ -276,6 +276,47 @@ def test_an_agent_emptying_its_inbox_in_a_tight_loop_holds_no_queuer_off(
     assert not os.path.exists(folder)
 
 
+def test_a_message_queued_through_a_symlinked_inbox_lands_where_the_link_leads(
+        tmp_path: Path) -> None:
+    """An inbox that is a link to a folder elsewhere (a user's own layout): the staging
+    folder's rename onto the link failed (ENOTDIR: a link is not a folder), so nothing could
+    be queued there any more. The message goes into the folder the link leads to, the link
+    stays a link, and no staging folder is left beside it."""
+    session = str(tmp_path / "s.jsonl")
+    Path(session).write_bytes(b"")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, inbox_path(session))
+    first = queue_message(session, "one", follow=False)  # into an empty folder
+    second = queue_message(session, "two", follow=False)  # into one holding a message
+    assert [item.id for _, item in read_inbox(session)] == [first, second]
+    assert sorted(os.listdir(elsewhere)) == [f"{first}.json", f"{second}.json"]
+    assert os.path.islink(inbox_path(session))
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "s.jsonl", "s.jsonl.inbox"]
+    assert not remove_inbox(session) and os.path.islink(inbox_path(session))
+
+
+def test_a_message_queued_to_a_session_in_a_folder_not_made_yet_makes_it(
+        tmp_path: Path) -> None:
+    """The library queues to a session whose folder does not exist yet (a run about to
+    create it there) as it did before staging: the folder is made, as `makedirs` of the
+    inbox made it; staging beside the inbox failed with FileNotFoundError instead."""
+    session = str(tmp_path / "new" / "deeper" / "s.jsonl")
+    message_id = queue_message(session, "hello", follow=False)
+    assert [item.id for _, item in read_inbox(session)] == [message_id]
+    assert os.listdir(tmp_path / "new" / "deeper") == ["s.jsonl.inbox"]
+
+
+def test_a_message_queued_to_a_session_named_relative_to_the_working_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare file name (the session in the working folder): the inbox's folder is `.`."""
+    monkeypatch.chdir(tmp_path)
+    Path("s.jsonl").write_bytes(b"")
+    message_id = queue_message("s.jsonl", "hello", follow=False)
+    assert [item.id for _, item in read_inbox("s.jsonl")] == [message_id]
+    assert sorted(os.listdir(tmp_path)) == ["s.jsonl", "s.jsonl.inbox"]
+
+
 def test_queued_entry_left_by_a_crash_is_delivered_once_on_resume(tmp_path: Path,
                                                                   workspace: Path) -> None:
     with Session.create(str(tmp_path / "s"), cwd=str(workspace)) as session:
