@@ -63,7 +63,7 @@ from agent.overflow import OverflowLadder, RungOutcome, truncate_session_tool_re
 from agent.prune import limit_history_turns, prune_messages
 from agent.routing import Route, decide_route
 from agent.settings import DEFAULT_SETTINGS, ContextSettings
-from agent.steering import FOLLOW_UP, STEER, MessageQueues, queue_message
+from agent.steering import FOLLOW_UP, STEER, MessageQueues, inbox_is_for, queue_message
 from agent.tokens import ContextEstimate, Estimator, estimate_context
 from agent.truncate import (
     aggregate_budget_chars,
@@ -230,7 +230,9 @@ class Runner:
     def _ingest(self) -> None:
         """Record the messages other threads and processes left in the session's inbox."""
         self._watch_inbox()
-        self.queues.ingest(self.session, self._inboxes)  # emptied inboxes go too
+        live = self.session.path
+        self.queues.ingest(self.session, [path for path in self._inboxes
+                                          if inbox_is_for(path, live)])  # emptied ones go too
 
     def _watch_inbox(self) -> None:
         """Read the inbox of the session written to now from here on. Called after every

@@ -52,7 +52,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from journal import Session, inbox_path, live_session
+from journal import JournalError, Session, inbox_path, live_session
+from journal.pg.url import is_database_url
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
@@ -195,6 +196,20 @@ def read_inbox(session_path: str) -> list[tuple[str, Queued]]:
         if item is not None:
             out.append((path, item))
     return out
+
+
+def inbox_is_for(path: str, live: str) -> bool:
+    """Whether messages in the inbox of `path` are for the agent writing the session `live`,
+    which reads the inboxes of the names its session had and was opened through: `path` is
+    `live`, a database session (its id names it for good), a name no file holds now (one a
+    rotation freed), or one that still leads to `live`. A session made at a name a rotation
+    freed, while the agent runs too, owns that name's inbox and what is queued there."""
+    if path == live or is_database_url(path) or not os.path.lexists(path):
+        return True
+    try:
+        return os.path.realpath(live_session(path)) == os.path.realpath(live)
+    except (JournalError, OSError):
+        return False  # cannot tell: its messages stay where they are
 
 
 def remove_inbox(session_path: str) -> bool:

@@ -217,3 +217,27 @@ def test_a_predecessor_archived_under_a_numbered_name_is_read_by_the_name_it_had
     run_on(live, tmp_path)
     assert delivered(live) == ["queued to the second while it was live"]
     capsys.readouterr()
+
+
+def test_a_new_session_made_at_a_predecessor_name_while_the_agent_runs_keeps_its_messages(
+        tmp_path: Path) -> None:
+    """The agent on the live session reads the inboxes of its predecessors' names, chosen
+    when it starts: one a new session takes while the agent runs (a tool call long) is that
+    session's, and so is the message queued to it then, which the agent must not take."""
+    first = str(tmp_path / "s.jsonl")
+    live = grown_and_rotated(first, "first", new=True)
+    workspace = tmp_path / "ws"
+    model = Checked(ScriptedModel(scenario(
+        {"text": "One step.", "tool_calls": [{"name": "gate", "arguments": {}}]},
+        {"text": "Done."})))
+
+    def new_session_there(_: Any) -> None:
+        Session.create(first, cwd="/w").close()
+        queue_message(first, "for the new session")
+
+    tools = [*default_tools(workspace), Gate(Workspace(workspace), new_session_there)]
+    with Session.open(live) as session:
+        runner, _ = make_runner(session, model, workspace, tools=tools)
+        runner.run("Go.")
+    assert delivered(live) == []
+    assert [item.text for _, item in read_inbox(first)] == ["for the new session"]
