@@ -69,7 +69,8 @@ Following sessions live
 Errors
     `JournalError` (every expected failure; its message names the path and what to do),
     `ArchiveElsewhere` (a database archive moved out to a file not here), `BrokenLineage` (a
-    sealed database session whose successor is not in the database), `CommitsLost` (a
+    sealed database session whose successor is not in the database), `DamagedArchive` (a
+    file lineage goes through a compressed archive that cannot be read), `CommitsLost` (a
     database server lost commits it acknowledged, not yet flushed), `GenerationGone`,
     `LeaseLost`, `LockTimeout`, `NonFiniteNumber` (a NaN or infinity appended: JSON has
     none; nothing is written), `NotJson` (a value JSON cannot hold appended: nothing is
@@ -113,6 +114,7 @@ from .errors import (
     BadKeptEntry,
     BrokenLineage,
     CommitsLost,
+    DamagedArchive,
     ForeignSession,
     GenerationGone,
     JournalError,
@@ -261,6 +263,7 @@ __all__ = [
     "ArchiveElsewhere",
     "BrokenLineage",
     "CommitsLost",
+    "DamagedArchive",
     "GenerationGone",
     "LeaseLost",
     "LockTimeout",

@@ -113,16 +113,21 @@ def predecessors(path: str | os.PathLike[str]) -> list[str]:
     rotation), oldest first, each by the name it had while it was live, where messages for
     its agent were queued (`journal.inbox_path`): a file's by its name beside the live file,
     not the archive it has moved into since (`journal.lineage.live_names`); a database
-    session's by its URL. Empty for a session no rotation made.
+    session's by its URL. Empty for a session no rotation made. A damaged archive of a
+    file lineage ends them (those before it cannot be found); one on the way to the live
+    file raises `DamagedArchive`.
 
     Example:
         >>> predecessors("/home/me/sessions/2026-01-02T03-04-05-000Z_0191.jsonl")  # doctest: +SKIP
         ['/home/me/sessions/a.jsonl']
     """
-    chain = lineage(path)
-    if not is_database_url(path):
-        chain = files_lineage.live_names(chain)
-    return chain[:-1]
+    if is_database_url(path):
+        return lineage(path)[:-1]
+    # those a damaged archive hides cannot be named; the way to the live file must be clear
+    traced = files_lineage.trace(os.fspath(path))
+    if traced.live is None and traced.damaged:
+        raise traced.damaged[0]
+    return files_lineage.live_names(traced.files)[:-1]
 
 
 def successor(path: str | os.PathLike[str]) -> str | None:

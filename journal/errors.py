@@ -108,6 +108,27 @@ class BrokenLineage(JournalError):
                          "read, one by one")
 
 
+class DamagedArchive(JournalError):
+    """A compressed archive on the way through a lineage cannot be read (cut short, bytes
+    flipped): its seal and its header are in it, so where the lineage goes after it (toward
+    the live file) or before it (toward older archives) cannot be told. Rather than take the
+    files on one side of it for the whole lineage, or the archive for the live file, the
+    lineage is refused, naming it. `journal repair` does not rewrite archives: put back a
+    good copy. `after` says which way was blocked: True when the files after it (the live
+    one among them) are not found."""
+
+    def __init__(self, path: str, reason: str, *, after: bool) -> None:
+        self.path = path
+        self.reason = reason
+        self.after = after
+        side = ("the lineage cannot be followed through it to the files after it, the "
+                "live one among them" if after
+                else "not read: the lineage may go on before it, but its files there cannot "
+                "be found")
+        super().__init__(f"{path}: a damaged archive ({reason}): {side}; put back a good "
+                         "copy of it")
+
+
 class UnsafeLockFile(JournalError):
     """The lock file beside a session is not a regular file of its own (a planted link,
     FIFO or hard link); nothing was written through it."""

@@ -25,13 +25,14 @@ import os
 import re
 import stat
 import tempfile
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import orjson
 
 from . import archivegz, codec
 from .archivegz import compressed_name, is_compressed, names_of, uncompressed_name
-from .errors import JournalError, UnsafeFile
+from .errors import DamagedArchive, JournalError, UnsafeFile, describe_os_error
 from .files import (
     fsync_directory,
     make_private_dir,
@@ -307,31 +308,89 @@ def resolve_live(path: str) -> tuple[str, list[str]]:
     """Follow seals (and archives) from `path` to the live file; also return the hops.
 
     Symbolic links are resolved first: the live file is returned by its real path.
+
+    Raises:
+        DamagedArchive: the way goes through a compressed archive that cannot be read (or
+            `path` is one): which file is live cannot be told, and the archive is never
+            given for it (a caller would write to, or tail, the wrong file).
     """
+    walk = _walk_forward(path)
+    if walk.damage is not None:
+        raise walk.damage
+    return walk.end, walk.hops
+
+
+class _Walk(NamedTuple):
+    end: str  # the live file; where the way is blocked, the damaged archive
+    hops: list[str]
+    damage: DamagedArchive | None = None
+    before: str | None = None  # the readable sealed file the damaged archive continues
+
+
+def _walk_forward(path: str) -> _Walk:
+    """`resolve_live`'s walk, which stops at a damaged archive instead of raising."""
     current = real_path(path)
     hops: list[str] = []
     while True:  # ends: every hop goes to a file not visited yet
         if os.path.exists(current):
+            sealed_at: str | None = current
             seal = seal_of(current)
-            if seal is not None:
-                following = successor_named_by(seal, current, current)
-            else:
-                following = _published_intent(current)
+            following = (successor_named_by(seal, current, current) if seal is not None
+                         else _published_intent(current))
         else:
-            following = None
+            following, sealed_at, seal = None, None, None
             for archived in archived_copies(current):
                 if os.path.exists(archived):
-                    seal = seal_of(archived)
+                    sealed_at, seal = archived, seal_of(archived)
                     following = successor_named_by(seal, current, archived) if seal else None
                     break
             following = following or _child_by_header(current)
+        if following is None and sealed_at is not None:
+            blocked = _blocked_after(seal, current, sealed_at)
+            if blocked is not None:
+                before = (sealed_at if blocked.path != sealed_at
+                          else hops[-1] if hops else None)
+                return _Walk(blocked.path, hops, blocked, before)
         if following is None:
-            return current, hops
+            return _Walk(current, hops)
         following = real_path(following)
         if following == current or following in hops:
-            return current, hops
+            return _Walk(current, hops)
         hops.append(current)
         current = following
+
+
+def _blocked_after(seal: dict[str, Any] | None, near: str, sealed_at: str
+                   ) -> DamagedArchive | None:
+    """Why the way on from `sealed_at` (the file live at `near`, or its archive) is blocked
+    by damage: it is an unsealed archive that cannot be read, or its seal names a successor
+    found only as an archive that cannot be read. None where it is not."""
+    if seal is None:
+        reason = archive_damage(sealed_at)
+        return None if reason is None else DamagedArchive(sealed_at, reason, after=True)
+    for candidate, _ in _successor_candidates(seal, near, sealed_at):
+        found = _where_now(candidate)
+        reason = archive_damage(found) if found is not None else None
+        if found is not None and reason is not None:
+            return DamagedArchive(real_path(found), reason, after=True)
+    return None
+
+
+def archive_damage(path: str) -> str | None:
+    """Why the compressed archive `path` cannot be read to its end (`not a readable gzip
+    archive (...)`, or the system's reason), or None: it can, or it is no archive. Its seal
+    and header are in it: one that cannot be read blocks the way through its lineage."""
+    if not is_compressed(path):
+        return None
+    try:
+        with read_regular(path) as packed, archivegz.reader(packed) as f:
+            while f.read(archivegz.CHUNK):
+                pass
+    except archivegz.DAMAGE as e:
+        return f"{archivegz.DAMAGED} ({e})"
+    except OSError as e:
+        return describe_os_error(e)
+    return None
 
 
 def pending_successor(path: str) -> str | None:
@@ -352,14 +411,55 @@ def _published_intent(path: str) -> str | None:
     return intent.successor
 
 
+@dataclass(frozen=True)
+class Traced:
+    """A lineage as far as it can be followed (`trace`).
+
+    `files`: oldest first; a damaged archive that stopped the walk is among them, at the
+    end it blocked. `live`: the live file, None where the way to it is blocked. `damaged`:
+    each damaged archive that stopped the walk (the one blocking the way to the live file
+    first): where there is one, the lineage may go on past it.
+    """
+
+    files: list[str]
+    live: str | None
+    damaged: list[DamagedArchive]
+
+
+def trace(path: str) -> Traced:
+    """Every file of the lineage of `path` that can be found, and the damaged archives that
+    stop the search (`Traced`): for a reader that says what it could not follow rather than
+    refusing (`journal lineage`, `ls`, `export`). `lineage` refuses instead."""
+    walk = _walk_forward(path)
+    if walk.damage is None:
+        files, back = _walk_back(walk.end)
+        return Traced(files, walk.end, [back] if back else [])
+    if walk.before is None:
+        return Traced([walk.end], None, [walk.damage])
+    files, back = _walk_back(walk.before)
+    return Traced([*files, walk.end], None, [walk.damage, *([back] if back else [])])
+
+
 def lineage(path: str) -> list[str]:
     """Every file of the lineage, from the first archived one to the live one, however many
     rotations it went through.
 
     `parentSession` pointers are read relative to the live file's folder first; an absolute
     one (older versions) only counts if the file there continues into this lineage.
+
+    Raises:
+        DamagedArchive: a compressed archive of it cannot be read, so the files on one side
+            of it cannot be found (`trace` gives those that can).
     """
-    live, _ = resolve_live(path)
+    traced = trace(path)
+    if traced.damaged:
+        raise traced.damaged[0]
+    return traced.files
+
+
+def _walk_back(live: str) -> tuple[list[str], DamagedArchive | None]:
+    """The files `live` continues, oldest first, `live` last, back to the first one or to a
+    damaged archive (included), which is returned with them."""
     folder = os.path.dirname(live)
     chain = [live]
     seen = {live}
@@ -384,8 +484,12 @@ def lineage(path: str) -> list[str]:
         chain.append(found)
         seen.add(found)
         current = found
+        reason = archive_damage(found) if seal_of(found) is None else None
+        if reason is not None:
+            chain.reverse()
+            return chain, DamagedArchive(found, reason, after=False)
     chain.reverse()
-    return chain
+    return chain, None
 
 
 def live_name(archive_name: str) -> str:

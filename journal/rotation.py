@@ -66,6 +66,7 @@ from .lineage import (
     remove_intent,
     resolve_live,
     seal_of,
+    trace,
     write_intent,
 )
 from .live import check_single_name, lock_live
@@ -784,7 +785,7 @@ def finish_compression(live: str) -> list[str]:
     it; a plain file there means compression did not finish. Returns the archives compressed.
     """
     done: list[str] = []
-    chain = lineage(live)
+    chain = trace(live).files  # a damaged archive stops it: those before it wait
     live_path = chain[-1]
     for older, newer in zip(chain, chain[1:], strict=False):
         header = read_header(newer)
@@ -820,7 +821,7 @@ def apply_retention(live: str, keep: int, *, busy: list[str] | None = None) -> l
     added to `busy`: removing it would let the compressed copy appear after its removal."""
     check_keep(keep)
     archives: list[str] = []
-    for path in reversed(lineage(live)[:-1]):
+    for path in reversed(trace(live).files[:-1]):  # to a damaged archive, which stays
         path = _now_named(path)
         # only files rotation sealed are archives; a fork's parent is a live session
         if not os.path.exists(path) or seal_of(path) is None:

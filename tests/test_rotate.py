@@ -719,6 +719,7 @@ def test_retention_removes_the_copy_of_an_archive_compressed_since_it_was_listed
     lineage and its removal: the plain file was gone, and retention took it for removed by
     someone else, leaving the `.gz` (not removed, not said busy)."""
     import journal.rotation as rotation_module
+    from journal.lineage import Traced
 
     s, _ = build_session(tmp_path)
     path = s.path
@@ -726,17 +727,17 @@ def test_retention_removes_the_copy_of_an_archive_compressed_since_it_was_listed
     result = rotate(path, compress=False)
     assert result.rotated and result.archive and not result.archive.endswith(".gz")
     plain = result.archive
-    listed = rotation_module.lineage
+    listed = rotation_module.trace
 
-    def listed_then_compressed(live: str) -> list[str]:
-        files = listed(live)
+    def listed_then_compressed(live: str) -> Traced:
+        found = listed(live)
         if os.path.exists(plain):  # the other process's compression ends now
             with open(plain, "rb") as f, gzip.open(plain + ".gz", "wb") as out:
                 out.write(f.read())
             os.unlink(plain)
-        return files
+        return found
 
-    monkeypatch.setattr(rotation_module, "lineage", listed_then_compressed)
+    monkeypatch.setattr(rotation_module, "trace", listed_then_compressed)
     busy: list[str] = []
     removed = rotation_module.apply_retention(path, 0, busy=busy)
     assert removed == [plain + ".gz"] and busy == []

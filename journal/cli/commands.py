@@ -17,7 +17,7 @@ import orjson
 from .. import codec
 from ..claude import DIALECTS
 from ..context import Context
-from ..errors import JournalError, NotASession, UnknownEntry
+from ..errors import DamagedArchive, JournalError, NotASession, UnknownEntry
 from ..folder_rotation import STATUSES, SessionRotation, live_sessions, rotate_folder
 from ..info import inspect
 from ..interrupt import Terminated
@@ -462,32 +462,53 @@ def _print_rotation(result: RotationResult, args: argparse.Namespace) -> int:
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     from ..anywhere import is_sealed, lineage
+    from ..lineage import trace
 
-    chain = lineage(args.path)
     if is_database_url(args.path):
+        chain = lineage(args.path)
         # the last may be sealed too: its successor's row deleted (a broken lineage)
         live_one = None if is_sealed(chain[-1]) else shown(chain[-1])
         chain = [shown(url) for url in chain]
-        return _print_lineage(args, chain, live_one)
-    try:
-        os.stat(chain[-1])  # a folder on the way that cannot be entered is said as such
-    except FileNotFoundError:
-        raise NotASession(args.path, "no such file, and no successor of it was found") from None
-    check_session(chain[-1])
+        return _print_lineage(args, chain, live_one, [])
+    traced = trace(args.path)
+    damaged = list(traced.damaged)
+    if traced.live is not None:
+        try:
+            os.stat(traced.live)  # a folder on the way that cannot be entered is said as such
+        except FileNotFoundError:
+            raise NotASession(args.path, "no such file, and no successor of it was found") \
+                from None
+        check_session(traced.live)
     # the last found may be sealed too: archives copied (or exported) without the live file
-    live_one = None if is_sealed(chain[-1]) else chain[-1]
-    return _print_lineage(args, chain, live_one)
+    live_one = None if traced.live is None or is_sealed(traced.live) else traced.live
+    return _print_lineage(args, traced.files, live_one, damaged)
 
 
-def _print_lineage(args: argparse.Namespace, chain: list[str], live_one: str | None) -> int:
+def _print_lineage(args: argparse.Namespace, chain: list[str], live_one: str | None,
+                   damaged: list[DamagedArchive]) -> int:
+    """The lineage's files, then what stopped it: each damaged archive is a `Warning:` line
+    (one each) and the status 1, as for any finding."""
+    for damage in damaged:
+        print(f"Warning: {damage}", file=sys.stderr)
     if args.json:
-        _emit_json({"lineage": chain, "live": live_one})
-        return 0
+        found: dict[str, Any] = {"lineage": chain, "live": live_one}
+        if damaged:
+            found["damaged"] = [{"path": d.path, "reason": d.reason,
+                                 "blocks": "after" if d.after else "before"} for d in damaged]
+        _emit_json(found)
+        return 1 if damaged else 0
+    broken = {d.path for d in damaged}
     for n, path in enumerate(chain):
-        print(f"{'live ' if n == len(chain) - 1 and live_one else 'archived'} {path}")
-    if live_one is None:
+        label = ("damaged " if path in broken
+                 else "live " if n == len(chain) - 1 and live_one else "archived")
+        print(f"{label} {path}")
+    blocking = next((d for d in damaged if d.after), None)
+    if blocking is not None:
+        print(f"(its live file is not found: {blocking.path} is damaged and cannot be "
+              "followed)")
+    elif live_one is None:
         print(f"(its successor is not here: {chain[-1]} is sealed too)")
-    return 0
+    return 1 if damaged else 0
 
 
 def cmd_quarantine_list(args: argparse.Namespace) -> int:
@@ -674,7 +695,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Follow parentSession links and successor markers to list "
                        "every file of a rotated session, oldest first, the live one last; "
                        "for a database session, its sessions' URLs (the sealed ones it "
-                       "continues, then those continuing it).")
+                       "continues, then those continuing it). A compressed archive that "
+                       "cannot be read stops it: listed as 'damaged', a warning says why, "
+                       "exit 1.")
     p.add_argument("path", help="any file of the lineage (an archived or moved path works), "
                    "or any database session of it (URL or pg:<id>)")
     _add_json(p)

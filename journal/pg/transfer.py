@@ -60,7 +60,7 @@ from ..errors import (
 )
 from ..files import TEMP_SUFFIX, file_digest, remove_stale_temps
 from ..identity import plain_name
-from ..lineage import ARCHIVE_DIR, archive_name_of, lineage, live_name, parent_of, seal_of
+from ..lineage import ARCHIVE_DIR, archive_name_of, live_name, parent_of, seal_of, trace
 from ..lock import DEFAULT_LOCK_TIMEOUT
 from ..progress import Meter, Progress
 from ..publish import NewFile
@@ -225,7 +225,7 @@ def _files_to_push(source: str) -> list[tuple[str, str]]:
         return found + _archived_elsewhere(source, found)
     if not os.path.isfile(source):
         raise NotASession(source, "no such file or directory")
-    chain = lineage(os.path.realpath(source))
+    chain = trace(os.path.realpath(source)).files  # a damaged archive in it refuses it
     folder = os.path.dirname(chain[-1])
     chain += _unreadable_successors(chain[-1])
     return [(path, _name_in(folder, path)) for path in chain]
@@ -259,7 +259,7 @@ def _archived_elsewhere(source: str, found: list[tuple[str, str]]) -> list[tuple
     for path, _ in found:
         real = os.path.realpath(path)
         try:
-            chain = lineage(real)
+            chain = trace(real).files
         except (JournalError, OSError):
             continue  # its own push says what is wrong with it
         folder = os.path.dirname(real)
