@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from .claude.reading import SUBAGENTS, subagent_files
 from .errors import JournalError
 from .identity import same_file
-from .lineage import ARCHIVE_DIR, lineage, pending_successor, seal_of
+from .lineage import ARCHIVE_DIR, pending_successor, seal_of, trace
 from .pg.url import is_database_url
 
 __all__ = ["check_paths", "find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
@@ -118,10 +118,17 @@ def lineage_of(path: str) -> list[str]:
     a predecessor counts only when it is sealed, or when a rotation of it that a crash
     interrupted has published the file after it (it is sealed by whoever finishes that
     rotation: one session meanwhile too, with its rotation pending)."""
-    files = lineage(path)
+    traced = trace(path)
+    if traced.live is None and traced.damaged:
+        raise traced.damaged[0]  # its live file is not found: the caller takes `path` alone
+    files = traced.files
+    # a damaged archive behind the live file is of its lineage (its successor's header
+    # names it): read with it, its damage is said as the lineage's
+    damaged = {d.path for d in traced.damaged}
     kept = [files[-1]]
     for earlier in reversed(files[:-1]):
-        if seal_of(earlier) is None and not _published(earlier, kept[-1]):
+        if earlier not in damaged and seal_of(earlier) is None and not _published(
+                earlier, kept[-1]):
             break
         kept.append(earlier)
     kept.reverse()

@@ -46,7 +46,7 @@ from . import codec
 from .entrystream import LineageStream
 from .errors import JournalError, NotASession
 from .export_page import PAGE
-from .lineage import lineage
+from .lineage import trace
 from .model import Entry
 from .pairing import is_synthetic_result
 from .pg.url import DEFAULT_DATABASE, is_database_url, shown
@@ -165,7 +165,11 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     must be readable.
     """
     named = os.fspath(path)
-    files = database_lineage(named) if is_database_url(named) else lineage(named)
+    damaged: list[str] = []
+    if is_database_url(named):
+        files = database_lineage(named)
+    else:
+        files, damaged = _readable_lineage(named)
     live = files[-1]
     if not is_database_url(live) and not os.path.exists(live):
         raise NotASession(named, "no such file, and no successor of it was found")
@@ -183,7 +187,19 @@ def read_lineage(path: str | os.PathLike[str], *, redact: bool = False) -> Expor
     title = redact_text(stream.title) if redact and stream.title else stream.title
     read = [*files, *stream.subagent_files]  # a Claude Code transcript's are read with it
     return Exported([shown(f) for f in read], header, tree, live_leaf, stats.to_json(), stream,
-                    redact, list(stream.warnings), title)
+                    redact, [*damaged, *stream.warnings], title)
+
+
+def _readable_lineage(path: str) -> tuple[list[str], list[str]]:
+    """The files of the lineage of `path` that can be read, and what a damaged archive
+    behind the live file hides (one warning each: the lineage may go on before it, and is
+    exported from after it). A damaged archive on the way to the live file is an error
+    (`DamagedArchive`): which file is live cannot be told."""
+    traced = trace(path)
+    if traced.live is None and traced.damaged:
+        raise traced.damaged[0]
+    hidden = {d.path for d in traced.damaged}
+    return [f for f in traced.files if f not in hidden], [str(d) for d in traced.damaged]
 
 
 def database_lineage(url: str) -> list[str]:

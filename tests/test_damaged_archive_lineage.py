@@ -108,3 +108,36 @@ def test_the_library_refuses_rather_than_give_a_wrong_live_file(damaged):
 def test_opening_the_first_archive_names_the_damaged_one(damaged):
     with pytest.raises(DamagedArchive, match="put back a good copy"):
         Session.open(str(damaged.first))
+
+
+def test_export_of_the_live_file_says_once_that_history_before_it_is_missing(damaged, capsys):
+    code, out, err = run(capsys, "export", str(damaged.live), "--format", "jsonl")
+    assert code == 0
+    warnings = [line for line in err.splitlines() if line.startswith("Warning: ")]
+    assert len(warnings) == 1 and str(damaged.middle) in warnings[0], err
+    assert "may go on before it" in warnings[0]
+    assert "n19 " in out and "m3 " not in out
+
+
+def test_export_of_the_archive_before_it_is_refused(tmp_path, capsys):
+    """(Cut to nothing readable: the sealed archive alone was exported as the session.)"""
+    damaged = rotated_twice(tmp_path / "sessions", 100)
+    code, out, err = run(capsys, "export", str(damaged.first), "--format", "jsonl")
+    assert code == 2 and out == ""
+    assert err.startswith("Error: ") and str(damaged.middle) in err
+
+
+def test_ls_and_usage_read_the_damaged_archive_with_its_live_file(damaged, capsys):
+    code, out, err = run(capsys, "ls", "--no-cache", "--json", str(damaged.live.parent))
+    assert code == 0
+    rows = {row["path"]: row for row in json.loads(out)}
+    row = rows[str(damaged.live)]
+    assert row["files"] == [str(damaged.middle), str(damaged.live)]
+    assert row["state"] == "needs-repair"
+    assert str(damaged.middle) not in rows  # not a session of its own
+    assert str(damaged.middle) in json.dumps(row["problems"])
+
+    code, out, err = run(capsys, "usage", str(damaged.live), "--json")
+    assert code == 0
+    assert json.loads(out)["files"] == 2
+    assert str(damaged.middle) in err
