@@ -16,8 +16,8 @@ from .anywhere import is_sealed, live, successor
 from .claude import CLAUDE, PI
 from .claude.reading import UNREADABLE
 from .codec import Diagnostic, bulk_parsing
-from .errors import BrokenLineage, JournalError, describe_os_error
-from .lineage import pending_note
+from .errors import BrokenLineage, DamagedArchive, JournalError, describe_os_error
+from .lineage import pending_note, trace
 from .lock import current_holder as file_holder
 from .lock import lock_state
 from .model import Entry
@@ -70,6 +70,11 @@ class SessionInfo:
     """`pi`, or `claude` for a Claude Code transcript (its `header` is then made from its
     records' `sessionId`, `cwd` and first timestamp, for display; `version` is 0)."""
     subagent_files: list[str] = field(default_factory=list)
+    damaged_archives: list[dict[str, Any]] = field(default_factory=list)
+    """The damaged compressed archives that stop its file lineage (`journal.lineage.trace`):
+    each `path`, `reason`, and `blocks`: `before` (the files before it cannot be found) or
+    `after` (nor the files after it, the live one among them). Not damage of this file:
+    `journal repair` does not rewrite archives."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -108,6 +113,7 @@ class SessionInfo:
             "noteCounts": self.note_counts,
             "dialect": self.dialect,
             "subagentFiles": self.subagent_files,
+            "damagedArchives": self.damaged_archives,
         }
 
 
@@ -129,13 +135,30 @@ def inspect(path: str | os.PathLike[str], *, dialect: str | None = None) -> Sess
                 live(info.path)  # its successor is not in the database: which one, then
         except BrokenLineage as e:
             info.live, info.missing_successor = None, e.missing_id
+        except DamagedArchive:
+            info.live = None  # which is live cannot be told: `damaged_archives` says why
         if info.live is not None and is_sealed(info.live):
             info.live = None  # the seals lead to a sealed session whose successor is not here
+    info.damaged_archives = _damaged_archives(info)
     found = assess(info.path, dialect=info.dialect)
     info.problems, info.notes = found.problems, found.notes
     for sub in info.subagent_files:  # a transcript's subagent files are the session's too
         info.problems.extend(_subagent_problems(sub))
     return info
+
+
+def _damaged_archives(info: SessionInfo) -> list[dict[str, Any]]:
+    """`SessionInfo.damaged_archives` of a pi session file that continues or was continued
+    (a header's `parentSession`, or sealed); none for others, whose lineage is themselves."""
+    if (is_database_url(info.path) or info.dialect != PI
+            or not (info.sealed or (info.header or {}).get("parentSession"))):
+        return []
+    try:
+        traced = trace(info.path)
+    except (JournalError, OSError):
+        return []  # a lineage that cannot be followed otherwise: `journal lineage` says why
+    return [{"path": d.path, "reason": d.reason, "blocks": "after" if d.after else "before"}
+            for d in traced.damaged]
 
 
 def _subagent_problems(path: str) -> list[Problem]:

@@ -24,8 +24,9 @@ class Damaged:
     live: Path
 
 
-def rotated_twice(folder: Path, cut_to: int) -> Damaged:
-    """s.jsonl rotated twice, then its middle archive cut to `cut_to` bytes."""
+def rotated_twice(folder: Path, cut_to: int | None) -> Damaged:
+    """s.jsonl rotated twice, then its middle archive cut to `cut_to` bytes (None: left
+    whole)."""
     path = str(folder / "s.jsonl")
     with Session.create(path, cwd="/w") as s:
         for i in range(20):
@@ -41,7 +42,8 @@ def rotated_twice(folder: Path, cut_to: int) -> Damaged:
     assert live is not None
     archived = folder / "archive" / (os.path.basename(middle) + ".gz")
     assert archived.is_file() and (folder / "archive" / "s.jsonl.gz").is_file()
-    os.truncate(archived, cut_to)
+    if cut_to is not None:
+        os.truncate(archived, cut_to)
     return Damaged(folder / "archive" / "s.jsonl.gz", archived, Path(live))
 
 
@@ -141,3 +143,25 @@ def test_ls_and_usage_read_the_damaged_archive_with_its_live_file(damaged, capsy
     assert code == 0
     assert json.loads(out)["files"] == 2
     assert str(damaged.middle) in err
+
+
+def test_info_names_the_damaged_archive_of_its_lineage(damaged, capsys):
+    code, out, _ = run(capsys, "info", str(damaged.live))
+    assert code == 0
+    [line] = [line for line in out.splitlines() if line.startswith("damaged:")]
+    assert str(damaged.middle) in line and "files before it cannot be found" in line
+    code, out, _ = run(capsys, "info", str(damaged.live), "--json")
+    [entry] = json.loads(out)["damagedArchives"]
+    assert entry["path"] == str(damaged.middle) and entry["blocks"] == "before"
+    assert entry["reason"].startswith("not a readable gzip archive")
+
+    code, out, _ = run(capsys, "info", str(damaged.first), "--json")
+    found = json.loads(out)
+    assert found["sealed"] and found["live"] is None
+    assert [d["blocks"] for d in found["damagedArchives"]] == ["after"]
+
+
+def test_info_of_a_lineage_without_damage_names_none(tmp_path, capsys):
+    damaged = rotated_twice(tmp_path / "sessions", None)
+    code, out, _ = run(capsys, "info", str(damaged.live), "--json")
+    assert code == 0 and json.loads(out)["damagedArchives"] == []

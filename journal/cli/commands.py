@@ -231,6 +231,11 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"broken:    the lineage is broken: session {info.missing_successor}, which "
                   "a seal names as its successor, is not in the database; no live session "
                   "continues it")
+    for damaged in info.damaged_archives:
+        hidden = ("the files before it cannot be found" if damaged["blocks"] == "before"
+                  else "the files after it, the live one among them, cannot be found")
+        print(f"damaged:   {damaged['path']}, an archive of its lineage ({damaged['reason']}): "
+              f"{hidden}; put back a good copy of it")
     problems = len(info.problems)
     # a check changes nothing: each problem's action is what a repair would do
     print(f"problems:  {problems}" + (" (nothing was changed; each says what 'journal repair' "
