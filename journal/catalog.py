@@ -583,16 +583,16 @@ def _inbox_entries(files: Sequence[str]) -> tuple[list[str], list[str]]:
     file."""
     folders: list[str] = []
     waiting: list[str] = []
-    names = list(files) if any(is_database_url(f) for f in files) else \
+    sessions = list(files) if any(is_database_url(f) for f in files) else \
         [*files, *live_names(list(files))]
-    for f in dict.fromkeys(names):
+    for f in dict.fromkeys(sessions):
         folder = inbox_path(f)
         try:
-            names = os.listdir(folder)
+            held = os.listdir(folder)
         except OSError:
             continue
         folders.append(folder)
-        waiting.extend(os.path.join(folder, n) for n in names)
+        waiting.extend(os.path.join(folder, n) for n in held)
     return folders, waiting
 
 
