@@ -273,55 +273,40 @@ def test_prune_skips_a_lineage_whose_lock_is_taken_meanwhile(tmp_path, monkeypat
         lock.release()
 
 
-def test_prune_keeps_a_session_with_messages_queued_for_its_agent(tmp_path):
+def live_name_of(live: str, archive: str) -> str:
+    """The name the rotated file `archive` had while live, beside the live file."""
+    return os.path.join(os.path.dirname(live), os.path.basename(archive).removesuffix(".gz"))
+
+
+@pytest.mark.parametrize("queued_to", ["live", "predecessor"])
+def test_prune_keeps_a_session_with_messages_queued_for_its_agent(tmp_path, queued_to):
     """A message queued with `journal-agent queue` waits in `<file>.inbox/` until an agent
-    reads it: pruning the session would drop it silently. An empty inbox goes with the
-    session instead of being left behind."""
+    reads it: pruning the session would drop it silently. So does one queued to a rotated
+    file's name (while it was live, or by a version that did not follow the rotation), in the
+    inbox of that name beside the live file, where the agent on the live file reads it. An
+    empty inbox goes with the session instead of being left behind."""
     (tmp_path / "waiting").mkdir()
     (tmp_path / "done").mkdir()
     waiting, waiting_archive = rotated(tmp_path / "waiting")
     done, done_archive = rotated(tmp_path / "done")
-    Path(inbox_path(waiting)).mkdir()
-    Path(inbox_path(waiting), "00000000000000000001-q1.json").write_text("{}")
-    Path(inbox_path(done)).mkdir()
+    if queued_to == "live":
+        in_waiting, in_done = waiting, done
+    else:
+        in_waiting = live_name_of(waiting, waiting_archive)
+        in_done = live_name_of(done, done_archive)
+    Path(inbox_path(in_waiting)).mkdir()
+    Path(inbox_path(in_waiting), "00000000000000000001-q1.json").write_text("{}")
+    Path(inbox_path(in_done)).mkdir()
     age(waiting, waiting_archive, done, done_archive)
     later = datetime.now(UTC) + timedelta(days=100)
     report = prune([str(tmp_path)], timedelta(days=90), now=later)
     reasons = {os.path.basename(i.row.path): (i.action, i.reason) for i in report.items}
     action, reason = reasons[os.path.basename(waiting)]
     assert action == "skip" and "queued for an agent" in reason
-    assert os.path.exists(waiting) and os.path.exists(inbox_path(waiting))
+    assert os.path.exists(waiting) and os.path.exists(inbox_path(in_waiting))
     [gone] = report.pruned
     assert gone.done and gone.row.path == os.path.realpath(done)
-    assert not os.path.exists(done) and not os.path.exists(inbox_path(done))
-
-
-def test_prune_keeps_a_lineage_with_messages_queued_to_a_predecessor_name(tmp_path):
-    """A message queued to a rotated file's name (while it was live, or by a version that did
-    not follow the rotation) waits in the inbox of that name beside the live file, where the
-    agent on the live file reads it: pruning the lineage would strand it. An empty one goes
-    with the lineage."""
-    (tmp_path / "waiting").mkdir()
-    (tmp_path / "done").mkdir()
-    waiting, waiting_archive = rotated(tmp_path / "waiting")
-    done, done_archive = rotated(tmp_path / "done")
-    old_waiting, old_done = (os.path.join(os.path.dirname(live), os.path.basename(archive)
-                                          .removesuffix(".gz"))
-                             for live, archive in ((waiting, waiting_archive),
-                                                   (done, done_archive)))
-    Path(inbox_path(old_waiting)).mkdir()
-    Path(inbox_path(old_waiting), "00000000000000000001-q1.json").write_text("{}")
-    Path(inbox_path(old_done)).mkdir()
-    age(waiting, waiting_archive, done, done_archive)
-    later = datetime.now(UTC) + timedelta(days=100)
-    report = prune([str(tmp_path)], timedelta(days=90), now=later)
-    reasons = {os.path.basename(i.row.path): (i.action, i.reason) for i in report.items}
-    action, reason = reasons[os.path.basename(waiting)]
-    assert action == "skip" and "queued for an agent" in reason
-    assert os.path.exists(waiting) and os.path.exists(inbox_path(old_waiting))
-    [gone] = report.pruned
-    assert gone.done and gone.row.path == os.path.realpath(done)
-    assert not os.path.exists(done) and not os.path.exists(inbox_path(old_done))
+    assert not os.path.exists(done) and not os.path.exists(inbox_path(in_done))
 
 
 def test_ls_on_a_terminal_keeps_a_row_on_one_line(tmp_path):

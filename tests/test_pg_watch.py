@@ -240,40 +240,57 @@ def test_a_wait_after_the_registration_may_have_expired_returns_at_once(
         watch.close()
 
 
-def test_a_watch_closed_while_it_registers_leaves_no_registration(pg_url: str) -> None:
-    """`close` from another thread while the wait's first registration is still under way
-    (its INSERT held up, here by another transaction's row of the same key): `close` saw
-    nothing registered yet and could not take the busy connection, so the registration was
-    committed after it and stayed behind, and writers announced their commits to nobody
-    until it expired (60 s). The wait now takes back what it registered once it finds the
-    watch closed."""
-    with psycopg.connect(pg_url, autocommit=True) as conn:
+@dataclass
+class Held:
+    watch: PgWatch
+    backend: int
+    waiter: threading.Thread
+    ended: list[bool]
+
+
+@contextmanager
+def held_registration(url: str, timeout: float) -> Iterator[Held]:
+    """A watch whose wait, on another thread, is blocked in its first registration: its
+    INSERT held up by another transaction's row of the same key (s1, its backend), which is
+    rolled back on leaving."""
+    with psycopg.connect(url, autocommit=True) as conn:
         schema.ensure(conn)
-    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=5.0)
+    watch = PgWatch(lambda: psycopg.connect(url), threading.Event(), timeout=timeout)
     assert watch.conn is not None
     backend = watch.conn.info.backend_pid
-    blocker = psycopg.connect(pg_url)  # a transaction holding the key (s1, its backend)
-    blocker.execute("INSERT INTO journal.followers (session, backend, until) "
-                    "VALUES ('s1', %s, now() + interval '1 minute')", (backend,))
-    ended: list[bool] = []
-    waiter = threading.Thread(target=lambda: ended.append(watch.wait([Stream("s1")])))
-    waiter.start()
-    with psycopg.connect(pg_url, autocommit=True) as look:
-        deadline = time.monotonic() + 10
-        while not look.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND "
-                               "wait_event_type = 'Lock'", (backend,)).fetchone():
-            assert time.monotonic() < deadline, "the registration never waited"
-            time.sleep(0.01)
-        watch.close()  # the wait's INSERT is cancelled; the wait takes back what it has
+    blocker = psycopg.connect(url)
+    try:
+        blocker.execute("INSERT INTO journal.followers (session, backend, until) "
+                        "VALUES ('s1', %s, now() + interval '1 minute')", (backend,))
+        ended: list[bool] = []
+        waiter = threading.Thread(target=lambda: ended.append(watch.wait([Stream("s1")])))
+        waiter.start()
+        with psycopg.connect(url, autocommit=True) as look:
+            deadline = time.monotonic() + 10
+            while not look.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND "
+                                   "wait_event_type = 'Lock'", (backend,)).fetchone():
+                assert time.monotonic() < deadline, "the registration never waited"
+                time.sleep(0.01)
+        yield Held(watch, backend, waiter, ended)
+    finally:
         blocker.rollback()
         blocker.close()
-        waiter.join(10)
-        assert not waiter.is_alive() and ended == [False]
-        deadline = time.monotonic() + 5
-        while look.execute("SELECT count(*) FROM journal.followers WHERE backend = %s",
-                           (backend,)).fetchone() != (0,):
-            assert time.monotonic() < deadline, "its registration stayed behind"
-            time.sleep(0.05)
+
+
+def test_a_watch_closed_while_it_registers_leaves_no_registration(pg_url: str) -> None:
+    """`close` from another thread while the wait's first registration is still under way:
+    `close` saw nothing registered yet and could not take the busy connection, so the
+    registration was committed after it and stayed behind, and writers announced their
+    commits to nobody until it expired (60 s). The wait now takes back what it registered
+    once it finds the watch closed."""
+    with held_registration(pg_url, timeout=5.0) as held:
+        held.watch.close()  # the wait's INSERT is cancelled; the wait takes back what it has
+    held.waiter.join(10)
+    assert not held.waiter.is_alive() and held.ended == [False]
+    deadline = time.monotonic() + 5
+    while registrations(pg_url, held.backend) != 0:
+        assert time.monotonic() < deadline, "its registration stayed behind"
+        time.sleep(0.05)
 
 
 class AfterCommit(psycopg.Connection):  # type: ignore[type-arg]
@@ -349,38 +366,17 @@ def test_an_async_watch_closed_right_after_it_commits_a_registration_leaves_none
 
 
 def test_close_returns_at_once_while_a_wait_is_blocked(pg_url: str) -> None:
-    """A wait blocked in its registration (its INSERT held up by another transaction's row
-    of the same key): `close` from another thread returned only after waiting 2 s for the
-    connection, and the wait went on until the other transaction ended. `close` returns at
-    once now, and the wait, its statement cancelled, ends with nothing registered while the
-    other transaction still holds the row."""
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        schema.ensure(conn)
-    watch = PgWatch(lambda: psycopg.connect(pg_url), threading.Event(), timeout=30.0)
-    assert watch.conn is not None
-    backend = watch.conn.info.backend_pid
-    blocker = psycopg.connect(pg_url)
-    try:
-        blocker.execute("INSERT INTO journal.followers (session, backend, until) "
-                        "VALUES ('s1', %s, now() + interval '1 minute')", (backend,))
-        ended: list[bool] = []
-        waiter = threading.Thread(target=lambda: ended.append(watch.wait([Stream("s1")])))
-        waiter.start()
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            deadline = time.monotonic() + 10
-            while not look.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND "
-                                   "wait_event_type = 'Lock'", (backend,)).fetchone():
-                assert time.monotonic() < deadline, "the registration never waited"
-                time.sleep(0.01)
+    """A wait blocked in its registration: `close` from another thread returned only after
+    waiting 2 s for the connection, and the wait went on until the other transaction ended.
+    `close` returns at once now, and the wait, its statement cancelled, ends with nothing
+    registered while the other transaction still holds the row."""
+    with held_registration(pg_url, timeout=30.0) as held:
         started = time.monotonic()
-        watch.close()
+        held.watch.close()
         assert time.monotonic() - started < 0.5
-        waiter.join(5)
-        assert not waiter.is_alive() and ended == [False]
-    finally:
-        blocker.rollback()
-        blocker.close()
-    assert registrations(pg_url, backend) == 0
+        held.waiter.join(5)
+        assert not held.waiter.is_alive() and held.ended == [False]
+    assert registrations(pg_url, held.backend) == 0
 
 
 def test_the_watch_warns_again_when_why_it_cannot_listen_changes(
