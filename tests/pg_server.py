@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -138,3 +138,35 @@ def made_at(conn: Any, version: int, role: str) -> None:
     conn.execute(f'CREATE ROLE "{role}"')
     conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA journal TO "{role}"')
     conn.execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA journal FROM PUBLIC")
+
+
+def through_a_shutdown(server: Any, step: Callable[[], object], times: int) -> None:
+    """Run `step` `times` times while `server` (an `EmbeddedServer`) shuts down smartly,
+    held up by a last connection (new ones refused as 'shutting down'), then `times` times
+    once it is gone ('Connection refused')."""
+    import signal
+    import time
+
+    import psycopg
+
+    holder = psycopg.connect(server.url(), autocommit=True)
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    os.kill(postmaster, signal.SIGTERM)  # smart shutdown: waits for `holder`
+    holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                   "pid <> pg_backend_pid() AND backend_type = 'client backend'")
+    for _ in range(times):
+        step()
+    holder.close()  # the last connection: the server ends
+    deadline = time.monotonic() + 30
+    while os.path.exists(server.data / "postmaster.pid"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for _ in range(times):
+        step()
+
+
+def said_in_turn(messages: list[str]) -> None:
+    """Two warnings: the first naming the shutdown, the second the refusal, each alone."""
+    assert len(messages) == 2, messages
+    assert "shutting down" in messages[0] and "refused" not in messages[0]
+    assert "refused" in messages[1] and "shutting down" not in messages[1]

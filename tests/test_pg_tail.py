@@ -458,7 +458,7 @@ def test_a_follower_waiting_for_a_server_says_when_the_cause_changes(
     'shutting down'), then is gone ('Connection refused'): the follower's warning follows
     the cause, rather than repeating the first one while another holds; a cause said once
     is not said again while it lasts."""
-    import signal
+    import pg_server
 
     from journal.pg.server import EmbeddedServer
     from journal.tail import Follower
@@ -470,25 +470,14 @@ def test_a_follower_waiting_for_a_server_says_when_the_cause_changes(
         follower.open()
         try:
             list(follower.poll())
-            holder = psycopg.connect(server.url(), autocommit=True)
-            postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
-            os.kill(postmaster, signal.SIGTERM)  # smart shutdown: waits for `holder`
-            holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                           "pid <> pg_backend_pid() AND backend_type = 'client backend'")
+
+            def step() -> None:
+                assert list(follower.poll()) == []
+
             with caplog.at_level("WARNING", logger="journal.tail"):
-                for _ in range(3):
-                    assert list(follower.poll()) == []
-                holder.close()  # the last connection: the server ends
-                deadline = time.monotonic() + 30
-                while os.path.exists(server.data / "postmaster.pid"):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
-                for _ in range(3):
-                    assert list(follower.poll()) == []
+                pg_server.through_a_shutdown(server, step, 3)
         finally:
             follower.close()
-    said = [r.getMessage() for r in caplog.records if r.name == "journal.tail"
-            and "reading on once it can be reached" in r.getMessage()]
-    assert len(said) == 2, said
-    assert "shutting down" in said[0] and "refused" not in said[0]
-    assert "refused" in said[1] and "shutting down" not in said[1]
+    pg_server.said_in_turn([r.getMessage() for r in caplog.records
+                            if r.name == "journal.tail"
+                            and "reading on once it can be reached" in r.getMessage()])

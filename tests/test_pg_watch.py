@@ -385,9 +385,6 @@ def test_the_watch_warns_again_when_why_it_cannot_listen_changes(
     'shutting down'), then is gone ('Connection refused'): the watch said only the first
     cause, however long the second lasted. It warns again when the cause changes; a cause
     said once is not said again while it lasts (only at INFO)."""
-    import os
-    import signal
-
     import pg_server
 
     import journal.pg.watch as pg_watch
@@ -401,25 +398,10 @@ def test_the_watch_warns_again_when_why_it_cannot_listen_changes(
         watch = PgWatch(lambda: connect(url), threading.Event(), timeout=0.2)
         try:
             assert watch.wait([Stream("s1")]) is True  # registered
-            holder = psycopg.connect(url, autocommit=True)
-            postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
-            os.kill(postmaster, signal.SIGTERM)  # smart shutdown: waits for `holder`
-            holder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                           "pid <> pg_backend_pid() AND backend_type = 'client backend'")
             with caplog.at_level("WARNING", logger="journal.tail"):
-                for _ in range(4):
-                    watch.wait([Stream("s1")])
-                holder.close()  # the last connection: the server ends
-                deadline = time.monotonic() + 30
-                while os.path.exists(server.data / "postmaster.pid"):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
-                for _ in range(4):
-                    watch.wait([Stream("s1")])
+                pg_server.through_a_shutdown(server, lambda: watch.wait([Stream("s1")]), 4)
         finally:
             watch.close()
-    said = [r.getMessage() for r in caplog.records if r.name == "journal.tail"
-            and "cannot listen for changes" in r.getMessage()]
-    assert len(said) == 2, said
-    assert "shutting down" in said[0] and "refused" not in said[0]
-    assert "refused" in said[1] and "shutting down" not in said[1]
+    pg_server.said_in_turn([r.getMessage() for r in caplog.records
+                            if r.name == "journal.tail"
+                            and "cannot listen for changes" in r.getMessage()])
