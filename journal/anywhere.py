@@ -124,9 +124,7 @@ def predecessors(path: str | os.PathLike[str]) -> list[str]:
     if is_database_url(path):
         return lineage(path)[:-1]
     # those a damaged archive hides cannot be named; the way to the live file must be clear
-    traced = files_lineage.trace(os.fspath(path))
-    if traced.live is None and traced.damaged:
-        raise traced.damaged[0]
+    traced = files_lineage.trace_to_live(os.fspath(path))
     return files_lineage.live_names(traced.files)[:-1]
 
 

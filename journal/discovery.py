@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from .claude.reading import SUBAGENTS, subagent_files
 from .errors import JournalError
 from .identity import same_file
-from .lineage import ARCHIVE_DIR, pending_successor, seal_of, trace
+from .lineage import ARCHIVE_DIR, pending_successor, seal_of, trace_to_live
 from .pg.url import is_database_url
 
 __all__ = ["check_paths", "find_lineages", "is_session_name", "is_subagent_file", "lineage_of",
@@ -118,9 +118,8 @@ def lineage_of(path: str) -> list[str]:
     a predecessor counts only when it is sealed, or when a rotation of it that a crash
     interrupted has published the file after it (it is sealed by whoever finishes that
     rotation: one session meanwhile too, with its rotation pending)."""
-    traced = trace(path)
-    if traced.live is None and traced.damaged:
-        raise traced.damaged[0]  # its live file is not found: the caller takes `path` alone
+    # its live file not found (DamagedArchive): the caller takes `path` alone
+    traced = trace_to_live(path)
     files = traced.files
     # a damaged archive behind the live file is of its lineage (its successor's header
     # names it): read with it, its damage is said as the lineage's

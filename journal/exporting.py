@@ -46,7 +46,7 @@ from . import codec
 from .entrystream import LineageStream
 from .errors import JournalError, NotASession
 from .export_page import PAGE
-from .lineage import trace
+from .lineage import trace_to_live
 from .model import Entry
 from .pairing import is_synthetic_result
 from .pg.url import DEFAULT_DATABASE, is_database_url, shown
@@ -195,9 +195,7 @@ def _readable_lineage(path: str) -> tuple[list[str], list[str]]:
     behind the live file hides (one warning each: the lineage may go on before it, and is
     exported from after it). A damaged archive on the way to the live file is an error
     (`DamagedArchive`): which file is live cannot be told."""
-    traced = trace(path)
-    if traced.live is None and traced.damaged:
-        raise traced.damaged[0]
+    traced = trace_to_live(path)
     hidden = {d.path for d in traced.damaged}
     return [f for f in traced.files if f not in hidden], [str(d) for d in traced.damaged]
 

@@ -440,6 +440,16 @@ def trace(path: str) -> Traced:
     return Traced([*files, walk.end], None, [walk.damage, *([back] if back else [])])
 
 
+def trace_to_live(path: str) -> Traced:
+    """`trace`, for a reader that goes on without what a damaged archive behind the live
+    file hides, but must know the live file: DamagedArchive where the way to it is blocked
+    (which file is live cannot be told)."""
+    traced = trace(path)
+    if traced.live is None and traced.damaged:
+        raise traced.damaged[0]
+    return traced
+
+
 def lineage(path: str) -> list[str]:
     """Every file of the lineage, from the first archived one to the live one, however many
     rotations it went through.
